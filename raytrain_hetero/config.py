@@ -1,0 +1,1088 @@
+"""Job configuration: frozen pydantic v2 models, YAML loading and friendly errors.
+
+A job is described by one YAML file (see ``examples/configs/eurosat_local.yaml``) that
+validates into a :class:`JobConfig`. Every model is frozen and rejects unknown keys, so a
+typo never silently falls back to a default.
+
+:func:`load_config` turns *every* validation problem into one
+:class:`~raytrain_hetero.errors.ConfigError` whose message lists each problem on its own
+line as::
+
+    <file>: <key.path>: <what is wrong>. Fix: <how to fix it>
+
+e.g. ``job.yaml: train.learning_rate: unknown key 'learning_rate' under 'train'; valid
+keys: epochs, global_batch_size, lr, ... Fix: rename it to 'lr'.`` List items appear as
+``workers[1].device``. The raised error also carries the problems as
+``err.problems`` (a tuple of :class:`ConfigProblem`).
+
+Command-line overrides (``--set train.epochs=1``) go through :func:`parse_override` /
+:func:`parse_overrides` and are merged over the YAML before validation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import os
+import re
+import reprlib
+import tempfile
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from raytrain_hetero.errors import ConfigError, DataError
+
+__all__ = [
+    "ConfigProblem",
+    "DataConfig",
+    "EUROSAT_BAND_NAMES",
+    "GenerateConfig",
+    "JobConfig",
+    "ModelConfig",
+    "ProbeConfig",
+    "RayConfig",
+    "TrainConfig",
+    "WorkerSpec",
+    "check_data_root",
+    "dump_config",
+    "load_config",
+    "merge_overrides",
+    "parse_override",
+    "parse_overrides",
+    "validate_config",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
+EUROSAT_BAND_NAMES: tuple[str, ...] = (
+    "B01", "B02", "B03", "B04", "B05", "B06", "B07",
+    "B08", "B09", "B10", "B11", "B12", "B8A",
+)  # fmt: skip
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+# Custom pydantic error types; the formatter below knows how to render them.
+_INVALID = "hetero_invalid"  # ctx: message, fix, at (tuple: loc relative to the error's loc)
+_MULTI = "hetero_multi"  # ctx: problems: list of (loc tuple, message, fix)
+_BOOL_AS_NUMBER = "hetero_bool_as_number"  # ctx: expected
+
+
+def _invalid(message: str, fix: str, at: tuple[str | int, ...] = ()) -> PydanticCustomError:
+    """A validator error that carries its own fix (and optionally a sub-location)."""
+    return PydanticCustomError(_INVALID, "{message}", {"message": message, "fix": fix, "at": at})
+
+
+def _reject_bool_int(value: Any) -> Any:
+    # pydantic's lax mode turns ``true`` into 1; in a config that is always a mistake.
+    if isinstance(value, bool):
+        raise PydanticCustomError(
+            _BOOL_AS_NUMBER, "expected {expected}", {"expected": "an integer"}
+        )
+    return value
+
+
+def _reject_bool_float(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError(_BOOL_AS_NUMBER, "expected {expected}", {"expected": "a number"})
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_reject_bool_int)]
+Float = Annotated[float, BeforeValidator(_reject_bool_float)]
+NonNegFloat = Annotated[Float, Field(ge=0, allow_inf_nan=False)]
+PositiveFloat = Annotated[Float, Field(gt=0, allow_inf_nan=False)]
+PositiveInt = Annotated[Int, Field(ge=1)]
+
+
+def _check_name(value: str, what: str) -> str:
+    if not value or not _NAME_RE.match(value):
+        raise _invalid(
+            f"{what} {value!r} is not a valid name (it must be non-empty and use only "
+            "letters, digits, '_', '.' and '-')",
+            "use a name like 'fast', 'gpu-a100' or 'node_1'",
+        )
+    return value
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` with ``~`` expanded, made absolute against the current working directory."""
+    return path.expanduser().absolute()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+class WorkerSpec(_Model):
+    """One group of identical workers.
+
+    Attributes:
+        name: Group name (letters, digits, ``_ . -``); workers of a group with ``count > 1``
+            are named ``<name>-0``, ``<name>-1``, ... (see :meth:`JobConfig.expanded_workers`).
+        count: Number of identical workers in the group.
+        resources: Ray resources each worker of the group requests (must include ``CPU > 0``).
+        label_selector: Ray node labels a worker must land on (``None``: anywhere).
+        device: ``"auto"`` uses CUDA iff ``resources`` requests a GPU.
+        max_batch: Per-step slice cap (memory bound), or ``None`` for no cap.
+        emulated_slowdown: EMULATION for CPU-only testing and demos: stretches this worker's
+            own compute time by this factor (``1.0`` = real speed).
+    """
+
+    name: str = Field(description="worker group name")
+    count: PositiveInt = Field(1, description="number of identical workers in the group")
+    resources: dict[str, NonNegFloat] = Field(
+        default_factory=lambda: {"CPU": 1.0},
+        description="Ray resources per worker, e.g. {CPU: 1} or {CPU: 4, GPU: 1}",
+    )
+    label_selector: dict[str, str] | None = Field(
+        None, description="Ray node labels the worker must land on, e.g. {zone: a}"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="compute device; auto = cuda iff resources has GPU > 0"
+    )
+    max_batch: PositiveInt | None = Field(None, description="per-step slice cap (memory)")
+    emulated_slowdown: Float = Field(
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
+        description="EMULATION: stretch this worker's compute time by this factor",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return _check_name(value, "worker name")
+
+    @field_validator("resources")
+    @classmethod
+    def _valid_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        for key in value:
+            if not key.strip():
+                raise _invalid(
+                    "resource names must be non-empty",
+                    "use Ray resource names such as CPU, GPU or a custom resource name",
+                )
+        if value.get("CPU", 0.0) <= 0:
+            raise _invalid(
+                f"a worker needs CPU > 0, got resources {value}",
+                "add CPU: 1 (or more) to resources",
+                ("CPU",) if "CPU" in value else (),
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _device_matches_resources(self) -> WorkerSpec:
+        gpu = self.resources.get("GPU", 0.0)
+        at: tuple[str | int, ...]
+        if self.device == "cuda" and gpu <= 0:
+            raise _invalid(
+                f"worker group {self.name!r} has device 'cuda' but requests no GPU, so Ray "
+                "would place it without one",
+                "add resources: {GPU: 1} (keep CPU), or set device: cpu",
+                ("device",),
+            )
+        if self.resolved_device() == "cuda":
+            at = ("resources", "GPU")
+            if gpu < 1:
+                raise _invalid(
+                    f"worker group {self.name!r} requests a fractional GPU ({gpu:g}) for a CUDA "
+                    "worker; Ray would then pack several workers onto one GPU, where they "
+                    "compete for it and no two workers may share a device",
+                    "use resources: {GPU: 1}, or device: cpu for a CPU worker",
+                    at,
+                )
+            if gpu > 1:
+                raise _invalid(
+                    f"worker group {self.name!r} requests {gpu:g} GPUs per worker, but each "
+                    "worker drives exactly one GPU, so the others would sit idle",
+                    f"use resources: {{GPU: 1}} with count: {self.count * math.ceil(gpu)} "
+                    "to run one worker per GPU",
+                    at,
+                )
+        return self
+
+    def resolved_device(self) -> Literal["cpu", "cuda"]:
+        """The device this worker trains on: ``device``, with ``"auto"`` resolved.
+
+        Returns:
+            ``"cuda"`` if ``device == "cuda"``, or ``device == "auto"`` and ``resources``
+            requests a GPU; otherwise ``"cpu"``.
+        """
+        if self.device == "auto":
+            return "cuda" if self.resources.get("GPU", 0.0) > 0 else "cpu"
+        return self.device
+
+
+# ------------------------------------------------------------------------------ data & model
+
+
+class GenerateConfig(_Model):
+    """Parameters of the synthetic EuroSAT generator (real on-disk layout, cached)."""
+
+    samples_per_class: Int = Field(
+        100, ge=3, description="images per class (>= 3: every class needs train/val/test)"
+    )
+    seed: Int = Field(0, ge=0, description="generator seed")
+    size: Int = Field(64, ge=16, description="image side in pixels (real EuroSAT: 64)")
+
+
+class DataConfig(_Model):
+    """Where the data lives and how to read it.
+
+    Attributes:
+        dataset: Dataset kind (only ``"eurosat"`` for now).
+        root: Dataset root directory. A relative path is resolved against the current
+            working directory when the config is validated, so the model always holds an
+            absolute path (Ray workers run in other directories).
+        bands: ``"all"`` (13 bands), ``"rgb"`` or an explicit list of band names.
+        generate: If set and ``root`` holds no dataset, generate a synthetic EuroSAT there.
+        num_workers: DataLoader worker processes per training worker.
+    """
+
+    dataset: Literal["eurosat"] = Field("eurosat", description="dataset kind")
+    root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
+    bands: Literal["all", "rgb"] | list[str] = Field(
+        "all", description="'all', 'rgb' or a list of band names such as [B04, B03, B02]"
+    )
+    generate: GenerateConfig | None = Field(
+        None, description="generate synthetic data at root if absent ({} for defaults)"
+    )
+    num_workers: Int = Field(0, ge=0, description="DataLoader worker processes per worker")
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _non_empty_root(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise _invalid("the data root is empty", "set data.root to a directory path")
+        return value
+
+    @field_validator("root")
+    @classmethod
+    def _resolve_root(cls, value: Path) -> Path:
+        return _absolute(value)
+
+    @field_validator("bands", mode="before")
+    @classmethod
+    def _valid_bands(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value in ("all", "rgb"):
+                return value
+            close = _closest(value, ["all", "rgb"])
+            raise _invalid(
+                f"bands must be 'all', 'rgb' or a list of band names, got {value!r}",
+                f"use bands: {close}" if close else "use bands: all, bands: rgb, or a list "
+                "such as [B04, B03, B02]",
+            )
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise _invalid("bands is an empty list", "list at least one band, or use all")
+            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BAND_NAMES]
+            if bad:
+                hints = [
+                    f"{b!r} -> {c!r}" for b in bad if (c := _closest(str(b), EUROSAT_BAND_NAMES))
+                ]
+                raise _invalid(
+                    f"unknown band name(s) {', '.join(repr(b) for b in bad)}; valid names: "
+                    + ", ".join(EUROSAT_BAND_NAMES),
+                    ("rename " + "; ".join(hints)) if hints else "use names from that list",
+                )
+            dupes = sorted({b for b in value if list(value).count(b) > 1})
+            if dupes:
+                raise _invalid(
+                    f"band(s) listed more than once: {', '.join(dupes)}", "list each band once"
+                )
+            return list(value)
+        raise _invalid(
+            f"bands must be 'all', 'rgb' or a list of band names, got {_show(value)}",
+            "use bands: all, bands: rgb, or a list such as [B04, B03, B02]",
+        )
+
+
+class ModelConfig(_Model):
+    """Which network to train."""
+
+    name: Literal["small_cnn", "resnet18"] = Field("small_cnn", description="architecture")
+    width: PositiveInt = Field(32, description="base channel width (small_cnn)")
+    pretrained: bool = Field(False, description="start from pretrained weights (resnet18)")
+
+    @model_validator(mode="after")
+    def _pretrained_available(self) -> ModelConfig:
+        if self.pretrained and self.name == "small_cnn":
+            raise _invalid(
+                "small_cnn has no pretrained weights",
+                "set pretrained: false, or use name: resnet18",
+                ("pretrained",),
+            )
+        return self
+
+
+# ------------------------------------------------------------------------------ training
+
+
+class TrainConfig(_Model):
+    """Optimisation and batch-carving settings.
+
+    Attributes:
+        epochs: Passes over the training split.
+        global_batch_size: Samples per optimizer step, summed over all workers.
+        lr: SGD learning rate. momentum: SGD momentum. weight_decay: L2 penalty.
+        seed: Seed of the model init and the per-epoch permutations.
+        weighting: ``"proportional"``: each worker's gradient weighs n_i/sum(n) (exact
+            global-batch gradient); ``"uniform"``: 1/world_size (the biased baseline).
+        fixed_shares: One relative share per worker (expanded order); skips probing.
+        min_slice: Smallest slice any worker is given per step (never empty).
+    """
+
+    epochs: PositiveInt = Field(3, description="passes over the training split")
+    global_batch_size: PositiveInt = Field(192, description="samples per step over all workers")
+    lr: PositiveFloat = Field(0.05, description="learning rate")
+    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False, description="SGD momentum")
+    weight_decay: NonNegFloat = Field(5e-4, description="L2 weight decay")
+    seed: Int = Field(0, ge=0, description="seed of init and shuffles")
+    weighting: Literal["proportional", "uniform"] = Field(
+        "proportional", description="gradient weighting across workers"
+    )
+    fixed_shares: list[PositiveFloat] | None = Field(
+        None, min_length=1, description="one share per worker, in expanded order; skips probing"
+    )
+    min_slice: PositiveInt = Field(1, description="smallest per-step slice of any worker")
+
+
+class ProbeConfig(_Model):
+    """Throughput probing before training (skipped when ``train.fixed_shares`` is set).
+
+    Attributes:
+        batch_sizes: Batch sizes to time (>= 2 distinct, to fit t(b) = alpha + beta*b);
+            ``None`` lets the prober choose from the global batch size.
+        warmup: Untimed iterations before timing. repeats: Timed iterations per size.
+    """
+
+    batch_sizes: list[PositiveInt] | None = Field(
+        None, description="probe batch sizes, >= 2 distinct (None: automatic)"
+    )
+    warmup: Int = Field(2, ge=0, description="untimed warm-up iterations")
+    repeats: PositiveInt = Field(3, description="timed iterations per batch size")
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _two_distinct(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and len(set(value)) < 2:
+            raise _invalid(
+                f"needs at least 2 distinct batch sizes to fit a cost model, got {value}",
+                "list two or more sizes, e.g. [8, 32], or remove the key for automatic sizes",
+            )
+        return value
+
+
+class RayConfig(_Model):
+    """How to reach Ray.
+
+    Attributes:
+        address: Address of an existing cluster (``"auto"``, ``"ray://host:10001"``, ...);
+            ``None`` starts an embedded local Ray.
+        num_cpus: CPUs of the embedded local Ray (``None``: all of this machine's).
+        dashboard_host: Interface the dashboard binds to.
+        storage_path: Ray Train storage (checkpoints); resolved to an absolute path.
+    """
+
+    address: str | None = Field(None, description="cluster address; null = embedded local Ray")
+    num_cpus: PositiveInt | None = Field(None, description="CPUs of the embedded local Ray")
+    dashboard_host: str = Field("127.0.0.1", description="dashboard bind address")
+    storage_path: Path | None = Field(None, description="Ray Train storage directory")
+
+    @field_validator("address")
+    @classmethod
+    def _non_empty_address(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise _invalid(
+                "address is empty",
+                "remove it (or set it to null) for a local Ray, or give e.g. 'auto'",
+            )
+        return value
+
+    @field_validator("storage_path")
+    @classmethod
+    def _absolute_storage(cls, value: Path | None) -> Path | None:
+        return None if value is None else _absolute(value)
+
+
+# ------------------------------------------------------------------------------ job
+
+
+class JobConfig(_Model):
+    """A complete training job; the root of the YAML file."""
+
+    name: str = Field("raytrain-hetero", description="job name (used for Ray run names)")
+    data: DataConfig = Field(description="dataset settings (needs at least root)")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="network")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="optimisation")
+    probe: ProbeConfig = Field(default_factory=ProbeConfig, description="throughput probing")
+    workers: list[WorkerSpec] = Field(
+        min_length=1, description="worker groups, e.g. [{name: fast}, {name: slow}]"
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
+    output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return _check_name(value, "job name")
+
+    @property
+    def total_workers(self) -> int:
+        """Number of training workers (sum of the groups' ``count``)."""
+        return sum(w.count for w in self.workers)
+
+    def expanded_workers(self) -> list[WorkerSpec]:
+        """One :class:`WorkerSpec` per worker (``count == 1``), in rank order.
+
+        Groups with ``count > 1`` expand to ``<name>-0``, ``<name>-1``, ...; groups with
+        ``count == 1`` keep their name.
+        """
+        out: list[WorkerSpec] = []
+        for spec in self.workers:
+            if spec.count == 1:
+                out.append(spec)
+            else:
+                out.extend(
+                    spec.model_copy(update={"name": f"{spec.name}-{i}", "count": 1})
+                    for i in range(spec.count)
+                )
+        return out
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobConfig:
+        problems: list[tuple[tuple[str | int, ...], str, str]] = []
+        first_index: dict[str, int] = {}
+        for i, spec in enumerate(self.workers):
+            if spec.name in first_index:
+                problems.append(
+                    (
+                        ("workers", i, "name"),
+                        f"duplicate worker name {spec.name!r} "
+                        f"(also workers[{first_index[spec.name]}])",
+                        "give every worker group a unique name",
+                    )
+                )
+            else:
+                first_index[spec.name] = i
+        if not problems:
+            expanded = [w.name for w in self.expanded_workers()]
+            clashes = sorted({n for n in expanded if expanded.count(n) > 1})
+            if clashes:
+                problems.append(
+                    (
+                        ("workers",),
+                        f"expanded worker names clash: {', '.join(clashes)} (a group with "
+                        "count > 1 is expanded to <name>-0, <name>-1, ...)",
+                        "rename the group whose name looks like another group's expanded name",
+                    )
+                )
+        n = self.total_workers
+        tr = self.train
+        if tr.fixed_shares is not None and len(tr.fixed_shares) != n:
+            names = [w.name for w in self.expanded_workers()]
+            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            problems.append(
+                (
+                    ("train", "fixed_shares"),
+                    f"has {len(tr.fixed_shares)} entries but the job has {n} workers (sum of "
+                    f"workers[*].count); {n} shares are needed",
+                    f"give exactly {n} shares, one per worker in this order: {shown}",
+                )
+            )
+        if tr.global_batch_size < n * tr.min_slice:
+            problems.append(
+                (
+                    ("train", "global_batch_size"),
+                    f"{tr.global_batch_size} is too small: {n} workers x min_slice "
+                    f"{tr.min_slice} need at least {n * tr.min_slice} samples per step",
+                    f"set global_batch_size >= {n * tr.min_slice} or lower train.min_slice",
+                )
+            )
+        for i, spec in enumerate(self.workers):
+            if spec.max_batch is not None and spec.max_batch < tr.min_slice:
+                problems.append(
+                    (
+                        ("workers", i, "max_batch"),
+                        f"{spec.max_batch} is below train.min_slice {tr.min_slice}, so no "
+                        "slice fits this worker",
+                        f"raise max_batch to >= {tr.min_slice} or lower train.min_slice",
+                    )
+                )
+        if all(w.max_batch is not None for w in self.workers):
+            capacity = sum(w.count * w.max_batch for w in self.workers)  # type: ignore[operator]
+            if capacity < tr.global_batch_size:
+                problems.append(
+                    (
+                        ("train", "global_batch_size"),
+                        f"{tr.global_batch_size} exceeds what all workers can hold per step "
+                        f"(sum of count x max_batch = {capacity})",
+                        f"lower global_batch_size to <= {capacity}, raise some max_batch, or "
+                        "remove a max_batch cap",
+                    )
+                )
+        if problems:
+            raise PydanticCustomError(
+                _MULTI,
+                "{summary}",
+                {"summary": "; ".join(p[1] for p in problems), "problems": problems},
+            )
+        return self
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a configuration.
+
+    Attributes:
+        source: The file (or other source) the config came from.
+        path: Dotted key path, with list items as ``[i]`` (``""`` for the file itself).
+        message: What is wrong (no trailing period).
+        fix: How to fix it (no trailing period).
+    """
+
+    source: str
+    path: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.path}: " if self.path else f"{self.source}: "
+        return f"{where}{self.message}. Fix: {self.fix}."
+
+
+def _raise_problems(problems: list[ConfigProblem], note: str = "") -> typing.NoReturn:
+    if len(problems) == 1:
+        text = str(problems[0]) + note
+    else:
+        header = f"{len(problems)} problems in {problems[0].source}{note}:"
+        text = "\n".join([header, *("  " + str(p) for p in problems)])
+    err = ConfigError(text)
+    err.problems = tuple(problems)  # type: ignore[attr-defined]  # survives pickling
+    raise err
+
+
+def _file_problem(source: str, message: str, fix: str) -> typing.NoReturn:
+    _raise_problems([ConfigProblem(source, "", message.rstrip("."), fix.rstrip("."))])
+
+
+#: Words people write for a valid key or value: word -> candidates, first valid one wins.
+_SYNONYMS: dict[str, str | tuple[str, ...]] = {
+    "learning_rate": "lr",
+    "learningrate": "lr",
+    "batch_size": "global_batch_size",
+    "batch": "global_batch_size",
+    "num_epochs": "epochs",
+    "n_epochs": "epochs",
+    "epoch": "epochs",
+    "wd": "weight_decay",
+    "worker": "workers",
+    "num_workers_per_group": "count",
+    "replicas": "count",
+    "num_replicas": "count",
+    "slowdown": "emulated_slowdown",
+    "gpu": ("cuda", "device"),
+    "labels": "label_selector",
+    "path": "root",
+    "data_dir": "root",
+    "dir": "root",
+    "output": "output_dir",
+    "out_dir": "output_dir",
+    "outdir": "output_dir",
+    "arch": "name",
+    "architecture": "name",
+    "shares": "fixed_shares",
+    "weights": "weighting",
+}
+
+
+def _closest(key: str, candidates: Iterable[str]) -> str | None:
+    """The valid key the user most likely meant, or ``None``."""
+    cands = [c for c in candidates if isinstance(c, str)]
+    low = {c.lower(): c for c in cands}
+    k = key.lower().strip().replace("-", "_")
+    if k in low:
+        return low[k]
+    synonyms = _SYNONYMS.get(k, ())
+    for word in (synonyms,) if isinstance(synonyms, str) else synonyms:
+        if word in cands:
+            return word
+    parts = [p for p in k.split("_") if p]
+    if len(parts) > 1:
+        acronym = "".join(p[0] for p in parts)
+        if acronym in low:
+            return low[acronym]
+    match = difflib.get_close_matches(k, list(low), n=1, cutoff=0.6)
+    if match:
+        return low[match[0]]
+    if len(k) >= 3:
+        contained = [c for c in cands if k in c.lower() or (len(c) >= 3 and c.lower() in k)]
+        if len(contained) == 1:
+            return contained[0]
+    return None
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlist = 8
+_repr.maxdict = 8
+
+
+def _show(value: Any) -> str:
+    """A short YAML-flavoured rendering of a user-supplied value, with its type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kind = {dict: "mapping", list: "list", str: "string", int: "integer", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+    return f"{_repr.repr(value)} ({kind})"
+
+
+def _loc_path(loc: Iterable[str | int]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``Optional`` from a type; ``None`` for other unions."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return None
+            tp = args[0]
+        else:
+            return tp
+
+
+def _model_at(loc: Iterable[str | int]) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at ``loc`` (``()``: JobConfig)."""
+    tp: Any = JobConfig
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return None
+            tp = field.annotation
+        elif typing.get_origin(tp) is list and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+_EXPECTED: dict[str, str] = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "dict_type": "a mapping (key: value)",
+    "list_type": "a list",
+    "path_type": "a path (string)",
+    "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
+    "none_required": "null",
+}
+
+
+def _describe(err: Mapping[str, Any], source: str) -> list[ConfigProblem]:
+    """Turn one pydantic error dict into one or more :class:`ConfigProblem`."""
+    etype: str = err["type"]
+    loc = tuple(err.get("loc", ()))
+    ctx = err.get("ctx") or {}
+    given = err.get("input")
+    path = _loc_path(loc)
+
+    def problem(message: str, fix: str, at_loc: tuple = loc) -> ConfigProblem:
+        return ConfigProblem(
+            source, _loc_path(at_loc) or "(top level)", message.rstrip("."), fix.rstrip(".")
+        )
+
+    if etype == _MULTI:
+        return [problem(m, f, tuple(sub)) for sub, m, f in ctx["problems"]]
+    if etype == _INVALID:
+        return [problem(ctx["message"], ctx["fix"], loc + tuple(ctx.get("at", ())))]
+    if etype == "extra_forbidden":
+        key, parent = loc[-1], loc[:-1]
+        model = _model_at(parent)
+        valid = list(model.model_fields) if model is not None else []
+        where = f"under '{_loc_path(parent)}'" if parent else "at the top level"
+        message = f"unknown key {str(key)!r} {where}"
+        if valid:
+            message += "; valid keys: " + ", ".join(valid)
+        close = _closest(str(key), valid) if valid else None
+        fix = f"rename it to {close!r}" if close else "remove it (or correct its spelling)"
+        return [problem(message, fix)]
+    if etype == "missing":
+        key, parent = loc[-1], loc[:-1]
+        model = _model_at(parent)
+        desc = None
+        if model is not None and isinstance(key, str) and key in model.model_fields:
+            desc = model.model_fields[key].description
+        where = f"under '{_loc_path(parent)}'" if parent else "at the top level"
+        fix = f"add '{key}' {where}" + (f" ({desc})" if desc else "")
+        return [problem(f"required key {str(key)!r} is missing", fix)]
+    if etype == _BOOL_AS_NUMBER:
+        expected = ctx.get("expected", "a number")
+        return [problem(f"expected {expected}, got {_show(given)}", f"write {expected} here")]
+    if etype in _EXPECTED:
+        expected = _EXPECTED[etype]
+        if etype in ("model_type", "model_attributes_type"):
+            model = _model_at(loc)
+            if model is not None:
+                expected += " with keys " + ", ".join(model.model_fields)
+        fix = f"write {_EXPECTED[etype]} here"
+        if etype == "string_type" and isinstance(given, (int, float, bool)):
+            fix = f"quote it: '{given}'" if not isinstance(given, bool) else "quote it"
+        if etype in ("model_type", "dict_type") and given is None:
+            fix = "fill in the section, or remove the key to use the defaults"
+        return [problem(f"expected {expected}, got {_show(given)}", fix)]
+    if etype == "literal_error":
+        allowed = str(ctx.get("expected", ""))
+        close = _closest(str(given), re.findall(r"'([^']*)'", allowed))
+        fix = f"use {close!r}" if close else f"use one of {allowed}"
+        return [problem(f"must be one of {allowed}, got {_show(given)}", fix)]
+    bounds = {
+        "greater_than": (">", "gt"),
+        "greater_than_equal": (">=", "ge"),
+        "less_than": ("<", "lt"),
+        "less_than_equal": ("<=", "le"),
+    }
+    if etype in bounds:
+        op, key = bounds[etype]
+        limit = ctx.get(key)
+        return [problem(f"must be {op} {limit}, got {_show(given)}", f"use a value {op} {limit}")]
+    if etype == "finite_number":
+        return [problem(f"must be a finite number, got {_show(given)}", "use a finite number")]
+    if etype in ("too_short", "too_long"):
+        lo, hi = ctx.get("min_length"), ctx.get("max_length")
+        need = f"at least {lo}" if etype == "too_short" else f"at most {hi}"
+        got = ctx.get("actual_length", "?")
+        return [problem(f"needs {need} item(s), got {got}", f"give {need} item(s)")]
+    # Anything else: pydantic's own words, plus what was given.
+    logger.debug("unmapped pydantic error type %s at %s", etype, path)
+    return [problem(f"{err.get('msg', etype)}, got {_show(given)}", "correct this value")]
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def validate_config(
+    data: Mapping[str, Any], source: str = "<config>", note: str = ""
+) -> JobConfig:
+    """Validate a plain mapping into a :class:`JobConfig`, with :func:`load_config`'s errors.
+
+    Args:
+        data: The parsed configuration (e.g. from YAML), overrides already merged.
+        source: Name used as the ``<file>`` part of problem messages.
+        note: Extra text for the error's first line (e.g. which overrides were applied).
+
+    Returns:
+        The validated, frozen job configuration.
+
+    Raises:
+        ConfigError: One error listing every problem found.
+    """
+    if not isinstance(data, Mapping):
+        _file_problem(
+            source,
+            f"the top level must be a mapping (key: value), got {_show(data)}",
+            "start the file with keys such as name:, data:, workers:",
+        )
+    try:
+        return JobConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        problems = [p for e in exc.errors() for p in _describe(e, source)]
+        _raise_problems(problems, note)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r} (first on line {seen[key]})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return problem
+
+
+def load_config(
+    path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None
+) -> JobConfig:
+    """Read a YAML job file, merge ``overrides`` over it, validate it.
+
+    Args:
+        path: The YAML file.
+        overrides: Nested mapping merged over the file's content before validation (see
+            :func:`parse_overrides`); list items are addressed by index keys (``"0"``).
+
+    Returns:
+        The validated, frozen job configuration.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, not YAML or not a mapping, or any
+            value is invalid; the message lists every problem with its fix.
+    """
+    source = str(path)
+    p = Path(path)
+    if not p.exists():
+        _file_problem(
+            source,
+            f"config file not found (looked at {_absolute(p)})",
+            "check the path; example configs live in examples/configs/",
+        )
+    if not p.is_file():
+        _file_problem(source, "is not a file", "pass the path of a YAML config file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _file_problem(source, f"cannot be read: {exc}", "check the file's permissions and encoding")
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        duplicate = "duplicate key" in str(getattr(exc, "problem", ""))
+        _file_problem(
+            source,
+            f"is not valid YAML: {_yaml_error_text(exc)}",
+            "keep only one of the duplicate keys"
+            if duplicate
+            else "correct the YAML syntax there (indentation, colons, quotes)",
+        )
+    if data is None:
+        _file_problem(source, "is empty", "add at least data: and workers: sections")
+    if not isinstance(data, Mapping):
+        _file_problem(
+            source,
+            f"the top level must be a mapping (key: value), got {_show(data)}",
+            "start the file with keys such as name:, data:, workers:",
+        )
+    note = ""
+    if overrides:
+        data = merge_overrides(data, overrides, source=source)
+        note = " (after overrides: " + ", ".join(_flat_keys(overrides)) + ")"
+    cfg = validate_config(data, source=source, note=note)
+    logger.debug("loaded config %s (%d workers)", source, cfg.total_workers)
+    return cfg
+
+
+def _flat_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for k, v in tree.items():
+        full = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            keys.extend(_flat_keys(v, full))
+        else:
+            keys.append(full)
+    return keys
+
+
+# ------------------------------------------------------------------------------ overrides
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """Parse one ``KEY.PATH=VALUE`` override into a nested dict.
+
+    The value is parsed as YAML, so ``train.epochs=1`` gives ``{"train": {"epochs": 1}}``,
+    ``data.generate={}`` an empty mapping, ``ray.address=null`` ``None`` and
+    ``probe.batch_sizes=[8,32]`` a list. List items are addressed by index:
+    ``workers.0.emulated_slowdown=2``.
+
+    Raises:
+        ConfigError: No ``=``, an empty key segment, or a value that is not valid YAML.
+    """
+    source = f"override {text!r}"
+    key, sep, raw = text.partition("=")
+    if not sep:
+        _file_problem(source, "has no '='", "write KEY.PATH=VALUE, e.g. train.epochs=1")
+    parts = [s.strip() for s in key.split(".")]
+    if not parts or any(not s for s in parts):
+        _file_problem(
+            source,
+            f"has an empty key segment in {key!r}",
+            "write KEY.PATH=VALUE, e.g. train.epochs=1",
+        )
+    try:
+        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else None  # noqa: S506
+    except yaml.YAMLError as exc:
+        _file_problem(
+            source,
+            f"value {raw!r} is not valid YAML: {_yaml_error_text(exc)}",
+            "quote the value, e.g. name='my run'",
+        )
+    tree: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        tree = {part: tree}
+    return tree
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse several ``KEY.PATH=VALUE`` overrides into one nested dict (later ones win)."""
+    merged: dict[str, Any] = {}
+    for item in items:
+        merged = merge_overrides(merged, parse_override(item), source=f"override {item!r}")
+    return merged
+
+
+def merge_overrides(
+    base: Mapping[str, Any], overrides: Mapping[str, Any], source: str = "<overrides>"
+) -> dict[str, Any]:
+    """Deep-merge ``overrides`` over ``base`` (neither is modified).
+
+    Mappings merge key by key; any other override value replaces the base value. When the
+    base value is a list, the override's keys are list indices (``"0"``, ``"-1"``).
+
+    Raises:
+        ConfigError: An index into a list is not an integer or is out of range.
+    """
+    return _merge(base, overrides, (), source)
+
+
+def _merge(base: Any, over: Any, loc: tuple[str | int, ...], source: str) -> Any:
+    if not isinstance(over, Mapping):
+        return over
+    if isinstance(base, list):
+        out_list = list(base)
+        for k, v in over.items():
+            try:
+                idx = int(k)
+            except (TypeError, ValueError):
+                _raise_problems(
+                    [
+                        ConfigProblem(
+                            source,
+                            _loc_path(loc),
+                            f"is a list, so {k!r} must be an item index",
+                            f"address items by index, e.g. {_loc_path(loc)}.0.<key>=...",
+                        )
+                    ]
+                )
+            if not -len(out_list) <= idx < len(out_list):
+                _raise_problems(
+                    [
+                        ConfigProblem(
+                            source,
+                            _loc_path(loc),
+                            f"has {len(out_list)} item(s), so index {idx} is out of range",
+                            f"use an index from 0 to {len(out_list) - 1}",
+                        )
+                    ]
+                )
+            out_list[idx] = _merge(out_list[idx], v, (*loc, idx), source)
+        return out_list
+    out: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
+    for k, v in over.items():
+        out[k] = _merge(out.get(k), v, (*loc, k), source) if isinstance(v, Mapping) else v
+    return out
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def check_data_root(cfg: DataConfig) -> None:
+    """Fail early, on the driver, if the data root cannot work.
+
+    Args:
+        cfg: The data section.
+
+    Raises:
+        DataError: ``root`` is missing and ``generate`` is not set, or ``root`` exists but
+            is not a directory. The message names the absolute path and the fix.
+    """
+    root = _absolute(cfg.root)
+    if root.exists() and not root.is_dir():
+        raise DataError(
+            f"data.root {root} exists but is not a directory. Fix: point data.root at a "
+            "directory (a downloaded EuroSAT, or an empty/new one with data.generate set)."
+        )
+    if not root.exists() and cfg.generate is None:
+        raise DataError(
+            f"data.root {root} does not exist and data.generate is not set. Fix: set "
+            "data.generate: {} to generate a synthetic EuroSAT there, or point data.root at a "
+            "downloaded EuroSAT."
+        )
+    logger.debug("data root %s: exists=%s generate=%s", root, root.exists(), cfg.generate)
+
+
+def dump_config(cfg: JobConfig, path: str | os.PathLike[str]) -> Path:
+    """Write ``cfg`` as YAML (paths absolute as resolved), atomically; return the path.
+
+    The file loads back with :func:`load_config` into an equal :class:`JobConfig`.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
