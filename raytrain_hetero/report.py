@@ -1,0 +1,361 @@
+"""Run outputs: per-step metrics CSV, summary JSON, throughput plot and a text table.
+
+Pure Python plus matplotlib (through its Agg canvas directly: no pyplot, no display, no
+change to the process-wide backend); no Ray, no torch. Every file is written to a temporary
+file in the destination directory and moved into place with :func:`os.replace`, so a reader
+never sees a half-written output.
+
+A *step record* is a plain dict, one per rank per step, with the keys of
+:data:`METRICS_COLUMNS`::
+
+    {"step": 12, "epoch": 0, "rank": 1, "worker": "medium", "device": "cpu", "slice": 48,
+     "weight": 0.25, "compute_s": 0.41, "samples_per_s": 117.0, "loss": 1.83,
+     "global_samples_per_s": 402.5, "plan_version": 2}
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "METRICS_COLUMNS",
+    "format_worker_table",
+    "plot_worker_throughput",
+    "read_metrics_csv",
+    "write_metrics_csv",
+    "write_summary",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Columns of the metrics CSV, in order; also the keys of a step record.
+METRICS_COLUMNS: tuple[str, ...] = (
+    "step",
+    "epoch",
+    "rank",
+    "worker",
+    "device",
+    "slice",
+    "weight",
+    "compute_s",
+    "samples_per_s",
+    "loss",
+    "global_samples_per_s",
+    "plan_version",
+)
+
+_INT_COLUMNS = frozenset({"step", "epoch", "rank", "slice", "plan_version"})
+_STR_COLUMNS = frozenset({"worker", "device"})
+
+
+def _atomic_write(
+    path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool
+) -> Path:
+    """Call ``write(fh)`` on a temp file next to ``path``, then move it over ``path``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        if binary:
+            fh: IO[Any] = os.fdopen(fd, "wb")
+        else:
+            fh = os.fdopen(fd, "w", encoding="utf-8", newline="")
+        with fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+# ------------------------------------------------------------------------------ CSV
+
+
+def write_metrics_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Write step records as CSV with exactly :data:`METRICS_COLUMNS`, in that order.
+
+    Keys outside :data:`METRICS_COLUMNS` are ignored; a missing key (or ``None``) gives an
+    empty cell. Floats are written with ``repr`` precision, so they read back exactly.
+
+    Args:
+        records: Step records (one per rank per step).
+        path: Destination file; parent directories are created.
+
+    Returns:
+        The path written.
+    """
+    rows = list(records)
+
+    def write(fh: IO[str]) -> None:
+        writer = csv.DictWriter(
+            fh, fieldnames=METRICS_COLUMNS, extrasaction="ignore", restval="", lineterminator="\n"
+        )
+        writer.writeheader()
+        for rec in rows:
+            writer.writerow({k: "" if rec.get(k) is None else rec[k] for k in METRICS_COLUMNS})
+
+    out = _atomic_write(path, write, binary=False)
+    logger.debug("wrote %d metric rows to %s", len(rows), out)
+    return out
+
+
+def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a CSV written by :func:`write_metrics_csv` back into step records.
+
+    Integer columns come back as ``int``, ``worker``/``device`` as ``str``, the rest as
+    ``float``; empty cells as ``None``.
+    """
+    out: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8", newline="") as fh:
+        for row in csv.DictReader(fh):
+            rec: dict[str, Any] = {}
+            for key, text in row.items():
+                if text is None or text == "":
+                    rec[key] = None
+                elif key in _STR_COLUMNS:
+                    rec[key] = text
+                elif key in _INT_COLUMNS:
+                    rec[key] = int(text)
+                else:
+                    rec[key] = float(text)
+            out.append(rec)
+    return out
+
+
+# ------------------------------------------------------------------------------ JSON
+
+
+def _finite(value: Any, where: str, bad: list[str]) -> Any:
+    """JSON-ready copy of ``value``: non-finite floats -> ``None`` (their paths go to ``bad``)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        bad.append(where or "(root)")
+        return None
+    if isinstance(value, Mapping):
+        return {
+            str(k): _finite(v, f"{where}.{k}" if where else str(k), bad) for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def write_summary(summary: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write a run summary as JSON (sorted keys, indent 2), atomically.
+
+    NaN and infinities are not valid JSON: they are written as ``null`` and a warning names
+    the keys. Paths become strings, numpy scalars plain numbers, tuples lists.
+
+    Args:
+        summary: JSON-like mapping.
+        path: Destination file; parent directories are created.
+
+    Returns:
+        The path written.
+
+    Raises:
+        TypeError: A value is not JSON-serialisable.
+    """
+    bad: list[str] = []
+    clean = _finite(summary, "", bad)
+    if bad:
+        logger.warning("summary: non-finite values written as null: %s", ", ".join(bad))
+    text = json.dumps(clean, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return _atomic_write(path, lambda fh: fh.write(text), binary=False)
+
+
+# ------------------------------------------------------------------------------ plot
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def plot_worker_throughput(
+    records: Iterable[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    title: str = "Per-worker throughput",
+) -> Path:
+    """Plot per-worker throughput and slices against the step, as one PNG.
+
+    Top panel: samples/s of each worker (one line per worker name). Bottom panel: each
+    worker's slice (a step plot). Both share the step axis; a dashed vertical line marks
+    every step where ``plan_version`` changes (a re-plan took effect).
+
+    Args:
+        records: Step records (see the module docstring); records without a ``step`` are
+            skipped.
+        path: Destination PNG; parent directories are created.
+        title: Figure title.
+
+    Returns:
+        The path written.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by_worker: dict[str, list[Mapping[str, Any]]] = {}
+    plan_at_step: dict[int, int] = {}
+    for rec in records:
+        if rec.get("step") is None:
+            continue
+        step = int(rec["step"])
+        by_worker.setdefault(str(rec.get("worker", rec.get("rank", "?"))), []).append(rec)
+        if rec.get("plan_version") is not None:
+            version = int(rec["plan_version"])
+            plan_at_step[step] = max(version, plan_at_step.get(step, version))
+
+    fig = Figure(figsize=(10, 6.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_tp, ax_sl = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    fig.suptitle(title)
+
+    def first_rank(name: str) -> tuple[float, str]:
+        ranks = [_num(r.get("rank")) for r in by_worker[name]]
+        return (min((r for r in ranks if not math.isnan(r)), default=math.inf), name)
+
+    for name in sorted(by_worker, key=first_rank):
+        recs = sorted(by_worker[name], key=lambda r: int(r["step"]))
+        steps = [int(r["step"]) for r in recs]
+        throughput = [_num(r.get("samples_per_s")) for r in recs]
+        (line,) = ax_tp.plot(steps, throughput, label=name, lw=1.2)
+        slices = [_num(r.get("slice")) for r in recs]
+        ax_sl.step(steps, slices, where="post", color=line.get_color(), lw=1.2)
+
+    changes = []
+    previous = None
+    for step in sorted(plan_at_step):
+        if previous is not None and plan_at_step[step] != previous:
+            changes.append((step, plan_at_step[step]))
+        previous = plan_at_step[step]
+    for i, (step, version) in enumerate(changes):
+        for ax in (ax_tp, ax_sl):
+            ax.axvline(
+                step,
+                color="0.35",
+                ls="--",
+                lw=0.9,
+                label=("plan change" if (ax is ax_tp and i == 0) else None),
+            )
+        ax_sl.annotate(
+            f"v{version}",
+            (step, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -2),
+            textcoords="offset points",
+            va="top",
+            fontsize=8,
+            color="0.35",
+        )
+
+    if by_worker:
+        ax_tp.set_ylim(bottom=0)
+        ax_sl.set_ylim(bottom=0)
+    ax_tp.set_ylabel("samples / s")
+    ax_tp.grid(alpha=0.3)
+    ax_sl.set_ylabel("slice (samples / step)")
+    ax_sl.set_xlabel("step")
+    ax_sl.grid(alpha=0.3)
+    if by_worker:
+        ax_tp.legend(loc="best", fontsize=8, ncol=min(4, len(by_worker) + bool(changes)))
+    else:
+        logger.warning("plot_worker_throughput: no step records; writing an empty plot")
+        ax_tp.text(
+            0.5, 0.5, "no step records", ha="center", va="center", transform=ax_tp.transAxes
+        )
+
+    def write(fh: IO[bytes]) -> None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        fh.write(buf.getvalue())
+
+    out = _atomic_write(path, write, binary=True)
+    logger.debug("wrote throughput plot %s (%d workers)", out, len(by_worker))
+    return out
+
+
+# ------------------------------------------------------------------------------ table
+
+_TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (header, key, alignment)
+    ("rank", "rank", ">"),
+    ("worker", "worker", "<"),
+    ("device", "device", "<"),
+    ("samples/s", "samples_per_s", ">"),
+    ("slice", "slice", ">"),
+    ("weight", "weight", ">"),
+)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    try:
+        if key == "samples_per_s":
+            v = float(value)
+            return f"{v:.1f}" if math.isfinite(v) else "-"
+        if key == "weight":
+            v = float(value)
+            return f"{v:.3f}" if math.isfinite(v) else "-"
+        if key in ("rank", "slice"):
+            v = float(value)
+            if not math.isfinite(v):
+                return "-"
+            return str(int(v)) if v == int(v) else f"{v:g}"
+    except (TypeError, ValueError):
+        return str(value) or "-"
+    text = str(value)
+    return text if text else "-"
+
+
+def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Render workers as a fixed-width text table.
+
+    Columns: rank, worker, device, samples/s (one decimal), slice, weight (three
+    decimals). Missing, ``None`` or non-finite values print as ``-``. Text columns are
+    left-aligned, numbers right-aligned; a dashed rule separates header and rows.
+
+    Args:
+        rows: Dicts with keys ``rank``, ``worker``, ``device``, ``samples_per_s``,
+            ``slice``, ``weight`` (any may be missing).
+
+    Returns:
+        The table (header, rule, one line per row), without a trailing newline.
+    """
+    cells = [[_cell(key, row.get(key)) for _, key, _ in _TABLE_COLUMNS] for row in rows]
+    widths = [
+        max([len(header)] + [len(r[i]) for r in cells])
+        for i, (header, _, _) in enumerate(_TABLE_COLUMNS)
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            f"{v:{align}{w}}" for v, w, (_, _, align) in zip(values, widths, _TABLE_COLUMNS)
+        ).rstrip()
+
+    out = [line([h for h, _, _ in _TABLE_COLUMNS]), "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in cells)
+    return "\n".join(out)
