@@ -1,0 +1,218 @@
+"""Ray Train V2 backend for heterogeneous worker groups (the only module using Ray privates).
+
+Ray Train 2.60 reserves one resources dict for every worker (``ScalingConfig.
+resources_per_worker``) but accepts one label selector per worker. The heterogeneous scheme:
+
+1. ``HeteroTrainer`` reserves the per-key *minimum* of all WorkerSpecs' resources in Ray
+   Train's placement group (one bundle per worker slot, bundle i carrying slot i's label
+   selector), so every worker lands on a node of its own type.
+2. On every worker-group (re)start, :class:`HeteroTorchBackend` maps each worker to its slot
+   by its placement-group bundle index (ranks are re-sorted by node, bundles are not), then
+   reserves each worker's remaining resources (e.g. its GPU, extra CPUs) with a *lease actor*
+   pinned to the worker's node. Ray gives the lease its GPU ids, so the worker computes on
+   exactly the GPU Ray reserved for it and no two workers share one.
+3. It installs the per-worker context (slot, rank, device, torch threads) in each worker
+   process, then sets up the torch process group (gloo if any rank is on CPU, else NCCL).
+
+Leases are released when the worker group shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.train.torch import TorchConfig
+from ray.train.torch.config import _TorchBackend
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raytrain_hetero.context import HeteroSetup, WorkerContext, install_worker_context
+from raytrain_hetero.errors import PlacementError
+
+logger = logging.getLogger(__name__)
+
+LEASE_TIMEOUT_S = float(os.environ.get("RAYTRAIN_HETERO_LEASE_TIMEOUT_S", "60"))
+
+
+def common_resources(resources: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key minimum over worker resource dicts (a key missing anywhere counts as 0)."""
+    keys = set().union(*resources) if resources else set()
+    common = {k: min(r.get(k, 0.0) for r in resources) for k in keys}
+    return {k: v for k, v in common.items() if v > 0}
+
+
+def extra_resources(resources: dict[str, float], common: dict[str, float]) -> dict[str, float]:
+    """What a worker needs beyond the common reservation."""
+    extra = {k: v - common.get(k, 0.0) for k, v in resources.items()}
+    return {k: v for k, v in extra.items() if v > 1e-9}
+
+
+@ray.remote(num_cpus=0)
+class ResourceLease:
+    """Holds a worker's resources beyond the common reservation on the worker's node."""
+
+    def gpu_ids(self) -> list[str]:
+        """GPU ids Ray assigned to this lease (as strings)."""
+        return [str(g) for g in ray.get_gpu_ids()]
+
+
+@dataclass
+class HeteroTorchConfig(TorchConfig):
+    """TorchConfig carrying the heterogeneous setup to the backend.
+
+    Attributes:
+        setup: Run-wide settings for every worker.
+    """
+
+    setup: HeteroSetup | None = None
+
+    @property
+    def backend_cls(self) -> type:
+        return HeteroTorchBackend
+
+
+def _install_on_worker(
+    setup: HeteroSetup, spec_index: int, rank: int, world_size: int, gpu_ids: list[str]
+) -> str:
+    """Runs in each worker process: choose its device, threads and install its context."""
+    import torch
+
+    spec = setup.specs[spec_index]
+    device = "cpu"
+    if spec.resolved_device() == "cuda":
+        if not gpu_ids:
+            raise PlacementError(f"Worker '{spec.name}' wants CUDA but was leased no GPU.")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpu = gpu_ids[0]
+        if visible:
+            order = [v.strip() for v in visible.split(",")]
+            if gpu not in order:
+                raise PlacementError(
+                    f"GPU {gpu} leased to worker '{spec.name}' is not in this process's "
+                    f"CUDA_VISIBLE_DEVICES={visible}."
+                )
+            index = order.index(gpu)
+        else:
+            index = int(gpu)
+        device = f"cuda:{index}"
+        torch.cuda.set_device(index)
+    threads = max(1, int(spec.resources.get("CPU", 1)))
+    torch.set_num_threads(threads)
+    install_worker_context(
+        WorkerContext(
+            setup=setup,
+            spec_index=spec_index,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+        )
+    )
+    return device
+
+
+class HeteroTorchBackend(_TorchBackend):
+    """Ray Train torch backend that places, leases and configures heterogeneous workers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._leases: list[Any] = []
+
+    def on_start(self, worker_group: Any, backend_config: HeteroTorchConfig) -> None:
+        setup = backend_config.setup
+        if setup is None:
+            raise PlacementError("HeteroTorchConfig.setup is missing; build it via HeteroTrainer.")
+        self._release_leases()
+        workers = worker_group.get_workers()
+        world_size = len(workers)
+        common = common_resources([dict(s.resources) for s in setup.specs])
+        slots = [self._slot_of(w, i) for i, w in enumerate(workers)]
+        if len(set(slots)) != len(slots) or max(slots) >= len(setup.specs):
+            raise PlacementError(
+                f"Workers map to slots {slots} but the run has {len(setup.specs)} slots."
+            )
+        gpu_ids = self._lease_extra_resources(workers, slots, setup, common)
+        futures = [
+            worker_group.execute_single_async(
+                rank, _install_on_worker, setup, slots[rank], rank, world_size, gpu_ids[rank]
+            )
+            for rank in range(world_size)
+        ]
+        devices = ray.get(futures)
+        for rank, (slot, device) in enumerate(zip(slots, devices)):
+            logger.info(
+                "rank %d -> worker '%s' on node %s, device %s",
+                rank,
+                setup.specs[slot].name,
+                workers[rank].metadata.node_id[:12],
+                device,
+            )
+        if setup.scheduler_name is not None:
+            from raytrain_hetero.scheduler import get_or_create_scheduler
+
+            get_or_create_scheduler(setup.run_id, ray.get_runtime_context().get_node_id())
+        super().on_start(worker_group, backend_config)
+
+    def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
+        try:
+            super().on_shutdown(worker_group, backend_config)
+        finally:
+            self._release_leases()
+
+    @staticmethod
+    def _slot_of(worker: Any, rank: int) -> int:
+        index = getattr(worker, "placement_group_bundle_index", None)
+        return rank if index is None else int(index)
+
+    def _lease_extra_resources(
+        self,
+        workers: list[Any],
+        slots: list[int],
+        setup: HeteroSetup,
+        common: dict[str, float],
+    ) -> list[list[str]]:
+        pending: list[tuple[int, Any]] = []
+        for rank, (worker, slot) in enumerate(zip(workers, slots)):
+            extra = extra_resources(dict(setup.specs[slot].resources), common)
+            if not extra:
+                continue
+            options: dict[str, Any] = {
+                "num_cpus": extra.pop("CPU", 0.0),
+                "num_gpus": extra.pop("GPU", 0.0),
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(
+                    worker.metadata.node_id, soft=False
+                ),
+            }
+            if "memory" in extra:
+                options["memory"] = extra.pop("memory")
+            if extra:
+                options["resources"] = extra
+            lease = ResourceLease.options(**options).remote()
+            self._leases.append(lease)
+            pending.append((rank, lease))
+        gpu_ids: list[list[str]] = [[] for _ in workers]
+        for rank, lease in pending:
+            slot = slots[rank]
+            try:
+                gpu_ids[rank] = ray.get(lease.gpu_ids.remote(), timeout=LEASE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError as exc:
+                spec = setup.specs[slot]
+                self._release_leases()
+                raise PlacementError(
+                    f"Worker '{spec.name}' (rank {rank}) needs {spec.resources} but its node "
+                    f"{workers[rank].metadata.node_id[:12]} could not grant "
+                    f"{extra_resources(dict(spec.resources), common)} beyond the common "
+                    f"{common} within {LEASE_TIMEOUT_S:.0f}s. Start that node with enough "
+                    "resources (ray start --num-gpus/--resources) or lower the WorkerSpec's."
+                ) from exc
+        return gpu_ids
+
+    def _release_leases(self) -> None:
+        for lease in self._leases:
+            try:
+                ray.kill(lease)
+            except Exception:  # noqa: BLE001 - a dead lease is already released
+                pass
+        self._leases = []

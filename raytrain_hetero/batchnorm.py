@@ -1,0 +1,205 @@
+"""BatchNorm with global-batch statistics across ranks holding uneven slices, on gloo or NCCL.
+
+torch's ``SyncBatchNorm`` refuses CPU tensors, and plain per-rank BatchNorm normalises each
+rank's slice by that slice's own statistics, which under uneven slices is not the one-device
+computation. :class:`HeteroBatchNorm` all-reduces per-channel ``(sum, sum of squares, count)``
+(in float64) so every rank normalises with the mean and biased variance of the *global* batch
+and updates running statistics with the global unbiased variance, exactly as one device would.
+
+Gradients stay exact under the count-weighted gradient sync: rank r's gradient is later scaled
+by w_r = n_r/N, so the backward of the statistics all-reduce returns
+``sum_j w_j * g_j / w_r`` (g_j: gradient arriving at the statistics on rank j). After the
+weighting, each rank contributes its share of the true derivative through the statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm, _LazyNormBase
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+from raytrain_hetero.errors import ModelPreparationError
+
+logger = logging.getLogger(__name__)
+
+
+class _WeightedStatsAllReduce(torch.autograd.Function):
+    """SUM all-reduce whose backward re-weights gradients for count-weighted sync."""
+
+    @staticmethod
+    def forward(ctx: Any, stats: torch.Tensor, weight: float, group: Any) -> torch.Tensor:
+        ctx.weight = weight
+        ctx.group = group
+        return _all_reduce_sum(stats.clone(), group)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        weighted = grad_output.contiguous() * ctx.weight
+        total = _all_reduce_sum(weighted, ctx.group)
+        return total / ctx.weight, None, None
+
+
+def _all_reduce_sum(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    """In-place SUM all-reduce; stages CUDA tensors through the CPU on gloo groups."""
+    if group is None or dist.get_world_size(group) == 1:
+        return tensor
+    if tensor.is_cuda and dist.get_backend(group) == dist.Backend.GLOO:
+        staged = tensor.cpu()
+        dist.all_reduce(staged, group=group)
+        tensor.copy_(staged)
+        return tensor
+    dist.all_reduce(tensor, group=group)
+    return tensor
+
+
+class HeteroBatchNorm(_BatchNorm):
+    """BatchNorm over the global batch, for any input rank (1d, 2d, 3d) and uneven slices.
+
+    In evaluation mode, or when synchronisation is switched off (probing), it behaves exactly
+    like the BatchNorm it replaced.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.process_group: Any = None
+        self.sync_enabled = True
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        from raytrain_hetero.context import _context  # lazy: avoid a cycle at import
+
+        use_batch_stats = self.training or not self.track_running_stats
+        synced = (
+            use_batch_stats
+            and self.sync_enabled
+            and self.process_group is not None
+            and (_context is None or _context.bn_sync_enabled)
+        )
+        if not synced:
+            return super().forward(input)
+
+        channels = input.shape[1]
+        reduce_dims = [0] + list(range(2, input.dim()))
+        local_count = input.numel() // channels
+        wide = input.double()
+        stats = torch.cat(
+            [
+                wide.sum(reduce_dims),
+                (wide * wide).sum(reduce_dims),
+                torch.tensor([float(local_count)], dtype=torch.float64, device=input.device),
+            ]
+        )
+        weight = self._rank_weight(local_count)
+        stats = _WeightedStatsAllReduce.apply(stats, weight, self.process_group)
+        total = stats[-1].detach()
+        mean = stats[:channels] / total
+        var = (stats[channels : 2 * channels] / total - mean * mean).clamp_min(0.0)
+
+        if self.training and self.track_running_stats:
+            self._update_running_stats(mean.detach(), var.detach(), float(total.item()))
+
+        shape = [1, channels] + [1] * (input.dim() - 2)
+        inv_std = torch.rsqrt(var + self.eps).to(input.dtype).reshape(shape)
+        out = (input - mean.to(input.dtype).reshape(shape)) * inv_std
+        if self.affine:
+            out = out * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return out
+
+    def _rank_weight(self, local_count: int) -> float:
+        """This rank's gradient weight w_r in the current step (n_r/N, or 1/world)."""
+        from raytrain_hetero.context import _context
+        from raytrain_hetero.core.weighting import gradient_scale
+
+        if _context is None or _context.current_step is None:
+            return 1.0 / dist.get_world_size(self.process_group)
+        step = _context.current_step
+        return gradient_scale(
+            step.local_count, step.global_count, len(step.counts), _context.setup.weighting
+        )
+
+    @torch.no_grad()
+    def _update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, count: float) -> None:
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            factor = 1.0 / float(self.num_batches_tracked)
+        else:
+            factor = self.momentum
+        unbiased = var * (count / max(count - 1.0, 1.0))
+        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
+        self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype), alpha=factor)
+
+
+def convert_batchnorm(module: nn.Module, process_group: Any) -> nn.Module:
+    """Replace every BatchNorm layer of ``module`` by a :class:`HeteroBatchNorm` (in place).
+
+    Parameters and running statistics are carried over. Layers whose training statistics
+    depend on how the batch is split and that cannot be made exact are refused by name.
+
+    Args:
+        module: The model.
+        process_group: Group over which statistics are reduced.
+
+    Returns:
+        The module, or its replacement if it is itself a BatchNorm layer.
+
+    Raises:
+        ModelPreparationError: For lazy BatchNorm layers and InstanceNorm layers that track
+            running statistics (both named in the message).
+    """
+    return _convert(module, process_group, "model")
+
+
+def _convert(module: nn.Module, process_group: Any, path: str) -> nn.Module:
+    if isinstance(module, _LazyNormBase) and module.has_uninitialized_params():
+        raise ModelPreparationError(
+            f"Layer '{path}' ({type(module).__name__}) is lazy and not yet initialised: run one "
+            "forward pass (or use an explicit BatchNorm) before prepare_model."
+        )
+    if isinstance(module, _InstanceNorm) and module.track_running_stats:
+        raise ModelPreparationError(
+            f"Layer '{path}' ({type(module).__name__}) tracks running statistics averaged over "
+            "per-rank batches, which uneven slices make inexact: set track_running_stats=False."
+        )
+    if isinstance(module, _BatchNorm) and not isinstance(module, HeteroBatchNorm):
+        converted = HeteroBatchNorm(
+            module.num_features,
+            eps=module.eps,
+            momentum=module.momentum,
+            affine=module.affine,
+            track_running_stats=module.track_running_stats,
+        )
+        if module.affine:
+            with torch.no_grad():
+                converted.weight = module.weight
+                converted.bias = module.bias
+        if module.track_running_stats:
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+        converted.process_group = process_group
+        converted.train(module.training)
+        return converted
+    if isinstance(module, HeteroBatchNorm):
+        module.process_group = process_group
+        return module
+    for name, child in module.named_children():
+        replaced = _convert(child, process_group, f"{path}.{name}")
+        if replaced is not child:
+            module.add_module(name, replaced)
+    return module
+
+
+def set_batchnorm_sync(module: nn.Module, enabled: bool) -> None:
+    """Switch global-statistics synchronisation of every HeteroBatchNorm on or off."""
+    for layer in module.modules():
+        if isinstance(layer, HeteroBatchNorm):
+            layer.sync_enabled = enabled

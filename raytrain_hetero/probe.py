@@ -1,0 +1,178 @@
+"""Timed forward/backward probes and the compute clock behind every step measurement.
+
+Compute is measured as this worker's *own* work, not wall time, so workers that share cores
+(three workers on a two-core box) do not distort each other's figures:
+
+* CPU devices: CPU time of the calling thread when torch runs one intra-op thread (forward and
+  CPU backward both run on the caller's thread), else CPU time of the whole process.
+* CUDA devices: wall time after ``torch.cuda.synchronize`` (kernel time on the device).
+
+Emulated slowdown (``WorkerSpec.emulated_slowdown``) multiplies every measured compute interval
+by its factor and, during training, sleeps the extra time before the gradient exchange, so a
+worker with factor k behaves like hardware k times slower. This is emulation, for CPU-only
+testing and demos; real heterogeneous clusters use factor 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from raytrain_hetero.core.allocation import CostModel, fit_cost_model
+from raytrain_hetero.errors import ProbeError
+
+logger = logging.getLogger(__name__)
+
+
+class ComputeClock:
+    """Reads seconds of this worker's own compute on ``device``."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+
+    def now(self) -> float:
+        """Current reading; differences are compute seconds."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return time.perf_counter()
+        if torch.get_num_threads() == 1:
+            return time.thread_time()
+        return time.process_time()
+
+
+def default_probe_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """Scalar to back-propagate in a probe: the mean of the model output on the batch input.
+
+    The input is the batch itself if it is a tensor, its first element if a sequence, or its
+    ``"image"`` entry (else first tensor value) if a mapping, which covers torchgeo's dicts.
+    """
+    if isinstance(batch, torch.Tensor):
+        inputs = batch
+    elif isinstance(batch, (list, tuple)):
+        inputs = batch[0]
+    elif isinstance(batch, dict):
+        inputs = batch.get("image")
+        if inputs is None:
+            inputs = next(v for v in batch.values() if isinstance(v, torch.Tensor))
+    else:
+        raise ProbeError(
+            f"Cannot find the model input in a batch of type {type(batch).__name__}; pass "
+            "probe_loss=fn(model, batch) -> scalar tensor to prepare_data_loader."
+        )
+    output = model(inputs)
+    if isinstance(output, (list, tuple)):
+        output = output[0]
+    return output.float().mean()
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Median compute seconds of one forward+backward at each probed batch size.
+
+    Attributes:
+        batch_sizes: Probed batch sizes.
+        seconds: Median compute seconds per size (emulated slowdown applied).
+    """
+
+    batch_sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def cost_model(self) -> CostModel:
+        """Affine cost model fitted to the timings."""
+        if len(set(self.batch_sizes)) >= 2:
+            return fit_cost_model(self.batch_sizes, self.seconds)
+        # A cap of one sample leaves a single size: a pure per-sample model.
+        return CostModel(alpha=0.0, beta=self.seconds[0] / self.batch_sizes[0])
+
+
+def default_probe_batch_sizes(
+    global_batch_size: int, world_size: int, cap: int | None
+) -> tuple[int, ...]:
+    """Half, one and two times the even slice, within the cap (>= 2 sizes when possible)."""
+    even = max(1, math.ceil(global_batch_size / world_size))
+    sizes = {max(1, even // 2), even, 2 * even}
+    if cap is not None:
+        sizes = {min(s, cap) for s in sizes}
+    if len(sizes) < 2 and (cap is None or cap >= 2):
+        sizes.add(2 if min(sizes) == 1 else 1)
+    return tuple(sorted(sizes))
+
+
+def probe_step_costs(
+    model: torch.nn.Module,
+    make_batch: Callable[[int], Any],
+    batch_sizes: Sequence[int],
+    *,
+    device: torch.device | str,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor] = default_probe_loss,
+    warmup: int = 2,
+    repeats: int = 3,
+    slowdown: float = 1.0,
+) -> ProbeResult:
+    """Time forward+backward of ``model`` at each batch size, warm-up excluded.
+
+    The model's parameters, gradients and buffers (BatchNorm running statistics) are restored
+    afterwards, so probing leaves training exactly where it was.
+
+    Args:
+        model: The bare module (not the DDP wrapper: probing must not communicate).
+        make_batch: Returns a batch of the given size, already on ``device``.
+        batch_sizes: Sizes to time (>= 1 each).
+        device: Device the model runs on.
+        loss_fn: Maps (model, batch) to a scalar to back-propagate.
+        warmup: Untimed iterations at the largest size first.
+        repeats: Timed iterations per size; the median is kept.
+        slowdown: Emulated slowdown factor applied to the measurements.
+
+    Raises:
+        ProbeError: If a size is invalid or a timing is not a positive finite number.
+    """
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ProbeError(f"Probe batch sizes must be >= 1, got {list(batch_sizes)}.")
+    if repeats < 1:
+        raise ProbeError(f"Probe repeats must be >= 1, got {repeats}.")
+    clock = ComputeClock(device)
+    saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+    was_training = model.training
+    model.train()
+    batches = {b: make_batch(b) for b in sorted(set(batch_sizes))}
+
+    def one_pass(batch: Any) -> float:
+        start = clock.now()
+        loss = loss_fn(model, batch)
+        loss.backward()
+        elapsed = clock.now() - start
+        model.zero_grad(set_to_none=True)
+        return elapsed
+
+    try:
+        largest = batches[max(batches)]
+        for _ in range(max(0, warmup)):
+            one_pass(largest)
+        sizes: list[int] = []
+        seconds: list[float] = []
+        for b, batch in batches.items():
+            timings = [one_pass(batch) for _ in range(repeats)]
+            median = statistics.median(timings) * slowdown
+            if not math.isfinite(median) or median <= 0:
+                raise ProbeError(
+                    f"Probe at batch {b} measured {median!r} s; timings must be positive. "
+                    "Increase the probe batch sizes."
+                )
+            sizes.append(b)
+            seconds.append(median)
+    finally:
+        model.load_state_dict(saved_state)
+        for p, g in zip(model.parameters(), saved_grads):
+            p.grad = g
+        model.train(was_training)
+    result = ProbeResult(batch_sizes=tuple(sizes), seconds=tuple(seconds))
+    logger.info("probe on %s: %s", device, dict(zip(sizes, (round(s, 5) for s in seconds))))
+    return result
