@@ -37,6 +37,7 @@ _LAZY = {
     "log_step_metrics": "raytrain_hetero.train_loop",
     "update_plan": "raytrain_hetero.train_loop",
     "current_plan": "raytrain_hetero.train_loop",
+    "current_step_number": "raytrain_hetero.train_loop",
     "HeteroBatchNorm": "raytrain_hetero.batchnorm",
 }
 

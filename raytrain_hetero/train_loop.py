@@ -159,6 +159,14 @@ def log_step_metrics(**metrics: float) -> None:
     ctx.step_metrics.update({k: float(v) for k, v in metrics.items()})
 
 
+def current_step_number() -> int:
+    """Global step number (optimizer steps since the run began) of the step in progress."""
+    step = get_worker_context().current_step
+    if step is None:
+        raise HeteroError("No step in progress: call this inside the loop over the prepared loader.")
+    return step.global_step
+
+
 def current_plan() -> Plan | None:
     """The newest plan of this worker group."""
     return get_worker_context().schedule.current

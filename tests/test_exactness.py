@@ -1,0 +1,130 @@
+"""Exactness end to end through HeteroTrainer on real Ray workers and real gloo groups.
+
+The reference is a one-process SGD step on the same global batch, reconstructed from the same
+pure carving (the union of the ranks' slices of step t is positions [start, stop) of the
+epoch permutation).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero.core.carving import EpochCarver
+from train_loops import bn_model, flat_params, make_regression_data, plain_model, trajectory_loop
+
+pytestmark = pytest.mark.ray
+
+THREE_WORKERS = [WorkerSpec(name="w0"), WorkerSpec(name="w1"), WorkerSpec(name="w2")]
+
+
+def reference_trajectory(builder, *, size, batch, epochs, lr, dtype, min_step_size, max_steps=None):
+    """Parameters after each one-device step over the same carved global batches."""
+    x, y, _ = make_regression_data(size, 6, 3, dtype)
+    model = builder(6, 3, dtype)
+    optim = torch.optim.SGD(model.parameters(), lr=lr)
+    carver = EpochCarver(size, batch, seed=0, min_step_size=min_step_size)
+    history = [flat_params(model)]
+    for epoch in range(epochs):
+        perm = torch.from_numpy(carver.permutation(epoch))
+        for k in range(carver.steps_per_epoch):
+            lo, hi = carver.step_bounds(k)
+            ids = perm[lo:hi]
+            loss = F.cross_entropy(model(x[ids]), y[ids])
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            history.append(flat_params(model))
+            if max_steps is not None and len(history) - 1 == max_steps:
+                return np.stack(history)
+    return np.stack(history)
+
+
+def relative_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+
+
+def run_trajectory(tmp_path, run_config, *, workers, shares, weighting="proportional", **config):
+    out = tmp_path / f"out-{weighting}-{len(workers)}"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        trajectory_loop,
+        train_loop_config={**config, "out": str(out)},
+        workers=workers,
+        global_batch_size=config["batch"],
+        weighting=weighting,
+        fixed_shares=shares,
+        run_config=run_config,
+    )
+    result = trainer.fit()
+    assert result.error is None
+    return np.load(out / "params.npz"), out, trainer
+
+
+def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_config):
+    # 101 samples, B=24: four full steps and a short fifth step of 5 samples (split 1/1/3-ish).
+    config = dict(size=101, batch=24, epochs=2, lr=0.5, dtype="float64", models=["plain"])
+    params, out, trainer = run_trajectory(
+        tmp_path, run_config, workers=THREE_WORKERS, shares=[1.0, 2.0, 5.0], **config
+    )
+    want = reference_trajectory(
+        plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
+    )
+    got = params["plain"]
+    assert got.shape == want.shape == (11, want.shape[1])
+    errors = relative_errors(got, want)
+    assert errors.max() <= 1e-6, errors
+    # The short step really was uneven and every rank got samples in every step.
+    ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
+    sizes = np.array([[len(ids) for _, _, ids in ledger] for ledger in ledgers])
+    assert sizes.min() >= 1
+    assert sizes[:, 4].sum() == 5 and sizes[:, 0].tolist() == [3, 6, 15]
+    assert {r["plan_version"] for r in trainer.step_records} == {1}
+
+
+def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):
+    config = dict(size=101, batch=24, epochs=2, lr=0.5, dtype="float64", models=["plain"])
+    params, _, _ = run_trajectory(
+        tmp_path, run_config, workers=THREE_WORKERS, shares=[1.0, 2.0, 5.0],
+        weighting="uniform", **config
+    )
+    want = reference_trajectory(
+        plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
+    )
+    errors = relative_errors(params["plain"], want)
+    assert errors[1] > 1e-3, errors  # already after one step
+    assert errors.max() > 1e-2, errors
+
+
+def test_trajectory_one_worker_vs_three_uneven_float32(ray_local, tmp_path, run_config, request):
+    # 3 epochs of 330 samples at B=32: 11 steps per epoch (tail of 10 is its own step).
+    config = dict(size=330, batch=32, epochs=3, lr=0.2, dtype="float32", models=["plain", "bn"],
+                  max_steps=30)
+    one, _, _ = run_trajectory(
+        tmp_path, run_config, workers=[WorkerSpec(name="solo")], shares=None, **config
+    )
+    from ray.train import RunConfig
+    three, _, _ = run_trajectory(
+        tmp_path,
+        RunConfig(name=run_config.name + "-3", storage_path=run_config.storage_path),
+        workers=THREE_WORKERS,
+        shares=[1.0, 3.0, 6.0],
+        **config,
+    )
+    for name in ("plain", "bn"):
+        assert one[name].shape == three[name].shape == (31, one[name].shape[1])
+        errors = relative_errors(three[name], one[name])
+        assert errors.max() <= 1e-4, (name, errors)
+        # The models did move: equality is not trivial.
+        assert relative_errors(one[name][-1:], one[name][:1])[0] > 1e-2
+    # And the BN model equals a plain torch one-device run (running stats included).
+    want = reference_trajectory(
+        bn_model, size=330, batch=32, epochs=3, lr=0.2, dtype=torch.float32, min_step_size=3,
+        max_steps=30,
+    )
+    assert relative_errors(three["bn"], want).max() <= 1e-4
