@@ -197,15 +197,20 @@ class HeteroTorchBackend(_TorchBackend):
             slot = slots[rank]
             try:
                 gpu_ids[rank] = ray.get(lease.gpu_ids.remote(), timeout=LEASE_TIMEOUT_S)
-            except ray.exceptions.GetTimeoutError as exc:
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
                 spec = setup.specs[slot]
                 self._release_leases()
+                why = (
+                    f"within {LEASE_TIMEOUT_S:.0f}s"
+                    if isinstance(exc, ray.exceptions.GetTimeoutError)
+                    else f"({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                )
                 raise PlacementError(
-                    f"Worker '{spec.name}' (rank {rank}) needs {spec.resources} but its node "
-                    f"{workers[rank].metadata.node_id[:12]} could not grant "
+                    f"Worker '{spec.name}' (rank {rank}) needs {dict(spec.resources)} but its "
+                    f"node {workers[rank].metadata.node_id[:12]} could not grant "
                     f"{extra_resources(dict(spec.resources), common)} beyond the common "
-                    f"{common} within {LEASE_TIMEOUT_S:.0f}s. Start that node with enough "
-                    "resources (ray start --num-gpus/--resources) or lower the WorkerSpec's."
+                    f"reservation {common} {why}. Start that node type with enough resources "
+                    "(ray start --num-gpus/--resources) or lower the WorkerSpec's resources."
                 ) from exc
         return gpu_ids
 

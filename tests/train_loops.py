@@ -125,3 +125,24 @@ def ledger_loop(config: dict) -> None:
         json.dumps({"plan_version": plan.version, "slices": list(plan.slices)})
     )
     rh.report({"done": 1})
+
+
+def placement_loop(config: dict) -> None:
+    """Each worker records where it landed and what it is; a couple of real steps run."""
+    import ray
+
+    x, y, idx = make_regression_data(24, 6, 3, torch.float32)
+    model = rh.prepare_model(plain_model(6, 3, torch.float32))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    for xb, yb, _ in loader:
+        loss = F.cross_entropy(model(xb), yb)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    info = rh.get_rank_info()
+    labels = ray.get_runtime_context().get_node_labels()
+    Path(config["out"], f"rank{info['rank']}.json").write_text(
+        json.dumps({**info, "pool": labels.get("pool"), "threads": torch.get_num_threads()})
+    )
+    rh.report({"done": 1})
