@@ -1,0 +1,7 @@
+"""``python -m raytrain_hetero`` is the ``raytrain-hetero`` command."""
+
+import sys
+
+from raytrain_hetero.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmark scenarios: contenders measured side by side in one run, alternating."""

@@ -1,0 +1,77 @@
+"""Command line: ``raytrain-hetero train --config FILE``.
+
+Errors the user can fix (configuration, data, placement) print one clear message and exit
+with status 2; nothing half-written is left in the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from raytrain_hetero.errors import HeteroError
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``raytrain-hetero``."""
+    parser = argparse.ArgumentParser(
+        prog="raytrain-hetero",
+        description="Heterogeneity-aware, exact data-parallel training on Ray Train V2.",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a model from a YAML job config")
+    train.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    train.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    train.add_argument("--output", type=Path, default=None,
+                       help="output directory (default: output_dir from the config)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set train.epochs=1 (repeatable)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    return parser
+
+
+def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+    path = args.config_flag or args.config_path
+    if path is None:
+        parser.error("train needs a config: raytrain-hetero train --config FILE.yaml")
+    if args.config_flag and args.config_path and args.config_flag != args.config_path:
+        parser.error("give the config once, either positionally or with --config")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raytrain-hetero`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "train":
+            from raytrain_hetero.config import load_config, parse_overrides
+            from raytrain_hetero.job import run_job
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_job(job, output_dir=args.output, progress=not args.no_progress)
+            return 0
+    except HeteroError as exc:
+        print(f"raytrain-hetero: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raytrain-hetero: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
