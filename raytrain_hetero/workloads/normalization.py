@@ -1,0 +1,217 @@
+"""Per-band normalisation statistics computed from the training split, cached on disk.
+
+Statistics come from the *training* split only (validation/test pixels must not leak into
+preprocessing) and are accumulated in float64 with Chan et al.'s pairwise merge, so they are
+exact to rounding however the data is chunked. Computing them means reading the training data
+once; :func:`cached_band_stats` stores the result as JSON keyed by a digest of everything it
+depends on (file identities: path, size, modification time; split parameters), so later runs,
+and every Ray worker of a run, read the small JSON instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BandStats",
+    "BandStatsAccumulator",
+    "Standardize",
+    "band_stats_of_dataset",
+    "cached_band_stats",
+    "file_identity",
+    "stats_key_for_files",
+]
+
+logger = logging.getLogger(__name__)
+
+_STATS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class BandStats:
+    """Per-band mean and standard deviation (population) over ``count`` pixels.
+
+    Attributes:
+        mean: One value per band.
+        std: One value per band (floored at a tiny epsilon by :class:`Standardize`).
+        count: Pixels per band the statistics were computed from.
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    count: int
+
+    @property
+    def bands(self) -> int:
+        """Number of bands."""
+        return len(self.mean)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"mean": list(self.mean), "std": list(self.std), "count": self.count}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BandStats:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            mean=tuple(float(v) for v in data["mean"]),
+            std=tuple(float(v) for v in data["std"]),
+            count=int(data["count"]),
+        )
+
+
+class BandStatsAccumulator:
+    """Streaming per-band mean/variance: feed arrays whose axis ``band_axis`` is the band."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean: np.ndarray | None = None
+        self.m2: np.ndarray | None = None
+
+    def update(self, array: Any, band_axis: int = 0) -> None:
+        """Add every pixel of ``array`` (numpy or torch, any shape with a band axis)."""
+        values = np.asarray(array, dtype=np.float64)
+        values = np.moveaxis(values, band_axis, -1).reshape(-1, values.shape[band_axis])
+        n = values.shape[0]
+        if n == 0:
+            return
+        mean = values.mean(axis=0)
+        m2 = ((values - mean) ** 2).sum(axis=0)
+        if self.mean is None or self.m2 is None:
+            self.count, self.mean, self.m2 = n, mean, m2
+            return
+        if mean.shape != self.mean.shape:
+            raise ValueError(f"band count changed: {self.mean.shape[0]} then {mean.shape[0]}")
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
+        self.count = total
+
+    def result(self) -> BandStats:
+        """The statistics so far (raises if nothing was added)."""
+        if self.mean is None or self.m2 is None or self.count == 0:
+            raise ValueError("no pixels were added")
+        std = np.sqrt(self.m2 / self.count)
+        return BandStats(tuple(self.mean.tolist()), tuple(std.tolist()), self.count)
+
+
+def band_stats_of_dataset(dataset: Any, key: str = "image", limit: int | None = None) -> BandStats:
+    """Statistics of ``dataset[i][key]`` (band-first tensors) over its items (or the first
+    ``limit``)."""
+    acc = BandStatsAccumulator()
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    for i in range(n):
+        acc.update(dataset[i][key], band_axis=0)
+    return acc.result()
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{path, size, mtime_ns}`` of a file: changes when the file is replaced or edited."""
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _digest(key: Mapping[str, Any]) -> str:
+    text = json.dumps(key, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def cached_band_stats(
+    key: Mapping[str, Any],
+    compute: Callable[[], BandStats],
+    cache_dir: str | os.PathLike[str] | None,
+) -> BandStats:
+    """Return the statistics cached under ``key`` in ``cache_dir``, computing them once.
+
+    Args:
+        key: JSON-serialisable description of everything the statistics depend on.
+        compute: Computes them on a cache miss.
+        cache_dir: Directory of ``band_stats-<digest>.json`` files; ``None`` disables the
+            cache. An unwritable directory only disables writing (logged), never fails.
+    """
+    if cache_dir is None:
+        return compute()
+    directory = Path(cache_dir)
+    path = directory / f"band_stats-{_digest(key)}.json"
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") == _STATS_FORMAT and data.get("key") == json.loads(
+            json.dumps(dict(key), sort_keys=True, default=str)
+        ):
+            logger.debug("band statistics from cache %s", path)
+            return BandStats.from_dict(data["stats"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    stats = compute()
+    payload = {
+        "format": _STATS_FORMAT,
+        "key": json.loads(json.dumps(dict(key), sort_keys=True, default=str)),
+        "stats": stats.to_dict(),
+    }
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".band_stats", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=1)
+        os.replace(tmp, path)
+        logger.info("cached band statistics in %s", path)
+    except OSError as exc:
+        logger.info("band statistics not cached (%s is not writable: %s)", directory, exc)
+    return stats
+
+
+class Standardize:
+    """torchgeo-style sample transform: ``sample[key] <- (x - mean[b]) / std[b]`` per band.
+
+    Picklable (DataLoader workers, Ray). Bands whose std is ~0 are only centred.
+
+    Args:
+        stats: Per-band statistics (band count must match the images).
+        key: The sample entry to transform.
+        resize_to: Optional square side to resize ``key`` to after standardising (bilinear,
+            antialiased), e.g. to train on smaller images than the dataset's own size.
+    """
+
+    def __init__(self, stats: BandStats, key: str = "image", resize_to: int | None = None) -> None:
+        import torch
+
+        self.stats = stats
+        self.key = key
+        self.resize_to = resize_to
+        self.mean = torch.tensor(stats.mean, dtype=torch.float32).view(-1, 1, 1)
+        std = torch.tensor(stats.std, dtype=torch.float32).view(-1, 1, 1)
+        self.std = torch.where(std > 1e-12, std, torch.ones_like(std))
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        out = dict(sample)
+        x = (sample[self.key].float() - self.mean) / self.std
+        if self.resize_to is not None and tuple(x.shape[-2:]) != (self.resize_to,) * 2:
+            import torch.nn.functional as F
+
+            x = F.interpolate(
+                x[None], size=(self.resize_to, self.resize_to), mode="bilinear",
+                antialias=True, align_corners=False,
+            )[0]
+        out[self.key] = x
+        return out
+
+    def __repr__(self) -> str:
+        return f"Standardize(bands={self.stats.bands}, key={self.key!r}, resize_to={self.resize_to})"
+
+
+def stats_key_for_files(
+    kind: str, files: Sequence[str | os.PathLike[str]], **params: Any
+) -> dict[str, Any]:
+    """A cache key from a dataset kind, the identities of its files and extra parameters."""
+    return {"kind": kind, "files": [file_identity(f) for f in files], **params}
