@@ -45,9 +45,27 @@ class _WeightedStatsAllReduce(torch.autograd.Function):
 
 
 def _all_reduce_sum(tensor: torch.Tensor, group: Any) -> torch.Tensor:
-    """In-place SUM all-reduce; stages CUDA tensors through the CPU on gloo groups."""
+    """In-place SUM all-reduce; stages CUDA tensors through the CPU on gloo groups.
+
+    The worker's compute up to here is accounted (and stretched under emulated slowdown)
+    first, and the wait inside the collective is excluded from its compute.
+    """
     if group is None or dist.get_world_size(group) == 1:
         return tensor
+    from raytrain_hetero.context import _context
+    from raytrain_hetero.probe import resume_compute, stretch_compute
+
+    clock = _context.compute_clock if _context is not None else None
+    if clock is not None:
+        stretch_compute(_context, clock)
+    try:
+        return _all_reduce_sum_now(tensor, group)
+    finally:
+        if clock is not None:
+            resume_compute(_context, clock)
+
+
+def _all_reduce_sum_now(tensor: torch.Tensor, group: Any) -> torch.Tensor:
     if tensor.is_cuda and dist.get_backend(group) == dist.Backend.GLOO:
         staged = tensor.cpu()
         dist.all_reduce(staged, group=group)

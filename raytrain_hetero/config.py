@@ -258,6 +258,7 @@ class DataConfig(_Model):
         bands: ``"all"`` (13 bands), ``"rgb"`` or an explicit list of band names.
         generate: If set and ``root`` holds no dataset, generate a synthetic EuroSAT there.
         num_workers: DataLoader worker processes per training worker.
+        cache: Decode every sample once and keep it in memory in each worker (small datasets).
     """
 
     dataset: Literal["eurosat"] = Field("eurosat", description="dataset kind")
@@ -269,6 +270,9 @@ class DataConfig(_Model):
         None, description="generate synthetic data at root if absent ({} for defaults)"
     )
     num_workers: Int = Field(0, ge=0, description="DataLoader worker processes per worker")
+    cache: bool = Field(
+        False, description="keep decoded samples in memory in every worker (small datasets)"
+    )
 
     @field_validator("root", mode="before")
     @classmethod
@@ -376,6 +380,12 @@ class ProbeConfig(_Model):
         batch_sizes: Batch sizes to time (>= 2 distinct, to fit t(b) = alpha + beta*b);
             ``None`` lets the prober choose from the global batch size.
         warmup: Untimed iterations before timing. repeats: Timed iterations per size.
+        calibration_steps: Measured synchronous steps per calibration round (after one
+            untimed step): the whole group runs real forward/backward passes at the probe's
+            slices, gradients discarded, and each rank's wall-clock busy time refits its cost.
+            This captures what an isolated probe cannot see: co-located workers contending for
+            cores, and synchronisation inside the step. 0 disables calibration.
+        calibration_rounds: Calibrate-and-replan rounds.
     """
 
     batch_sizes: list[PositiveInt] | None = Field(
@@ -383,6 +393,8 @@ class ProbeConfig(_Model):
     )
     warmup: Int = Field(2, ge=0, description="untimed warm-up iterations")
     repeats: PositiveInt = Field(3, description="timed iterations per batch size")
+    calibration_steps: Int = Field(3, ge=0, description="measured calibration steps per round")
+    calibration_rounds: Int = Field(2, ge=0, description="calibrate-and-replan rounds")
 
     @field_validator("batch_sizes")
     @classmethod

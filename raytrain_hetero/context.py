@@ -127,8 +127,11 @@ class WorkerContext:
     # Compute accounting of the step in progress (seconds of this worker's own compute).
     compute_mark: float = 0.0
     compute_s: float = 0.0
+    busy_mark: float = 0.0
+    busy_s: float = 0.0
     step_wall_start: float = 0.0
     bn_sync_enabled: bool = True
+    compute_clock: Any = None
 
     @property
     def spec(self) -> WorkerSpec:

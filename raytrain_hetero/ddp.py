@@ -13,7 +13,6 @@ HDP baseline (uneven slices, plain averaging), which biases updates toward small
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from raytrain_hetero.batchnorm import convert_batchnorm
 from raytrain_hetero.context import WorkerContext
 from raytrain_hetero.core.weighting import gradient_scale
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.probe import ComputeClock
+from raytrain_hetero.probe import ComputeClock, stretch_compute
 
 logger = logging.getLogger(__name__)
 
@@ -43,22 +42,6 @@ class WeightedSyncState:
     context: WorkerContext
     process_group: Any
     clock: ComputeClock
-
-
-def stretch_compute(context: WorkerContext, clock: ComputeClock) -> None:
-    """Account the compute since the last mark; under emulation, sleep to stretch it.
-
-    With emulated slowdown k, a compute interval d costs k*d: the extra (k-1)*d is slept, so the
-    rank reaches the gradient exchange as late as a k-times slower device would, without taking
-    CPU from other workers (as a separate slower machine would not).
-    """
-    now = clock.now()
-    interval = max(0.0, now - context.compute_mark)
-    slowdown = context.slowdown
-    if slowdown > 1.0 and interval > 0.0:
-        time.sleep(interval * (slowdown - 1.0))
-    context.compute_s += interval * slowdown
-    context.compute_mark = clock.now()
 
 
 def weighted_allreduce_hook(
@@ -142,8 +125,8 @@ def wrap_model(
         kwargs["device_ids"] = [device.index if device.index is not None else 0]
     kwargs.update(ddp_kwargs or {})
     ddp_model = DistributedDataParallel(model, **kwargs)
-    state = WeightedSyncState(
-        context=context, process_group=dist.group.WORLD, clock=ComputeClock(device)
-    )
+    clock = ComputeClock(device)
+    context.compute_clock = clock
+    state = WeightedSyncState(context=context, process_group=dist.group.WORLD, clock=clock)
     ddp_model.register_comm_hook(state, weighted_allreduce_hook)
     return ddp_model

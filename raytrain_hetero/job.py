@@ -44,6 +44,10 @@ def classification_loop(config: dict[str, Any]) -> None:
     job = JobConfig.model_validate(config["job"])
     torch.manual_seed(job.train.seed)
     datasets = eurosat_datasets(job.data.root, bands=job.data.bands, splits=("train", "val"))
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
     in_channels = int(datasets["train"][0]["image"].shape[0])
     model = build_model(
         job.model.name,

@@ -46,6 +46,47 @@ class ComputeClock:
         return time.process_time()
 
 
+def stretch_compute(context: Any, clock: ComputeClock) -> None:
+    """Account this worker's compute since the last mark; under emulation, stretch it.
+
+    Called right before every collective of a step (BatchNorm statistics in forward and
+    backward, each gradient bucket). With emulated slowdown k, a compute interval d costs k*d:
+    the extra (k-1)*d is slept, so the rank reaches *each* synchronisation point as late as a
+    k-times slower device would, without taking CPU from other workers (as a separate slower
+    machine would not). Stretching only at the final gradient exchange would let a slow rank
+    run fast between mid-step synchronisations and then add its whole stretch serially.
+    """
+    if context.current_step is None:
+        return
+    now = clock.now()
+    interval = max(0.0, now - context.compute_mark)
+    slowdown = context.slowdown
+    if slowdown > 1.0 and interval > 0.0:
+        time.sleep(interval * (slowdown - 1.0))
+    context.compute_s += interval * slowdown
+    context.compute_mark = clock.now()
+    # Wall-clock busy time: what the step really costs this rank on a shared machine
+    # (preemption by co-located workers included), still excluding waits in collectives.
+    wall = time.perf_counter()
+    context.busy_s += wall - context.busy_mark
+    context.busy_mark = wall
+
+
+def resume_compute(context: Any, clock: ComputeClock) -> None:
+    """Restart compute accounting after a blocking collective (its wait is not compute)."""
+    if context.current_step is not None:
+        context.compute_mark = clock.now()
+        context.busy_mark = time.perf_counter()
+
+
+def restart_accounting(context: Any, clock: ComputeClock) -> None:
+    """Zero the step's compute and busy accounting; marks start now."""
+    context.compute_s = 0.0
+    context.busy_s = 0.0
+    context.compute_mark = clock.now()
+    context.busy_mark = time.perf_counter()
+
+
 def default_probe_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     """Scalar to back-propagate in a probe: the mean of the model output on the batch input.
 
@@ -114,21 +155,28 @@ def probe_step_costs(
     warmup: int = 2,
     repeats: int = 3,
     slowdown: float = 1.0,
+    time_loading: bool = False,
 ) -> ProbeResult:
-    """Time forward+backward of ``model`` at each batch size, warm-up excluded.
+    """Time a training step's cost of ``model`` at each batch size, warm-up excluded.
+
+    A step's cost is forward+backward (stretched by ``slowdown``) plus, when
+    ``time_loading``, building the batch (reading, decoding, collating, moving it to the
+    device), which is on the step's critical path when the DataLoader has no worker processes.
+    Loading is not stretched: a slower accelerator does not read data more slowly.
 
     The model's parameters, gradients and buffers (BatchNorm running statistics) are restored
     afterwards, so probing leaves training exactly where it was.
 
     Args:
         model: The bare module (not the DDP wrapper: probing must not communicate).
-        make_batch: Returns a batch of the given size, already on ``device``.
+        make_batch: Returns a fresh batch of the given size, already on ``device``.
         batch_sizes: Sizes to time (>= 1 each).
         device: Device the model runs on.
         loss_fn: Maps (model, batch) to a scalar to back-propagate.
         warmup: Untimed iterations at the largest size first.
         repeats: Timed iterations per size; the median is kept.
-        slowdown: Emulated slowdown factor applied to the measurements.
+        slowdown: Emulated slowdown factor applied to the compute part.
+        time_loading: Include the time to build each batch.
 
     Raises:
         ProbeError: If a size is invalid or a timing is not a positive finite number.
@@ -142,31 +190,30 @@ def probe_step_costs(
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
     was_training = model.training
     model.train()
-    batches = {b: make_batch(b) for b in sorted(set(batch_sizes))}
 
-    def one_pass(batch: Any) -> float:
+    def one_step(batch_size: int) -> float:
         start = clock.now()
+        batch = make_batch(batch_size)
+        loaded = clock.now()
         loss = loss_fn(model, batch)
         loss.backward()
-        elapsed = clock.now() - start
+        done = clock.now()
         model.zero_grad(set_to_none=True)
-        return elapsed
+        loading = loaded - start if time_loading else 0.0
+        return loading + (done - loaded) * slowdown
 
+    sizes = sorted(set(batch_sizes))
     try:
-        largest = batches[max(batches)]
         for _ in range(max(0, warmup)):
-            one_pass(largest)
-        sizes: list[int] = []
+            one_step(sizes[-1])
         seconds: list[float] = []
-        for b, batch in batches.items():
-            timings = [one_pass(batch) for _ in range(repeats)]
-            median = statistics.median(timings) * slowdown
+        for b in sizes:
+            median = statistics.median(one_step(b) for _ in range(repeats))
             if not math.isfinite(median) or median <= 0:
                 raise ProbeError(
                     f"Probe at batch {b} measured {median!r} s; timings must be positive. "
                     "Increase the probe batch sizes."
                 )
-            sizes.append(b)
             seconds.append(median)
     finally:
         model.load_state_dict(saved_state)

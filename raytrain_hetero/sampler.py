@@ -22,7 +22,7 @@ from raytrain_hetero.context import StepInfo, WorkerContext
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import PlanSchedule
 from raytrain_hetero.core.weighting import gradient_scale
-from raytrain_hetero.probe import ComputeClock
+from raytrain_hetero.probe import ComputeClock, restart_accounting
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,8 @@ class HeteroDataLoader:
         self.batch_sampler = CarvingBatchSampler(context.carver, context.schedule, context.rank)
         self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+        self._load_s = 0.0
+        self._load_wall_s = 0.0
 
     @property
     def epoch(self) -> int:
@@ -144,14 +146,23 @@ class HeteroDataLoader:
         self.batch_sampler.set_position(epoch, start)
         steps = carver.steps_per_epoch
         step = start
+        batches = iter(self.loader)
         try:
-            for batch in self.loader:
-                self._begin_step(epoch, step)
+            while True:
+                load_started = self._clock.now()
+                load_wall_started = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                if self._move:
+                    batch = move_to_device(batch, self._device, self._non_blocking)
+                load_s = self._clock.now() - load_started
+                self._load_wall_s = time.perf_counter() - load_wall_started
+                self._begin_step(epoch, step, load_s)
                 ctx.cursor = (
                     Cursor(epoch, step + 1) if step + 1 < steps else Cursor(epoch + 1, 0)
                 )
-                if self._move:
-                    batch = move_to_device(batch, self._device, self._non_blocking)
                 self._restart_compute_clock()
                 yield batch
                 self._end_step()
@@ -159,7 +170,7 @@ class HeteroDataLoader:
         finally:
             ctx.current_step = None
 
-    def _begin_step(self, epoch: int, step_in_epoch: int) -> None:
+    def _begin_step(self, epoch: int, step_in_epoch: int, load_s: float) -> None:
         ctx = self.context
         global_step = epoch * ctx.carver.steps_per_epoch + step_in_epoch
         plan = ctx.schedule.plan_for(global_step)
@@ -174,11 +185,11 @@ class HeteroDataLoader:
         )
         ctx.step_metrics = {}
         ctx.step_wall_start = time.perf_counter()
+        self._load_s = load_s
 
     def _restart_compute_clock(self) -> None:
-        # Started after the batch is on the device: loading is not the worker's compute.
-        self.context.compute_s = 0.0
-        self.context.compute_mark = self._clock.now()
+        # Started after the batch is on the device: loading is accounted separately.
+        restart_accounting(self.context, self._clock)
 
     def _end_step(self) -> None:
         ctx = self.context
@@ -187,6 +198,8 @@ class HeteroDataLoader:
             return
         wall = time.perf_counter() - ctx.step_wall_start
         compute = ctx.compute_s
+        # Reading/decoding in this process is on the step's critical path too.
+        busy = compute + self._load_s
         record = {
             "step": step.global_step,
             "epoch": step.epoch,
@@ -198,7 +211,9 @@ class HeteroDataLoader:
                 step.local_count, step.global_count, len(step.counts), ctx.setup.weighting
             ),
             "compute_s": compute,
-            "samples_per_s": step.local_count / compute if compute > 0 else float("nan"),
+            "load_s": self._load_s,
+            "busy_s": ctx.busy_s + self._load_wall_s,
+            "samples_per_s": step.local_count / busy if busy > 0 else float("nan"),
             "loss": ctx.step_metrics.get("loss", float("nan")),
             "global_samples_per_s": step.global_count / wall if wall > 0 else float("nan"),
             "plan_version": step.plan_version,

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,9 +141,12 @@ def prepare_data_loader(
     collate_fn = dataloader_kwargs.get("collate_fn") or default_collate
     loss_fn = probe_loss or default_probe_loss
 
+    # Without DataLoader processes, reading and decoding is part of every step's cost.
+    time_loading = int(dataloader_kwargs.get("num_workers", 0) or 0) == 0
+
     def ensure_plan() -> None:
         if ctx.schedule.current is None:
-            _install_first_plan(ctx, dataset, collate_fn, loss_fn)
+            _install_first_plan(ctx, dataset, collate_fn, loss_fn, time_loading)
 
     return HeteroDataLoader(
         dataset,
@@ -342,6 +347,7 @@ def _install_first_plan(
     dataset: Dataset,
     collate_fn: Callable[[list[Any]], Any],
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    time_loading: bool,
 ) -> None:
     setup = ctx.setup
     spec_indices = _rank_spec_indices(ctx)
@@ -352,17 +358,123 @@ def _install_first_plan(
         plan = _build_plan(ctx, shares=shares, costs=None, effective_step=start,
                            reason="fixed shares")
     else:
-        result = _probe_this_worker(ctx, dataset, collate_fn, loss_fn)
+        result = _probe_in_node_rounds(ctx, dataset, collate_fn, loss_fn, time_loading)
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, (result.batch_sizes, result.seconds))
         results = [ProbeResult(tuple(b), tuple(s)) for b, s in gathered]
         costs = [r.cost_model() for r in results]
+        how = "probe"
+        if setup.probe.calibration_steps > 0 and setup.probe.calibration_rounds > 0:
+            costs = _calibrate(ctx, costs, dataset, collate_fn, loss_fn, time_loading)
+            how = "probe + calibration"
         speeds = ", ".join(
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
         )
         plan = _build_plan(ctx, shares=None, costs=costs, effective_step=start,
-                           reason=f"probe ({speeds})")
+                           reason=f"{how} ({speeds})")
     _install_plan(ctx, plan)
+
+
+def _calibrate(
+    ctx: WorkerContext,
+    costs: list[Any],
+    dataset: Dataset,
+    collate_fn: Callable[[list[Any]], Any],
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    time_loading: bool,
+) -> list[Any]:
+    """Refit per-rank costs from a few real synchronous steps at the planned slices.
+
+    Every rank runs forward+backward through the DDP model (BatchNorm and gradient exchange
+    included) on random samples at its slice; gradients are discarded and parameters and
+    buffers restored, so training and the epoch's carving are untouched. Each rank's
+    wall-clock busy time (collective waits excluded) replaces its per-sample cost; the
+    probe's fixed cost alpha is kept.
+    """
+    from raytrain_hetero.context import StepInfo
+    from raytrain_hetero.core.allocation import CostModel, allocate
+    from raytrain_hetero.probe import restart_accounting
+
+    setup = ctx.setup
+    model = ctx.model
+    module = getattr(model, "module", model)
+    clock = ctx.compute_clock
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    caps = [setup.specs[i].max_batch for i in ctx.rank_spec_indices]
+    make_batch = _batch_maker(ctx, dataset, collate_fn, salt=104729)
+    try:
+        for _ in range(setup.probe.calibration_rounds):
+            slices = allocate(setup.global_batch_size, costs, caps=caps, min_slice=setup.min_slice)
+            busy: list[float] = []
+            for k in range(setup.probe.calibration_steps + 1):
+                loaded_at = time.perf_counter()
+                batch = make_batch(slices[ctx.rank])
+                load_wall = time.perf_counter() - loaded_at if time_loading else 0.0
+                ctx.current_step = StepInfo(-1, -1, -1, tuple(slices), ctx.rank, 0)
+                restart_accounting(ctx, clock)
+                loss = loss_fn(model, batch)
+                loss.backward()
+                if k > 0:  # the first step sets DDP's buckets up: not timed
+                    busy.append(ctx.busy_s + load_wall)
+                model.zero_grad(set_to_none=True)
+                ctx.current_step = None
+            measured: list[Any] = [None] * ctx.world_size
+            dist.all_gather_object(measured, statistics.median(busy))
+            costs = [
+                CostModel(alpha=c.alpha, beta=max(m - c.alpha, 1e-9 * m) / b)
+                for c, m, b in zip(costs, measured, slices)
+            ]
+            logger.info(
+                "calibration at slices %s: busy %s s", slices, [round(m, 4) for m in measured]
+            )
+    finally:
+        ctx.current_step = None
+        module.load_state_dict(saved)
+        model.zero_grad(set_to_none=True)
+    return costs
+
+
+def _batch_maker(
+    ctx: WorkerContext,
+    dataset: Dataset,
+    collate_fn: Callable[[list[Any]], Any],
+    salt: int,
+) -> Callable[[int], Any]:
+    """Random batches of this rank's choosing, on its device (probing never uses the carving)."""
+    device = torch.device(ctx.device)
+    size = len(dataset)  # type: ignore[arg-type]
+    rng = np.random.default_rng([ctx.setup.seed, salt, ctx.rank])
+
+    def make_batch(batch_size: int) -> Any:
+        indices = rng.integers(0, size, size=batch_size)
+        return move_to_device(collate_fn([dataset[int(i)] for i in indices]), device)
+
+    return make_batch
+
+
+def _probe_in_node_rounds(
+    ctx: WorkerContext,
+    dataset: Dataset,
+    collate_fn: Callable[[list[Any]], Any],
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    time_loading: bool,
+) -> ProbeResult:
+    """Probe every worker; workers sharing a node take turns so their probes do not contend.
+
+    Workers on different nodes probe at the same time (round r runs the r-th worker of every
+    node), so a large cluster spends only (max workers per node) probe durations.
+    """
+    nodes: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+    my_round = nodes[: ctx.rank].count(nodes[ctx.rank])
+    rounds = max(nodes.count(n) for n in set(nodes))
+    result: ProbeResult | None = None
+    for round_index in range(rounds):
+        if round_index == my_round:
+            result = _probe_this_worker(ctx, dataset, collate_fn, loss_fn, time_loading)
+        dist.barrier()
+    assert result is not None
+    return result
 
 
 def _probe_this_worker(
@@ -370,6 +482,7 @@ def _probe_this_worker(
     dataset: Dataset,
     collate_fn: Callable[[list[Any]], Any],
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    time_loading: bool,
 ) -> ProbeResult:
     if ctx.model is None:
         raise HeteroError(
@@ -383,13 +496,7 @@ def _probe_this_worker(
     if ctx.spec.max_batch is not None:
         sizes = sorted({min(b, ctx.spec.max_batch) for b in sizes})
     device = torch.device(ctx.device)
-    size = len(dataset)  # type: ignore[arg-type]
-    rng = np.random.default_rng([ctx.setup.seed, 7919, ctx.rank])
-
-    def make_batch(batch_size: int) -> Any:
-        indices = rng.integers(0, size, size=batch_size)
-        return move_to_device(collate_fn([dataset[int(i)] for i in indices]), device)
-
+    make_batch = _batch_maker(ctx, dataset, collate_fn, salt=7919)
     module = getattr(ctx.model, "module", ctx.model)
     ctx.bn_sync_enabled = False  # probes are local: no statistics exchange
     set_batchnorm_sync(module, False)
@@ -403,6 +510,7 @@ def _probe_this_worker(
             warmup=probe_cfg.warmup,
             repeats=probe_cfg.repeats,
             slowdown=ctx.slowdown,
+            time_loading=time_loading,
         )
     finally:
         set_batchnorm_sync(module, True)

@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=Path("examples/configs/eurosat_local.yaml"))
     parser.add_argument("--rounds", type=int, default=2, help="A B B A repeats (default 2)")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--width", type=int, default=None,
+                        help="SmallCNN width (default: the config's)")
     parser.add_argument("--output", type=Path, default=Path("outputs/bench_probe_vs_equal"))
     args = parser.parse_args(argv)
 
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     from raytrain_hetero.config import load_config
     from raytrain_hetero.job import init_ray, run_job
 
-    base = {"train": {"epochs": args.epochs}}
+    base: dict = {"train": {"epochs": args.epochs}}
+    if args.width is not None:
+        base["model"] = {"width": args.width}
     contenders = {
         "probe": base,
         "equal": {**base, "train": {**base["train"], "fixed_shares": [1.0, 1.0, 1.0]}},
@@ -70,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "ideal_ratio": IDEAL,
         "target_ratio": 1.9,
         "fits": raw,
+        "model_width": jobs["probe"].model.width,
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "python": sys.version.split()[0], "time": time.strftime("%Y-%m-%d %H:%M")},
     }
