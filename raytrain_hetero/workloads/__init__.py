@@ -1,5 +1,15 @@
 """Remote-sensing workloads: torchgeo datasets, models, and generators of data in the real
-on-disk formats (so the loaders stay torchgeo's own)."""
+on-disk formats (so the loaders stay torchgeo's own where torchgeo has one).
+
+* EuroSAT (Sentinel-2, 13 bands or a subset): :func:`generate_eurosat`, :func:`eurosat_datasets`.
+* UC Merced (aerial RGB, 21 classes): :func:`generate_uc_merced`, :func:`uc_merced_datasets`.
+* Hyperspectral scenes (Indian Pines / Pavia / Houston style, ``.mat`` or GeoTIFF):
+  :func:`generate_hyperspectral_scene`, :func:`hyperspectral_datasets`,
+  :func:`split_scene_pixels`.
+* Sentinel-1 + Sentinel-2 pairs (So2Sat convention): :func:`generate_multimodal`,
+  :func:`multimodal_datasets`.
+* Models: :func:`build_model` (small_cnn, resnet18/50, cnn3d, fusion_cnn).
+"""
 
 from raytrain_hetero.workloads.eurosat import (
     EUROSAT_BANDS,
@@ -13,7 +23,40 @@ from raytrain_hetero.workloads.eurosat import (
     generate_eurosat,
     resolve_eurosat_bands,
 )
-from raytrain_hetero.workloads.models import MODEL_NAMES, SmallCNN, build_model
+from raytrain_hetero.workloads.file_checks import CheckedLoader, find_unreadable_files
+from raytrain_hetero.workloads.hyperspectral import (
+    HyperspectralPatches,
+    HyperspectralScene,
+    find_scene_files,
+    generate_hyperspectral_scene,
+    hyperspectral_datasets,
+    load_hyperspectral_scene,
+    split_scene_pixels,
+    write_class_map,
+)
+from raytrain_hetero.workloads.models import (
+    MODEL_NAMES,
+    SmallCNN,
+    SpectralSpatial3DCNN,
+    TwoBranchFusionCNN,
+    build_model,
+    check_input_channels,
+    expected_input_channels,
+)
+from raytrain_hetero.workloads.multimodal import (
+    MULTIMODAL_CLASSES,
+    S1_BANDS,
+    S2_BANDS,
+    MultimodalPatches,
+    generate_multimodal,
+    multimodal_datasets,
+)
+from raytrain_hetero.workloads.normalization import BandStats, Standardize, cached_band_stats
+from raytrain_hetero.workloads.uc_merced import (
+    UCMERCED_CLASSES,
+    generate_uc_merced,
+    uc_merced_datasets,
+)
 
 __all__ = [
     "EUROSAT_BANDS",
@@ -23,10 +66,36 @@ __all__ = [
     "EUROSAT_SPLITS",
     "EUROSAT_STD",
     "MODEL_NAMES",
+    "MULTIMODAL_CLASSES",
+    "S1_BANDS",
+    "S2_BANDS",
+    "UCMERCED_CLASSES",
+    "BandStats",
+    "CheckedLoader",
     "EuroSATNormalize",
+    "HyperspectralPatches",
+    "HyperspectralScene",
+    "MultimodalPatches",
     "SmallCNN",
+    "SpectralSpatial3DCNN",
+    "Standardize",
+    "TwoBranchFusionCNN",
     "build_model",
+    "cached_band_stats",
+    "check_input_channels",
     "eurosat_datasets",
+    "expected_input_channels",
+    "find_scene_files",
+    "find_unreadable_files",
     "generate_eurosat",
+    "generate_hyperspectral_scene",
+    "generate_multimodal",
+    "generate_uc_merced",
+    "hyperspectral_datasets",
+    "load_hyperspectral_scene",
+    "multimodal_datasets",
     "resolve_eurosat_bands",
+    "split_scene_pixels",
+    "uc_merced_datasets",
+    "write_class_map",
 ]

@@ -96,9 +96,10 @@ def find_unreadable_files(
             result = read(path)
             if hasattr(result, "load"):
                 result.load()
+        except DataError as exc:  # already names the file (e.g. from CheckedLoader)
+            return path, str(exc)
         except Exception as exc:  # noqa: BLE001 - reported, not swallowed
-            cause = exc.__cause__ if isinstance(exc, DataError) and exc.__cause__ else exc
-            return path, unreadable_message(path, cause)
+            return path, unreadable_message(path, exc)
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:

@@ -1,22 +1,48 @@
-"""Models for the remote-sensing workloads: a small BatchNorm CNN and timm's ResNet-18.
+"""Models for the remote-sensing workloads.
 
-Everything is built offline: no weights are ever downloaded (``pretrained=True`` is refused
-with a :class:`~raytrain_hetero.errors.ConfigError` instead of hanging on the network).
+* :class:`SmallCNN`: three conv-BN-ReLU blocks, cheap on one CPU thread (scenes, patches).
+* ResNet-18 / ResNet-50 (timm, as torchgeo builds them) with any number of input channels.
+* :class:`SpectralSpatial3DCNN`: 3-D convolutions over (band, row, column) of hyperspectral
+  patches, in the style of the seed group's spectral-spatial networks.
+* :class:`TwoBranchFusionCNN`: one CNN branch per modality (Sentinel-1 SAR, Sentinel-2
+  multispectral), late fusion of the branch embeddings; either branch alone for ablations.
+
+Everything is built offline: no weights are ever downloaded. ``pretrained=True`` is refused
+with a :class:`~raytrain_hetero.errors.ConfigError` instead of hanging on the network;
+``pretrained="<torchgeo weights name>"`` (e.g. ``"ResNet18_Weights.SENTINEL2_ALL_MOCO"``)
+loads those weights only from the local torch hub cache and fails at once, naming the file
+to copy there, if they are absent.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
-from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.errors import ConfigError, DataError
 
-__all__ = ["MODEL_NAMES", "SmallCNN", "build_model"]
+__all__ = [
+    "MODEL_NAMES",
+    "SmallCNN",
+    "SpectralSpatial3DCNN",
+    "TwoBranchFusionCNN",
+    "build_model",
+    "check_input_channels",
+    "expected_input_channels",
+    "pretrained_weights_path",
+]
+
+logger = logging.getLogger(__name__)
 
 #: Names accepted by :func:`build_model`.
-MODEL_NAMES: tuple[str, ...] = ("small_cnn", "resnet18")
+MODEL_NAMES: tuple[str, ...] = ("small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn")
+_RESNETS = ("resnet18", "resnet50")
 
 
 def _conv_bn_relu(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
@@ -61,10 +87,165 @@ class SmallCNN(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
+class SpectralSpatial3DCNN(nn.Module):
+    """3-D CNN over hyperspectral patches: convolutions span bands *and* pixels.
+
+    Input ``(B, C, k, k)`` (C bands, k x k patch) is treated as a one-channel volume
+    ``(B, 1, C, k, k)``::
+
+        conv3d 7x3x3 (1 -> w)   BN ReLU  maxpool over bands /2
+        conv3d 5x3x3 (w -> 2w)  BN ReLU  maxpool over bands /2
+        conv3d 3x3x3 (2w -> 2w) BN ReLU
+        adaptive average pool to (4 band positions, 1, 1) -> linear(8w -> num_classes)
+
+    Keeping four positions along the spectral axis preserves where in the spectrum a
+    feature fired. Works for any band count >= 4 and any patch size >= 1.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, width: int = 8) -> None:
+        super().__init__()
+        w = width
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.features = nn.Sequential(
+            nn.Conv3d(1, w, kernel_size=(7, 3, 3), padding=(3, 1, 1), bias=False),
+            nn.BatchNorm3d(w),
+            nn.ReLU(inplace=True),
+            nn.MaxPool3d((2, 1, 1), ceil_mode=True),
+            nn.Conv3d(w, 2 * w, kernel_size=(5, 3, 3), padding=(2, 1, 1), bias=False),
+            nn.BatchNorm3d(2 * w),
+            nn.ReLU(inplace=True),
+            nn.MaxPool3d((2, 1, 1), ceil_mode=True),
+            nn.Conv3d(2 * w, 2 * w, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm3d(2 * w),
+            nn.ReLU(inplace=True),
+        )
+        self.pool = nn.AdaptiveAvgPool3d((4, 1, 1))
+        self.classifier = nn.Linear(8 * w, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.pool(self.features(x.unsqueeze(1))), 1))
+
+
+class TwoBranchFusionCNN(nn.Module):
+    """Two-modality classifier: one CNN branch per modality, late (feature-level) fusion.
+
+    The input is the modalities stacked along channels, first ``s1_channels`` channels of
+    Sentinel-1 SAR then ``s2_channels`` of Sentinel-2 (torchgeo's So2Sat sample layout).
+    Each branch is :class:`SmallCNN`'s feature extractor with global average pooling; the
+    pooled embeddings are concatenated and classified by a small MLP::
+
+        x[:, :c1] -> SAR branch  -> 2w --\
+                                          concat -> linear(.., 2w) ReLU dropout -> linear(K)
+        x[:, c1:] -> MSI branch  -> 2w --/
+
+    ``modalities`` selects the branches that exist: ``("s1", "s2")`` is the fusion model,
+    ``("s1",)`` / ``("s2",)`` a single-branch model with the same branch and head design
+    (the ablation that shows what fusion adds). A single-branch model ignores the other
+    modality's channels, so every variant reads the same samples.
+    """
+
+    def __init__(
+        self,
+        s1_channels: int,
+        s2_channels: int,
+        num_classes: int,
+        width: int = 32,
+        modalities: Sequence[str] = ("s1", "s2"),
+    ) -> None:
+        super().__init__()
+        mods = tuple(modalities)
+        if not mods or any(m not in ("s1", "s2") for m in mods) or len(set(mods)) != len(mods):
+            raise ConfigError(f"modalities must be a non-empty subset of ['s1', 's2'], got {list(mods)}")
+        self.s1_channels = s1_channels
+        self.s2_channels = s2_channels
+        self.in_channels = s1_channels + s2_channels
+        self.num_classes = num_classes
+        self.modalities = mods
+        w = width
+        self.branches = nn.ModuleDict({
+            m: nn.Sequential(
+                SmallCNN(s1_channels if m == "s1" else s2_channels, num_classes, w).features,
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+            )
+            for m in mods
+        })
+        self.head = nn.Sequential(
+            nn.Linear(2 * w * len(mods), 2 * w),
+            nn.ReLU(inplace=True),
+            nn.Dropout(0.2),
+            nn.Linear(2 * w, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = {"s1": x[:, : self.s1_channels], "s2": x[:, self.s1_channels :]}
+        embeddings = [self.branches[m](parts[m]) for m in self.modalities]
+        return self.head(torch.cat(embeddings, dim=1))
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"build_model: {name} must be a positive integer, got {value!r}")
     return value
+
+
+def pretrained_weights_path(weights_name: str) -> tuple[Any, str]:
+    """The torchgeo weights enum named ``weights_name`` and its local hub-cache file path.
+
+    Raises:
+        ConfigError: Unknown weights name (the message lists the ResNet ones).
+    """
+    from torchgeo.models import get_weight
+
+    try:
+        weights = get_weight(weights_name)
+    except (ValueError, KeyError, AttributeError) as exc:
+        from torchgeo.models import ResNet18_Weights, ResNet50_Weights
+
+        known = [f"ResNet18_Weights.{w.name}" for w in ResNet18_Weights][:6] + [
+            f"ResNet50_Weights.{w.name}" for w in ResNet50_Weights][:6]
+        raise ConfigError(
+            f"unknown torchgeo weights {weights_name!r} ({exc}); use a name such as "
+            f"{', '.join(known)}, ..."
+        ) from None
+    filename = os.path.basename(urlparse(weights.url).path)
+    return weights, os.path.join(torch.hub.get_dir(), "checkpoints", filename)
+
+
+def _load_pretrained_resnet(name: str, weights_name: str, in_channels: int, num_classes: int) -> nn.Module:
+    """A torchgeo ResNet with ``weights_name`` loaded from the local cache only (no network)."""
+    import timm
+
+    weights, path = pretrained_weights_path(weights_name)
+    arch = weights.__class__.__name__.split("_")[0].lower()
+    if arch != name:
+        raise ConfigError(f"weights {weights_name!r} are for {arch}, but the model is {name}; "
+                          f"use {arch} or {name.capitalize().replace('net', 'Net')}_Weights.*")
+    expected = int(weights.meta["in_chans"])
+    if expected != in_channels:
+        raise DataError(
+            f"band-count mismatch: weights {weights_name} expect {expected} input bands but the "
+            f"data has {in_channels}. Fix: choose bands matching the weights (e.g. all 13 for "
+            "SENTINEL2_ALL weights, rgb for RGB weights), or train without pretrained weights."
+        )
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"pretrained weights {weights_name} are not in the local cache ({path}) and cannot be "
+            f"downloaded here (offline). Fix: on a machine with internet, download {weights.url} "
+            f"and copy it to {path} (or set TORCH_HOME), or set pretrained: false."
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a truncated download, wrong file...
+        raise DataError(f"{path}: cannot load pretrained weights ({exc}). Fix: download it again.") from exc
+    model = timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    extra = (set(missing) | set(unexpected)) - {"fc.weight", "fc.bias"}
+    if extra:
+        raise DataError(f"{path}: weights do not fit {name}: unexpected/missing keys {sorted(extra)[:5]}")
+    logger.info("loaded pretrained %s from %s", weights_name, path)
+    return model
 
 
 def build_model(
@@ -73,33 +254,88 @@ def build_model(
     in_channels: int,
     num_classes: int,
     width: int = 32,
-    pretrained: bool = False,
+    pretrained: bool | str = False,
+    s1_channels: int | None = None,
+    modalities: Sequence[str] = ("s1", "s2"),
 ) -> nn.Module:
     """Build a classifier by name (see :data:`MODEL_NAMES`).
 
     * ``"small_cnn"``: :class:`SmallCNN` (``width`` = channels of the first block).
-    * ``"resnet18"``: ``timm.create_model("resnet18", in_chans=in_channels,
-      num_classes=num_classes, pretrained=False)`` (``width`` is ignored).
+    * ``"resnet18"`` / ``"resnet50"``: ``timm.create_model(name, in_chans=in_channels,
+      num_classes=num_classes)`` -- the architecture torchgeo's ``resnet18/50`` build -- for
+      any channel count (``width`` is ignored). ``pretrained`` may name torchgeo weights
+      (``"ResNet50_Weights.SENTINEL2_ALL_MOCO"``), loaded from the local hub cache only.
+    * ``"cnn3d"``: :class:`SpectralSpatial3DCNN` (``in_channels`` = bands; ``width`` = first
+      block's filters, 8 is plenty).
+    * ``"fusion_cnn"``: :class:`TwoBranchFusionCNN`; ``s1_channels`` of the ``in_channels``
+      are SAR (first), the rest multispectral; ``modalities`` picks the branches.
 
     Raises:
-        ConfigError: unknown ``name`` (lists the valid ones), non-positive sizes, or
-            ``pretrained=True`` (weights cannot be downloaded on these offline machines).
+        ConfigError: Unknown ``name`` (lists the valid ones), non-positive sizes,
+            ``pretrained=True`` (weights cannot be downloaded on these offline machines),
+            pretrained weights not in the local cache, or a bad ``s1_channels``.
+        DataError: Pretrained weights made for a different band count.
     """
     if name not in MODEL_NAMES:
         raise ConfigError(f"unknown model name {name!r}; valid names: {list(MODEL_NAMES)}")
     in_channels = _positive_int("in_channels", in_channels)
     num_classes = _positive_int("num_classes", num_classes)
     width = _positive_int("width", width)
-    if pretrained:
+    if pretrained is True or (pretrained and name not in _RESNETS):
         raise ConfigError(
-            f"model {name!r}: pretrained=True is not supported: pretrained weights cannot be "
+            f"model {name!r}: pretrained={pretrained!r} is not supported: pretrained weights cannot be "
             "downloaded (the training machines are offline and no weights are bundled). "
-            "Set pretrained: false to train from random initialisation."
+            "Set pretrained: false to train from random initialisation"
+            + (", or name torchgeo weights already in the local torch hub cache, e.g. "
+               f"pretrained: {name.replace('resnet', 'ResNet')}_Weights.SENTINEL2_ALL_MOCO."
+               if name in _RESNETS else ".")
         )
     if name == "small_cnn":
         return SmallCNN(in_channels=in_channels, num_classes=num_classes, width=width)
+    if name == "cnn3d":
+        if in_channels < 4:
+            raise ConfigError(f"cnn3d needs >= 4 spectral bands, got in_channels={in_channels}")
+        return SpectralSpatial3DCNN(in_channels=in_channels, num_classes=num_classes, width=width)
+    if name == "fusion_cnn":
+        if s1_channels is None or not 0 < s1_channels < in_channels:
+            raise ConfigError(
+                f"fusion_cnn needs s1_channels between 1 and in_channels - 1 = {in_channels - 1} "
+                f"(the SAR channels come first), got {s1_channels!r}"
+            )
+        return TwoBranchFusionCNN(s1_channels, in_channels - s1_channels, num_classes, width, modalities)
+    if isinstance(pretrained, str) and pretrained:
+        return _load_pretrained_resnet(name, pretrained, in_channels, num_classes)
     import timm
 
-    return timm.create_model(
-        "resnet18", pretrained=False, in_chans=in_channels, num_classes=num_classes
-    )
+    return timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
+
+
+def expected_input_channels(model: nn.Module) -> int | None:
+    """Input channels (bands) ``model`` takes: its ``in_channels`` attribute, else the first
+    convolution's, else ``None``. Unwraps DDP (``.module``)."""
+    model = getattr(model, "module", model)
+    value = getattr(model, "in_channels", None)
+    if isinstance(value, int):
+        return value
+    for layer in model.modules():
+        if isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            return int(layer.in_channels)
+    return None
+
+
+def check_input_channels(model: nn.Module, data_channels: int, *, source: str) -> None:
+    """Raise a DataError if ``model`` takes a different band count than the data has.
+
+    Args:
+        model: The model (or DDP wrapper).
+        data_channels: Bands of one data sample.
+        source: What the data is (a path or dataset name), for the message.
+    """
+    expected = expected_input_channels(model)
+    if expected is not None and expected != data_channels:
+        raise DataError(
+            f"band-count mismatch: {source} has {data_channels} band(s) per sample but the model "
+            f"takes {expected}. Fix: select bands to match the model (data.bands), or build the "
+            f"model for {data_channels} input channels (a checkpoint trained on other bands "
+            "cannot be reused)."
+        )
