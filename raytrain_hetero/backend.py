@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,12 @@ class HeteroTorchConfig(TorchConfig):
 
 
 def _install_on_worker(
-    setup: HeteroSetup, spec_index: int, rank: int, world_size: int, gpu_ids: list[str]
+    setup: HeteroSetup,
+    spec_index: int,
+    rank: int,
+    world_size: int,
+    gpu_ids: list[str],
+    group_id: str,
 ) -> str:
     """Runs in each worker process: choose its device, threads and install its context."""
     import torch
@@ -108,6 +114,7 @@ def _install_on_worker(
             rank=rank,
             world_size=world_size,
             device=device,
+            group_id=group_id,
         )
     )
     return device
@@ -134,9 +141,17 @@ class HeteroTorchBackend(_TorchBackend):
                 f"Workers map to slots {slots} but the run has {len(setup.specs)} slots."
             )
         gpu_ids = self._lease_extra_resources(workers, slots, setup, common)
+        group_id = uuid.uuid4().hex[:12]
         futures = [
             worker_group.execute_single_async(
-                rank, _install_on_worker, setup, slots[rank], rank, world_size, gpu_ids[rank]
+                rank,
+                _install_on_worker,
+                setup,
+                slots[rank],
+                rank,
+                world_size,
+                gpu_ids[rank],
+                group_id,
             )
             for rank in range(world_size)
         ]
@@ -152,7 +167,14 @@ class HeteroTorchBackend(_TorchBackend):
         if setup.scheduler_name is not None:
             from raytrain_hetero.scheduler import get_or_create_scheduler
 
-            get_or_create_scheduler(setup.run_id, ray.get_runtime_context().get_node_id())
+            scheduler = get_or_create_scheduler(
+                setup.run_id,
+                ray.get_runtime_context().get_node_id(),
+                policy=setup.policy,
+                live=setup.live,
+                detached=True,
+            )
+            scheduler.register_group.remote(group_id, world_size)
         super().on_start(worker_group, backend_config)
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:

@@ -40,6 +40,11 @@ class HeteroSetup:
         scheduler_name: Ray actor name of the run's scheduler, or None.
         scheduler_namespace: Ray namespace of that actor.
         flush_every: Steps between pushes of step records to the scheduler.
+        live: Re-plan from live measurements (the scheduler's policy).
+        policy: PolicyConfig fields for the scheduler.
+        plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
+        slowdown_schedule: EMULATION: injected slowdowns ({"factor", "worker"|"rank",
+            "from_step"}) known from the start.
     """
 
     run_id: str
@@ -54,6 +59,10 @@ class HeteroSetup:
     scheduler_name: str | None = None
     scheduler_namespace: str | None = None
     flush_every: int = 5
+    live: bool = True
+    policy: dict[str, Any] | None = None
+    plan_sync_every: int = 5
+    slowdown_schedule: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,8 @@ class WorkerContext:
     step_wall_start: float = 0.0
     bn_sync_enabled: bool = True
     compute_clock: Any = None
+    group_id: str = ""
+    injections: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def spec(self) -> WorkerSpec:
@@ -140,8 +151,14 @@ class WorkerContext:
 
     @property
     def slowdown(self) -> float:
-        """Emulated slowdown factor of this worker (1.0 = none)."""
-        return float(self.spec.emulated_slowdown)
+        """Emulated slowdown factor of this worker now (1.0 = none), injections included."""
+        factor = float(self.spec.emulated_slowdown)
+        step = self.current_step.global_step if self.current_step is not None else -1
+        for injection in (*self.setup.slowdown_schedule, *self.injections):
+            targets_me = injection.get("worker") == self.spec.name or injection.get("rank") == self.rank
+            if targets_me and step >= int(injection.get("from_step", 0)):
+                factor *= float(injection["factor"])
+        return factor
 
 
 _lock = threading.Lock()

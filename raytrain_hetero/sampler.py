@@ -217,6 +217,7 @@ class HeteroDataLoader:
             "loss": ctx.step_metrics.get("loss", float("nan")),
             "global_samples_per_s": step.global_count / wall if wall > 0 else float("nan"),
             "plan_version": step.plan_version,
+            "group": ctx.group_id,
             "wall_s": wall,
             "time": time.time(),
         }

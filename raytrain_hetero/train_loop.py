@@ -339,7 +339,7 @@ def _install_plan(ctx: WorkerContext, plan: Plan) -> None:
     )
     actor = _scheduler_handle(ctx)
     if actor is not None and ctx.rank == 0:
-        actor.record_plan.remote(plan.to_dict(), ctx.world_size)
+        actor.record_plan.remote(plan.to_dict(), ctx.world_size, ctx.group_id)
 
 
 def _install_first_plan(
@@ -521,21 +521,105 @@ def _on_step_end(ctx: WorkerContext, record: dict[str, Any]) -> None:
     ctx.step_records.append(record)
     if len(ctx.step_records) >= ctx.setup.flush_every:
         _flush_records(ctx)
+    every = ctx.setup.plan_sync_every
+    if ctx.setup.scheduler_name is not None and every > 0 and (record["step"] + 1) % every == 0:
+        _sync_with_scheduler(ctx)
+
+
+def _sync_with_scheduler(ctx: WorkerContext) -> None:
+    """A collective at the same step on every rank: adopt the scheduler's pending plan.
+
+    Rank 0 asks the scheduler and broadcasts its answer; a new plan takes effect at the first
+    step no rank has carved yet. If the scheduler is unreachable, rank 0 recreates it and
+    training goes on with the current plan.
+    """
+    payload: Any = None
+    if ctx.rank == 0:
+        current = ctx.schedule.current
+        version = current.version if current is not None else 0
+        try:
+            actor = _scheduler_handle(ctx)
+            payload = ray.get(actor.poll.remote(ctx.group_id, version), timeout=10)
+            if not payload["known_group"]:
+                # A recreated scheduler: tell it who we are and what we run.
+                actor.register_group.remote(
+                    ctx.group_id, ctx.world_size, current.to_dict() if current else None
+                )
+        except Exception as exc:  # noqa: BLE001 - training must not stop for the scheduler
+            logger.warning("scheduler unreachable (%s); continuing on plan v%s", exc, version)
+            ctx.scheduler = None
+            payload = None
+            try:
+                from raytrain_hetero.scheduler import get_or_create_scheduler
+
+                actor = get_or_create_scheduler(
+                    ctx.setup.run_id, policy=ctx.setup.policy, live=ctx.setup.live, detached=True
+                )
+                actor.register_group.remote(
+                    ctx.group_id, ctx.world_size, current.to_dict() if current else None
+                )
+                ctx.scheduler = actor
+            except Exception as again:  # noqa: BLE001
+                logger.warning("could not recreate the scheduler: %s", again)
+    box = [payload]
+    dist.broadcast_object_list(box, src=0)
+    payload = box[0]
+    if not payload:
+        return
+    ctx.injections = list(payload.get("injections") or [])
+    proposal = payload.get("plan")
+    if not proposal:
+        return
+    carved = torch.tensor([ctx.schedule.carved_through], dtype=torch.int64)
+    dist.all_reduce(carved, op=dist.ReduceOp.MAX)
+    from raytrain_hetero.core.allocation import CostModel
+
+    current = ctx.schedule.current
+    plan = Plan(
+        version=_next_version(ctx),
+        effective_step=int(carved.item()) + 1,
+        slices=tuple(int(b) for b in proposal["slices"]),
+        costs=tuple(CostModel(float(a), float(b)) for a, b in proposal["costs"]),
+        caps=current.caps if current is not None else None,
+        min_slice=ctx.setup.min_slice,
+        reason=f"live: {proposal['reason']}",
+    )
+    _install_plan(ctx, plan)
 
 
 def _flush_records(ctx: WorkerContext, wait: bool = False) -> None:
+    _check_pushes(ctx, timeout=30 if wait else 0)
     if ctx.step_records:
         actor = _scheduler_handle(ctx)
         if actor is not None:
-            ctx.pending_pushes.append(actor.record_steps.remote(list(ctx.step_records)))
-        ctx.step_records.clear()
-    if wait and ctx.pending_pushes:
-        # At a report, make sure earlier pushes landed (a finished run loses none).
+            batch = list(ctx.step_records)
+            ctx.pending_pushes.append((actor.record_steps.remote(batch), batch))
+            ctx.step_records.clear()
+        elif len(ctx.step_records) > 10_000:
+            del ctx.step_records[:-10_000]  # bounded while no scheduler is reachable
+    if wait:
+        _check_pushes(ctx, timeout=30)
+
+
+def _check_pushes(ctx: WorkerContext, timeout: float) -> None:
+    """Collect finished pushes; a push to a dead scheduler is re-queued for its successor."""
+    if not ctx.pending_pushes:
+        return
+    refs = [ref for ref, _ in ctx.pending_pushes]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    ready_set = set(ready)
+    still: list[Any] = []
+    for ref, batch in ctx.pending_pushes:
+        if ref not in ready_set:
+            still.append((ref, batch))
+            continue
         try:
-            ray.get(ctx.pending_pushes, timeout=30)
-        except Exception as exc:  # noqa: BLE001 - measurements are best effort
-            logger.warning("step records did not reach the scheduler: %s", exc)
-        ctx.pending_pushes.clear()
+            ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - the scheduler died; look it up again later
+            logger.warning("step records not delivered (%s); will resend", type(exc).__name__)
+            ctx.scheduler = None
+            ctx.step_records[:0] = batch
+    ctx.pending_pushes = still
 
 
 def _scheduler_handle(ctx: WorkerContext) -> Any:

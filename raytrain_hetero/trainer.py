@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import asdict
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from ray.train.torch import TorchTrainer
 
 from raytrain_hetero.backend import HeteroTorchConfig, common_resources
 from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.core.policy import PolicyConfig
 from raytrain_hetero.context import HeteroSetup
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.scheduler import (
@@ -48,6 +50,31 @@ class _WorkerEntry:
         if self.takes_config:
             return self.train_loop_per_worker(config)
         return self.train_loop_per_worker()
+
+
+def _check_injection(injection: dict[str, Any], specs: Sequence[WorkerSpec]) -> dict[str, Any]:
+    """Validate one emulated-slowdown injection against the worker slots."""
+    allowed = {"factor", "worker", "rank", "from_step"}
+    unknown = set(injection) - allowed
+    if unknown:
+        raise ConfigError(
+            f"slowdown injection has unknown keys {sorted(unknown)}; use {sorted(allowed)}."
+        )
+    factor = injection.get("factor")
+    if not isinstance(factor, (int, float)) or not factor >= 1.0:
+        raise ConfigError(f"slowdown factor must be a number >= 1, got {factor!r}.")
+    worker, rank = injection.get("worker"), injection.get("rank")
+    if (worker is None) == (rank is None):
+        raise ConfigError("a slowdown injection names exactly one of worker= or rank=.")
+    names = [s.name for s in specs]
+    if worker is not None and worker not in names:
+        raise ConfigError(f"slowdown injection names worker {worker!r}; workers are {names}.")
+    if rank is not None and not 0 <= int(rank) < len(specs):
+        raise ConfigError(f"slowdown injection rank {rank} is outside 0..{len(specs) - 1}.")
+    if int(injection.get("from_step", 0)) < 0:
+        raise ConfigError("slowdown injection from_step must be >= 0.")
+    return {"factor": float(factor), "worker": worker, "rank": rank,
+            "from_step": int(injection.get("from_step", 0))}
 
 
 def expand_worker_specs(workers: Sequence[WorkerSpec | Mapping[str, Any]]) -> list[WorkerSpec]:
@@ -86,6 +113,16 @@ class HeteroTrainer:
         seed: Seed of the per-epoch permutations.
         torch_backend: Force "gloo" or "nccl"; default gloo if any worker is on CPU.
         flush_every: Steps between pushes of per-step measurements to the scheduler actor.
+        live: Re-plan live from measured step times (default: True, unless fixed_shares).
+        policy: Live re-planning policy (PolicyConfig or its fields as a dict).
+        plan_sync_every: Steps between the ranks' agreement on the scheduler's pending plan.
+        slowdown_schedule: EMULATION: slowdowns injected at given steps, each a dict
+            ``{"factor": k, "worker": name | "rank": r, "from_step": s}``.
+        min_workers: Enables Ray Train V2 elastic scaling between ``min_workers`` and the
+            number of worker slots; slots are filled in order, so list essential workers first.
+        elastic_resize_monitor_interval_s: How often Ray Train checks for room to grow.
+        collective_timeout_s: torch process-group timeout: a rank stuck this long fails the
+            group, which Ray Train restarts (``RunConfig(failure_config=...)``).
     """
 
     def __init__(
@@ -103,6 +140,13 @@ class HeteroTrainer:
         seed: int = 0,
         torch_backend: str | None = None,
         flush_every: int = 5,
+        live: bool | None = None,
+        policy: PolicyConfig | Mapping[str, Any] | None = None,
+        plan_sync_every: int = 5,
+        slowdown_schedule: Sequence[Mapping[str, Any]] = (),
+        min_workers: int | None = None,
+        elastic_resize_monitor_interval_s: float = 5.0,
+        collective_timeout_s: int = 1800,
     ) -> None:
         self.specs = expand_worker_specs(workers)
         n = len(self.specs)
@@ -137,6 +181,13 @@ class HeteroTrainer:
             )
         if flush_every < 1:
             raise ConfigError(f"flush_every must be >= 1, got {flush_every}.")
+        if plan_sync_every < 0:
+            raise ConfigError(f"plan_sync_every must be >= 0 (0 disables), got {plan_sync_every}.")
+        if min_workers is not None and not 1 <= min_workers <= n:
+            raise ConfigError(
+                f"min_workers={min_workers} must be between 1 and the {n} worker slots."
+            )
+        self.slowdown_schedule = tuple(_check_injection(dict(i), self.specs) for i in slowdown_schedule)
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
@@ -148,11 +199,23 @@ class HeteroTrainer:
         self.probe = probe or ProbeConfig()
         self.seed = seed
         self.flush_every = flush_every
+        self.live = (fixed_shares is None) if live is None else bool(live)
+        if isinstance(policy, PolicyConfig):
+            policy = asdict(policy)
+        self.policy = dict(policy or {})
+        PolicyConfig(**self.policy)  # validates, naming the bad field
+        self.plan_sync_every = plan_sync_every
+        self.min_workers = min_workers
+        self.elastic_resize_monitor_interval_s = elastic_resize_monitor_interval_s
+        self.collective_timeout_s = collective_timeout_s
+        self._scheduler: Any = None
+        self._incarnation: str | None = None
         devices = {s.resolved_device() for s in self.specs}
         self.torch_backend = torch_backend or ("nccl" if devices == {"cuda"} else "gloo")
         self.run_id = uuid.uuid4().hex[:12]
         self.step_records: list[dict[str, Any]] = []
         self.plans: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ Ray Train wiring
 
@@ -160,11 +223,14 @@ class HeteroTrainer:
         """The ScalingConfig: common resources, one label selector per worker slot."""
         common = common_resources([dict(s.resources) for s in self.specs])
         selectors = [dict(s.label_selector or {}) for s in self.specs]
+        n = len(self.specs)
+        elastic = self.min_workers is not None and self.min_workers < n
         return ScalingConfig(
-            num_workers=len(self.specs),
+            num_workers=(self.min_workers, n) if elastic else n,
             resources_per_worker=common,
             use_gpu=common.get("GPU", 0) > 0,
             label_selector=selectors if any(selectors) else None,
+            elastic_resize_monitor_interval_s=self.elastic_resize_monitor_interval_s,
         )
 
     def setup(self) -> HeteroSetup:
@@ -182,6 +248,10 @@ class HeteroTrainer:
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
             flush_every=self.flush_every,
+            live=self.live,
+            policy=self.policy,
+            plan_sync_every=self.plan_sync_every,
+            slowdown_schedule=self.slowdown_schedule,
         )
 
     def torch_trainer(self) -> TorchTrainer:
@@ -189,7 +259,11 @@ class HeteroTrainer:
         return TorchTrainer(
             self._entry,
             train_loop_config=self.train_loop_config,
-            torch_config=HeteroTorchConfig(backend=self.torch_backend, setup=self.setup()),
+            torch_config=HeteroTorchConfig(
+                backend=self.torch_backend,
+                setup=self.setup(),
+                timeout_s=self.collective_timeout_s,
+            ),
             scaling_config=self.scaling_config(),
             run_config=self.run_config,
         )
@@ -214,7 +288,13 @@ class HeteroTrainer:
         """
         if not ray.is_initialized():
             ray.init()
-        scheduler = get_or_create_scheduler(self.run_id, ray.get_runtime_context().get_node_id())
+        scheduler = get_or_create_scheduler(
+            self.run_id,
+            ray.get_runtime_context().get_node_id(),
+            policy=self.policy,
+            live=self.live,
+        )
+        self._scheduler = scheduler
         trainer = self.torch_trainer()
         seen = 0
         try:
@@ -240,10 +320,31 @@ class HeteroTrainer:
             seen = self._poll(scheduler, seen, progress)
             return result
         finally:
+            self._scheduler = None
             try:
-                ray.kill(scheduler)
+                ray.kill(get_or_create_scheduler(self.run_id))
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+    def inject_slowdown(
+        self,
+        factor: float,
+        *,
+        worker: str | None = None,
+        rank: int | None = None,
+        from_step: int = 0,
+    ) -> None:
+        """EMULATION: make a worker (WorkerSpec name) or rank ``factor`` times slower.
+
+        Call it from another thread while :meth:`fit` runs (e.g. a progress callback); the
+        workers apply it at their next plan synchronisation at or after ``from_step``.
+        """
+        _check_injection(
+            {"factor": factor, "worker": worker, "rank": rank, "from_step": from_step}, self.specs
+        )
+        if self._scheduler is None:
+            raise ConfigError("inject_slowdown works while fit() runs; use slowdown_schedule before.")
+        ray.get(self._scheduler.inject_slowdown.remote(factor, worker, rank, from_step))
 
     def _poll(
         self,
@@ -253,13 +354,22 @@ class HeteroTrainer:
     ) -> int:
         # Workers push asynchronously: give the final pushes a moment to land.
         try:
+            # Look the actor up by name: rank 0 may have recreated it.
+            scheduler = get_or_create_scheduler(self.run_id, policy=self.policy, live=self.live)
             snapshot = ray.get(scheduler.snapshot.remote(seen), timeout=30)
         except Exception as exc:  # noqa: BLE001 - progress is best effort
             logger.warning("could not poll the scheduler: %s", exc)
             return seen
+        if snapshot.get("incarnation") != self._incarnation:
+            # A recreated scheduler starts with no records: read it from the beginning.
+            if self._incarnation is not None and seen:
+                snapshot = ray.get(scheduler.snapshot.remote(0), timeout=30)
+                seen = 0
+            self._incarnation = snapshot.get("incarnation")
         new = snapshot["records"]
         self.step_records.extend(new)
         self.plans = snapshot["plans"]
+        self.decisions = snapshot.get("decisions", [])
         if progress is not None and (new or snapshot["plans"]):
             progress({"records": new, "plans": snapshot["plans"]})
         time.sleep(0)

@@ -146,3 +146,57 @@ def placement_loop(config: dict) -> None:
         json.dumps({**info, "pool": labels.get("pool"), "threads": torch.get_num_threads()})
     )
     rh.report({"done": 1})
+
+
+def wide_model(features: int, classes: int) -> torch.nn.Module:
+    """An MLP with real per-sample work (~1 ms per sample per thread), so speeds are measurable."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, 768), torch.nn.ReLU(),
+        torch.nn.Linear(768, 768), torch.nn.ReLU(),
+        torch.nn.Linear(768, classes),
+    )
+
+
+def live_loop(config: dict) -> None:
+    """Ledger-recording loop for the live scheduler tests (optional kill of the scheduler)."""
+    import ray
+
+    x, y, idx = make_regression_data(config["size"], 64, 3, torch.float32)
+    model = rh.prepare_model(wide_model(64, 3))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
+        model.module.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    info = rh.get_rank_info()
+    out = Path(config["out"])
+    ledger = (out / f"ledger_rank{info['rank']}_{rh.get_rank_info()['world_size']}.jsonl").open("a")
+    for epoch in range(loader.epoch, config["epochs"]):
+        for xb, yb, ib in loader:
+            step = rh.current_step_number()
+            ledger.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist(),
+                                     "world": info["world_size"]}) + "\n")
+            ledger.flush()
+            loss = F.cross_entropy(model(xb), yb)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            if config.get("kill_scheduler_at") == step and info["rank"] == 0:
+                from raytrain_hetero.scheduler import SCHEDULER_NAMESPACE, scheduler_actor_name
+
+                actor = ray.get_actor(scheduler_actor_name(config["run_id"]), namespace=SCHEDULER_NAMESPACE)
+                ray.kill(actor)
+                (out / "killed_scheduler").write_text(str(step))
+            if config.get("checkpoint_every") and (step + 1) % config["checkpoint_every"] == 0:
+                with tempfile.TemporaryDirectory() as d:
+                    torch.save({"model": model.module.state_dict(), "optim": optim.state_dict()},
+                               os.path.join(d, "model.pt"))
+                    ck = ray.train.Checkpoint.from_directory(d) if info["rank"] == 0 else None
+                    rh.report({"step": step}, checkpoint=ck)
+    if info["rank"] == 0:
+        np.save(out / "final_params.npy", flat_params(model))
+    rh.report({"done": 1})
