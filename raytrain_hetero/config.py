@@ -51,9 +51,12 @@ from raytrain_hetero.errors import ConfigError, DataError
 
 __all__ = [
     "ConfigProblem",
+    "DATASET_KINDS",
     "DataConfig",
     "EUROSAT_BAND_NAMES",
+    "GENERATE_KEYS",
     "GenerateConfig",
+    "HyperspectralConfig",
     "JobConfig",
     "ModelConfig",
     "ProbeConfig",
@@ -238,30 +241,127 @@ class WorkerSpec(_Model):
 
 
 class GenerateConfig(_Model):
-    """Parameters of the synthetic EuroSAT generator (real on-disk layout, cached)."""
+    """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
+    cached).
+
+    Which keys apply depends on the dataset (see :data:`GENERATE_KEYS`; others are
+    rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal: those and
+    cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes, file_format.
+    ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
+    """
 
     samples_per_class: Int = Field(
         100, ge=3, description="images per class (>= 3: every class needs train/val/test)"
     )
     seed: Int = Field(0, ge=0, description="generator seed")
-    size: Int = Field(64, ge=16, description="image side in pixels (real EuroSAT: 64)")
+    size: Int | None = Field(
+        None, ge=16, description="image side in pixels (default: the real size, EuroSAT 64)"
+    )
+    height: Int | None = Field(None, ge=8, description="hyperspectral scene rows (default 145)")
+    width: Int | None = Field(None, ge=8, description="hyperspectral scene columns (default 145)")
+    spectral_bands: Int | None = Field(
+        None, ge=4, description="hyperspectral bands (default 200, like Indian Pines)"
+    )
+    classes: Int | None = Field(
+        None, ge=2, le=255, description="hyperspectral classes (default 16)"
+    )
+    file_format: Literal["mat", "tif"] | None = Field(
+        None, description="hyperspectral files: mat (Indian Pines style) or tif (GeoTIFF)"
+    )
+    cloud_fraction: Float | None = Field(
+        None, ge=0, lt=1, allow_inf_nan=False,
+        description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
+    )
+
+
+#: Generator keys that apply to each dataset kind.
+GENERATE_KEYS: dict[str, tuple[str, ...]] = {
+    "eurosat": ("samples_per_class", "seed", "size"),
+    "uc_merced": ("samples_per_class", "seed", "size"),
+    "multimodal": ("samples_per_class", "seed", "size", "cloud_fraction"),
+    "hyperspectral": ("seed", "height", "width", "spectral_bands", "classes", "file_format"),
+}
+
+#: Dataset kinds of ``data.dataset``.
+DATASET_KINDS: tuple[str, ...] = ("eurosat", "uc_merced", "hyperspectral", "multimodal")
+
+
+class HyperspectralConfig(_Model):
+    """Which scene files to read and how to cut them into patch samples.
+
+    Attributes:
+        image: Cube file (``.mat`` or GeoTIFF), relative to ``data.root`` or absolute;
+            ``None`` finds it by the public naming (``*_corrected.mat`` beside ``*_gt.mat``).
+        labels: Label-map file, likewise (``None``: the one ``*_gt`` file).
+        image_key: ``.mat`` variable of the cube (``None``: the only 3-D one).
+        label_key: ``.mat`` variable of the labels (``None``: the only 2-D one).
+        patch_size: k of the k x k patches (odd).
+        split: ``"block"`` (spatially disjoint blocks; honest, the default) or ``"random"``
+            pixels (optimistic: neighbouring, overlapping patches land in train and test).
+        block_size: Side of the split blocks in pixels.
+        guard: Drop centres whose patch reaches into another split's block.
+        fractions: Train/val/test fractions of the labelled pixels.
+    """
+
+    image: str | None = Field(None, description="cube file, e.g. Indian_pines_corrected.mat")
+    labels: str | None = Field(None, description="label file, e.g. Indian_pines_gt.mat")
+    image_key: str | None = Field(None, description=".mat variable of the cube")
+    label_key: str | None = Field(None, description=".mat variable of the labels")
+    patch_size: PositiveInt = Field(9, description="patch side k (odd)")
+    split: Literal["block", "random"] = Field("block", description="block or random")
+    block_size: PositiveInt = Field(16, description="split block side in pixels")
+    guard: bool = Field(True, description="keep every patch inside its own split's blocks")
+    fractions: list[NonNegFloat] = Field(
+        default_factory=lambda: [0.6, 0.2, 0.2], description="train/val/test fractions"
+    )
+
+    @field_validator("patch_size")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise _invalid(
+                f"patch_size must be odd (a centre pixel), got {value}",
+                f"use {value + 1} or {value - 1}",
+            )
+        return value
+
+    @field_validator("fractions")
+    @classmethod
+    def _three_fractions(cls, value: list[float]) -> list[float]:
+        if len(value) != 3 or abs(sum(value) - 1.0) > 1e-6 or value[0] <= 0 or value[1] <= 0:
+            raise _invalid(
+                f"fractions must be three numbers (train, val, test) summing to 1 with train "
+                f"and val > 0, got {value}",
+                "write e.g. fractions: [0.6, 0.2, 0.2]",
+            )
+        return value
 
 
 class DataConfig(_Model):
     """Where the data lives and how to read it.
 
     Attributes:
-        dataset: Dataset kind (only ``"eurosat"`` for now).
+        dataset: Dataset kind: ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial
+            RGB), ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"``
+            (Sentinel-1 + Sentinel-2 pairs).
         root: Dataset root directory. A relative path is resolved against the current
             working directory when the config is validated, so the model always holds an
             absolute path (Ray workers run in other directories).
-        bands: ``"all"`` (13 bands), ``"rgb"`` or an explicit list of band names.
-        generate: If set and ``root`` holds no dataset, generate a synthetic EuroSAT there.
+        bands: EuroSAT only: ``"all"`` (13 bands), ``"rgb"`` or a list of band names.
+        generate: If set and ``root`` holds no dataset, generate a synthetic one there.
         num_workers: DataLoader worker processes per training worker.
         cache: Decode every sample once and keep it in memory in each worker (small datasets).
+        image_size: UC Merced only: resize the 256 x 256 images further (cheaper training).
+        on_bad_file: Decode every file on the driver before training; ``"error"`` stops with
+            a list of corrupt/truncated files, ``"skip"`` leaves them out. ``None``: "error"
+            for uc_merced and multimodal, no up-front check for eurosat (as before). A bad
+            hyperspectral scene file always fails (a scene cannot be skipped).
+        hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
     """
 
-    dataset: Literal["eurosat"] = Field("eurosat", description="dataset kind")
+    dataset: Literal["eurosat", "uc_merced", "hyperspectral", "multimodal"] = Field(
+        "eurosat", description="dataset kind: eurosat, uc_merced, hyperspectral, multimodal"
+    )
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
     bands: Literal["all", "rgb"] | list[str] = Field(
         "all", description="'all', 'rgb' or a list of band names such as [B04, B03, B02]"
@@ -273,6 +373,58 @@ class DataConfig(_Model):
     cache: bool = Field(
         False, description="keep decoded samples in memory in every worker (small datasets)"
     )
+    image_size: Int | None = Field(
+        None, ge=8, description="uc_merced: resize images to this side (default 256)"
+    )
+    on_bad_file: Literal["error", "skip"] | None = Field(
+        None, description="corrupt files: error (list them) or skip (leave them out)"
+    )
+    hyperspectral: HyperspectralConfig | None = Field(
+        None, description="hyperspectral scene files, patch size and split"
+    )
+
+    @model_validator(mode="after")
+    def _dataset_specific_keys(self) -> DataConfig:
+        kind = self.dataset
+        if kind != "eurosat" and self.bands != "all":
+            raise _invalid(
+                f"bands selects EuroSAT bands; dataset {kind!r} has fixed bands",
+                "remove data.bands (or use dataset: eurosat)",
+                ("bands",),
+            )
+        if self.image_size is not None and kind != "uc_merced":
+            raise _invalid(
+                f"image_size applies to dataset uc_merced, not {kind!r}",
+                "remove data.image_size",
+                ("image_size",),
+            )
+        if self.hyperspectral is not None and kind != "hyperspectral":
+            raise _invalid(
+                f"the hyperspectral section applies to dataset hyperspectral, not {kind!r}",
+                "remove data.hyperspectral, or set dataset: hyperspectral",
+                ("hyperspectral",),
+            )
+        if kind == "hyperspectral" and self.on_bad_file == "skip":
+            raise _invalid(
+                "a hyperspectral scene is one image: a bad scene file cannot be skipped",
+                "remove on_bad_file (a corrupt scene file always stops with its name)",
+                ("on_bad_file",),
+            )
+        if self.generate is not None:
+            allowed = GENERATE_KEYS[kind]
+            fields = GenerateConfig.model_fields
+            extra = sorted(
+                k for k in self.generate.model_fields_set
+                if k not in allowed and getattr(self.generate, k) != fields[k].default
+            )
+            if extra:
+                raise _invalid(
+                    f"generate.{extra[0]} does not apply to dataset {kind!r}; its generator "
+                    f"takes {', '.join(allowed)}",
+                    f"remove generate.{extra[0]}",
+                    ("generate", extra[0]),
+                )
+        return self
 
     @field_validator("root", mode="before")
     @classmethod
@@ -324,20 +476,61 @@ class DataConfig(_Model):
 
 
 class ModelConfig(_Model):
-    """Which network to train."""
+    """Which network to train.
 
-    name: Literal["small_cnn", "resnet18"] = Field("small_cnn", description="architecture")
-    width: PositiveInt = Field(32, description="base channel width (small_cnn)")
-    pretrained: bool = Field(False, description="start from pretrained weights (resnet18)")
+    Attributes:
+        name: ``small_cnn``, ``resnet18``, ``resnet50`` (timm/torchgeo, any band count),
+            ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches) or ``fusion_cnn``
+            (two-branch SAR + multispectral late fusion, dataset multimodal).
+        width: Base channel width (small_cnn, cnn3d, fusion_cnn branches).
+        pretrained: ``false``, or the name of torchgeo weights for a ResNet
+            (``ResNet18_Weights.SENTINEL2_ALL_MOCO``), loaded from the local torch hub cache
+            only; ``true`` is refused (nothing can be downloaded).
+        in_channels: Bands the model takes; checked against the data before training starts
+            (``None``: whatever the data has).
+        modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
+            ``[s1]`` or ``[s2]`` (single-branch ablations).
+    """
+
+    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn"] = Field(
+        "small_cnn", description="architecture"
+    )
+    width: PositiveInt = Field(32, description="base channel width (small_cnn, cnn3d, fusion_cnn)")
+    pretrained: bool | str = Field(
+        False, description="false, or torchgeo weights name for resnet18/50 (local cache only)"
+    )
+    in_channels: PositiveInt | None = Field(
+        None, description="bands the model takes (checked against the data); null: the data's"
+    )
+    modalities: list[Literal["s1", "s2"]] | None = Field(
+        None, min_length=1, max_length=2, description="fusion_cnn branches: [s1, s2], [s1] or [s2]"
+    )
 
     @model_validator(mode="after")
     def _pretrained_available(self) -> ModelConfig:
-        if self.pretrained and self.name == "small_cnn":
+        if self.pretrained and self.name not in ("resnet18", "resnet50"):
             raise _invalid(
-                "small_cnn has no pretrained weights",
-                "set pretrained: false, or use name: resnet18",
+                f"{self.name} has no pretrained weights",
+                "set pretrained: false, or use name: resnet18 / resnet50",
                 ("pretrained",),
             )
+        if isinstance(self.pretrained, str) and "_Weights." not in self.pretrained:
+            raise _invalid(
+                f"pretrained must be false or a torchgeo weights name, got {self.pretrained!r}",
+                f"write e.g. pretrained: {self.name.replace('resnet', 'ResNet')}_Weights."
+                "SENTINEL2_ALL_MOCO (present in the local torch hub cache), or false",
+                ("pretrained",),
+            )
+        if self.modalities is not None:
+            if self.name != "fusion_cnn":
+                raise _invalid(
+                    f"modalities applies to fusion_cnn, not {self.name}",
+                    "remove model.modalities, or use name: fusion_cnn",
+                    ("modalities",),
+                )
+            if len(set(self.modalities)) != len(self.modalities):
+                raise _invalid("modalities lists a branch twice", "write [s1, s2], [s1] or [s2]",
+                               ("modalities",))
         return self
 
 
@@ -482,6 +675,24 @@ class JobConfig(_Model):
                     for i in range(spec.count)
                 )
         return out
+
+    @model_validator(mode="after")
+    def _model_fits_dataset(self) -> JobConfig:
+        kind, name = self.data.dataset, self.model.name
+        if name == "fusion_cnn" and kind != "multimodal":
+            raise _invalid(
+                f"fusion_cnn needs two modalities, but data.dataset is {kind!r}",
+                "use data.dataset: multimodal, or another model.name",
+                ("model", "name"),
+            )
+        if kind == "multimodal" and name != "fusion_cnn":
+            raise _invalid(
+                f"dataset multimodal stacks SAR and multispectral bands; {name} would mix "
+                "them in one branch",
+                "use model.name: fusion_cnn (model.modalities: [s1] or [s2] for one branch)",
+                ("model", "name"),
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
@@ -1067,16 +1278,22 @@ def check_data_root(cfg: DataConfig) -> None:
             is not a directory. The message names the absolute path and the fix.
     """
     root = _absolute(cfg.root)
+    what = {
+        "eurosat": "EuroSAT",
+        "uc_merced": "UC Merced",
+        "hyperspectral": "hyperspectral scene",
+        "multimodal": "multimodal (So2Sat-style) dataset",
+    }[cfg.dataset]
     if root.exists() and not root.is_dir():
         raise DataError(
             f"data.root {root} exists but is not a directory. Fix: point data.root at a "
-            "directory (a downloaded EuroSAT, or an empty/new one with data.generate set)."
+            f"directory (a downloaded {what}, or an empty/new one with data.generate set)."
         )
     if not root.exists() and cfg.generate is None:
         raise DataError(
             f"data.root {root} does not exist and data.generate is not set. Fix: set "
-            "data.generate: {} to generate a synthetic EuroSAT there, or point data.root at a "
-            "downloaded EuroSAT."
+            f"data.generate: {{}} to generate a synthetic {what} there, or point data.root at a "
+            f"downloaded {what}."
         )
     logger.debug("data root %s: exists=%s generate=%s", root, root.exists(), cfg.generate)
 

@@ -39,23 +39,19 @@ def classification_loop(config: dict[str, Any]) -> None:
     import torch.nn.functional as F
 
     import raytrain_hetero as rh
-    from raytrain_hetero.workloads import build_model, eurosat_datasets
+    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.workloads.from_config import model_arguments, open_configured_datasets
 
     job = JobConfig.model_validate(config["job"])
     torch.manual_seed(job.train.seed)
-    datasets = eurosat_datasets(job.data.root, bands=job.data.bands, splits=("train", "val"))
+    # Any data.dataset; unreadable files the driver found are left out (cached list).
+    workload = open_configured_datasets(job.data, ("train", "val"))
+    datasets = workload.datasets
     if job.data.cache:
         from raytrain_hetero.workloads.cache import InMemoryDataset
 
         datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    in_channels = int(datasets["train"][0]["image"].shape[0])
-    model = build_model(
-        job.model.name,
-        in_channels=in_channels,
-        num_classes=NUM_CLASSES,
-        width=job.model.width,
-        pretrained=job.model.pretrained,
-    )
+    model = build_model(job.model.name, **model_arguments(job.model, workload))
     model = rh.prepare_model(model)
     optimizer = torch.optim.SGD(
         model.parameters(),
@@ -120,35 +116,39 @@ def evaluate(model: Any, dataset: Any, device: Any, batch_size: int = 256) -> fl
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
     """Generate the dataset if configured (cached), then check it against the model.
 
+    Everything that can be checked before a worker starts is checked here: the root, every
+    file's readability (``data.on_bad_file``), the band count against the model
+    (``model.in_channels``, pretrained weights) and the model itself (built once).
+
     Returns:
         Split sizes and the band count.
 
     Raises:
-        DataError: Missing root (naming the path) or unreadable data.
-        ConfigError: Too few samples for the workers, or a band count the model cannot take.
+        DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
+        ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
-    from raytrain_hetero.workloads import eurosat_datasets, generate_eurosat
+    from raytrain_hetero.workloads.from_config import (
+        check_model_fits_data,
+        generate_configured_dataset,
+        open_configured_datasets,
+    )
 
     root = Path(job.data.root)
-    if job.data.generate is not None:
-        generate_eurosat(
-            root,
-            samples_per_class=job.data.generate.samples_per_class,
-            seed=job.data.generate.seed,
-            size=job.data.generate.size,
-        )
+    generate_configured_dataset(job.data)
     check_data_root(job.data)
-    datasets = eurosat_datasets(root, bands=job.data.bands, splits=("train", "val"))
-    sample = datasets["train"][0]["image"]
-    bands = int(sample.shape[0])
-    expected = len(job.data.bands) if isinstance(job.data.bands, list) else (
-        3 if job.data.bands == "rgb" else 13
-    )
-    if bands != expected:
-        raise DataError(
-            f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
-            f"{expected}; fix data.bands or the dataset."
+    workload = open_configured_datasets(job.data, ("train", "val"))
+    datasets = workload.datasets
+    bands = workload.in_channels
+    if job.data.dataset == "eurosat":
+        expected = len(job.data.bands) if isinstance(job.data.bands, list) else (
+            3 if job.data.bands == "rgb" else 13
         )
+        if bands != expected:
+            raise DataError(
+                f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
+                f"{expected}; fix data.bands or the dataset."
+            )
+    check_model_fits_data(job.model, workload, source=root)
     sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
     need = job.total_workers * job.train.min_slice
     if sizes["train"] < need:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.file_checks import CheckedLoader
 
 __all__ = [
     "EUROSAT_BANDS",
@@ -593,4 +594,6 @@ def eurosat_datasets(
             ) from None
         except FileNotFoundError as exc:  # ImageFolder: a class with no image in this split
             raise DataError(f"EuroSAT at {root_path}, split {split!r}: {exc}") from None
+        # A corrupt or truncated TIFF raises a DataError naming the file (no extra reads).
+        out[split].loader = CheckedLoader(out[split].loader, "EuroSAT image")
     return out

@@ -28,6 +28,7 @@ __all__ = [
     "Standardize",
     "band_stats_of_dataset",
     "cached_band_stats",
+    "cached_json",
     "file_identity",
     "stats_key_for_files",
 ]
@@ -127,48 +128,63 @@ def _digest(key: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def _normalised(key: Mapping[str, Any]) -> Any:
+    return json.loads(json.dumps(dict(key), sort_keys=True, default=str))
+
+
+def cached_json(
+    key: Mapping[str, Any],
+    compute: Callable[[], Any],
+    cache_dir: str | os.PathLike[str] | None,
+    *,
+    prefix: str,
+) -> Any:
+    """Return the JSON value cached under ``key`` in ``cache_dir``, computing it once.
+
+    The file is ``<cache_dir>/<prefix>-<digest of key>.json``, written atomically and
+    checked against the full key when read. ``cache_dir=None`` disables the cache; an
+    unwritable directory only disables writing (logged), never fails.
+    """
+    if cache_dir is None:
+        return compute()
+    directory = Path(cache_dir)
+    path = directory / f"{prefix}-{_digest(key)}.json"
+    normal_key = _normalised(key)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") == _STATS_FORMAT and data.get("key") == normal_key:
+            logger.debug("%s from cache %s", prefix, path)
+            return data["value"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    value = compute()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{prefix}", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": _STATS_FORMAT, "key": normal_key, "value": value}, f)
+        os.replace(tmp, path)
+        logger.info("cached %s in %s", prefix, path)
+    except OSError as exc:
+        logger.info("%s not cached (%s is not writable: %s)", prefix, directory, exc)
+    return value
+
+
 def cached_band_stats(
     key: Mapping[str, Any],
     compute: Callable[[], BandStats],
     cache_dir: str | os.PathLike[str] | None,
 ) -> BandStats:
-    """Return the statistics cached under ``key`` in ``cache_dir``, computing them once.
+    """Return the band statistics cached under ``key`` in ``cache_dir``, computing them once.
 
     Args:
         key: JSON-serialisable description of everything the statistics depend on.
         compute: Computes them on a cache miss.
-        cache_dir: Directory of ``band_stats-<digest>.json`` files; ``None`` disables the
-            cache. An unwritable directory only disables writing (logged), never fails.
+        cache_dir: Directory of ``band_stats-<digest>.json`` files (see :func:`cached_json`);
+            ``None`` disables the cache.
     """
-    if cache_dir is None:
-        return compute()
-    directory = Path(cache_dir)
-    path = directory / f"band_stats-{_digest(key)}.json"
-    try:
-        data = json.loads(path.read_text())
-        if data.get("format") == _STATS_FORMAT and data.get("key") == json.loads(
-            json.dumps(dict(key), sort_keys=True, default=str)
-        ):
-            logger.debug("band statistics from cache %s", path)
-            return BandStats.from_dict(data["stats"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    stats = compute()
-    payload = {
-        "format": _STATS_FORMAT,
-        "key": json.loads(json.dumps(dict(key), sort_keys=True, default=str)),
-        "stats": stats.to_dict(),
-    }
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".band_stats", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(tmp, path)
-        logger.info("cached band statistics in %s", path)
-    except OSError as exc:
-        logger.info("band statistics not cached (%s is not writable: %s)", directory, exc)
-    return stats
+    value = cached_json(key, lambda: compute().to_dict(), cache_dir, prefix="band_stats")
+    return BandStats.from_dict(value)
 
 
 class Standardize:
