@@ -34,13 +34,36 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set train.epochs=1 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+
+    predict = sub.add_parser(
+        "predict",
+        help="distributed inference with a trained checkpoint (Ray Data actor pools, batch "
+        "sizes proportional to measured actor speed)",
+    )
+    predict.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    predict.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    predict.add_argument("--checkpoint", type=Path, required=True,
+                         help="model.pt, a checkpoint directory, or a training output directory")
+    predict.add_argument("--output", type=Path, default=None,
+                         help="output directory (default: <output_dir>/predict)")
+    predict.add_argument("--split", default=None,
+                         help="train, val or test (default test); scene: every pixel of a "
+                         "hyperspectral scene (its default)")
+    predict.add_argument("--mode", choices=("proportional", "equal", "single"),
+                         default="proportional",
+                         help="proportional: per-pool batch and share by measured speed "
+                         "(default); equal: same for every actor; single: one actor")
+    predict.add_argument("--batch-size", type=int, default=128,
+                         help="batch size of the fastest actor (default 128)")
+    predict.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override a config key (repeatable)")
     return parser
 
 
 def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
     path = args.config_flag or args.config_path
     if path is None:
-        parser.error("train needs a config: raytrain-hetero train --config FILE.yaml")
+        parser.error(f"{args.command} needs a config: raytrain-hetero {args.command} --config FILE.yaml")
     if args.config_flag and args.config_path and args.config_flag != args.config_path:
         parser.error("give the config once, either positionally or with --config")
     return path
@@ -58,6 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             run_job(job, output_dir=args.output, progress=not args.no_progress)
+            return 0
+        if args.command == "predict":
+            from raytrain_hetero.config import load_config, parse_overrides
+            from raytrain_hetero.inference import run_predict
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_predict(job, args.checkpoint, output_dir=args.output, split=args.split,
+                        mode=args.mode, batch_size=args.batch_size)
             return 0
     except HeteroError as exc:
         print(f"raytrain-hetero: error: {exc}", file=sys.stderr)

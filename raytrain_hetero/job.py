@@ -85,7 +85,17 @@ def classification_loop(config: dict[str, Any]) -> None:
             metrics["val_accuracy"] = evaluate(model.module, datasets["val"], rh.get_device())
             with tempfile.TemporaryDirectory() as directory:
                 torch.save(
-                    {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()},
+                    {
+                        "model": model.module.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        # What the model was trained on (predict checks it against its data).
+                        "meta": {
+                            "dataset": job.data.dataset,
+                            "in_channels": workload.in_channels,
+                            "num_classes": workload.num_classes,
+                            "s1_channels": workload.s1_channels,
+                        },
+                    },
                     Path(directory) / "model.pt",
                 )
                 rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))

@@ -555,6 +555,7 @@ def write_class_map(
     With the ``profile`` of a GeoTIFF scene the map keeps the scene's CRS and transform.
     """
     import rasterio
+    import rasterio.errors
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -567,8 +568,13 @@ def write_class_map(
         for key in ("crs", "transform"):
             if profile.get(key) is not None:
                 meta[key] = profile[key]
-    with rasterio.open(path, "w", **meta) as dst:
-        dst.write(class_map.astype(dtype)[None])
+    import warnings
+
+    with warnings.catch_warnings():
+        # A .mat scene has no georeference; the map is then written in pixel coordinates.
+        warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
+        with rasterio.open(path, "w", **meta) as dst:
+            dst.write(class_map.astype(dtype)[None])
     return path
 
 
