@@ -61,9 +61,13 @@ __all__ = [
     "ModelConfig",
     "ProbeConfig",
     "RayConfig",
+    "SearchDistribution",
+    "TUNABLE_SECTIONS",
     "TrainConfig",
+    "TuneConfig",
     "WorkerSpec",
     "check_data_root",
+    "dotted_to_nested",
     "dump_config",
     "load_config",
     "merge_overrides",
@@ -632,6 +636,128 @@ class RayConfig(_Model):
         return None if value is None else _absolute(value)
 
 
+# ------------------------------------------------------------------------------ tune
+
+#: Sections of a job whose keys a search space may vary (``workers``, ``data`` and ``ray``
+#: decide placement and data layout, which every trial must share).
+TUNABLE_SECTIONS: tuple[str, ...] = ("train", "model", "probe")
+
+_DISTRIBUTION_KINDS: tuple[str, ...] = ("choice", "grid", "uniform", "loguniform", "randint")
+
+
+class SearchDistribution(_Model):
+    """How one hyperparameter is drawn; exactly one key is set.
+
+    Attributes:
+        choice: Draw one of these values at random per trial.
+        grid: Try every value (each grid point runs ``num_samples`` times).
+        uniform: ``[low, high]``: a float drawn uniformly.
+        loguniform: ``[low, high]`` with ``0 < low``: a float drawn uniformly in log space.
+        randint: ``[low, high]``: an integer drawn uniformly, both ends included.
+    """
+
+    choice: list[Any] | None = Field(None, min_length=1, description="values to draw from")
+    grid: list[Any] | None = Field(None, min_length=1, description="values to try each")
+    uniform: list[Float] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of a uniform float"
+    )
+    loguniform: list[PositiveFloat] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of a log-uniform float"
+    )
+    randint: list[Int] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of an integer, inclusive"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SearchDistribution:
+        given = [kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise _invalid(
+                f"a distribution needs exactly one of {', '.join(_DISTRIBUTION_KINDS)}; "
+                f"got {', '.join(given) if given else 'none'}",
+                "write e.g. {loguniform: [0.01, 0.2]} or {choice: [16, 32]}",
+            )
+        kind = given[0]
+        if kind in ("uniform", "loguniform", "randint"):
+            low, high = getattr(self, kind)
+            if not low < high:
+                raise _invalid(
+                    f"{kind} needs low < high, got [{low}, {high}]",
+                    "write the smaller bound first, or use choice: [value] for a constant",
+                    (kind,),
+                )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which distribution this is (``"choice"``, ``"loguniform"``, ...)."""
+        return next(kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None)
+
+    def candidate_values(self) -> list[Any]:
+        """Values worth checking against the job: every listed value, or both bounds."""
+        return list(getattr(self, self.kind))
+
+
+class TuneConfig(_Model):
+    """A hyperparameter search over the job (``raytrain-hetero tune``).
+
+    Each trial trains the job with the search-space values merged over it. The trial's
+    driver holds ``trial_cpus``; its worker group reserves the workers' resources through
+    Ray Train's own placement group, atomically, so trials never hold half a worker group.
+
+    Attributes:
+        search_space: Dotted job keys (``train.lr``, ``model.width``, ...) and their
+            distributions.
+        num_samples: Trials to run (each grid point this many times).
+        metric: Metric the search optimises. mode: ``"max"`` or ``"min"``.
+        scheduler: ``"asha"`` stops weak trials early (per epoch); ``"fifo"`` runs all.
+        grace_period: Epochs every trial gets before ASHA may stop it.
+        reduction_factor: ASHA keeps the best 1/reduction_factor of trials per rung.
+        max_concurrent_trials: Trials running at once; ``None``: as many as the cluster
+            holds at once (their worker groups all placed).
+        trial_cpus: CPUs each trial's driver process reserves (it only coordinates).
+        seed: Seed of the search (which values are drawn).
+    """
+
+    search_space: dict[str, SearchDistribution] = Field(
+        min_length=1, description="dotted job keys and distributions, e.g. train.lr"
+    )
+    num_samples: PositiveInt = Field(4, description="trials (per grid point)")
+    metric: Literal["val_accuracy", "samples_per_s"] = Field(
+        "val_accuracy", description="metric to optimise"
+    )
+    mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
+    scheduler: Literal["asha", "fifo"] = Field(
+        "asha", description="asha (early stopping) or fifo (run every trial to the end)"
+    )
+    grace_period: PositiveInt = Field(1, description="epochs before ASHA may stop a trial")
+    reduction_factor: Float = Field(
+        2.0, gt=1, allow_inf_nan=False, description="ASHA keeps 1/reduction_factor per rung"
+    )
+    max_concurrent_trials: PositiveInt | None = Field(
+        None, description="trials at once; null = as many as the cluster holds"
+    )
+    trial_cpus: NonNegFloat = Field(0.25, description="CPUs reserved by each trial's driver")
+    seed: Int | None = Field(0, ge=0, description="seed of the search; null = random")
+
+
+def _section_fields(section: str) -> list[str]:
+    model = {"train": TrainConfig, "model": ModelConfig, "probe": ProbeConfig}[section]
+    return list(model.model_fields)
+
+
+def dotted_to_nested(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"train.lr": 0.1}`` -> ``{"train": {"lr": 0.1}}`` (for :func:`merge_overrides`)."""
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
 # ------------------------------------------------------------------------------ job
 
 
@@ -648,6 +774,9 @@ class JobConfig(_Model):
     )
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
     output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
+    tune: TuneConfig | None = Field(
+        None, description="hyperparameter search for raytrain-hetero tune"
+    )
 
     @field_validator("name")
     @classmethod
@@ -766,6 +895,63 @@ class JobConfig(_Model):
                         "remove a max_batch cap",
                     )
                 )
+        if problems:
+            raise PydanticCustomError(
+                _MULTI,
+                "{summary}",
+                {"summary": "; ".join(p[1] for p in problems), "problems": problems},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tune_space_fits(self) -> JobConfig:
+        if self.tune is None:
+            return self
+        problems: list[tuple[tuple[str | int, ...], str, str]] = []
+        tunable = [f"{s}.{f}" for s in TUNABLE_SECTIONS for f in _section_fields(s)]
+        base = self.model_dump(mode="json", exclude={"tune"})
+        for key, distribution in self.tune.search_space.items():
+            at: tuple[str | int, ...] = ("tune", "search_space", key)
+            section, _, rest = key.partition(".")
+            if section not in TUNABLE_SECTIONS or rest not in _section_fields(section):
+                close = _closest(rest or key, [t.partition(".")[2] for t in tunable])
+                guess = next((t for t in tunable if t.endswith("." + close)), None) if close else None
+                problems.append(
+                    (
+                        at,
+                        f"{key!r} is not a tunable key; tunable keys are those of "
+                        f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width",
+                        f"rename it to {guess!r}" if guess else "use a key such as train.lr, "
+                        "train.weight_decay, train.global_batch_size or model.width",
+                    )
+                )
+                continue
+            if key == "train.epochs":
+                problems.append(
+                    (
+                        at,
+                        "train.epochs cannot be searched: it is every trial's budget (ASHA "
+                        "decides how many epochs a weak trial gets)",
+                        "set train.epochs in the job and remove it from tune.search_space",
+                    )
+                )
+                continue
+            for value in distribution.candidate_values():
+                merged = merge_overrides(base, dotted_to_nested({key: value}))
+                try:
+                    JobConfig.model_validate(merged)
+                except ValidationError as exc:
+                    inner = [p for e in exc.errors() for p in _describe(e, "")]
+                    first = inner[0] if inner else None
+                    why = f"{first.path}: {first.message}" if first else str(exc)
+                    problems.append(
+                        (
+                            (*at, distribution.kind),
+                            f"the value {_show(value)} makes the job invalid ({why})",
+                            "narrow the range or drop that value"
+                            + (f"; or {first.fix}" if first else ""),
+                        )
+                    )
         if problems:
             raise PydanticCustomError(
                 _MULTI,
