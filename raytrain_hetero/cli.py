@@ -1,4 +1,4 @@
-"""Command line: ``raytrain-hetero train --config FILE``.
+"""Command line: ``raytrain-hetero train --config FILE`` and ``raytrain-hetero tune --config FILE``.
 
 Errors the user can fix (configuration, data, placement) print one clear message and exit
 with status 2; nothing half-written is left in the output directory.
@@ -34,6 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set train.epochs=1 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+
+    tune = sub.add_parser(
+        "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
+    )
+    tune.add_argument("config_path", nargs="?", type=Path, help="job config YAML with tune:")
+    tune.add_argument("--config", dest="config_flag", type=Path, help="job config YAML with tune:")
+    tune.add_argument("--output", type=Path, default=None,
+                      help="output directory (default: output_dir from the config)")
+    tune.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config key, e.g. --set tune.num_samples=2 (repeatable)")
+    tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
 
     predict = sub.add_parser(
         "predict",
@@ -81,6 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             run_job(job, output_dir=args.output, progress=not args.no_progress)
+            return 0
+        if args.command == "tune":
+            from raytrain_hetero.config import load_config, parse_overrides
+            from raytrain_hetero.tune import format_best, run_tune
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            summary = run_tune(job, output_dir=args.output, verbose=0 if args.quiet else 1)
+            print(format_best(summary))
+            print(f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
+                  f"results: {Path(args.output or job.output_dir).resolve()}/trials.csv, trials.png")
             return 0
         if args.command == "predict":
             from raytrain_hetero.config import load_config, parse_overrides
