@@ -356,12 +356,13 @@ class MultimodalPatches:
                 f"{s2.shape[2]}) are not co-registered (different sizes). Fix: resample one onto "
                 "the other's grid."
             )
-        if s1.shape[0] != len(S1_BANDS) or s2.shape[0] != len(S2_BANDS):
-            raise DataError(
-                f"band-count mismatch in sample {sample_id}: S1 {s1.shape[0]} band(s) (expected "
-                f"{len(S1_BANDS)}: {list(S1_BANDS)}), S2 {s2.shape[0]} (expected {len(S2_BANDS)}: "
-                f"{list(S2_BANDS)}). Fix: regenerate or re-export the patches with these bands."
-            )
+        for path, array, bands in ((s1_path, s1, S1_BANDS), (s2_path, s2, S2_BANDS)):
+            if array.shape[0] != len(bands):
+                raise DataError(
+                    f"band-count mismatch: {path} has {array.shape[0]} band(s), expected "
+                    f"{len(bands)} ({', '.join(bands)}). Fix: regenerate or re-export the patch "
+                    "with these bands, or set data.on_bad_file: skip to leave the pair out."
+                )
         return np.concatenate([s1.astype(np.float32), s2.astype(np.float32)], axis=0)
 
     def __len__(self) -> int:
