@@ -218,6 +218,7 @@ class HeteroDataLoader:
             "global_samples_per_s": step.global_count / wall if wall > 0 else float("nan"),
             "plan_version": step.plan_version,
             "group": ctx.group_id,
+            "world_size": ctx.world_size,
             "wall_s": wall,
             "time": time.time(),
         }

@@ -59,13 +59,14 @@ def get_device() -> torch.device:
 
 
 def get_rank_info() -> dict[str, Any]:
-    """This worker's rank, world size, WorkerSpec name and device."""
+    """This worker's rank, world size, WorkerSpec name, device and worker-group id."""
     ctx = get_worker_context()
     return {
         "rank": ctx.rank,
         "world_size": ctx.world_size,
         "worker": ctx.spec.name,
         "device": ctx.device,
+        "group": ctx.group_id,
     }
 
 

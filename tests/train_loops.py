@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -174,13 +175,20 @@ def live_loop(config: dict) -> None:
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])
-    ledger = (out / f"ledger_rank{info['rank']}_{rh.get_rank_info()['world_size']}.jsonl").open("a")
+    ledger = (out / f"ledger_rank{info['rank']}_{info['group']}.jsonl").open("a")
+    crash_marker = out / "crashed_once"
+    steps_at_full = 0
     for epoch in range(loader.epoch, config["epochs"]):
         for xb, yb, ib in loader:
             step = rh.current_step_number()
             ledger.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist(),
-                                     "world": info["world_size"]}) + "\n")
+                                     "world": info["world_size"], "group": info["group"]}) + "\n")
             ledger.flush()
+            if config.get("crash_rank_at") == step and info["rank"] == 1 and not crash_marker.exists():
+                crash_marker.write_text(str(step))
+                os._exit(1)  # a worker process dies mid-step
+            if config.get("step_sleep_s"):
+                time.sleep(config["step_sleep_s"])
             loss = F.cross_entropy(model(xb), yb)
             optim.zero_grad()
             loss.backward()
@@ -197,6 +205,13 @@ def live_loop(config: dict) -> None:
                                os.path.join(d, "model.pt"))
                     ck = ray.train.Checkpoint.from_directory(d) if info["rank"] == 0 else None
                     rh.report({"step": step}, checkpoint=ck)
+            if info["world_size"] == config.get("stop_at_world"):
+                steps_at_full += 1
+                if steps_at_full >= config.get("steps_at_full", 3) and (step + 1) % config["checkpoint_every"] == 0:
+                    break
+        else:
+            continue
+        break
     if info["rank"] == 0:
         np.save(out / "final_params.npy", flat_params(model))
     rh.report({"done": 1})
