@@ -35,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a config key, e.g. --set train.epochs=1 (repeatable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
 
+    probe = sub.add_parser(
+        "probe", help="measure the workers a config would start; print their speeds and the plan"
+    )
+    probe.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    probe.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    probe.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+
     tune = sub.add_parser(
         "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
     )
@@ -92,6 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             run_job(job, output_dir=args.output, progress=not args.no_progress)
+            return 0
+        if args.command == "probe":
+            from raytrain_hetero.config import load_config, parse_overrides
+            from raytrain_hetero.job import run_probe
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_probe(job)
             return 0
         if args.command == "tune":
             from raytrain_hetero.config import load_config, parse_overrides

@@ -61,7 +61,10 @@ __all__ = [
     "ModelConfig",
     "ProbeConfig",
     "RayConfig",
+    "SchedulerConfig",
     "SearchDistribution",
+    "SlowdownInjection",
+    "ElasticConfig",
     "TUNABLE_SECTIONS",
     "TrainConfig",
     "TuneConfig",
@@ -604,6 +607,79 @@ class ProbeConfig(_Model):
         return value
 
 
+class SlowdownInjection(_Model):
+    """EMULATION: make one worker (by name) or rank ``factor`` times slower from a step on.
+
+    Attributes:
+        factor: Slowdown factor (>= 1) multiplied onto the worker's ``emulated_slowdown``.
+        worker: WorkerSpec name (counts expanded: ``name-i``), or
+        rank: a world rank (exactly one of the two).
+        from_step: First global step it applies to.
+    """
+
+    factor: float = Field(ge=1.0, description="slowdown factor >= 1")
+    worker: str | None = Field(None, description="worker name (exactly one of worker/rank)")
+    rank: Int | None = Field(None, ge=0, description="world rank (exactly one of worker/rank)")
+    from_step: Int = Field(0, ge=0, description="first global step it applies to")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SlowdownInjection:
+        if (self.worker is None) == (self.rank is None):
+            raise _invalid(
+                "names neither or both of worker and rank",
+                "give exactly one, e.g. {factor: 3, worker: medium, from_step: 50}",
+            )
+        return self
+
+
+class SchedulerConfig(_Model):
+    """The live scheduler: re-planning from measured step times while training runs.
+
+    Attributes:
+        live: Re-plan from live measurements (off: keep the probe's plan).
+        window_steps: Steps per rank in each estimation window.
+        improvement_threshold: Re-plan only if the predicted step time improves by more.
+        confirm_windows: Consecutive windows that must agree (hysteresis).
+        min_steps_between_replans: Minimum spacing of re-plans.
+        straggler_timeout_s: A rank silent this long is treated as a straggler.
+        plan_sync_every: Steps between the ranks' agreement on a pending plan.
+        slowdown_schedule: EMULATION: injected slowdowns for tests and demos.
+    """
+
+    live: bool = Field(True, description="re-plan from live measurements")
+    window_steps: PositiveInt = Field(8, description="steps per estimation window")
+    improvement_threshold: float = Field(0.10, ge=0.0, lt=1.0, description="minimum predicted gain")
+    confirm_windows: PositiveInt = Field(2, description="consecutive windows that must agree")
+    min_steps_between_replans: Int = Field(8, ge=0, description="minimum steps between re-plans")
+    straggler_timeout_s: float = Field(60.0, gt=0, description="silence that marks a straggler")
+    plan_sync_every: PositiveInt = Field(5, description="steps between plan agreements")
+    slowdown_schedule: list[SlowdownInjection] = Field(
+        default_factory=list, description="emulated slowdown injections"
+    )
+
+    def policy(self) -> dict[str, Any]:
+        """The PolicyConfig fields."""
+        return {
+            "window_steps": self.window_steps,
+            "improvement_threshold": self.improvement_threshold,
+            "confirm_windows": self.confirm_windows,
+            "min_steps_between_replans": self.min_steps_between_replans,
+            "straggler_timeout_s": self.straggler_timeout_s,
+        }
+
+
+class ElasticConfig(_Model):
+    """Ray Train V2 elastic scaling between ``min_workers`` and all worker slots.
+
+    Attributes:
+        min_workers: Smallest group to train with (None: fixed size). Slots fill in order.
+        resize_monitor_interval_s: How often Ray Train looks for room to grow.
+    """
+
+    min_workers: PositiveInt | None = Field(None, description="smallest worker group (None: fixed)")
+    resize_monitor_interval_s: float = Field(5.0, gt=0, description="seconds between resize checks")
+
+
 class RayConfig(_Model):
     """How to reach Ray.
 
@@ -773,6 +849,12 @@ class JobConfig(_Model):
         min_length=1, description="worker groups, e.g. [{name: fast}, {name: slow}]"
     )
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="live re-planning and slowdown injection"
+    )
+    elastic: ElasticConfig = Field(
+        default_factory=ElasticConfig, description="elastic scaling (min workers)"
+    )
     output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
     tune: TuneConfig | None = Field(
         None, description="hyperparameter search for raytrain-hetero tune"

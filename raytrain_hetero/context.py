@@ -142,6 +142,7 @@ class WorkerContext:
     bn_sync_enabled: bool = True
     compute_clock: Any = None
     group_id: str = ""
+    last_record: dict[str, Any] | None = None
     injections: list[dict[str, Any]] = field(default_factory=list)
 
     @property

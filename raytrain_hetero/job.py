@@ -10,6 +10,7 @@ Worker side (:func:`classification_loop`): the train loop every Ray worker runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -285,6 +286,98 @@ def summarize_workers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def scheduler_arguments(job: JobConfig) -> dict[str, Any]:
+    """HeteroTrainer arguments for the live scheduler and elasticity sections of a job."""
+    return {
+        "live": job.scheduler.live if job.train.fixed_shares is None else False,
+        "policy": job.scheduler.policy(),
+        "plan_sync_every": job.scheduler.plan_sync_every,
+        "flush_every": job.scheduler.plan_sync_every,
+        "slowdown_schedule": [
+            i.model_dump(exclude_none=True) for i in job.scheduler.slowdown_schedule
+        ],
+        "min_workers": job.elastic.min_workers,
+        "elastic_resize_monitor_interval_s": job.elastic.resize_monitor_interval_s,
+    }
+
+
+def probe_loop(config: dict[str, Any]) -> None:
+    """Per-worker loop of ``raytrain-hetero probe``: probe, calibrate, agree a plan, report it."""
+    import raytrain_hetero as rh
+    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.workloads.from_config import model_arguments, open_configured_datasets
+
+    job = JobConfig.model_validate(config["job"])
+    workload = open_configured_datasets(job.data, ("train",))
+    datasets = workload.datasets
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+    model = rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
+    loader = rh.prepare_data_loader(datasets["train"], num_workers=job.data.num_workers)
+    loader.ensure_plan()
+    import ray.train
+    import torch.distributed as dist
+
+    info = rh.get_rank_info()
+    workers: list[Any] = [None] * info["world_size"]
+    dist.all_gather_object(workers, {k: info[k] for k in ("rank", "worker", "device")})
+    metrics = {"plan": rh.current_plan().to_dict(), "workers": workers}
+    if info["rank"] == 0:
+        # Ray Train V2 keeps metrics of reports that carry a checkpoint.
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "probe.json").write_text(json.dumps(metrics))
+            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+    else:
+        rh.report(metrics)
+
+
+def run_probe(job: JobConfig) -> dict[str, Any]:
+    """Measure the workers a job would start and print their speeds and the plan (no training)."""
+    from ray.train import RunConfig
+
+    from raytrain_hetero.report import format_worker_table
+    from raytrain_hetero.trainer import HeteroTrainer
+
+    prepare_dataset(job)
+    init_ray(job)
+    storage = job.ray.storage_path or (Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-")))
+    trainer = HeteroTrainer(
+        probe_loop,
+        train_loop_config={"job": job.model_dump(mode="json")},
+        workers=job.workers,
+        global_batch_size=job.train.global_batch_size,
+        weighting=job.train.weighting,
+        fixed_shares=job.train.fixed_shares,
+        min_slice=job.train.min_slice,
+        probe=job.probe,
+        seed=job.train.seed,
+        live=False,
+        run_config=RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
+                             storage_path=str(storage)),
+    )
+    result = trainer.fit()
+    if result.error is not None:
+        raise result.error
+    plan = result.metrics["plan"]
+    workers = {w["rank"]: w for w in result.metrics["workers"]}
+    rows = []
+    for rank, slice_ in enumerate(plan["slices"]):
+        alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
+        rows.append({
+            "rank": rank,
+            "worker": workers[rank]["worker"],
+            "device": workers[rank]["device"],
+            "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
+            "slice": slice_,
+            "weight": slice_ / sum(plan["slices"]),
+        })
+    print(format_worker_table(rows))
+    print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
+    return plan
+
+
 def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Run the job end to end and write its outputs; returns the summary dict."""
     from ray.train import CheckpointConfig, RunConfig
@@ -319,6 +412,7 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
         min_slice=job.train.min_slice,
         probe=job.probe,
         seed=job.train.seed,
+        **scheduler_arguments(job),
         run_config=RunConfig(
             name=f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(storage),
@@ -380,4 +474,6 @@ def build_summary(
         "workers": summarize_workers(records),
         "plans": plans,
         "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
+        # What rank 0 reported last through Ray Train (plan version, per-rank figures).
+        "reported": {k: v for k, v in final_metrics.items() if k.startswith("hetero/")},
     }

@@ -138,6 +138,10 @@ class HeteroDataLoader:
     def __len__(self) -> int:
         return self.steps_per_epoch - self.context.cursor.step_in_epoch
 
+    def ensure_plan(self) -> None:
+        """Probe and agree the first plan now (a collective), instead of at the first epoch."""
+        self._ensure_plan()
+
     def __iter__(self) -> Iterator[Any]:
         ctx = self.context
         carver = ctx.carver

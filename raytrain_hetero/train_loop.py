@@ -227,6 +227,17 @@ def report(
     if plan is not None:
         enriched["hetero/plan_version"] = plan.version
         enriched["hetero/slices"] = list(plan.slices)
+    if dist.is_initialized():
+        # Every rank reports: share each rank's latest figures so rank 0's metrics carry all.
+        mine = None
+        if ctx.last_record is not None:
+            mine = {k: ctx.last_record[k] for k in ("worker", "samples_per_s", "slice", "weight")}
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, mine)
+        for rank, figures in enumerate(gathered):
+            if figures is not None:
+                for key in ("samples_per_s", "slice", "weight"):
+                    enriched[f"hetero/rank{rank}/{key}"] = figures[key]
     if checkpoint is not None:
         write_state(ctx, Path(checkpoint.path))
     _flush_records(ctx, wait=True)
@@ -519,6 +530,7 @@ def _probe_this_worker(
 
 
 def _on_step_end(ctx: WorkerContext, record: dict[str, Any]) -> None:
+    ctx.last_record = record
     ctx.step_records.append(record)
     if len(ctx.step_records) >= ctx.setup.flush_every:
         _flush_records(ctx)

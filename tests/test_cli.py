@@ -38,6 +38,9 @@ def test_train_writes_outputs_and_prints_accuracy(tmp_path, monkeypatch, capsys)
     assert sum(w["slice"] for w in workers.values()) == 48
     # Emulated slowdowns 1, 2, 4: the probe gives the fast worker the largest slice.
     assert workers["fast"]["slice"] > workers["medium"]["slice"] > workers["slow"]["slice"]
+    reported = summary["reported"]
+    assert {f"hetero/rank{r}/slice" for r in range(3)} <= set(reported)
+    assert reported["hetero/plan_version"] >= 1
     rows = read_metrics_csv(out / "metrics.csv")
     assert {r["rank"] for r in rows} == {0, 1, 2}
     assert len(rows) == 3 * summary["steps"]
@@ -77,3 +80,22 @@ def test_console_script_help_runs():
         capture_output=True, text=True, check=True,
     )
     assert "--config" in done.stdout
+
+
+@pytest.mark.ray
+def test_probe_prints_each_worker_and_the_plan(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main([
+        "probe", "--config", str(EXAMPLE),
+        "--set", "data.generate.samples_per_class=12",
+        "--set", "train.global_batch_size=24",
+        "--set", "model.width=8",
+        "--set", "probe.calibration_steps=1",
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    for name in ("fast", "medium", "slow"):
+        assert name in printed
+    plan_line = next(line for line in printed.splitlines() if line.startswith("plan v1"))
+    slices = [int(x) for x in plan_line.split("[")[1].split("]")[0].split(",")]
+    assert sum(slices) == 24 and min(slices) >= 1

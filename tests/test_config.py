@@ -134,7 +134,9 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     msg = str(info.value)
     assert msg.count("\n") == 0  # one problem, one line
     assert msg.startswith(f"{path}: epochs: unknown key 'epochs' at the top level")
-    assert "valid keys: name, data, model, train, probe, workers, ray, output_dir" in msg
+    valid = msg.split("valid keys: ")[1].split(".")[0].split(", ")
+    assert {"name", "data", "model", "train", "probe", "workers", "ray", "scheduler",
+            "elastic", "output_dir"} <= set(valid)
     assert "Fix:" in msg
     assert "Traceback" not in msg and "pydantic" not in msg
 
@@ -433,3 +435,20 @@ def test_load_config_bad_override_reports_file_and_key(monkeypatch: pytest.Monke
         load_config(EXAMPLE, parse_overrides(["train.epochs=-1"]))
     msg = str(info.value)
     assert str(EXAMPLE) in msg and "train.epochs: must be >= 1" in msg and "overrides" in msg
+
+
+def test_scheduler_and_elastic_sections(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, {
+        **MINIMAL,
+        "scheduler": {"window_steps": 4, "slowdown_schedule": [
+            {"factor": 3, "worker": "w", "from_step": 10}]},
+        "elastic": {"min_workers": 1},
+    })
+    cfg = load_config(path)
+    assert cfg.scheduler.policy()["window_steps"] == 4
+    assert cfg.scheduler.slowdown_schedule[0].factor == 3.0
+    assert cfg.elastic.min_workers == 1
+    bad = write_yaml(tmp_path, {**MINIMAL, "scheduler": {"slowdown_schedule": [{"factor": 3}]}})
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert "scheduler.slowdown_schedule[0]" in str(info.value) and "worker" in str(info.value)
