@@ -286,9 +286,16 @@ def summarize_workers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def scheduler_arguments(job: JobConfig) -> dict[str, Any]:
-    """HeteroTrainer arguments for the live scheduler and elasticity sections of a job."""
+def trainer_arguments(job: JobConfig) -> dict[str, Any]:
+    """HeteroTrainer keyword arguments of a job (workers, batch, plan, scheduler, elasticity)."""
     return {
+        "workers": job.workers,
+        "global_batch_size": job.train.global_batch_size,
+        "weighting": job.train.weighting,
+        "fixed_shares": job.train.fixed_shares,
+        "min_slice": job.train.min_slice,
+        "probe": job.probe,
+        "seed": job.train.seed,
         "live": job.scheduler.live if job.train.fixed_shares is None else False,
         "policy": job.scheduler.policy(),
         "plan_sync_every": job.scheduler.plan_sync_every,
@@ -346,14 +353,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     trainer = HeteroTrainer(
         probe_loop,
         train_loop_config={"job": job.model_dump(mode="json")},
-        workers=job.workers,
-        global_batch_size=job.train.global_batch_size,
-        weighting=job.train.weighting,
-        fixed_shares=job.train.fixed_shares,
-        min_slice=job.train.min_slice,
-        probe=job.probe,
-        seed=job.train.seed,
-        live=False,
+        **{**trainer_arguments(job), "live": False, "min_workers": None},
         run_config=RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
                              storage_path=str(storage)),
     )
@@ -405,14 +405,7 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
     trainer = HeteroTrainer(
         classification_loop,
         train_loop_config={"job": job.model_dump(mode="json")},
-        workers=job.workers,
-        global_batch_size=job.train.global_batch_size,
-        weighting=job.train.weighting,
-        fixed_shares=job.train.fixed_shares,
-        min_slice=job.train.min_slice,
-        probe=job.probe,
-        seed=job.train.seed,
-        **scheduler_arguments(job),
+        **trainer_arguments(job),
         run_config=RunConfig(
             name=f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(storage),

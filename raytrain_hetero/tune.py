@@ -249,7 +249,7 @@ def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path:
     from ray import tune
     from ray.train import CheckpointConfig, RunConfig
 
-    from raytrain_hetero.job import classification_loop
+    from raytrain_hetero.job import classification_loop, trainer_arguments
     from raytrain_hetero.trainer import HeteroTrainer
 
     job = trial_job(JobConfig.model_validate(base_job), params)
@@ -259,13 +259,7 @@ def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path:
     trainer = HeteroTrainer(
         classification_loop,
         train_loop_config={"job": job.model_dump(mode="json")},
-        workers=job.workers,
-        global_batch_size=job.train.global_batch_size,
-        weighting=job.train.weighting,
-        fixed_shares=job.train.fixed_shares,
-        min_slice=job.train.min_slice,
-        probe=job.probe,
-        seed=job.train.seed,
+        **trainer_arguments(job),
         run_config=RunConfig(
             name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
             storage_path=storage_path,
