@@ -12,6 +12,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import ray
 import ray.train
+from pydantic import ValidationError
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
@@ -77,13 +78,28 @@ def _check_injection(injection: dict[str, Any], specs: Sequence[WorkerSpec]) -> 
             "from_step": int(injection.get("from_step", 0))}
 
 
+def _worker_spec(position: int, item: Mapping[str, Any]) -> WorkerSpec:
+    """A WorkerSpec from a dict, with one ConfigError naming each bad field and the fix."""
+    try:
+        return WorkerSpec(**dict(item))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"workers[{position}].{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(
+            f"{problems}. Fix the WorkerSpec fields (name, count, resources, label_selector, "
+            "device, max_batch, emulated_slowdown)."
+        ) from None
+
+
 def expand_worker_specs(workers: Sequence[WorkerSpec | Mapping[str, Any]]) -> list[WorkerSpec]:
     """One spec per worker slot (``count`` expanded), names suffixed ``-i`` when count > 1."""
     if not workers:
         raise ConfigError("workers is empty: give at least one WorkerSpec.")
     specs: list[WorkerSpec] = []
-    for item in workers:
-        spec = item if isinstance(item, WorkerSpec) else WorkerSpec(**dict(item))
+    for position, item in enumerate(workers):
+        spec = item if isinstance(item, WorkerSpec) else _worker_spec(position, item)
         if spec.count == 1:
             specs.append(spec)
             continue
