@@ -6,7 +6,6 @@ import inspect
 import logging
 from dataclasses import asdict
 import threading
-import time
 import uuid
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -388,5 +387,4 @@ class HeteroTrainer:
         self.decisions = snapshot.get("decisions", [])
         if progress is not None and (new or snapshot["plans"]):
             progress({"records": new, "plans": snapshot["plans"]})
-        time.sleep(0)
         return seen + len(new)
