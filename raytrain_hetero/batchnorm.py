@@ -56,6 +56,10 @@ def _all_reduce_sum(tensor: torch.Tensor, group: Any) -> torch.Tensor:
     from raytrain_hetero.probe import resume_compute, stretch_compute
 
     clock = _context.compute_clock if _context is not None else None
+    if clock is not None and clock.device.type == "cuda" and _context.slowdown <= 1.0:
+        # Reading a CUDA clock synchronises the device: without emulation to apply, account
+        # compute at the gradient hooks only and keep BatchNorm layers asynchronous.
+        clock = None
     if clock is not None:
         stretch_compute(_context, clock)
     try:
