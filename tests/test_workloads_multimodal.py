@@ -99,7 +99,17 @@ def _accuracy(modalities, train, test) -> float:
         return float((model(batch["image"]).argmax(1) == batch["label"]).float().mean())
 
 
-def test_fusion_beats_either_single_branch(tmp_path: Path) -> None:
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for this test only (restored after): on a busy 2-core machine
+    spinning torch threads slow small models down by an order of magnitude."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_fusion_beats_either_single_branch(tmp_path: Path, one_torch_thread) -> None:
     root = generate_multimodal(tmp_path / "mm", samples_per_class=50, size=16, seed=1,
                                split_fractions=(0.5, 0.1, 0.4))
     ds = multimodal_datasets(root, splits=("train", "test"))
