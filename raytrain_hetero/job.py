@@ -27,7 +27,7 @@ from raytrain_hetero.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
-NUM_CLASSES = 10
+NUM_CLASSES = 10  # EuroSAT's; the job takes every dataset's class count from its loader
 
 
 # ----------------------------------------------------------------------------- worker side
