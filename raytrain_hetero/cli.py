@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="batch size of the fastest actor (default 128)")
     predict.add_argument("--set", dest="overrides", action="append", default=[],
                          metavar="KEY=VALUE", help="override a config key (repeatable)")
+
+    from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
+    from raytrain_hetero.sim import add_arguments as add_sim_arguments
+
+    add_bench_arguments(sub.add_parser(
+        "bench", help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating"))
+    add_sim_arguments(sub.add_parser(
+        "sim", help="large-cluster simulator of the allocation and re-planning policy"))
     return parser
 
 
@@ -126,6 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_predict(job, args.checkpoint, output_dir=args.output, split=args.split,
                         mode=args.mode, batch_size=args.batch_size)
             return 0
+        if args.command == "bench":
+            from raytrain_hetero.bench.suite import run_from_args as run_bench
+
+            return run_bench(args)
+        if args.command == "sim":
+            from raytrain_hetero.sim import run_from_args as run_sim
+
+            return run_sim(args)
     except HeteroError as exc:
         print(f"raytrain-hetero: error: {exc}", file=sys.stderr)
         return 2

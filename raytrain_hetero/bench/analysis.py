@@ -1,0 +1,276 @@
+"""Figures from the per-step logs of benchmark fits (pure: no Ray, no torch).
+
+Every contender is measured by the same code from the same kind of log (one JSON line per
+rank per step, see :mod:`raytrain_hetero.bench.loop`), never from a contender's own
+counters:
+
+* **samples/s**: rank 0's wall time between consecutive step ends, over steady-state steps
+  (the first ``skip_steps`` and every step right after an evaluation are left out: during an
+  evaluation on rank 0 the others already compute the next step, which would flatter it).
+  Probing, start-up and evaluation are therefore excluded for every contender alike.
+* **efficiency**: the time an ideal run would need for the same steps over the time taken,
+  where the ideal step of B samples takes B / sum_i s_i and s_i is worker i's throughput
+  measured *alone* at the slice (and emulated factor) it had in that step. Steps are grouped
+  by their per-rank (factor, slice) configuration, so re-plans and injected slowdowns are
+  accounted for. 1.0 is the physical limit of data parallelism before communication.
+* **time to accuracy**: from the first training step to the start of the first evaluation at
+  or above the target, minus the time spent evaluating before it (``tta_s``); ``tta_total_s``
+  counts from the start of the training function instead, so it includes model preparation
+  and, for raytrain_hetero, probing and calibration.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = [
+    "alone_jobs",
+    "fit_figures",
+    "median",
+    "rank_timelines",
+    "summarize",
+]
+
+
+def median(values: Iterable[float | None]) -> float:
+    """Median of the finite values, NaN if none."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[dict[str, Any]]]]:
+    """Per rank, the step records of each worker process (a restart starts a new process).
+
+    Steps a restarted group repeats after resuming from a checkpoint appear in both
+    processes; each list is one process's steps in order.
+    """
+    by_process: dict[tuple[int, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if "step" in r and "time" in r:
+            by_process[(int(r["rank"]), r.get("pid"))].append(dict(r))
+    out: dict[int, list[list[dict[str, Any]]]] = defaultdict(list)
+    for (rank, _), steps in by_process.items():
+        out[rank].append(sorted(steps, key=lambda r: r["time"]))
+    for rank in out:
+        out[rank].sort(key=lambda steps: steps[0]["time"])
+    return dict(out)
+
+
+def _committed_rank0(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rank 0's steps, each step once: a later process's record replaces a rolled-back one."""
+    timelines = rank_timelines(records).get(0, [])
+    by_step: dict[int, dict[str, Any]] = {}
+    for process in timelines:
+        for r in process:
+            by_step[int(r["step"])] = r
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _counted_gaps(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[tuple[dict, float]]:
+    """(step record, seconds since the previous step end) for steady-state steps of rank 0."""
+    gaps: list[tuple[dict, float]] = []
+    for process in rank_timelines(records).get(0, []):
+        first_step = process[0]["step"] if process else 0
+        for prev, cur in zip(process, process[1:]):
+            if cur["step"] != prev["step"] + 1 or cur["step"] < first_step + skip_steps:
+                continue
+            if "eval_start" in prev:
+                continue
+            gaps.append((cur, cur["time"] - prev["time"]))
+    return gaps
+
+
+def _configuration(step: int, by_rank_step: Mapping[tuple[int, int], Mapping[str, Any]],
+                   world: int) -> tuple[tuple[float, int], ...] | None:
+    config = []
+    for rank in range(world):
+        r = by_rank_step.get((rank, step))
+        if r is None:
+            return None
+        config.append((round(float(r.get("factor", 1.0)), 6), int(r["slice"])))
+    return tuple(config)
+
+
+def alone_jobs(records: Sequence[Mapping[str, Any]], skip_steps: int = 2) -> list[dict[str, Any]]:
+    """The distinct (rank, factor, slice) a fit ran its counted steps at: what to time alone."""
+    by_rank_step = {(int(r["rank"]), int(r["step"])): r for r in records if "step" in r}
+    jobs: dict[tuple[int, float, int], dict[str, Any]] = {}
+    for cur, _ in _counted_gaps(records, skip_steps):
+        config = _configuration(int(cur["step"]), by_rank_step, int(cur["world"]))
+        if config is None:
+            continue
+        for rank, (factor, slice_) in enumerate(config):
+            worker = by_rank_step[(rank, int(cur["step"]))].get("worker", str(rank))
+            jobs.setdefault((rank, factor, slice_),
+                            {"rank": rank, "worker": worker, "factor": factor, "slice": slice_})
+    return list(jobs.values())
+
+
+def fit_figures(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    global_batch_size: int,
+    target_accuracy: float,
+    alone: Mapping[tuple[float, int, str], float] | None = None,
+    skip_steps: int = 2,
+    phase_step: int | None = None,
+) -> dict[str, Any]:
+    """Figures of one fit from its step records (all ranks; see the module docstring).
+
+    Args:
+        records: Step records (``step``, ``rank``, ``world``, ``slice``, ``time``, optional
+            ``factor``, ``worker``, ``pid``; rank 0's evaluations ``eval_start``/``eval_end``/
+            ``val_accuracy``) and ``start`` events (``event == "start"``, ``time``).
+        global_batch_size: Samples per step.
+        target_accuracy: Validation accuracy the time-to-accuracy figure waits for.
+        alone: Samples/s measured alone, keyed by (factor, slice, worker); None skips the
+            efficiency figure.
+        skip_steps: Warm-up steps of each process left out of samples/s.
+        phase_step: If given, samples/s and efficiency also for steps before and from it.
+    """
+    gaps = _counted_gaps(records, skip_steps)
+    seconds = sum(g for _, g in gaps)
+    out: dict[str, Any] = {
+        "counted_steps": len(gaps),
+        "samples_per_s": global_batch_size * len(gaps) / seconds if seconds > 0 else float("nan"),
+    }
+    by_rank_step = {(int(r["rank"]), int(r["step"])): r for r in records if "step" in r}
+
+    def efficiency(selected: list[tuple[dict, float]]) -> tuple[float, float]:
+        """(ideal time / actual time, ideal samples/s) over the steps with alone figures."""
+        if alone is None:
+            return float("nan"), float("nan")
+        ideal_s = actual_s = 0.0
+        counted = 0
+        for cur, gap in selected:
+            config = _configuration(int(cur["step"]), by_rank_step, int(cur["world"]))
+            if config is None:
+                continue
+            speeds = []
+            for rank, (factor, slice_) in enumerate(config):
+                worker = by_rank_step[(rank, int(cur["step"]))].get("worker", str(rank))
+                speed = alone.get((factor, slice_, worker))
+                if speed is None or not speed > 0:
+                    break
+                speeds.append(speed)
+            else:
+                ideal_s += global_batch_size / sum(speeds)
+                actual_s += gap
+                counted += 1
+        if actual_s <= 0 or ideal_s <= 0:
+            return float("nan"), float("nan")
+        return ideal_s / actual_s, global_batch_size * counted / ideal_s
+
+    out["efficiency"], out["ideal_samples_per_s"] = efficiency(gaps)
+    if phase_step is not None:
+        for label, part in (("before", [g for g in gaps if g[0]["step"] < phase_step]),
+                            ("after", [g for g in gaps if g[0]["step"] >= phase_step])):
+            secs = sum(g for _, g in part)
+            out[f"samples_per_s_{label}"] = (
+                global_batch_size * len(part) / secs if secs > 0 else float("nan"))
+            out[f"efficiency_{label}"] = efficiency(part)[0]
+
+    # Accuracy over training time (rank 0, committed steps only).
+    steps0 = _committed_rank0(records)
+    starts = sorted(float(r["time"]) for r in records
+                    if r.get("event") == "start" and int(r.get("rank", -1)) == 0)
+    first_batch = next((float(r["first_batch_time"]) for r in sorted(
+        (r for r in records if r.get("rank") == 0 and "first_batch_time" in r),
+        key=lambda r: r["time"])), float("nan"))
+    loop_start = starts[0] if starts else float("nan")
+    evals = [r for r in steps0 if "val_accuracy" in r]
+    curve = []
+    eval_spent = 0.0
+    tta = tta_total = float("nan")
+    steps_to_target: int | None = None
+    for r in evals:
+        train_s = float(r["eval_start"]) - first_batch - eval_spent
+        curve.append({"step": int(r["step"]) + 1, "train_s": train_s,
+                      "accuracy": float(r["val_accuracy"])})
+        if math.isnan(tta) and float(r["val_accuracy"]) >= target_accuracy:
+            tta = train_s
+            tta_total = float(r["eval_start"]) - loop_start - eval_spent
+            steps_to_target = int(r["step"]) + 1
+        eval_spent += float(r["eval_end"]) - float(r["eval_start"])
+    out.update(
+        tta_s=tta,
+        tta_total_s=tta_total,
+        steps_to_target=steps_to_target,
+        final_accuracy=float(evals[-1]["val_accuracy"]) if evals else float("nan"),
+        startup_s=first_batch - loop_start,
+        steps=len(steps0),
+        curve=curve,
+        slices=_modal_slices(records, skip_steps),
+        worlds=sorted({int(r["world"]) for r in steps0}),
+    )
+    return out
+
+
+def _modal_slices(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[int]:
+    per_rank: dict[int, Counter] = defaultdict(Counter)
+    for r in records:
+        if "step" in r and int(r["step"]) >= skip_steps:
+            per_rank[int(r["rank"])][int(r["slice"])] += 1
+    return [per_rank[r].most_common(1)[0][0] for r in sorted(per_rank)]
+
+
+def summarize(
+    fits: Sequence[Mapping[str, Any]],
+    contenders: Sequence[str],
+    targets: Sequence[Any] = (),
+) -> dict[str, Any]:
+    """Medians per contender over counted fits, ratios to stock, and the targets' verdicts.
+
+    Each fit is ``{"contender", "counted", "figures": fit_figures(...), "wall_s"}``.
+    """
+    keys = ("samples_per_s", "efficiency", "tta_s", "tta_total_s", "final_accuracy", "wall_s",
+            "startup_s", "samples_per_s_before", "samples_per_s_after", "efficiency_after",
+            "join_latency_s")
+    per: dict[str, dict[str, Any]] = {}
+    for name in contenders:
+        mine = [f for f in fits if f["contender"] == name and f.get("counted", True)]
+        row: dict[str, Any] = {"repeats": len(mine)}
+        for key in keys:
+            values = [f["figures"].get(key, f.get(key)) for f in mine]
+            if any(v is not None for v in values):
+                row[key] = median(values)
+        reached = [f["figures"].get("steps_to_target") for f in mine]
+        row["steps_to_target"] = median(reached)
+        row["reached_target"] = sum(v is not None for v in reached)
+        per[name] = row
+    stock = per.get("stock")
+    for name, row in per.items():
+        if stock is None:
+            break
+        row["speedup"] = _ratio(row.get("samples_per_s"), stock.get("samples_per_s"))
+        row["overhead"] = _ratio(stock.get("samples_per_s"), row.get("samples_per_s")) - 1.0
+        row["tta_speedup"] = _ratio(stock.get("tta_s"), row.get("tta_s"))
+        row["tta_total_speedup"] = _ratio(stock.get("tta_total_s"), row.get("tta_total_s"))
+        row["accuracy_gap_pt"] = 100.0 * (row.get("final_accuracy", float("nan"))
+                                          - stock.get("final_accuracy", float("nan")))
+    verdicts = []
+    for target in targets:
+        for name in target.contenders:
+            if name not in per:
+                continue
+            figure = per[name].get(target.metric)
+            met = target.met(figure)
+            note = ""
+            if target.metric == "tta_speedup":
+                gap = per[name].get("accuracy_gap_pt", float("nan"))
+                if not (math.isfinite(gap) and abs(gap) <= 0.5):
+                    met = False
+                note = f"final accuracy {gap:+.1f} pt vs stock"
+            verdicts.append({"target": target.label, "metric": target.metric,
+                             "contender": name, "op": target.op, "goal": target.value,
+                             "figure": figure, "met": bool(met), "note": note})
+    return {"contenders": per, "targets": verdicts}
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+        return float("nan")
+    return a / b

@@ -1,0 +1,285 @@
+"""Running one fit of one contender, and timing each worker alone, on a live Ray session."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["FitSetup", "machine_description", "measure_alone_speeds", "read_logs", "run_fit"]
+
+
+@dataclass
+class FitSetup:
+    """Everything a fit of any contender needs (identical across contenders).
+
+    Attributes:
+        specs: Expanded WorkerSpecs (one per worker slot, in order).
+        data: BenchData fields.
+        width: SmallCNN width.
+        global_batch_size: Samples per step.
+        epochs: Epochs (each a multiple of the global batch).
+        eval_every: Steps between rank 0's validations (0: only at the end).
+        lr: SGD learning rate (momentum 0.9, weight decay 5e-4).
+        schedule: Injected slowdowns by worker name (``worker``, ``factor``, ``from_step``).
+        storage: Directory for Ray Train run storage.
+        seed: Seed of the model and the shuffles.
+        max_steps: Stop after this many steps (None: all epochs).
+        probe: ProbeConfig fields for the raytrain_hetero contenders.
+        min_workers: Elastic: start with this many, grow to all slots.
+        monitor_interval_s: Elastic resize monitor interval (both stock and raytrain_hetero).
+        extra_loop: Further loop config (join: checkpoint_every, stop_at_world, ...).
+    """
+
+    specs: list[Any]
+    data: dict[str, Any]
+    width: int
+    global_batch_size: int
+    epochs: int
+    eval_every: int
+    lr: float
+    schedule: tuple[dict[str, Any], ...] = ()
+    storage: str = ""
+    seed: int = 0
+    max_steps: int | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+    min_workers: int | None = None
+    monitor_interval_s: float = 5.0
+    extra_loop: dict[str, Any] = field(default_factory=dict)
+
+    def loop_config(self, mode: str, out: Path) -> dict[str, Any]:
+        config = {
+            "mode": mode, "data": dict(self.data), "width": self.width, "lr": self.lr,
+            "seed": self.seed, "global_batch_size": self.global_batch_size,
+            "epochs": self.epochs, "eval_every": self.eval_every, "out": str(out),
+            "max_steps": self.max_steps, **self.extra_loop,
+        }
+        if mode == "stock":
+            names = [s.name for s in self.specs]
+            config.update(
+                factors=[float(s.emulated_slowdown) for s in self.specs],
+                worker_names=names,
+                # The same injections, addressed by rank (rank i runs worker slot i).
+                schedule=[{"factor": i["factor"], "rank": names.index(i["worker"]),
+                           "from_step": i.get("from_step", 0)} for i in self.schedule],
+                devices=[_device(s) for s in self.specs],
+                threads=[max(1, int(s.resources.get("CPU", 1))) for s in self.specs],
+            )
+        return config
+
+
+def _device(spec: Any) -> str:
+    return "cuda:0" if spec.resolved_device() == "cuda" else "cpu"
+
+
+def read_logs(directory: Path) -> list[dict[str, Any]]:
+    """Every JSON line of the per-rank logs in ``directory``, with the writer's pid."""
+    records: list[dict[str, Any]] = []
+    for path in sorted(Path(directory).glob("rank*_*.jsonl")):
+        pid = path.stem.split("_", 1)[1]
+        for line in path.read_text().splitlines():
+            if line.strip():
+                records.append({**json.loads(line), "pid": pid})
+    return records
+
+
+class _Watcher(threading.Thread):
+    """Polls rank 0's log while a fit runs; calls ``trigger`` once a condition holds."""
+
+    def __init__(self, out: Path, condition: Callable[[dict[str, Any]], bool],
+                 trigger: Callable[[], None]) -> None:
+        super().__init__(name="bench-watcher", daemon=True)
+        self.out, self.condition, self.trigger = out, condition, trigger
+        self.stop = threading.Event()
+        self.fired_at: float | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            for path in self.out.glob("rank0_*.jsonl"):
+                for line in path.read_text().splitlines():
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line being written
+                    if "step" in record and self.condition(record):
+                        try:
+                            self.trigger()
+                        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                            self.error = exc
+                        self.fired_at = time.time()
+                        return
+
+
+def run_fit(
+    setup: FitSetup,
+    contender: str,
+    out: Path,
+    *,
+    watch: tuple[Callable[[dict[str, Any]], bool], Callable[[], None]] | None = None,
+) -> dict[str, Any]:
+    """One fit of ``contender``; returns its raw records, plans, wall time and trigger time."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+
+    out.mkdir(parents=True, exist_ok=True)
+    run_config = RunConfig(
+        name=f"bench-{contender}-{uuid.uuid4().hex[:8]}",
+        storage_path=setup.storage,
+        failure_config=FailureConfig(max_failures=3 if setup.min_workers else 0),
+    )
+    watcher = _Watcher(out, *watch) if watch else None
+    plans: list[dict[str, Any]] = []
+    started = time.time()
+    if watcher is not None:
+        watcher.start()
+    try:
+        if contender == "stock":
+            from ray.train.torch import TorchTrainer
+
+            from raytrain_hetero.backend import common_resources
+            from raytrain_hetero.bench.loop import bench_loop
+
+            n = len(setup.specs)
+            elastic = setup.min_workers is not None and setup.min_workers < n
+            # One resources dict for every worker is all a stock ScalingConfig can say.
+            common = common_resources([dict(s.resources) for s in setup.specs])
+            trainer = TorchTrainer(
+                bench_loop,
+                train_loop_config=setup.loop_config("stock", out),
+                scaling_config=ScalingConfig(
+                    num_workers=(setup.min_workers, n) if elastic else n,
+                    resources_per_worker={k: v for k, v in common.items() if k != "GPU"},
+                    use_gpu=False,
+                    elastic_resize_monitor_interval_s=setup.monitor_interval_s,
+                ),
+                run_config=run_config,
+            )
+            result = trainer.fit()
+        else:
+            from raytrain_hetero.bench.loop import bench_loop
+            from raytrain_hetero.config import ProbeConfig
+            from raytrain_hetero.trainer import HeteroTrainer
+
+            hetero = HeteroTrainer(
+                bench_loop,
+                train_loop_config=setup.loop_config("hetero", out),
+                workers=setup.specs,
+                global_batch_size=setup.global_batch_size,
+                weighting="uniform" if contender == "hdp" else "proportional",
+                live=contender == "hetero-live",
+                probe=ProbeConfig(**setup.probe),
+                seed=setup.seed,
+                slowdown_schedule=setup.schedule,
+                min_workers=setup.min_workers,
+                elastic_resize_monitor_interval_s=setup.monitor_interval_s,
+                run_config=run_config,
+            )
+            result = hetero.fit()
+            plans = list(hetero.plans)
+    finally:
+        if watcher is not None:
+            watcher.stop.set()
+            watcher.join(timeout=5)
+    wall = time.time() - started
+    if result.error is not None:
+        raise result.error
+    if watcher is not None and watcher.error is not None:
+        raise watcher.error
+    return {
+        "contender": contender,
+        "records": read_logs(out),
+        "plans": [{k: p.get(k) for k in ("version", "effective_step", "slices", "reason",
+                                          "world_size")} for p in plans],
+        "wall_s": wall,
+        "started": started,
+        "triggered_at": watcher.fired_at if watcher is not None else None,
+    }
+
+
+def measure_alone_speeds(
+    setup: FitSetup, jobs: Sequence[dict[str, Any]], *, steps: int = 5
+) -> dict[tuple[float, int, str], float]:
+    """Samples/s of each (factor, slice, worker) job, each worker computing alone.
+
+    Jobs of workers with the same resources and device share one Ray task holding those
+    resources; tasks run one after another, so nothing else of the benchmark runs meanwhile.
+    """
+    import ray
+
+    from raytrain_hetero.bench.loop import measure_alone
+
+    by_name = {s.name: s for s in setup.specs}
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for job in jobs:
+        spec = by_name[job["worker"]]
+        key = (_device(spec), tuple(sorted(spec.resources.items())))
+        groups.setdefault(key, []).append(job)
+    speeds: dict[tuple[float, int, str], float] = {}
+    task = ray.remote(measure_alone)
+    for (device, resources), group in groups.items():
+        res = dict(resources)
+        distinct = sorted({(float(j["factor"]), int(j["slice"])) for j in group})
+        figures = ray.get(task.options(
+            num_cpus=res.get("CPU", 1), num_gpus=res.get("GPU", 0),
+        ).remote(setup.data, setup.width, setup.seed,
+                 [{"factor": f, "slice": b} for f, b in distinct], steps,
+                 int(res.get("CPU", 1)), device))
+        measured = dict(zip(distinct, figures))
+        for job in group:
+            speeds[(float(job["factor"]), int(job["slice"]), job["worker"])] = measured[
+                (float(job["factor"]), int(job["slice"]))]
+    return speeds
+
+
+def machine_description() -> dict[str, Any]:
+    """CPU model, cores, memory, GPU, versions and load: what the figures were measured on."""
+    import numpy as np
+
+    description: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_model": platform.processor() or platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "numpy": np.__version__,
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                description["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                description["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    for module in ("torch", "ray", "torchgeo", "raytrain_hetero"):
+        try:
+            description[module] = __import__(module).__version__
+        except Exception:  # noqa: BLE001 - a version is informative only
+            description[module] = None
+    try:
+        import torch
+
+        description["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001
+        description["gpus"] = []
+    try:
+        description["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        description["git_commit"] = None
+    return description

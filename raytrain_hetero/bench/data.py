@@ -1,0 +1,163 @@
+"""Benchmark data: a synthetic EuroSAT read once through torchgeo's loader, kept as arrays.
+
+Every contender of a benchmark trains on exactly the same samples: the synthetic EuroSAT in
+torchgeo's on-disk layout (:func:`~raytrain_hetero.workloads.eurosat.generate_eurosat`) is
+decoded once, on the driver, through torchgeo's ``EuroSAT`` dataset with the package's
+per-band standardisation, and saved as ``.npy`` arrays. Workers memory-map them, so three
+workers on one machine share one copy in the page cache and nobody decodes TIFFs inside a
+timed step. The train split is cut to a multiple of the global batch, so every step of every
+contender carries exactly B samples (stock's DistributedSampler pads otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArrayDataset", "BenchData", "prepare_bench_data"]
+
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class BenchData:
+    """Paths of the cached arrays and their sizes (picklable, shipped to the workers).
+
+    Attributes:
+        directory: Directory holding train_x.npy, train_y.npy, val_x.npy, val_y.npy.
+        train_size: Samples in the train split (before cutting to a multiple of B).
+        val_size: Samples in the validation split.
+        bands: Channels per image.
+        num_classes: Classes.
+    """
+
+    directory: str
+    train_size: int
+    val_size: int
+    bands: int
+    num_classes: int
+
+    def path(self, name: str) -> str:
+        """Path of one array, e.g. ``train_x``."""
+        return os.path.join(self.directory, f"{name}.npy")
+
+    def train_limit(self, global_batch_size: int) -> int:
+        """Largest multiple of the global batch that fits the train split."""
+        limit = self.train_size // global_batch_size * global_batch_size
+        if limit == 0:
+            raise ValueError(
+                f"the train split has {self.train_size} samples, fewer than one global batch "
+                f"of {global_batch_size}: generate more (--samples-per-class) or lower the batch"
+            )
+        return limit
+
+
+class ArrayDataset:
+    """Map-style dataset over cached arrays; items are torchgeo-style dicts.
+
+    ``{"image": float32 tensor (C, H, W), "label": int64 scalar tensor}``; the arrays are
+    memory-mapped lazily (so the dataset pickles as two paths), and ``limit`` keeps only the
+    first ``limit`` samples.
+    """
+
+    def __init__(self, images: str, labels: str, limit: int | None = None) -> None:
+        self.images_path = images
+        self.labels_path = labels
+        self._x: Any = None
+        self._y: Any = None
+        size = int(np.load(labels, mmap_mode="r").shape[0])
+        self.size = size if limit is None else min(size, int(limit))
+
+    def _open(self) -> None:
+        if self._x is None:
+            self._x = np.load(self.images_path, mmap_mode="r")
+            self._y = np.load(self.labels_path, mmap_mode="r")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_x"] = state["_y"] = None
+        return state
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        import torch
+
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        self._open()
+        return {
+            "image": torch.from_numpy(np.array(self._x[index], dtype=np.float32)),
+            "label": torch.tensor(int(self._y[index]), dtype=torch.int64),
+        }
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (memory-mapped) images and labels, cut to ``limit``."""
+        self._open()
+        return self._x[: self.size], self._y[: self.size]
+
+
+def prepare_bench_data(
+    root: str | os.PathLike[str], samples_per_class: int, *, seed: int = 0
+) -> BenchData:
+    """Generate (cached) the synthetic EuroSAT under ``root`` and cache it as arrays.
+
+    The TIFF tree goes to ``root/eurosat_spc<n>_seed<s>`` and the arrays to
+    ``root/arrays_spc<n>_seed<s>``; both are reused when present and complete. Arrays are
+    written into a temporary sibling and renamed into place.
+    """
+    from raytrain_hetero.workloads.eurosat import eurosat_datasets, generate_eurosat
+
+    base = Path(root).expanduser().absolute()
+    tag = f"spc{samples_per_class}_seed{seed}"
+    arrays = base / f"arrays_{tag}"
+    marker = arrays / "meta.json"
+    if marker.exists():
+        meta = json.loads(marker.read_text())
+        if meta.get("format") == _FORMAT:
+            return BenchData(str(arrays), meta["train_size"], meta["val_size"], meta["bands"],
+                             meta["num_classes"])
+    tree = generate_eurosat(base / f"eurosat_{tag}", samples_per_class=samples_per_class,
+                            seed=seed)
+    datasets = eurosat_datasets(tree, bands="all", splits=("train", "val"))
+    tmp = base / f".arrays_{tag}.{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir(parents=True)
+    try:
+        sizes: dict[str, int] = {}
+        bands = 0
+        for split, dataset in datasets.items():
+            n = len(dataset)
+            first = dataset[0]["image"].numpy()
+            bands = int(first.shape[0])
+            images = np.lib.format.open_memmap(tmp / f"{split}_x.npy", mode="w+",
+                                               dtype=np.float32, shape=(n, *first.shape))
+            labels = np.empty(n, dtype=np.int64)
+            for i in range(n):
+                item = dataset[i]
+                images[i] = item["image"].numpy()
+                labels[i] = int(item["label"])
+            images.flush()
+            del images
+            np.save(tmp / f"{split}_y.npy", labels)
+            sizes[split] = n
+        meta = {"format": _FORMAT, "train_size": sizes["train"], "val_size": sizes["val"],
+                "bands": bands, "num_classes": 10, "samples_per_class": samples_per_class,
+                "seed": seed}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        try:
+            os.replace(tmp, arrays)
+        except OSError:  # a concurrent caller (or a stale copy) is there: keep the complete one
+            if not marker.exists():
+                shutil.rmtree(arrays, ignore_errors=True)
+                os.replace(tmp, arrays)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return BenchData(str(arrays), sizes["train"], sizes["val"], bands, 10)

@@ -1,0 +1,395 @@
+"""The one training loop every benchmark contender runs, and the "alone" speed measurement.
+
+``bench_loop(config)`` runs on every Ray Train worker. Model, data, optimiser, evaluation and
+logging are identical for all contenders; only the data-parallel plumbing differs:
+
+* ``mode="stock"``: what a Ray Train user writes today. ``ray.train.torch.prepare_model``
+  (DDP with its default gradient averaging, plain per-rank BatchNorm: torch's
+  ``SyncBatchNorm`` refuses CPU tensors, so a stock CPU user has none), a ``DataLoader`` with
+  batch ``B / world_size`` passed through ``ray.train.torch.prepare_data_loader`` (which adds
+  a ``DistributedSampler``), ``sampler.set_epoch(epoch)`` each epoch.
+* ``mode="hetero"``: ``raytrain_hetero.prepare_model`` / ``prepare_data_loader`` under
+  :class:`~raytrain_hetero.trainer.HeteroTrainer` (carved slices, count-weighted gradients,
+  global-batch BatchNorm; probing happens at the first iteration of the loader).
+
+Emulated slowdown applies to both the same way: a worker with factor k sleeps (k - 1) times
+its own compute (thread CPU time on one torch thread) before every collective of the step.
+raytrain_hetero does it inside its hooks (:func:`raytrain_hetero.probe.stretch_compute`); for
+stock, :class:`StockEmulation` does it with a forward pre-hook on the inner module (start of
+the step's compute, after DDP's buffer broadcast) and a DDP communication hook that stretches
+before each gradient bucket's all-reduce, then runs DDP's default all-reduce.
+
+Every rank appends one JSON line per step to ``<out>/rank<r>_<pid>.jsonl``: step, epoch, world
+size, its slice, the wall time the step ended; rank 0 evaluates every ``eval_every`` steps
+(and at the end) and logs the evaluation's start, end and accuracy. The driver computes every
+figure from these files (:mod:`raytrain_hetero.bench.analysis`), for all contenders alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["StockEmulation", "bench_loop", "measure_alone", "slowdown_at"]
+
+
+def slowdown_at(base: float, schedule: Sequence[dict[str, Any]], step: int, *, rank: int | None = None,
+                worker: str | None = None) -> float:
+    """Emulated factor at ``step``: ``base`` times every injection targeting this worker."""
+    factor = float(base)
+    for injection in schedule:
+        targets = (injection.get("rank") is not None and injection.get("rank") == rank) or (
+            injection.get("worker") is not None and injection.get("worker") == worker
+        )
+        if targets and step >= int(injection.get("from_step", 0)):
+            factor *= float(injection["factor"])
+    return factor
+
+
+class StockEmulation:
+    """Emulated slowdown for a stock DDP model, matching raytrain_hetero's stretch.
+
+    Args:
+        rank: This worker's rank.
+        base_factor: Its emulated slowdown (1 = none).
+        schedule: Injections ``{"factor", "rank", "from_step"}`` (the same as HeteroTrainer's).
+        device: The model's device (the compute clock reads CUDA with a synchronize).
+    """
+
+    def __init__(self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]],
+                 device: Any) -> None:
+        from raytrain_hetero.probe import ComputeClock
+
+        self.rank = rank
+        self.base_factor = float(base_factor)
+        self.schedule = [dict(i) for i in schedule]
+        self.clock = ComputeClock(device)
+        self.step = 0
+        self.mark = self.clock.now()
+
+    @property
+    def factor(self) -> float:
+        """The factor of the current step."""
+        return slowdown_at(self.base_factor, self.schedule, self.step, rank=self.rank)
+
+    def start(self, *_: Any) -> None:
+        """Forward pre-hook: the step's compute starts now (loading is not stretched)."""
+        self.mark = self.clock.now()
+
+    def stretch(self) -> None:
+        """Before a collective: sleep (k - 1) x the compute since the last mark."""
+        now = self.clock.now()
+        factor = self.factor
+        interval = max(0.0, now - self.mark)
+        if factor > 1.0 and interval > 0.0:
+            time.sleep(interval * (factor - 1.0))
+        self.mark = self.clock.now()
+
+    def install(self, ddp_model: Any) -> None:
+        """Register the pre-hook on the inner module and the stretching comm hook on DDP."""
+        import torch.distributed as dist
+
+        inner = getattr(ddp_model, "module", ddp_model)
+        inner.register_forward_pre_hook(self.start)
+        if not hasattr(ddp_model, "register_comm_hook"):
+            return  # a single worker: no DDP, no collectives
+        ddp_model.register_comm_hook(self, _stretching_allreduce_hook)
+        self._gloo_staging = dist.get_backend() == dist.Backend.GLOO
+
+
+def _stretching_allreduce_hook(state: StockEmulation, bucket: Any) -> Any:
+    """DDP's default all-reduce (sum, then divide by world size), after the emulated stretch.
+
+    On gloo a CUDA bucket is staged through host memory (a mixed CPU/GPU group), which is
+    what gloo does internally for CUDA tensors anyway.
+    """
+    import torch.distributed as dist
+
+    state.stretch()
+    tensor = bucket.buffer()
+    world = dist.get_world_size()
+    tensor.div_(world)
+    if tensor.is_cuda and getattr(state, "_gloo_staging", False):
+        staged = tensor.cpu()
+        fut = dist.all_reduce(staged, async_op=True).get_future()
+
+        def copy_back(f: Any) -> Any:
+            tensor.copy_(f.value()[0])
+            return tensor
+
+        return fut.then(copy_back)
+    fut = dist.all_reduce(tensor, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def _hook_annotations() -> None:
+    # DDP checks the hook's annotations as objects, not strings.
+    import torch
+    import torch.distributed as dist
+
+    _stretching_allreduce_hook.__annotations__ = {
+        "state": object,
+        "bucket": dist.GradBucket,
+        "return": torch.futures.Future[torch.Tensor],
+    }
+
+
+def _build_model(width: int, bands: int, classes: int, seed: int) -> Any:
+    import torch
+
+    from raytrain_hetero.workloads import build_model
+
+    torch.manual_seed(seed)
+    return build_model("small_cnn", in_channels=bands, num_classes=classes, width=width)
+
+
+def evaluate(model: Any, images: Any, labels: Any, device: Any, batch_size: int = 256) -> float:
+    """Top-1 accuracy on arrays (evaluation mode, no gradient)."""
+    import numpy as np
+    import torch
+
+    was_training = model.training
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(labels), batch_size):
+            x = torch.from_numpy(np.asarray(images[start:start + batch_size], dtype=np.float32))
+            y = torch.from_numpy(np.asarray(labels[start:start + batch_size]))
+            correct += int((model(x.to(device)).argmax(1).cpu() == y).sum())
+    model.train(was_training)
+    return correct / max(1, len(labels))
+
+
+def bench_loop(config: dict[str, Any]) -> None:
+    """Train one contender; see the module docstring. Config keys:
+
+    mode ("stock" | "hetero"), data (BenchData fields), width, lr, momentum, weight_decay,
+    seed, global_batch_size, epochs, max_steps (optional), eval_every, out;
+    stock only: factors, worker_names, devices and threads (per rank, optional), schedule
+    (rank injections); join: checkpoint_every, stop_at_world, steps_at_full.
+    """
+    import ray.train
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+
+    loop_started = time.time()
+    mode = config["mode"]
+    data = BenchData(**config["data"])
+    batch = int(config["global_batch_size"])
+    train = ArrayDataset(data.path("train_x"), data.path("train_y"), limit=data.train_limit(batch))
+    val = ArrayDataset(data.path("val_x"), data.path("val_y"))
+    model = _build_model(int(config["width"]), data.bands, data.num_classes, int(config["seed"]))
+    emulation: StockEmulation | None = None
+    if mode == "stock":
+        context = ray.train.get_context()
+        rank, world = context.get_world_rank(), context.get_world_size()
+        devices = config.get("devices")
+        device = torch.device(devices[rank] if devices else "cpu")
+        threads = config.get("threads")
+        torch.set_num_threads(int(threads[rank]) if threads else 1)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        model = ray.train.torch.prepare_model(model, move_to_device=device)
+        _hook_annotations()
+        factors = config.get("factors") or [1.0] * world
+        emulation = StockEmulation(rank, factors[rank] if rank < len(factors) else 1.0,
+                                   config.get("schedule", ()), device)
+        emulation.install(model)
+        loader: Any = DataLoader(train, batch_size=batch // world, shuffle=True)
+        # The GPU rank of a mixed group moves its batches itself (Ray's device is the CPU).
+        loader = ray.train.torch.prepare_data_loader(loader, move_to_device=device.type == "cpu")
+    else:
+        import raytrain_hetero as rh
+
+        info = rh.get_rank_info()
+        rank, world = info["rank"], info["world_size"]
+        device = rh.get_device()
+        model = rh.prepare_model(model)
+        loader = rh.prepare_data_loader(train, pin_memory=device.type == "cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(config["lr"]),
+                                momentum=float(config.get("momentum", 0.9)),
+                                weight_decay=float(config.get("weight_decay", 5e-4)))
+    step, start_epoch, skip = 0, 0, 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            state = torch.load(Path(directory) / "bench.pt", weights_only=True, map_location="cpu")
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, start_epoch, skip = int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"])
+    out = Path(config["out"])
+    log = (out / f"rank{rank}_{os.getpid()}.jsonl").open("a", buffering=1)
+    val_x, val_y = val.arrays()
+    eval_every = int(config.get("eval_every", 0))
+    total_steps = int(config["epochs"]) * (train.size // batch)
+    max_steps = min(int(config.get("max_steps") or total_steps), total_steps)
+    checkpoint_every = int(config.get("checkpoint_every", 0))
+    steps_at_full = 0
+    first = True
+    log.write(json.dumps({"event": "start", "rank": rank, "world": world, "time": loop_started,
+                          "resumed_at": step if checkpoint is not None else None}) + "\n")
+
+    def epochs() -> Any:
+        if mode == "stock":
+            for epoch in range(start_epoch, int(config["epochs"])):
+                sampler = getattr(loader, "sampler", None)
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(epoch)
+                # Stock resumes mid-epoch by skipping batches: under a new world size the
+                # DistributedSampler deals different samples, so this is not exactly-once.
+                batches = iter(loader)
+                for k, item in enumerate(batches):
+                    if epoch == start_epoch and k < skip:
+                        continue
+                    yield epoch, k, item
+        else:
+            carver_steps = loader.steps_per_epoch
+            for epoch in range(loader.epoch, int(config["epochs"])):
+                for item in loader:
+                    global_step = rh.current_step_number()
+                    yield epoch, global_step - epoch * carver_steps, item
+
+    stop = False
+    stream = epochs()
+    for epoch, step_in_epoch, item in stream:
+        if mode == "hetero":
+            step = rh.current_step_number()
+        record: dict[str, Any] = {"step": step, "epoch": epoch, "rank": rank, "world": world}
+        if first:
+            record["first_batch_time"] = time.time()
+            first = False
+        x, y = item["image"], item["label"]
+        if x.device != device:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if emulation is not None:
+            emulation.step = step
+            record["factor"] = emulation.factor
+            names = config.get("worker_names") or []
+            record["worker"] = names[rank] if rank < len(names) else str(rank)
+        else:
+            from raytrain_hetero.context import get_worker_context
+
+            hetero_context = get_worker_context()  # read-only: this step's emulated factor
+            record["factor"] = hetero_context.slowdown
+            record["worker"] = hetero_context.spec.name
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        record.update(slice=int(y.shape[0]), loss=float(loss.item()), time=time.time())
+        done = step + 1
+        last = done >= max_steps
+        if _at_stop_world(config, world):
+            steps_at_full += 1
+            if steps_at_full >= int(config.get("steps_at_full", 3)):
+                last = True
+        if rank == 0 and (last or (eval_every and done % eval_every == 0)):
+            record["eval_start"] = time.time()
+            record["val_accuracy"] = evaluate(getattr(model, "module", model), val_x, val_y, device)
+            record["eval_end"] = time.time()
+        log.write(json.dumps(record) + "\n")
+        if checkpoint_every and done % checkpoint_every == 0 and not last:
+            _save_checkpoint(model, optimizer, done, epoch, step_in_epoch + 1, rank, mode,
+                             steps_per_epoch=train.size // batch)
+        step = done
+        if last:
+            stop = True
+            break
+    stream.close()
+    log.write(json.dumps({"event": "end", "rank": rank, "time": time.time(), "stopped": stop}) + "\n")
+    log.close()
+    if mode == "hetero":
+        rh.report({"steps": step})
+    else:
+        ray.train.report({"steps": step})
+
+
+def _at_stop_world(config: dict[str, Any], world: int) -> bool:
+    """True once the group runs at ``stop_at_world`` (the join scenario's stopping rule)."""
+    target = config.get("stop_at_world")
+    return target is not None and world >= int(target)
+
+
+def _save_checkpoint(model: Any, optimizer: Any, step: int, epoch: int, step_in_epoch: int,
+                     rank: int, mode: str, steps_per_epoch: int) -> None:
+    import ray.train
+    import torch
+
+    if step_in_epoch >= steps_per_epoch:
+        epoch, step_in_epoch = epoch + 1, 0
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = None
+        if rank == 0:
+            torch.save({"model": getattr(model, "module", model).state_dict(),
+                        "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
+                        "step_in_epoch": step_in_epoch}, Path(directory) / "bench.pt")
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        if mode == "hetero":
+            import raytrain_hetero as rh
+
+            rh.report({"step": step}, checkpoint=checkpoint)
+        else:
+            ray.train.report({"step": step}, checkpoint=checkpoint)
+
+
+def measure_alone(data: dict[str, Any], width: int, seed: int,
+                  jobs: Sequence[dict[str, Any]], steps: int = 5, threads: int = 1,
+                  device: str = "cpu") -> list[float]:
+    """Samples/s of one worker computing alone: a full step (load, forward, backward with the
+    emulated stretch, optimiser) at each job's ``slice`` and ``factor``, no communication.
+
+    Runs inside a Ray task that holds the worker's resources; jobs run one after another.
+    Returns one figure per job: slice / median step seconds over ``steps`` timed steps (one
+    untimed step first, and a few untimed steps before the first job: a fresh process runs
+    its first steps slowly).
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import default_collate
+
+    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from raytrain_hetero.probe import ComputeClock
+
+    torch.set_num_threads(max(1, int(threads)))
+    dev = torch.device(device)
+    bench = BenchData(**data)
+    train = ArrayDataset(bench.path("train_x"), bench.path("train_y"))
+    rng = np.random.default_rng(seed)
+    clock = ComputeClock(dev)
+    results: list[float] = []
+    # A fresh process runs its first steps slowly (lazy kernel set-up): warm it up once.
+    warmup = [{"slice": max(int(j["slice"]) for j in jobs), "factor": 1.0, "warmup": True}] if jobs else []
+    for job in [*warmup, *jobs]:
+        b, factor = int(job["slice"]), float(job["factor"])
+        model = _build_model(width, bench.bands, bench.num_classes, seed).to(dev)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        times: list[float] = []
+        for k in range(steps + 1):
+            started = time.perf_counter()
+            indices = rng.integers(0, len(train), size=b)
+            item = default_collate([train[int(i)] for i in indices])
+            x, y = item["image"].to(dev), item["label"].to(dev)
+            mark = clock.now()
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            interval = clock.now() - mark
+            if factor > 1.0:
+                time.sleep(interval * (factor - 1.0))
+            optimizer.step()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            if k > 0:
+                times.append(time.perf_counter() - started)
+        if not job.get("warmup"):
+            results.append(b / statistics.median(times))
+    return results

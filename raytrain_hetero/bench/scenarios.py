@@ -1,0 +1,150 @@
+"""The benchmark scenarios, their contenders and the targets printed beside the figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CONTENDERS", "SCENARIOS", "Scenario", "Target"]
+
+#: Every contender, in the order they alternate.
+CONTENDERS: dict[str, str] = {
+    "stock": "Ray Train TorchTrainer + DDP, DistributedSampler, equal batch B/N per worker",
+    "hdp": "uneven slices from raytrain_hetero's probe, plain averaging (seed papers' HDP)",
+    "hetero": "raytrain_hetero, probe-based static plan, count-weighted gradients",
+    "hetero-live": "raytrain_hetero with the live re-planning scheduler",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal a figure is held to.
+
+    Attributes:
+        metric: ``efficiency``, ``tta_speedup`` (stock's time to accuracy / this one's),
+            ``overhead`` (stock's samples/s / this one's - 1) or ``speedup`` (samples/s /
+            stock's).
+        op: ``>=`` or ``<=``.
+        value: The goal.
+        contenders: Contenders it applies to.
+        label: How the table prints it.
+    """
+
+    metric: str
+    op: str
+    value: float
+    contenders: tuple[str, ...]
+    label: str
+
+    def met(self, figure: float | None) -> bool:
+        """Whether ``figure`` meets the goal (a missing or non-finite figure does not)."""
+        if figure is None or figure != figure or figure in (float("inf"), float("-inf")):
+            return False
+        return figure >= self.value if self.op == ">=" else figure <= self.value
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark scenario.
+
+    Attributes:
+        name: CLI name.
+        description: One line for the table header.
+        emulated: True when heterogeneity is EMULATED (stretched compute), False when real.
+        workers: WorkerSpec fields per worker group (emulated_slowdown is the base factor).
+        contenders: Contenders that run, in alternation order.
+        schedule: Emulated slowdowns injected mid-run (``worker``, ``factor``, ``from_step``),
+            applied to every contender.
+        kind: ``train`` (one Ray session, alternating fits) or ``join`` (a node added mid-run
+            on a ``ray.cluster_utils.Cluster``).
+        targets: Goals printed beside the figures.
+        defaults: Default sizes (width, global_batch_size, samples_per_class, epochs,
+            eval_every, target_accuracy, lr, repeats).
+        needs_gpu: Only runs where CUDA is available.
+        min_workers: Join only: workers at the start.
+    """
+
+    name: str
+    description: str
+    emulated: bool
+    workers: tuple[dict[str, Any], ...]
+    contenders: tuple[str, ...]
+    schedule: tuple[dict[str, Any], ...] = ()
+    kind: str = "train"
+    targets: tuple[Target, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    needs_gpu: bool = False
+    min_workers: int | None = None
+
+
+def _cpu(name: str, slowdown: float = 1.0, count: int = 1, cpus: int = 1) -> dict[str, Any]:
+    return {"name": name, "count": count, "resources": {"CPU": cpus}, "device": "cpu",
+            "emulated_slowdown": slowdown}
+
+
+_TRAIN = {"width": 32, "global_batch_size": 192, "samples_per_class": 300, "epochs": 5,
+          "eval_every": 3, "target_accuracy": 0.9, "lr": 0.05, "repeats": 3}
+
+_HETERO = ("hetero", "hetero-live")
+
+SCENARIOS: dict[str, Scenario] = {
+    "hetero3": Scenario(
+        name="hetero3",
+        description="3 CPU workers, EMULATED slowdowns 1, 2, 4",
+        emulated=True,
+        workers=(_cpu("fast", 1), _cpu("medium", 2), _cpu("slow", 4)),
+        contenders=("stock", "hdp", "hetero", "hetero-live"),
+        targets=(
+            Target("efficiency", ">=", 0.95, _HETERO, "efficiency >= 0.95"),
+            Target("tta_speedup", ">=", 2.1, _HETERO,
+                   "time to accuracy >= 2.1x faster than stock at equal final accuracy (±0.5 pt)"),
+        ),
+        defaults=dict(_TRAIN),
+    ),
+    "drift": Scenario(
+        name="drift",
+        description="3 CPU workers, EMULATED slowdowns 1, 2, 4; the fast one slows 3x mid-run",
+        emulated=True,
+        workers=(_cpu("fast", 1), _cpu("medium", 2), _cpu("slow", 4)),
+        contenders=("stock", "hetero", "hetero-live"),
+        schedule=({"worker": "fast", "factor": 3.0, "from_step": 24},),
+        defaults={**_TRAIN, "epochs": 8, "eval_every": 4},
+    ),
+    "homogeneous3": Scenario(
+        name="homogeneous3",
+        description="3 identical CPU workers (no slowdown): raytrain_hetero's overhead",
+        emulated=True,
+        workers=(_cpu("w", 1, count=3),),
+        contenders=("stock", "hetero", "hetero-live"),
+        targets=(Target("overhead", "<=", 0.03, _HETERO, "overhead vs stock <= 3%"),),
+        defaults=dict(_TRAIN),
+    ),
+    "join": Scenario(
+        name="join",
+        description="2 CPU workers, a third node joins mid-run (ray.cluster_utils.Cluster)",
+        emulated=False,
+        workers=(_cpu("w", 1, count=3),),
+        contenders=("stock", "hetero"),
+        kind="join",
+        min_workers=2,
+        defaults={"width": 16, "global_batch_size": 96, "samples_per_class": 300, "epochs": 50,
+                  "eval_every": 0, "target_accuracy": 0.9, "lr": 0.05, "repeats": 2,
+                  "join_after_steps": 6, "steps_at_full": 6, "checkpoint_every": 2,
+                  "monitor_interval_s": 5.0},
+    ),
+    "cpu-gpu": Scenario(
+        name="cpu-gpu",
+        description="REAL heterogeneity: 1 GPU worker + 3 CPU workers of 4 cores each",
+        emulated=False,
+        workers=(
+            {"name": "gpu", "count": 1, "resources": {"CPU": 1, "GPU": 1}, "device": "cuda"},
+            _cpu("cpu", 1, count=3, cpus=4),
+        ),
+        contenders=("stock", "hdp", "hetero", "hetero-live"),
+        targets=(Target("speedup", ">=", 10.0, _HETERO, "samples/s >= 10x stock"),),
+        defaults={"width": 64, "global_batch_size": 1024, "samples_per_class": 600,
+                  "epochs": 12, "eval_every": 4, "target_accuracy": 0.9, "lr": 0.1,
+                  "repeats": 3},
+        needs_gpu=True,
+    ),
+}

@@ -1,0 +1,229 @@
+"""The benchmark suite: figures from step logs, emulation for stock, and a tiny real run."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+
+from raytrain_hetero.bench.analysis import alone_jobs, fit_figures, summarize
+from raytrain_hetero.bench.loop import StockEmulation, slowdown_at
+from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Target
+from raytrain_hetero.bench.suite import EXIT_UNAVAILABLE, format_table
+from raytrain_hetero.bench.suite import main as bench_main
+
+
+def synthetic_records(*, step_s=0.5, eval_s=0.3, slices=(32, 16, 16), factors=(1.0, 2.0, 4.0),
+                      steps=10, evals=((4, 0.5), (9, 0.95))):
+    """Three ranks; rank 0 evaluates after the given steps (accuracy as given)."""
+    records = [{"event": "start", "rank": 0, "time": 0.0, "pid": "1"}]
+    t = 10.0
+    eval_at = dict(evals)
+    for step in range(steps):
+        for rank in range(3):
+            record = {"step": step, "epoch": 0, "rank": rank, "world": 3, "slice": slices[rank],
+                      "factor": factors[rank], "worker": f"w{rank}", "time": t, "pid": str(rank + 1)}
+            if step == 0:
+                record["first_batch_time"] = t - step_s
+            if rank == 0 and step in eval_at:
+                record.update(eval_start=t, eval_end=t + eval_s, val_accuracy=eval_at[step])
+            records.append(record)
+        t += step_s + (eval_s if step in eval_at else 0.0)
+    return records
+
+
+def test_samples_per_s_skips_warmup_and_the_step_after_each_evaluation():
+    figures = fit_figures(synthetic_records(), global_batch_size=64, target_accuracy=0.9)
+    # Steps 2..9 minus step 5 (right after the evaluation at step 4): 7 gaps of 0.5 s.
+    assert figures["counted_steps"] == 7
+    assert figures["samples_per_s"] == pytest.approx(64 / 0.5)
+    assert figures["slices"] == [32, 16, 16]
+    assert math.isnan(figures["efficiency"])  # no alone figures given
+
+
+def test_efficiency_is_ideal_time_over_time_from_alone_speeds():
+    records = synthetic_records()
+    jobs = alone_jobs(records)
+    assert sorted((j["factor"], j["slice"]) for j in jobs) == [(1.0, 32), (2.0, 16), (4.0, 16)]
+    alone = {(1.0, 32, "w0"): 128.0, (2.0, 16, "w1"): 64.0, (4.0, 16, "w2"): 64.0}
+    figures = fit_figures(records, global_batch_size=64, target_accuracy=0.9, alone=alone)
+    # Ideal step: 64 samples / (128 + 64 + 64) samples/s = 0.25 s; measured 0.5 s.
+    assert figures["efficiency"] == pytest.approx(0.5)
+    assert figures["ideal_samples_per_s"] == pytest.approx(256.0)
+
+
+def test_time_to_accuracy_excludes_evaluation_and_counts_start_up_separately():
+    figures = fit_figures(synthetic_records(), global_batch_size=64, target_accuracy=0.9)
+    # First batch at 9.5; the evaluation at step 9 starts at 10 + 9 * 0.5 + 0.3 = 14.8;
+    # 0.3 s were spent in the evaluation at step 4.
+    assert figures["tta_s"] == pytest.approx(14.8 - 9.5 - 0.3)
+    assert figures["tta_total_s"] == pytest.approx(14.8 - 0.0 - 0.3)
+    assert figures["steps_to_target"] == 10
+    assert figures["final_accuracy"] == 0.95
+    assert [p["accuracy"] for p in figures["curve"]] == [0.5, 0.95]
+    never = fit_figures(synthetic_records(), global_batch_size=64, target_accuracy=0.99)
+    assert math.isnan(never["tta_s"]) and never["steps_to_target"] is None
+
+
+def test_phases_split_the_figures_at_an_injected_slowdown():
+    records = synthetic_records()
+    for r in records:
+        if r.get("step", -1) >= 6 and r["rank"] == 0:
+            r["factor"] = 3.0
+    alone = {(1.0, 32, "w0"): 128.0, (3.0, 32, "w0"): 64.0, (2.0, 16, "w1"): 64.0,
+             (4.0, 16, "w2"): 64.0}
+    figures = fit_figures(records, global_batch_size=64, target_accuracy=0.9, alone=alone,
+                          phase_step=6)
+    assert figures["efficiency_before"] == pytest.approx(0.5)
+    assert figures["efficiency_after"] == pytest.approx((64 / 192) / 0.5)
+
+
+def test_a_restarted_process_is_its_own_timeline():
+    records = synthetic_records(evals=())
+    # A second rank-0 process resumes at step 8 after a restart (steps 8, 9 repeated later).
+    records += [{"step": s, "rank": 0, "world": 3, "slice": 32, "time": 100.0 + (s - 8),
+                 "pid": "99"} for s in (8, 9, 10, 11, 12)]
+    figures = fit_figures(records, global_batch_size=64, target_accuracy=0.9, skip_steps=2)
+    # Process 1: steps 2..9 (8 gaps of 0.5 s); process 2: steps 10..12 (3 gaps of 1 s).
+    assert figures["counted_steps"] == 11
+    assert figures["samples_per_s"] == pytest.approx(64 * 11 / (8 * 0.5 + 3 * 1.0))
+    assert figures["steps"] == 13
+
+
+def fit(contender, samples_per_s, tta, accuracy, efficiency=0.9):
+    return {"contender": contender, "counted": True, "wall_s": 10.0,
+            "figures": {"samples_per_s": samples_per_s, "tta_s": tta, "tta_total_s": tta + 1,
+                        "final_accuracy": accuracy, "efficiency": efficiency,
+                        "steps_to_target": 10}}
+
+
+def test_summary_medians_ratios_and_target_verdicts():
+    fits = [fit("stock", 100, 30, 0.950), fit("stock", 120, 28, 0.950), fit("stock", 80, 32, 0.950),
+            fit("hetero", 250, 12, 0.952, 0.97), fit("hetero", 230, 13, 0.952, 0.96),
+            fit("hetero", 240, 14, 0.952, 0.99),
+            fit("hdp", 240, 10, 0.900), fit("hdp", 240, 10, 0.900), fit("hdp", 240, 10, 0.900)]
+    targets = (Target("efficiency", ">=", 0.95, ("hetero", "hdp"), "eff"),
+               Target("tta_speedup", ">=", 2.1, ("hetero", "hdp"), "tta"))
+    summary = summarize(fits, ["stock", "hdp", "hetero"], targets)
+    rows = summary["contenders"]
+    assert rows["stock"]["samples_per_s"] == 100
+    assert rows["hetero"]["speedup"] == pytest.approx(2.4)
+    assert rows["hetero"]["tta_speedup"] == pytest.approx(30 / 13)
+    assert rows["hetero"]["overhead"] == pytest.approx(100 / 240 - 1)
+    verdicts = {(v["contender"], v["metric"]): v["met"] for v in summary["targets"]}
+    assert verdicts[("hetero", "efficiency")] is True
+    assert verdicts[("hdp", "efficiency")] is False
+    assert verdicts[("hetero", "tta_speedup")] is True
+    # hdp is 3x faster to the target but 5 points less accurate at the end: not met.
+    assert rows["hdp"]["tta_speedup"] == pytest.approx(3.0)
+    assert verdicts[("hdp", "tta_speedup")] is False
+
+    result = {"scenario": "hetero3", "description": "d", "emulated": True,
+              "options": {"repeats": 3, "global_batch_size": 192, "width": 32,
+                          "target_accuracy": 0.9},
+              "machine": {"cpu_model": "cpu", "usable_cpus": 2, "load_average": [1.0]},
+              "fits": fits, "summary": summary}
+    table = format_table(result)
+    for name in ("stock", "hdp", "hetero"):
+        assert f"\n{name} " in table
+    assert "EMULATED" in table and "NOT MET" in table and "-> met" in table
+
+
+def test_every_scenario_names_known_contenders_and_a_stock_baseline():
+    assert set(SCENARIOS) == {"hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
+    for scenario in SCENARIOS.values():
+        assert scenario.contenders[0] == "stock"
+        assert set(scenario.contenders) <= set(CONTENDERS)
+        for target in scenario.targets:
+            assert set(target.contenders) <= set(scenario.contenders)
+    assert not SCENARIOS["cpu-gpu"].emulated and SCENARIOS["hetero3"].emulated
+
+
+def test_slowdown_schedule_targets_by_rank_or_worker():
+    schedule = [{"rank": 0, "factor": 3.0, "from_step": 5}, {"worker": "slow", "factor": 2.0}]
+    assert slowdown_at(1.0, schedule, 4, rank=0) == 1.0
+    assert slowdown_at(2.0, schedule, 5, rank=0) == 6.0
+    assert slowdown_at(1.0, schedule, 9, rank=1) == 1.0
+    assert slowdown_at(4.0, schedule, 0, rank=2, worker="slow") == 8.0
+
+
+def test_stock_emulation_sleeps_k_minus_one_times_its_compute():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        emulation = StockEmulation(rank=0, base_factor=3.0, schedule=(), device="cpu")
+        a = torch.randn(400, 400)
+        emulation.start()
+        cpu_started = time.thread_time()
+        for _ in range(40):
+            a = torch.tanh(a @ a.T / 400)
+        compute = time.thread_time() - cpu_started
+        before = time.perf_counter()
+        emulation.stretch()
+        slept = time.perf_counter() - before
+    finally:
+        torch.set_num_threads(threads)
+    assert slept >= 1.9 * compute
+    assert slept <= 2.0 * compute + 0.5
+
+
+def test_cpu_gpu_without_a_gpu_says_so_and_exits_non_zero(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the scenario would run")
+    code = bench_main(["cpu-gpu", "--output", str(tmp_path / "out"), "--data-root", str(tmp_path)])
+    assert code == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "cpu-gpu skipped" in err and "needs an NVIDIA GPU" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
+    from raytrain_hetero.bench.data import prepare_bench_data
+    from raytrain_hetero.bench.loop import measure_alone
+
+    data = prepare_bench_data(tmp_path, samples_per_class=3)
+    assert data.train_limit(8) % 8 == 0
+    fast, slow = measure_alone(data.__dict__, 8, 0, [{"factor": 1.0, "slice": 8},
+                                                     {"factor": 4.0, "slice": 8}], steps=3)
+    assert fast > 0 and slow > 0
+    assert slow < 0.75 * fast
+
+
+@pytest.mark.ray
+def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = bench_main([
+        "hetero3", "--repeats", "1", "--no-warmup", "--width", "8", "--batch", "24",
+        "--samples-per-class", "20", "--epochs", "2", "--eval-every", "5",
+        "--alone-steps", "1", "--data-root", str(tmp_path / "data"), "--output", str(out),
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "targets:" in printed and "EMULATED" in printed
+    result = json.loads((out / "bench.json").read_text())
+    contenders = ["stock", "hdp", "hetero", "hetero-live"]
+    assert [f["contender"] for f in result["fits"]] == contenders
+    assert set(result["summary"]["contenders"]) == set(contenders)
+    assert result["machine"]["usable_cpus"] >= 1 and result["machine"]["torch"]
+    for f in result["fits"]:
+        figures = f["figures"]
+        assert figures["steps"] == 10, f["contender"]
+        assert math.isfinite(figures["samples_per_s"]) and figures["samples_per_s"] > 0
+        assert 0 < figures["efficiency"] <= 1.05, (f["contender"], figures["efficiency"])
+        assert 0 <= figures["final_accuracy"] <= 1
+        assert sum(figures["slices"]) == 24
+        assert {a["factor"] for a in f["alone"]} == {1.0, 2.0, 4.0}
+    by_name = {f["contender"]: f["figures"] for f in result["fits"]}
+    assert by_name["stock"]["slices"] == [8, 8, 8]
+    fast, _, slow = by_name["hetero"]["slices"]
+    assert fast > slow  # the probe saw the emulated slowdowns
+    for name in contenders[1:]:
+        assert math.isfinite(result["summary"]["contenders"][name]["speedup"])
+    for png in ("throughput.png", "accuracy.png"):
+        assert (out / png).stat().st_size > 10_000
+    assert "hetero3" in (out / "COMMAND").read_text()
