@@ -187,6 +187,7 @@ class LocalCluster:
         dashboard_port: int | None = None,
         autoscaling_config: Path | None = None,
         env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> NodeProcess:
         """Start the head node (no training resources by default) and wait for its dashboard.
 
@@ -196,6 +197,7 @@ class LocalCluster:
             autoscaling_config: Autoscaler config (``--autoscaling-config``), e.g. for Ray's
                 fake multinode provider (then set ``RAY_FAKE_CLUSTER=1`` in ``env``).
             env: Extra environment of the head process only.
+            labels: Ray node labels of the head (e.g. to let some workers select it).
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.temp_dir.mkdir(parents=True, exist_ok=True)
@@ -217,9 +219,11 @@ class LocalCluster:
         ]
         if autoscaling_config is not None:
             args.append(f"--autoscaling-config={autoscaling_config}")
+        if labels:
+            args.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
         node_env = self._node_env()
         node_env.update(env or {})
-        node = self._launch("head", args, {}, {"CPU": num_cpus}, env=node_env)
+        node = self._launch("head", args, dict(labels or {}), {"CPU": num_cpus}, env=node_env)
         self.wait_for_nodes(1, timeout_s=120)
         # Job submission goes through the head's dashboard agent: wait until it listens.
         self._wait_for_port(agent_port, node, timeout_s=120)
