@@ -32,6 +32,7 @@ import io
 import json
 import logging
 import math
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -188,8 +189,6 @@ class HeteroTuneReportCallback(TuneReportCallback):
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         if self._controller_mailbox is not None and not self._controller_announced:
-            import ray
-
             # Lets the trial abort this run cleanly if Tune stops the trial (ASHA).
             self._controller_mailbox.put.remote(ray.get_runtime_context().current_actor)
             self._controller_announced = True
@@ -202,8 +201,6 @@ class HeteroTuneReportCallback(TuneReportCallback):
         super().after_report(run_context=run_context, metrics=enriched, checkpoint=checkpoint)
 
     def _throughput(self, run_context: Any) -> dict[str, Any]:
-        import ray
-
         from raytrain_hetero.scheduler import SCHEDULER_NAMESPACE, scheduler_actor_name
 
         setup = getattr(run_context.backend_config, "setup", None)
@@ -295,8 +292,6 @@ _ACTIVE_MAILBOX: Any = None
 
 def abort_active_train_run(timeout_s: float = 60.0) -> bool:
     """Abort the Train run of this trial process, if one is running; True if aborted."""
-    import ray
-
     mailbox = _ACTIVE_MAILBOX
     if mailbox is None:
         return False
@@ -390,8 +385,6 @@ def concurrent_capacity(
 
 
 def _cluster_nodes() -> list[dict[str, Any]]:
-    import ray
-
     return [
         {"resources": dict(n.get("Resources") or {}), "labels": dict(n.get("Labels") or {})}
         for n in ray.nodes()
@@ -433,7 +426,6 @@ def decide_concurrency(job: JobConfig, nodes: Sequence[Mapping[str, Any]], *, lo
     assert cfg is not None
     trials = _trial_count(job)
     fit = concurrent_capacity(nodes, job, cfg.trial_cpus, limit=max(trials, 1))
-    need = {k: v for s in job.expanded_workers() for k, v in s.resources.items()}
     if fit == 0:
         per_trial_cpu = sum(s.resources.get("CPU", 0.0) for s in job.expanded_workers())
         message = (
@@ -446,7 +438,7 @@ def decide_concurrency(job: JobConfig, nodes: Sequence[Mapping[str, Any]], *, lo
                 f"{message}. Fix: raise ray.num_cpus to >= {per_trial_cpu + cfg.trial_cpus:g}, "
                 "or use fewer/smaller workers."
             )
-        logger.warning("%s; trials will wait for the autoscaler to add nodes (%s)", message, need)
+        logger.warning("%s; trials will wait for the autoscaler to add nodes", message)
         return cfg.max_concurrent_trials or 1
     if cfg.max_concurrent_trials is None:
         return min(fit, trials)
@@ -467,8 +459,6 @@ def init_ray_for_tune(job: JobConfig) -> None:
     ``/tmp/ray/ray_current_cluster`` names (the last ``ray start`` on this machine).
     The dashboard stays off in the embedded Ray (``ray.dashboard_host`` is 127.0.0.1 anyway).
     """
-    import os
-
     if ray.is_initialized():
         return
     env_vars = {
@@ -501,8 +491,8 @@ def run_tune(
         ConfigError: ``job.tune`` is missing, or one trial cannot fit an embedded local Ray.
         HeteroError: Every trial failed (the first error is included).
     """
-    import ray
     from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from raytrain_hetero.job import prepare_dataset
 
@@ -526,8 +516,6 @@ def run_tune(
         ),
         {"cpu": cfg.trial_cpus},
     )
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
     # Tune ignores TuneConfig.max_concurrent_trials with a generator; it goes here instead.
     search_alg = BasicVariantGenerator(random_state=cfg.seed, max_concurrent=concurrency)
     tuner = tune.Tuner(
@@ -575,8 +563,6 @@ def run_tune(
         "storage": str(storage / experiment),
     }
     _write_json(summary, out / "tune_summary.json")
-    if ray.is_initialized() and job.ray.address is None:
-        logger.debug("leaving the embedded Ray to the caller")
     return summary
 
 

@@ -121,7 +121,9 @@ def head_environment() -> dict[str, str]:
 
     return {
         "RAY_FAKE_CLUSTER": "1",
-        "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        # The autoscaler looks for unmet demand every 20 s, so new nodes arrive a while after
+        # the run asked for them (as cloud VMs do) and the group visibly trains small first.
+        "AUTOSCALER_UPDATE_INTERVAL_S": "20",
         "RAY_enable_autoscaler_v2": "1",
         "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
         "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID,
@@ -185,6 +187,26 @@ class NodeWatcher(threading.Thread):
                           f"resources {node.get('resources_total')}", flush=True)
 
 
+def worker_group_events(temp_dir: Path) -> list[tuple[str, str]]:
+    """(time, message) of Ray Train's controller: worker groups started and resize decisions.
+
+    Read from the controller's structured log in this cluster's own temp dir: the steps in
+    metrics.csv cannot show a resize that happens before the first group ran a step.
+    """
+    wanted = ("Started training worker group of size", "Deciding to resize")
+    events = []
+    for path in sorted(temp_dir.glob("session_*/logs/train/ray-train-sys-controller-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            message = str(entry.get("message", ""))
+            if any(w in message for w in wanted):
+                events.append((str(entry.get("asctime", "")), message.split(":")[0].strip()))
+    return sorted(set(events))  # session_latest links to the session dir: read once
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -223,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="state/logs/temp dir (default: a new /tmp/rh-autoscale-* dir)")
-    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--epochs", type=int, default=60)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="rh-autoscale-", dir="/tmp"))
@@ -256,14 +278,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] training: slots "
               f"{[w.name for w in job.workers]}, min_workers {job.elastic.min_workers}", flush=True)
         summary = run_job(job, progress=False)
+        events = worker_group_events(cluster.temp_dir)
+        print("Ray Train's worker group:")
+        for when, message in events:
+            print(f"  {when}  {message}")
+        sizes = [int(m.rsplit(" ", 1)[1]) for _, m in events if m.startswith("Started training")]
         runs, repeated = group_sizes(Path(job.output_dir) / "metrics.csv")
-        print("worker group by step:")
+        print("steps trained, by worker group:")
         for step, size, workers in runs:
             print(f"  from step {step:4d}: {size} worker(s) {workers}")
         if repeated:
             print(f"  steps {repeated[0]}-{repeated[-1]} ran in both groups: the resize "
                   "restarted from the last checkpoint (end of the previous epoch)")
-        grew = len(runs) > 1 and runs[-1][1] > runs[0][1]
+        grew = len(sizes) > 1 and sizes[-1] > sizes[0]
         joined = Counter(tuple(sorted(e[2].items())) for e in watcher.events)
         print(f"nodes that joined: {dict(joined)}")
         print(f"final validation accuracy {summary['final_val_accuracy']:.3f}, "

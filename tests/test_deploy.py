@@ -268,3 +268,38 @@ def test_dockerignore_keeps_data_and_secrets_out_of_the_image():
                if line.strip() and not line.startswith("#")}
     assert {".git", "data", "outputs", "**/ray_results", "tests"} <= ignored
     assert "raytrain_hetero" not in ignored and "examples" not in ignored
+
+
+# ----------------------------------------------------------------------------- safe defaults
+
+
+def test_checkpoints_are_loaded_with_weights_only():
+    """Every ``torch.load`` in the package and scripts refuses pickled code."""
+    import ast
+
+    calls = []
+    for path in [*(REPO / "raytrain_hetero").rglob("*.py"), *(REPO / "scripts").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+            ):
+                safe = any(
+                    k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in node.keywords
+                )
+                calls.append((f"{path.relative_to(REPO)}:{node.lineno}", safe))
+    assert calls, "no torch.load found: the check would be vacuous"
+    assert [where for where, safe in calls if not safe] == []
+
+
+def test_local_runs_bind_the_dashboard_to_loopback():
+    from raytrain_hetero.config import RayConfig
+
+    assert RayConfig().dashboard_host == "127.0.0.1"
+    for config in (REPO / "examples" / "configs").glob("*.yaml"):
+        host = (load_yaml(config).get("ray") or {}).get("dashboard_host", "127.0.0.1")
+        assert host in ("127.0.0.1", "localhost", "::1"), config.name
