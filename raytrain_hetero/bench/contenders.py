@@ -91,32 +91,17 @@ def read_logs(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
-class _Watcher(threading.Thread):
-    """Polls rank 0's log while a fit runs; calls ``trigger`` once a condition holds."""
-
-    def __init__(self, out: Path, condition: Callable[[dict[str, Any]], bool],
-                 trigger: Callable[[], None]) -> None:
-        super().__init__(name="bench-watcher", daemon=True)
-        self.out, self.condition, self.trigger = out, condition, trigger
-        self.stop = threading.Event()
-        self.fired_at: float | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            for path in self.out.glob("rank0_*.jsonl"):
-                for line in path.read_text().splitlines():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line being written
-                    if "step" in record and self.condition(record):
-                        try:
-                            self.trigger()
-                        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-                            self.error = exc
-                        self.fired_at = time.time()
-                        return
+def _rank0_condition(out: Path, condition: Callable[[dict[str, Any]], bool]) -> bool:
+    """Whether some step record of rank 0's logs in ``out`` satisfies ``condition``."""
+    for path in out.glob("rank0_*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line being written
+            if "step" in record and condition(record):
+                return True
+    return False
 
 
 def run_fit(
@@ -135,12 +120,9 @@ def run_fit(
         storage_path=setup.storage,
         failure_config=FailureConfig(max_failures=3 if setup.min_workers else 0),
     )
-    watcher = _Watcher(out, *watch) if watch else None
     plans: list[dict[str, Any]] = []
-    started = time.time()
-    if watcher is not None:
-        watcher.start()
-    try:
+
+    def fit_once() -> Any:
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
@@ -162,37 +144,58 @@ def run_fit(
                 ),
                 run_config=run_config,
             )
-            result = trainer.fit()
-        else:
-            from raytrain_hetero.bench.loop import bench_loop
-            from raytrain_hetero.config import ProbeConfig
-            from raytrain_hetero.trainer import HeteroTrainer
+            return trainer.fit()
+        from raytrain_hetero.bench.loop import bench_loop
+        from raytrain_hetero.config import ProbeConfig
+        from raytrain_hetero.trainer import HeteroTrainer
 
-            hetero = HeteroTrainer(
-                bench_loop,
-                train_loop_config=setup.loop_config("hetero", out),
-                workers=setup.specs,
-                global_batch_size=setup.global_batch_size,
-                weighting="uniform" if contender == "hdp" else "proportional",
-                live=contender == "hetero-live",
-                probe=ProbeConfig(**setup.probe),
-                seed=setup.seed,
-                slowdown_schedule=setup.schedule,
-                min_workers=setup.min_workers,
-                elastic_resize_monitor_interval_s=setup.monitor_interval_s,
-                run_config=run_config,
-            )
-            result = hetero.fit()
-            plans = list(hetero.plans)
-    finally:
-        if watcher is not None:
-            watcher.stop.set()
-            watcher.join(timeout=5)
+        hetero = HeteroTrainer(
+            bench_loop,
+            train_loop_config=setup.loop_config("hetero", out),
+            workers=setup.specs,
+            global_batch_size=setup.global_batch_size,
+            weighting="uniform" if contender == "hdp" else "proportional",
+            live=contender == "hetero-live",
+            probe=ProbeConfig(**setup.probe),
+            seed=setup.seed,
+            slowdown_schedule=setup.schedule,
+            min_workers=setup.min_workers,
+            elastic_resize_monitor_interval_s=setup.monitor_interval_s,
+            run_config=run_config,
+        )
+        try:
+            return hetero.fit()
+        finally:
+            plans.extend(hetero.plans)
+
+    started = time.time()
+    fired_at: float | None = None
+    if watch is None:
+        result = fit_once()
+    else:
+        # The trigger (e.g. Cluster.add_node) must run on the main thread: fit in a thread.
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["result"] = fit_once()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="bench-fit", daemon=True)
+        thread.start()
+        condition, trigger = watch
+        while thread.is_alive():
+            thread.join(0.25)
+            if fired_at is None and thread.is_alive() and _rank0_condition(out, condition):
+                trigger()
+                fired_at = time.time()
+        if "error" in box:
+            raise box["error"]
+        result = box["result"]
     wall = time.time() - started
     if result.error is not None:
         raise result.error
-    if watcher is not None and watcher.error is not None:
-        raise watcher.error
     return {
         "contender": contender,
         "records": read_logs(out),
@@ -200,7 +203,7 @@ def run_fit(
                                           "world_size")} for p in plans],
         "wall_s": wall,
         "started": started,
-        "triggered_at": watcher.fired_at if watcher is not None else None,
+        "triggered_at": fired_at,
     }
 
 

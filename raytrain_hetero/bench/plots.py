@@ -88,10 +88,9 @@ def plot_accuracy(result: dict[str, Any], path: Path) -> Path:
 
 def plot_timeline(result: dict[str, Any], path: Path, *, marker: float | None = None,
                   marker_label: str = "", x: str = "step") -> Path:
-    """Per-step samples/s of the first counted repeat of each contender.
-
-    ``x="step"`` plots against the step (a vertical line at ``marker`` step); ``x="join"``
-    against seconds since the join (the line at 0) with the world size on a second axis.
+    """Per-step samples/s of the first counted repeat of each contender against the step
+    (``x="step"``, a vertical line at the ``marker`` step), or (``x="join"``) the global step
+    against seconds since the join (the line at 0), with the world size on a second axis.
     """
     fig = _figure((9, 4.5))
     ax = fig.subplots()
@@ -104,22 +103,25 @@ def plot_timeline(result: dict[str, Any], path: Path, *, marker: float | None = 
         done.add(name)
         points = fit["timeline"]
         xs = [p["step"] if x == "step" else p["since_join_s"] for p in points]
-        ax.plot(xs, [p["samples_per_s"] for p in points], color=COLORS.get(name), lw=1.2,
-                label=name)
+        # Join: progress (global step) over time shows the pause of the restart best.
+        ys = [p["samples_per_s"] if x == "step" else p["step"] for p in points]
+        ax.plot(xs, ys, color=COLORS.get(name), lw=1.2, marker="." if x == "join" else None,
+                ms=3, label=name)
         if ax_world is not None:
             ax_world.step(xs, [p["world"] for p in points], where="post",
                           color=COLORS.get(name), lw=0.8, ls="--")
     if marker is not None:
         ax.axvline(marker, color="0.3", ls=":", lw=1, label=marker_label or None)
     ax.set_xlabel("step" if x == "step" else "seconds since the node joined")
-    ax.set_ylabel("samples / s (per step)")
+    ax.set_ylabel("samples / s (per step)" if x == "step" else "global step")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     if ax_world is not None:
         ax_world.set_ylabel("workers (dashed)")
         ax_world.set_ylim(0, 4)
-    ax.set_title(f"{result['scenario']}: per-step throughput")
+    ax.set_title(f"{result['scenario']}: " + (
+        "per-step throughput" if x == "step" else "training progress around the join"))
     return _save(fig, path)
 
 

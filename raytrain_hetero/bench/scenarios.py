@@ -83,7 +83,7 @@ def _cpu(name: str, slowdown: float = 1.0, count: int = 1, cpus: int = 1) -> dic
 
 
 _TRAIN = {"width": 32, "global_batch_size": 192, "samples_per_class": 300, "epochs": 5,
-          "eval_every": 3, "target_accuracy": 0.9, "lr": 0.05, "repeats": 3}
+          "eval_every": 3, "target_accuracy": 0.9, "lr": 0.05, "repeats": 2}
 
 _HETERO = ("hetero", "hetero-live")
 
@@ -117,7 +117,7 @@ SCENARIOS: dict[str, Scenario] = {
         workers=(_cpu("w", 1, count=3),),
         contenders=("stock", "hetero", "hetero-live"),
         targets=(Target("overhead", "<=", 0.03, _HETERO, "overhead vs stock <= 3%"),),
-        defaults=dict(_TRAIN),
+        defaults={**_TRAIN, "repeats": 3},
     ),
     "join": Scenario(
         name="join",

@@ -230,6 +230,8 @@ def _fit_line(fit: dict[str, Any]) -> str:
         parts.append(f"tta {f.get('tta_s', float('nan')):6.2f} s  final acc {f.get('final_accuracy'):.3f}")
     parts.append(f"slices {f.get('slices')}")
     parts.append(f"wall {fit['wall_s']:.0f} s")
+    if fit.get("load_average_1min") is not None:
+        parts.append(f"load {fit['load_average_1min']:.1f}")
     if not fit["counted"]:
         parts.append("(warm-up, not counted)")
     return "  ".join(parts)
@@ -276,6 +278,7 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
                           for k, v in sorted((alone or {}).items())],
                 "timeline": timeline_points(records, setup.global_batch_size),
                 "time_breakdown": _time_breakdown(fit),
+                "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             }
             result["fits"].append(entry)
             print(_fit_line(entry), flush=True)
@@ -335,6 +338,7 @@ def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pat
         entry = {"index": index, "contender": contender, "repeat": repeat, "counted": True,
                  "wall_s": fit["wall_s"], "figures": figures, "plans": fit["plans"],
                  "join_latency_s": latency, "alone": [], "time_breakdown": _time_breakdown(fit),
+                 "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                  "timeline": timeline_points(records, setup.global_batch_size, join_time=join_time)}
         result["fits"].append(entry)
         print(_fit_line(entry), flush=True)
@@ -370,8 +374,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
         f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}",
         f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
-        f"GPUs {machine.get('gpus') or 'none'}, load average at start "
-        f"{_num((machine.get('load_average') or [float('nan')])[0], '.1f')}",
+        f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}",
         "",
     ]
     join = any("join_latency_s" in f for f in result["fits"])
@@ -379,8 +382,8 @@ def format_table(result: dict[str, Any]) -> str:
         columns = [("contender", 12, lambda n, r: n),
                    ("join->first step at full size (s)", 34,
                     lambda n, r: _num(r.get("join_latency_s"), ".1f")),
-                   ("x stock", 8, lambda n, r: _num(_ratio(summary.get("stock", {}).get(
-                       "join_latency_s"), r.get("join_latency_s")), ".2f")),
+                   ("vs stock (s)", 12, lambda n, r: _num(r.get("join_latency_s", math.nan) - summary.get(
+                       "stock", {}).get("join_latency_s", math.nan), "+.1f") if n != "stock" else ""),
                    ("wall s", 7, lambda n, r: _num(r.get("wall_s"), ".0f"))]
     else:
         target = options["target_accuracy"]
@@ -388,17 +391,19 @@ def format_table(result: dict[str, Any]) -> str:
             ("contender", 12, lambda n, r: n),
             ("samples/s", 9, lambda n, r: _num(r.get("samples_per_s"), ".1f")),
             ("x stock", 8, lambda n, r: _num(r.get("speedup"), ".2f") + _goal(result, n, "speedup")),
-            ("overhead", 8, lambda n, r: (_num(r.get("overhead"), "+.1%") if n != "stock" else "")
-             + _goal(result, n, "overhead")),
             ("efficiency", 10, lambda n, r: _num(r.get("efficiency"), ".3f") + _goal(result, n, "efficiency")),
             (f"time to {target:.2f} (s)", 16, lambda n, r: _num(r.get("tta_s"), ".1f")
              + (f" [{r.get('reached_target')}/{r.get('repeats')} reached]"
                 if r.get("reached_target") != r.get("repeats") else "")),
+            ("steps", 5, lambda n, r: _num(r.get("steps_to_target"), ".0f")),
             ("x stock", 8, lambda n, r: _num(r.get("tta_speedup"), ".2f") + _goal(result, n, "tta_speedup")),
             ("incl. start-up (s)", 18, lambda n, r: _num(r.get("tta_total_s"), ".1f")),
             ("final acc", 9, lambda n, r: _num(r.get("final_accuracy"), ".3f")),
             ("wall s", 6, lambda n, r: _num(r.get("wall_s"), ".0f")),
         ]
+        if any(v["metric"] == "overhead" for v in result["summary"]["targets"]):
+            columns.insert(3, ("overhead", 8, lambda n, r: (
+                _num(r.get("overhead"), "+.1%") if n != "stock" else "") + _goal(result, n, "overhead")))
         if any("samples_per_s_after" in r for r in summary.values()):
             columns[4:4] = [
                 ("before", 8, lambda n, r: _num(r.get("samples_per_s_before"), ".1f")),
@@ -418,8 +423,8 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append("samples/s: steady-state training steps only (start-up, probing and "
                      "evaluation excluded); efficiency: ideal time / time, ideal = B / sum of each "
                      "worker's samples/s measured alone at its slice; time to accuracy: training "
-                     "time from the first step; 'incl. start-up' adds model preparation and "
-                     "(raytrain_hetero) probing.")
+                     "time from the first step ('steps': steps it took); 'incl. start-up' adds "
+                     "model preparation and (raytrain_hetero) probing.")
     verdicts = result["summary"]["targets"]
     if verdicts:
         lines.append("")
@@ -431,6 +436,15 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"  {v['contender']:<11} {v['target']}: {shown}{note} -> "
                          f"{'met' if v['met'] else 'NOT MET'}")
     return "\n".join(lines)
+
+
+def _loads(result: dict[str, Any]) -> str:
+    """The machine's 1-minute load average at the start, after each fit (range) and the end."""
+    machine = result["machine"]
+    start = (machine.get("load_average") or [math.nan])[0]
+    fits = [f["load_average_1min"] for f in result["fits"] if f.get("load_average_1min") is not None]
+    during = f", {min(fits):.1f}-{max(fits):.1f} after fits" if fits else ""
+    return f"{_num(start, '.1f')} at start{during} (the machine is shared)"
 
 
 def _ratio(a: Any, b: Any) -> float:
