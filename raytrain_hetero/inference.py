@@ -211,7 +211,9 @@ class ModelPredictor:
         from raytrain_hetero.workloads.models import build_model
 
         torch.set_num_threads(max(1, int(threads)))
-        cfg = JobConfig.model_validate(job)
+        from raytrain_hetero.config import validate_config
+
+        cfg = validate_config(job, source="job config on a predictor")
         self.workload = open_configured_datasets(cfg.data, (split,), exclude=list(exclude))
         self.dataset = self.workload.datasets[split]
         self.device = torch.device(device)

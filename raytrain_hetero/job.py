@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from raytrain_hetero.config import JobConfig, check_data_root
+from raytrain_hetero.config import JobConfig, check_data_root, validate_config
 from raytrain_hetero.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,9 @@ def classification_loop(config: dict[str, Any]) -> None:
     from raytrain_hetero.workloads import build_model
     from raytrain_hetero.workloads.from_config import model_arguments, open_configured_datasets
 
-    job = JobConfig.model_validate(config["job"])
+    # validate_config turns validation errors into a ConfigError, which pickles back to the
+    # driver (pydantic's errors with custom types do not).
+    job = validate_config(config["job"], source="job config on a worker")
     torch.manual_seed(job.train.seed)
     # Any data.dataset; unreadable files the driver found are left out (cached list).
     workload = open_configured_datasets(job.data, ("train", "val"))
