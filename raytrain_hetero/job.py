@@ -174,7 +174,7 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
 
 
 def init_ray(job: JobConfig) -> None:
-    """Connect to ``ray.address`` or start an embedded local Ray (dashboard on 127.0.0.1)."""
+    """Connect to ``ray.address`` or start a new embedded local Ray (dashboard on 127.0.0.1)."""
     import ray
 
     if ray.is_initialized():
@@ -188,7 +188,9 @@ def init_ray(job: JobConfig) -> None:
     if job.ray.address:
         ray.init(address=job.ray.address, runtime_env=runtime_env, log_to_driver=False)
     else:
+        # "local": a new embedded Ray, never whatever cluster `ray start` last left running.
         ray.init(
+            address="local",
             num_cpus=job.ray.num_cpus,
             dashboard_host=job.ray.dashboard_host,
             include_dashboard=False,
@@ -316,7 +318,7 @@ def probe_loop(config: dict[str, Any]) -> None:
     from raytrain_hetero.workloads import build_model
     from raytrain_hetero.workloads.from_config import model_arguments, open_configured_datasets
 
-    job = JobConfig.model_validate(config["job"])
+    job = validate_config(config["job"], source="job config on a worker")
     workload = open_configured_datasets(job.data, ("train",))
     datasets = workload.datasets
     if job.data.cache:

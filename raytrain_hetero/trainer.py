@@ -302,7 +302,7 @@ class HeteroTrainer:
             poll_interval_s: Seconds between progress polls.
         """
         if not ray.is_initialized():
-            ray.init()
+            ray.init(address="local")  # a new local Ray, not a cluster left running
         scheduler = get_or_create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),

@@ -27,7 +27,9 @@ def ray_local():
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env=worker_runtime_env())
+    # address="local": a fresh instance even if a `ray start` cluster runs on this machine.
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env=worker_runtime_env())
     yield ray
     ray.shutdown()
 
