@@ -505,15 +505,27 @@ def run_from_args(args: argparse.Namespace) -> int:
         fail_fraction=args.fail_fraction, join_fraction=args.join_fraction,
     )
     sweep = run_sweep(args.workers, base=base)
-    sweep["command"] = " ".join(sys.argv)
+    sweep["command"] = _command_line(args)
     print("SIMULATED cluster (no real workers): the real core.allocation and core.policy on "
           "synthetic speed traces")
     print(format_table(sweep))
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "sim.json").write_text(json.dumps(sweep, indent=2, default=_json_default))
+    (args.output / "COMMAND").write_text(sweep["command"] + "\n")
     plot_results(sweep, args.output / "sim.png")
     print(f"wrote {args.output / 'sim.json'} and {args.output / 'sim.png'}")
     return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The ``raytrain-hetero sim`` command that repeats this sweep (every option explicit)."""
+    import shlex
+
+    words = ["raytrain-hetero", "sim", "--workers", *map(str, args.workers)]
+    for option in ("steps", "seed", "spread", "drift", "noise", "sudden_fraction",
+                   "fail_fraction", "join_fraction", "output"):
+        words += ["--" + option.replace("_", "-"), str(getattr(args, option))]
+    return shlex.join(words)
 
 
 def _json_default(value: Any) -> Any:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 IDEAL = (1 + 1 / 2 + 1 / 4) / (3 * 1 / 4)
@@ -37,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from raytrain_hetero.bench.contenders import machine_description
     from raytrain_hetero.config import load_config
     from raytrain_hetero.job import init_ray, run_job
 
@@ -75,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": 1.9,
         "fits": raw,
         "model_width": jobs["probe"].model.width,
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "python": sys.version.split()[0], "time": time.strftime("%Y-%m-%d %H:%M")},
+        "machine": machine_description(),
     }
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "bench.json").write_text(json.dumps(result, indent=2))

@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed steps of each alone measurement (default 5)")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the per-step logs under OUTPUT/logs")
+    parser.add_argument("--wait-load", type=float, default=None, metavar="L",
+                        help="on a shared machine: before each fit, wait (at most 3 min) until "
+                             "the 1-minute load average is <= L")
 
 
 def _options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
@@ -96,6 +99,7 @@ def _options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     if options["repeats"] < 1:
         raise ValueError("--repeats must be >= 1")
     options["warmup"] = not args.no_warmup
+    options["wait_load"] = args.wait_load
     options["alone_steps"] = args.alone_steps
     return options
 
@@ -237,6 +241,16 @@ def _fit_line(fit: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+def _wait_for_load(limit: float | None, most_s: float = 180.0) -> float:
+    """Wait until the 1-minute load average is <= ``limit`` (at most ``most_s``); seconds waited."""
+    if limit is None or not hasattr(os, "getloadavg"):
+        return 0.0
+    started = time.time()
+    while os.getloadavg()[0] > limit and time.time() - started < most_s:
+        time.sleep(5)
+    return time.time() - started
+
+
 def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Path,
                result: dict[str, Any]) -> None:
     import ray
@@ -259,6 +273,8 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
     try:
         for index, (contender, repeat) in enumerate(order):
             counted = repeat >= 0
+            waited = _wait_for_load(options.get("wait_load"))
+            load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             saved_steps = setup.max_steps
             if not counted:
                 setup.max_steps = 3
@@ -279,6 +295,7 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
                 "timeline": timeline_points(records, setup.global_batch_size),
                 "time_breakdown": _time_breakdown(fit),
                 "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                "load_before": load_before, "waited_for_load_s": waited,
             }
             result["fits"].append(entry)
             print(_fit_line(entry), flush=True)
@@ -309,6 +326,7 @@ def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pat
         ray.shutdown()
     for index, (contender, repeat) in enumerate(order):
         # A fresh cluster per fit: every fit starts at `start` workers and sees one join.
+        _wait_for_load(options.get("wait_load"))
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         try:
             cluster.add_node(num_cpus=start)
