@@ -508,10 +508,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     sweep["command"] = _command_line(args)
     print("SIMULATED cluster (no real workers): the real core.allocation and core.policy on "
           "synthetic speed traces")
-    print(format_table(sweep))
+    table = format_table(sweep)
+    print(table)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "sim.json").write_text(json.dumps(sweep, indent=2, default=_json_default))
     (args.output / "COMMAND").write_text(sweep["command"] + "\n")
+    (args.output / "table.txt").write_text(table + "\n")
     plot_results(sweep, args.output / "sim.png")
     print(f"wrote {args.output / 'sim.json'} and {args.output / 'sim.png'}")
     return 0

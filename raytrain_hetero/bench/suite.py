@@ -498,6 +498,9 @@ def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
     written.append(path)
     (output / "COMMAND").write_text(result["command"] + "\n")
     written.append(output / "COMMAND")
+    if not result.get("skipped"):
+        (output / "table.txt").write_text(format_table(result) + "\n")
+        written.append(output / "table.txt")
     if result.get("skipped"):
         return written
     join = any("join_latency_s" in f for f in result["fits"])
