@@ -258,14 +258,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(key, None)
     lc = load_local_cluster()
     cluster = lc.LocalCluster(state_dir, extra_env={"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"})
-    cluster.gcs_port = lc.free_port()
     config_path = state_dir / "autoscaling.json"
-    config_path.write_text(json.dumps(fake_autoscaling_config(cluster.address), indent=2))
+
+    def write_config(gcs_address: str) -> Path:
+        config_path.write_text(json.dumps(fake_autoscaling_config(gcs_address), indent=2))
+        return config_path
     started = time.monotonic()
     watcher = NodeWatcher(cluster, started)
     grew = False
     try:
-        cluster.start_head(num_cpus=HEAD_CPUS, autoscaling_config=config_path,
+        cluster.start_head(num_cpus=HEAD_CPUS, autoscaling_config=write_config,
                            env=head_environment(), labels=HEAD_LABELS)
         print(f"head up at {cluster.address} (dashboard {cluster.dashboard_url}); node types "
               f"{ {n: (c, l) for n, (c, l, _) in NODE_TYPES.items()} }, none running", flush=True)

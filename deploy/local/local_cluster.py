@@ -42,7 +42,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 logger = logging.getLogger("local_cluster")
 
@@ -185,23 +185,49 @@ class LocalCluster:
         *,
         num_cpus: float = 0,
         dashboard_port: int | None = None,
-        autoscaling_config: Path | None = None,
+        autoscaling_config: Path | Callable[[str], Path] | None = None,
         env: dict[str, str] | None = None,
         labels: dict[str, str] | None = None,
+        attempts: int = 3,
     ) -> NodeProcess:
         """Start the head node (no training resources by default) and wait for its dashboard.
+
+        Ports are picked free just before the start; if another process takes one first (the
+        head then exits at once), the head is started again on new ports.
 
         Args:
             num_cpus: CPUs the head offers (0: it runs no training).
             dashboard_port: Dashboard port (default: a free one).
             autoscaling_config: Autoscaler config (``--autoscaling-config``), e.g. for Ray's
-                fake multinode provider (then set ``RAY_FAKE_CLUSTER=1`` in ``env``).
+                fake multinode provider (then set ``RAY_FAKE_CLUSTER=1`` in ``env``); or a
+                function of the GCS address that writes one and returns its path.
             env: Extra environment of the head process only.
             labels: Ray node labels of the head (e.g. to let some workers select it).
+            attempts: Starts to try before giving up.
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self._ensure_token()
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_head_once(num_cpus, dashboard_port, autoscaling_config, env,
+                                             labels)
+            except RuntimeError as exc:
+                self.stop()
+                self.gcs_port = self.dashboard_port = 0
+                if attempt == attempts or "already in use" not in str(exc) and "Failed to start" not in str(exc):
+                    raise
+                logger.warning("head start %d/%d failed on a port clash; retrying", attempt, attempts)
+        raise AssertionError("unreachable")
+
+    def _start_head_once(
+        self,
+        num_cpus: float,
+        dashboard_port: int | None,
+        autoscaling_config: Path | Callable[[str], Path] | None,
+        env: dict[str, str] | None,
+        labels: dict[str, str] | None,
+    ) -> NodeProcess:
         self.gcs_port = self.gcs_port or free_port()
         self.dashboard_port = dashboard_port or self.dashboard_port or free_port()
         args = [
@@ -217,6 +243,8 @@ class LocalCluster:
             "--disable-usage-stats",
             *self._port_args(agent_port := free_port()),
         ]
+        if callable(autoscaling_config):
+            autoscaling_config = autoscaling_config(self.address)
         if autoscaling_config is not None:
             args.append(f"--autoscaling-config={autoscaling_config}")
         if labels:
