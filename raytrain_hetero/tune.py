@@ -32,7 +32,6 @@ import io
 import json
 import logging
 import math
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -452,32 +451,6 @@ def decide_concurrency(job: JobConfig, nodes: Sequence[Mapping[str, Any]], *, lo
     return cfg.max_concurrent_trials
 
 
-def init_ray_for_tune(job: JobConfig) -> None:
-    """Connect to ``ray.address``, or start a *new* embedded local Ray.
-
-    ``address="local"`` matters: a bare ``ray.init()`` joins whatever cluster
-    ``/tmp/ray/ray_current_cluster`` names (the last ``ray start`` on this machine).
-    The dashboard stays off in the embedded Ray (``ray.dashboard_host`` is 127.0.0.1 anyway).
-    """
-    if ray.is_initialized():
-        return
-    env_vars = {
-        key: os.environ[key] for key in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",) if key in os.environ
-    }
-    runtime_env = {"env_vars": env_vars} if env_vars else None
-    if job.ray.address:
-        ray.init(address=job.ray.address, runtime_env=runtime_env, log_to_driver=False)
-    else:
-        ray.init(
-            address="local",
-            num_cpus=job.ray.num_cpus,
-            include_dashboard=False,
-            dashboard_host=job.ray.dashboard_host,
-            runtime_env=runtime_env,
-            log_to_driver=False,
-        )
-
-
 def run_tune(
     job: JobConfig,
     *,
@@ -494,7 +467,7 @@ def run_tune(
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from raytrain_hetero.job import prepare_dataset
+    from raytrain_hetero.job import init_ray, prepare_dataset
 
     if job.tune is None:
         raise ConfigError(
@@ -504,7 +477,7 @@ def run_tune(
     cfg = job.tune
     out = Path(output_dir or job.output_dir).resolve()
     prepare_dataset(job)
-    init_ray_for_tune(job)
+    init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
     storage = Path(job.ray.storage_path or (out / "ray_results")).resolve()
     concurrency = decide_concurrency(job, _cluster_nodes(), local=job.ray.address is None)
