@@ -644,6 +644,7 @@ def plot_trials(
     Right: each trial's per-worker samples/s, stacked, with the run's samples/s marked."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     from raytrain_hetero.report import _atomic_write
 
@@ -660,6 +661,7 @@ def plot_trials(
         if points:
             xs, ys = zip(*points)
             ax_metric.plot(xs, ys, marker="o", lw=1.2, label=trial_id)
+    ax_metric.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_metric.set_xlabel("epoch")
     ax_metric.set_ylabel(metric)
     ax_metric.grid(alpha=0.3)
@@ -680,6 +682,7 @@ def plot_trials(
     totals = [float(r["samples_per_s"]) if _finite(r.get("samples_per_s")) else math.nan for r in rows]
     ax_tp.plot(xs, totals, "k_", markersize=30, mew=2, label="run samples/s")
     ax_tp.set_xticks(xs, [str(r["trial_id"]) for r in rows], rotation=30, ha="right", fontsize=8)
+    # Per worker: samples over its own busy time; the run: samples over each step's wall time.
     ax_tp.set_ylabel("samples / s (per worker, stacked)")
     ax_tp.grid(alpha=0.3, axis="y")
     if names:
