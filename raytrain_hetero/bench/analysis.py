@@ -237,6 +237,10 @@ def summarize(
             values = [f["figures"].get(key, f.get(key)) for f in mine]
             if any(v is not None for v in values):
                 row[key] = median(values)
+        rates = [f["figures"].get("samples_per_s") for f in mine]
+        rates = [float(v) for v in rates if v is not None and math.isfinite(float(v))]
+        if rates:
+            row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
         reached = [f["figures"].get("steps_to_target") for f in mine]
         row["steps_to_target"] = median(reached)
         row["reached_target"] = sum(v is not None for v in reached)

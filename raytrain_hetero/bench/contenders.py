@@ -104,6 +104,27 @@ def _rank0_condition(out: Path, condition: Callable[[dict[str, Any]], bool]) -> 
     return False
 
 
+def _worker_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank, medians of raytrain_hetero's own step accounting (diagnostics).
+
+    compute_s: own compute (emulated stretch included); busy_s: wall time busy (compute and
+    loading, waits in collectives excluded); wall_s: the whole step.
+    """
+    import statistics
+
+    by_rank: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by_rank.setdefault((int(r["rank"]), str(r.get("worker"))), []).append(r)
+    out = []
+    for (rank, worker), rs in sorted(by_rank.items()):
+        row: dict[str, Any] = {"rank": rank, "worker": worker, "steps": len(rs)}
+        for key in ("slice", "compute_s", "busy_s", "wall_s"):
+            values = [float(r[key]) for r in rs if isinstance(r.get(key), (int, float))]
+            row[key] = statistics.median(values) if values else None
+        out.append(row)
+    return out
+
+
 def run_fit(
     setup: FitSetup,
     contender: str,
@@ -121,6 +142,7 @@ def run_fit(
         failure_config=FailureConfig(max_failures=3 if setup.min_workers else 0),
     )
     plans: list[dict[str, Any]] = []
+    stats: list[dict[str, Any]] = []
 
     def fit_once() -> Any:
         if contender == "stock":
@@ -167,6 +189,7 @@ def run_fit(
             return hetero.fit()
         finally:
             plans.extend(hetero.plans)
+            stats.extend(_worker_stats(hetero.step_records))
 
     started = time.time()
     fired_at: float | None = None
@@ -204,6 +227,7 @@ def run_fit(
         "wall_s": wall,
         "started": started,
         "triggered_at": fired_at,
+        "worker_stats": stats,
     }
 
 

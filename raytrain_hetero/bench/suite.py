@@ -74,8 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed steps of each alone measurement (default 5)")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the per-step logs under OUTPUT/logs")
+    parser.add_argument("--slowdown-scale", type=float, default=1.0, metavar="S",
+                        help="multiply every emulated slowdown by S (keeps their ratios; S > 1 "
+                             "lowers the CPU demand on a small shared machine). Default 1")
     parser.add_argument("--wait-load", type=float, default=None, metavar="L",
-                        help="on a shared machine: before each fit, wait (at most 3 min) until "
+                        help="on a shared machine: before each fit, wait (at most 90 s) until "
                              "the 1-minute load average is <= L")
 
 
@@ -100,6 +103,9 @@ def _options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--repeats must be >= 1")
     options["warmup"] = not args.no_warmup
     options["wait_load"] = args.wait_load
+    if args.slowdown_scale < 1.0:
+        raise ValueError("--slowdown-scale must be >= 1")
+    options["slowdown_scale"] = args.slowdown_scale
     options["alone_steps"] = args.alone_steps
     return options
 
@@ -139,7 +145,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     machine = machine_description()
     data = prepare_bench_data(args.data_root, int(options["samples_per_class"]))
     data.train_limit(int(options["global_batch_size"]))  # fails early with a clear message
-    specs = expand_worker_specs(scenario.workers)
+    scale = float(options["slowdown_scale"])
+    specs = [s.model_copy(update={"emulated_slowdown": s.emulated_slowdown * scale})
+             if scenario.emulated else s for s in expand_worker_specs(scenario.workers)]
     scratch = Path(tempfile.mkdtemp(prefix=f"rh-bench-{name}-"))
     from raytrain_hetero.bench.contenders import FitSetup
 
@@ -241,7 +249,7 @@ def _fit_line(fit: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def _wait_for_load(limit: float | None, most_s: float = 180.0) -> float:
+def _wait_for_load(limit: float | None, most_s: float = 90.0) -> float:
     """Wait until the 1-minute load average is <= ``limit`` (at most ``most_s``); seconds waited."""
     if limit is None or not hasattr(os, "getloadavg"):
         return 0.0
@@ -262,7 +270,9 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
     cpus = sum(float(s.resources.get("CPU", 1)) for s in setup.specs)
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=int(math.ceil(cpus)) + 2, include_dashboard=False, log_to_driver=False,
+    # address="local": always a new Ray of our own, never a cluster someone left running.
+    ray.init(address="local", num_cpus=int(math.ceil(cpus)) + 2, include_dashboard=False,
+             log_to_driver=False,
              runtime_env=_ray_env())
     contenders = options["contenders"]
     order = [(c, r) for r in range(int(options["repeats"])) for c in contenders]
@@ -294,6 +304,7 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
                           for k, v in sorted((alone or {}).items())],
                 "timeline": timeline_points(records, setup.global_batch_size),
                 "time_breakdown": _time_breakdown(fit),
+                "worker_stats": fit.get("worker_stats", []),
                 "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                 "load_before": load_before, "waited_for_load_s": waited,
             }
@@ -384,7 +395,8 @@ def format_table(result: dict[str, Any]) -> str:
     """The printed table: medians per contender, ratios to stock, targets beside figures."""
     summary = result["summary"]["contenders"]
     options = result["options"]
-    kind = ("EMULATED heterogeneity (compute stretched by per-worker factors)"
+    kind = ("EMULATED heterogeneity (compute stretched by per-worker factors "
+            f"{', '.join(format(w['emulated_slowdown'], 'g') for w in result['workers'])})"
             if result["emulated"] else "REAL hardware, no emulation")
     machine = result["machine"]
     lines = [
@@ -407,7 +419,9 @@ def format_table(result: dict[str, Any]) -> str:
         target = options["target_accuracy"]
         columns = [
             ("contender", 12, lambda n, r: n),
-            ("samples/s", 9, lambda n, r: _num(r.get("samples_per_s"), ".1f")),
+            ("samples/s (range)", 9, lambda n, r: _num(r.get("samples_per_s"), ".1f") + (
+                f" ({r['samples_per_s_min']:.0f}-{r['samples_per_s_max']:.0f})"
+                if r.get("repeats", 0) > 1 and "samples_per_s_min" in r else "")),
             ("x stock", 8, lambda n, r: _num(r.get("speedup"), ".2f") + _goal(result, n, "speedup")),
             ("efficiency", 10, lambda n, r: _num(r.get("efficiency"), ".3f") + _goal(result, n, "efficiency")),
             (f"time to {target:.2f} (s)", 16, lambda n, r: _num(r.get("tta_s"), ".1f")
