@@ -395,8 +395,8 @@ def format_table(result: dict[str, Any]) -> str:
     """The printed table: medians per contender, ratios to stock, targets beside figures."""
     summary = result["summary"]["contenders"]
     options = result["options"]
-    kind = ("EMULATED heterogeneity (compute stretched by per-worker factors "
-            f"{', '.join(format(w['emulated_slowdown'], 'g') for w in result['workers'])})"
+    factors = ", ".join(format(w["emulated_slowdown"], "g") for w in result.get("workers") or [])
+    kind = (f"EMULATED heterogeneity (compute stretched by per-worker factors {factors or '?'})"
             if result["emulated"] else "REAL hardware, no emulation")
     machine = result["machine"]
     lines = [
