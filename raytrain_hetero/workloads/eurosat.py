@@ -28,16 +28,14 @@ Two halves, deliberately independent:
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.file_checks import CheckedLoader
 
@@ -338,21 +336,6 @@ def _marker_params(samples_per_class: int, seed: int, size: int, fr: Sequence[fl
     }
 
 
-def _read_marker(root: Path) -> dict | None:
-    try:
-        with open(root / MARKER_NAME) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _is_complete(root: Path, params: Mapping[str, Any]) -> bool:
-    return _read_marker(root) == dict(params) and all(
-        (root / _SPLIT_FILE.format(split=s)).is_file() for s in EUROSAT_SPLITS
-    )
-
-
 def _write_tree(tmp: Path, params: Mapping[str, Any], counts: Mapping[str, int]) -> None:
     import rasterio
     from rasterio.crs import CRS
@@ -399,8 +382,6 @@ def _write_tree(tmp: Path, params: Mapping[str, Any], counts: Mapping[str, int])
                         dst.write(images[j])
     for split, lines in split_lines.items():
         (tmp / _SPLIT_FILE.format(split=split)).write_text("\n".join(lines) + "\n")
-    # The marker is written last: its presence means the tree is complete.
-    (tmp / MARKER_NAME).write_text(json.dumps(dict(params), indent=2, sort_keys=True) + "\n")
 
 
 def generate_eurosat(
@@ -436,46 +417,9 @@ def generate_eurosat(
     counts = _check_generate_args(samples_per_class, seed, size, split_fractions)
     root = Path(root).expanduser().absolute()
     params = _marker_params(samples_per_class, seed, size, split_fractions)
-
-    if root.exists():
-        if not root.is_dir():
-            raise DataError(f"generate_eurosat: {root} exists and is not a directory")
-        if _is_complete(root, params):
-            return root
-        if _read_marker(root) is None and any(root.iterdir()):
-            raise DataError(
-                f"generate_eurosat: refusing to write into {root}: it is not empty and was not "
-                f"created by generate_eurosat (no {MARKER_NAME}). If it holds a real EuroSAT, "
-                "load it with eurosat_datasets() directly; otherwise choose another root."
-            )
-
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.generating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    old: Path | None = None
-    try:
-        tmp.mkdir()
-        _write_tree(tmp, params, counts)
-        try:
-            # Atomic; succeeds if root is absent or an empty directory.
-            os.replace(tmp, root)
-        except OSError:
-            if _is_complete(root, params):  # a concurrent caller finished first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return root
-            if _read_marker(root) is None:
-                raise DataError(
-                    f"generate_eurosat: {root} appeared and is not ours; left it untouched"
-                ) from None
-            # Ours with other parameters: swap it out, then drop the old tree.
-            old = root.parent / f".{root.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.replace(root, old)
-            os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return root
+    return generate_tree(
+        root, params, lambda tmp: _write_tree(tmp, params, counts), what="generate_eurosat"
+    )
 
 
 # ------------------------------------------------------------------------------ loaders
