@@ -228,7 +228,7 @@ def summarize(
     """
     keys = ("samples_per_s", "efficiency", "tta_s", "tta_total_s", "final_accuracy", "wall_s",
             "startup_s", "samples_per_s_before", "samples_per_s_after", "efficiency_after",
-            "join_latency_s")
+            "join_latency_s", "ideal_samples_per_s")
     per: dict[str, dict[str, Any]] = {}
     for name in contenders:
         mine = [f for f in fits if f["contender"] == name and f.get("counted", True)]

@@ -173,7 +173,8 @@ def run_fit(
 
         hetero = HeteroTrainer(
             bench_loop,
-            train_loop_config=setup.loop_config("hetero", out),
+            train_loop_config={**setup.loop_config("hetero", out),
+                               "sync_batchnorm": contender != "hetero-nobnsync"},
             workers=setup.specs,
             global_batch_size=setup.global_batch_size,
             weighting="uniform" if contender == "hdp" else "proportional",

@@ -212,7 +212,8 @@ def bench_loop(config: dict[str, Any]) -> None:
         info = rh.get_rank_info()
         rank, world = info["rank"], info["world_size"]
         device = rh.get_device()
-        model = rh.prepare_model(model)
+        # sync_batchnorm=False only for the ablation contender (per-slice statistics: inexact).
+        model = rh.prepare_model(model, sync_batchnorm=bool(config.get("sync_batchnorm", True)))
         loader = rh.prepare_data_loader(train, pin_memory=device.type == "cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=float(config["lr"]),
                                 momentum=float(config.get("momentum", 0.9)),

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 __all__ = ["plot_accuracy", "plot_throughput", "plot_timeline"]
 
-COLORS = {"stock": "#7f7f7f", "hdp": "#ff7f0e", "hetero": "#1f77b4", "hetero-live": "#2ca02c"}
+COLORS = {"stock": "#7f7f7f", "hdp": "#ff7f0e", "hetero": "#1f77b4", "hetero-live": "#2ca02c",
+          "hetero-nobnsync": "#9467bd"}
 
 
 def _figure(size: tuple[float, float]) -> Any:
@@ -52,7 +53,9 @@ def plot_throughput(result: dict[str, Any], path: Path) -> Path:
                         va="bottom", xytext=(0, 3), textcoords="offset points")
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("training samples / s (median; dots: repeats)")
-    kind = "EMULATED heterogeneity" if result["emulated"] else "real hardware"
+    factors = ", ".join(format(w["emulated_slowdown"], "g") for w in result.get("workers") or [])
+    kind = (f"EMULATED heterogeneity (factors {factors})" if result["emulated"]
+            else "no emulation")
     ax.set_title(f"{result['scenario']}: {kind}")
     ax.grid(axis="y", alpha=0.3)
     if any(_finite(summary.get(n, {}).get("ideal_samples_per_s")) for n in names):

@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slowdown-scale", type=float, default=1.0, metavar="S",
                         help="multiply every emulated slowdown by S (keeps their ratios; S > 1 "
                              "lowers the CPU demand on a small shared machine). Default 1")
+    parser.add_argument("--render-only", action="store_true",
+                        help="run nothing: recompute the summary, table and plots from the "
+                             "bench.json already in --output")
     parser.add_argument("--wait-load", type=float, default=None, metavar="L",
                         help="on a shared machine: before each fit, wait (at most 90 s) until "
                              "the 1-minute load average is <= L")
@@ -531,10 +534,35 @@ def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
     return written
 
 
+def render_only(name: str, output: Path) -> int:
+    """Recompute summary, table and plots from an existing ``bench.json`` (no fits run)."""
+    from raytrain_hetero.bench.analysis import summarize
+
+    path = output / "bench.json"
+    if not path.exists():
+        print(f"raytrain-hetero bench: error: no {path} to render", file=sys.stderr)
+        return 2
+    result = json.loads(path.read_text())
+    if result.get("scenario") != name:
+        print(f"raytrain-hetero bench: error: {path} holds scenario {result.get('scenario')!r}, "
+              f"not {name!r}", file=sys.stderr)
+        return 2
+    scenario = SCENARIOS[name]
+    result["emulated"] = scenario.emulated and any(
+        w.get("emulated_slowdown", 1.0) != 1.0 for w in result.get("workers") or [{}])
+    result["description"] = scenario.description
+    result["summary"] = summarize(result["fits"], result["options"]["contenders"], scenario.targets)
+    print(format_table(result))
+    write_outputs(result, output)
+    return 0
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the scenario named in ``args``; print the table; write the outputs."""
     output = args.output or Path("outputs/bench") / args.scenario
     args.output = output
+    if args.render_only:
+        return render_only(args.scenario, output)
     try:
         result = run_scenario(args.scenario, args)
     except ScenarioUnavailable as exc:
