@@ -15,8 +15,9 @@ from pydantic import ValidationError
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from raytrain_hetero.backend import HeteroTorchConfig, common_resources
+from raytrain_hetero.backend import HeteroRayTorchTrainer, HeteroTorchConfig, common_resources
 from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.core.placement import SlotDemand
 from raytrain_hetero.core.policy import PolicyConfig
 from raytrain_hetero.context import HeteroSetup
 from raytrain_hetero.errors import ConfigError
@@ -270,8 +271,8 @@ class HeteroTrainer:
         )
 
     def torch_trainer(self) -> TorchTrainer:
-        """The underlying Ray Train V2 TorchTrainer."""
-        return TorchTrainer(
+        """The underlying Ray Train V2 TorchTrainer (elastic sizing per worker slot)."""
+        return HeteroRayTorchTrainer(
             self._entry,
             train_loop_config=self.train_loop_config,
             torch_config=HeteroTorchConfig(
@@ -281,6 +282,9 @@ class HeteroTrainer:
             ),
             scaling_config=self.scaling_config(),
             run_config=self.run_config,
+            slots=[
+                SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs
+            ],
         )
 
     # ------------------------------------------------------------------ running

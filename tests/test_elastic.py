@@ -52,9 +52,10 @@ def assert_exactly_once(entries, size, epochs):
 def cluster():
     if ray.is_initialized():
         ray.shutdown()
-    # Ray 2.60's elastic sizing counts every node's CPUs and ignores label selectors, so the
-    # head offers none: it would otherwise be counted as room for a worker it cannot host.
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # The head has CPUs but no `pool` label: Ray 2.60's own elastic sizing would count them as
+    # room for a worker that cannot land there (and loop on placement timeouts);
+    # HeteroElasticScalingPolicy sizes the group slot by slot, label selectors included.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     ray.init(address=cluster.address, runtime_env=worker_runtime_env(), log_to_driver=False)
     yield cluster
     ray.shutdown()
