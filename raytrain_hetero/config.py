@@ -586,6 +586,10 @@ class ProbeConfig(_Model):
             This captures what an isolated probe cannot see: co-located workers contending for
             cores, and synchronisation inside the step. 0 disables calibration.
         calibration_rounds: Calibrate-and-replan rounds.
+        reuse_on_restart: After a worker-group restart (a node joined or was lost, a worker
+            died), slots the previous group measured keep their cost models and only new
+            slots are probed; calibration still refits everyone. Shortens the time until a
+            joining node is used.
     """
 
     batch_sizes: list[PositiveInt] | None = Field(
@@ -595,6 +599,9 @@ class ProbeConfig(_Model):
     repeats: PositiveInt = Field(3, description="timed iterations per batch size")
     calibration_steps: Int = Field(3, ge=0, description="measured calibration steps per round")
     calibration_rounds: Int = Field(2, ge=0, description="calibrate-and-replan rounds")
+    reuse_on_restart: bool = Field(
+        True, description="after a restart, probe only slots the previous group did not measure"
+    )
 
     @field_validator("batch_sizes")
     @classmethod

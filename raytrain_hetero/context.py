@@ -114,6 +114,8 @@ class WorkerContext:
         step_records: Finished-step measurements not yet pushed to the scheduler.
         plan_history: Every plan of the run so far (restored from checkpoints too).
         rank_spec_indices: Worker slot of every rank, once gathered.
+        restored_slot_costs: Worker slot -> cost model of the group that wrote the checkpoint
+            this group resumed from (slots it measured); those slots skip the probe.
         scheduler: Handle of the run's scheduler actor, once looked up.
     """
 
@@ -130,6 +132,7 @@ class WorkerContext:
     step_records: list[dict[str, Any]] = field(default_factory=list)
     plan_history: list[Any] = field(default_factory=list)
     rank_spec_indices: list[int] | None = None
+    restored_slot_costs: dict[int, Any] = field(default_factory=dict)
     scheduler: Any = None
     pending_pushes: list[Any] = field(default_factory=list)
     step_metrics: dict[str, float] = field(default_factory=dict)

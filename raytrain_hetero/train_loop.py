@@ -261,6 +261,8 @@ def write_state(ctx: WorkerContext, directory: Path) -> Path:
         "min_step_size": ctx.carver.min_step_size,
         "world_size": ctx.world_size,
         "plans": [p.to_dict() for p in ctx.plan_history],
+        # Which slot each rank filled: lets a restarted group reuse their cost models.
+        "rank_slots": ctx.rank_spec_indices,
     }
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state", suffix=".json")
@@ -298,12 +300,23 @@ def _restore_from_checkpoint(ctx: WorkerContext) -> None:
         )
     ctx.cursor = Cursor(state["cursor"]["epoch"], state["cursor"]["step_in_epoch"])
     ctx.plan_history = [Plan.from_dict(p) for p in state.get("plans", [])]
+    ctx.restored_slot_costs = _slot_costs(ctx.plan_history, state.get("rank_slots"))
     logger.info(
         "resuming at epoch %d step %d (global step %d)",
         ctx.cursor.epoch,
         ctx.cursor.step_in_epoch,
         state["global_step"],
     )
+
+
+def _slot_costs(plans: list[Plan], rank_slots: list[int] | None) -> dict[int, Any]:
+    """Cost model per worker slot from the newest plan of the group that wrote a checkpoint."""
+    if not plans or not rank_slots:
+        return {}
+    newest = max(plans, key=lambda p: p.version)
+    if newest.costs is None or newest.world_size != len(rank_slots):
+        return {}
+    return {int(slot): cost for slot, cost in zip(rank_slots, newest.costs)}
 
 
 def _next_version(ctx: WorkerContext) -> int:
@@ -370,15 +383,25 @@ def _install_first_plan(
         plan = _build_plan(ctx, shares=shares, costs=None, effective_step=start,
                            reason="fixed shares")
     else:
-        result = _probe_in_node_rounds(ctx, dataset, collate_fn, loss_fn, time_loading)
+        # After a restart, slots the previous group measured keep their cost models (the
+        # calibration below refits them under the new group's contention); only new slots
+        # are probed, which shortens the time until a joining node is used.
+        known = ctx.restored_slot_costs if setup.probe.reuse_on_restart else {}
+        probing = spec_indices[ctx.rank] not in known
+        result = _probe_in_node_rounds(ctx, dataset, collate_fn, loss_fn, time_loading, probing)
         gathered: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (result.batch_sizes, result.seconds))
-        results = [ProbeResult(tuple(b), tuple(s)) for b, s in gathered]
-        costs = [r.cost_model() for r in results]
-        how = "probe"
+        dist.all_gather_object(
+            gathered, (result.batch_sizes, result.seconds) if result is not None else None
+        )
+        costs = [
+            ProbeResult(tuple(g[0]), tuple(g[1])).cost_model() if g is not None else known[slot]
+            for g, slot in zip(gathered, spec_indices)
+        ]
+        reused = sum(g is None for g in gathered)
+        how = "probe" if not reused else f"probe of {ctx.world_size - reused} new slot(s)"
         if setup.probe.calibration_steps > 0 and setup.probe.calibration_rounds > 0:
             costs = _calibrate(ctx, costs, dataset, collate_fn, loss_fn, time_loading)
-            how = "probe + calibration"
+            how += " + calibration"
         speeds = ", ".join(
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
         )
@@ -470,22 +493,25 @@ def _probe_in_node_rounds(
     collate_fn: Callable[[list[Any]], Any],
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
     time_loading: bool,
-) -> ProbeResult:
-    """Probe every worker; workers sharing a node take turns so their probes do not contend.
+    probing: bool = True,
+) -> ProbeResult | None:
+    """Probe the workers that need it; those sharing a node take turns so they do not contend.
 
-    Workers on different nodes probe at the same time (round r runs the r-th worker of every
-    node), so a large cluster spends only (max workers per node) probe durations.
+    Workers on different nodes probe at the same time (round r runs the r-th probing worker
+    of every node), so a large cluster spends only (max probing workers per node) probe
+    durations. Returns ``None`` on a rank that does not probe.
     """
     nodes: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
-    my_round = nodes[: ctx.rank].count(nodes[ctx.rank])
-    rounds = max(nodes.count(n) for n in set(nodes))
+    dist.all_gather_object(nodes, (ray.get_runtime_context().get_node_id(), probing))
+    probing_nodes = [node for node, wants in nodes if wants]
+    my_node = nodes[ctx.rank][0]
+    my_round = [node for node, wants in nodes[: ctx.rank] if wants].count(my_node)
+    rounds = max((probing_nodes.count(n) for n in set(probing_nodes)), default=0)
     result: ProbeResult | None = None
     for round_index in range(rounds):
-        if round_index == my_round:
+        if probing and round_index == my_round:
             result = _probe_this_worker(ctx, dataset, collate_fn, loss_fn, time_loading)
         dist.barrier()
-    assert result is not None
     return result
 
 

@@ -94,6 +94,9 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, tmp_path):
     grown = [r for r in trainer.step_records if r["world_size"] == 3]
     assert {r["rank"] for r in grown} == {0, 1, 2}
     assert min(r["slice"] for r in grown) >= 1
+    # The restarted group reused the cost models of the two slots it already knew.
+    grown_plans = [p for p in trainer.plans if len(p["slices"]) == 3]
+    assert grown_plans and "probe of 1 new slot(s)" in grown_plans[0]["reason"], grown_plans
     kept, groups = committed_ledger(out)
     assert len(groups) >= 2
     epochs = sorted({e["epoch"] for e in kept})
