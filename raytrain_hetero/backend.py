@@ -291,7 +291,9 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         )
 
     def make_decision_for_non_running_worker_group(self) -> Any:
-        self._held = {}
+        if self._held:  # the group just ended (maybe with its node): count afresh
+            self._held = {}
+            self._view = None
         return super().make_decision_for_non_running_worker_group()
 
     def _holdings(self, worker_group_state: Any) -> dict[str, dict[str, float]]:

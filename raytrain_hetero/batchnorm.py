@@ -28,6 +28,12 @@ from raytrain_hetero.errors import ModelPreparationError
 logger = logging.getLogger(__name__)
 
 
+def _layout(input: torch.Tensor) -> tuple[int, list[int], list[int]]:
+    """Channels, the dimensions statistics reduce over, and the per-channel broadcast shape."""
+    channels = input.shape[1]
+    return channels, [0] + list(range(2, input.dim())), [1, channels] + [1] * (input.dim() - 2)
+
+
 class _GlobalBatchNormFunction(torch.autograd.Function):
     """Normalisation by global-batch statistics with a hand-written backward.
 
@@ -47,9 +53,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         layer: "HeteroBatchNorm",
         rank_weight: float,
     ) -> torch.Tensor:
-        channels = input.shape[1]
-        reduce_dims = [0] + list(range(2, input.dim()))
-        shape = [1, channels] + [1] * (input.dim() - 2)
+        channels, reduce_dims, shape = _layout(input)
         local_count = input.numel() // channels
         wide = torch.float64
         stats = torch.zeros(2 * channels + 1, dtype=wide, device=input.device)
@@ -92,9 +96,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         input, weight = ctx.saved_tensors
-        channels = input.shape[1]
-        reduce_dims = [0] + list(range(2, input.dim()))
-        shape = [1, channels] + [1] * (input.dim() - 2)
+        channels, reduce_dims, shape = _layout(input)
         wide = torch.float64
         mean, inv_std, total = ctx.mean, ctx.inv_std, ctx.total
 
