@@ -279,6 +279,7 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         super().__init__(scaling_config)
         self._slots = tuple(slots)
         self._held: dict[str, dict[str, float]] = {}
+        self._held_placement_group: Any = None
         self._view_time = float("-inf")
         self._view: dict[str, NodeCapacity] | None = None
 
@@ -286,15 +287,29 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         self, worker_group_state: Any, worker_group_status: Any
     ) -> Any:
         self._held = self._holdings(worker_group_state)
+        handle = worker_group_state.placement_group_handle
+        self._held_placement_group = getattr(handle, "placement_group", None)
         return super().make_decision_for_running_worker_group(
             worker_group_state, worker_group_status
         )
 
     def make_decision_for_non_running_worker_group(self) -> Any:
-        if self._held:  # the group just ended (maybe with its node): count afresh
+        # After a failure Ray Train decides the new size *before* it tears the old group down,
+        # so the old group's resources still count as ours until its placement group is gone.
+        if self._held and not self._old_group_still_holds():
             self._held = {}
+            self._held_placement_group = None
             self._view = None
         return super().make_decision_for_non_running_worker_group()
+
+    def _old_group_still_holds(self) -> bool:
+        if self._held_placement_group is None:
+            return False
+        try:
+            table = ray.util.placement_group_table(self._held_placement_group)
+        except Exception:  # noqa: BLE001 - unknown: assume it is gone, count afresh
+            return False
+        return table.get("state") not in (None, "REMOVED")
 
     def _holdings(self, worker_group_state: Any) -> dict[str, dict[str, float]]:
         """Resources this run's workers hold, per node (placement bundle plus lease)."""
