@@ -6,7 +6,8 @@ exactly the single-device update for that global batch.
 
 Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec`. Inside the train loop:
 :func:`prepare_model`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`.
-Ray and torch are imported lazily, so ``raytrain_hetero.core`` and the config stay light.
+Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
+loads no config library, no Ray and no torch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from raytrain_hetero.config import JobConfig, ProbeConfig, WorkerSpec, load_config
 from raytrain_hetero.errors import (
     AllocationError,
     ConfigError,
@@ -28,17 +28,21 @@ from raytrain_hetero.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "HeteroTrainer": "raytrain_hetero.trainer",
-    "prepare_model": "raytrain_hetero.train_loop",
-    "prepare_data_loader": "raytrain_hetero.train_loop",
-    "report": "raytrain_hetero.train_loop",
-    "get_device": "raytrain_hetero.train_loop",
-    "get_rank_info": "raytrain_hetero.train_loop",
-    "log_step_metrics": "raytrain_hetero.train_loop",
-    "update_plan": "raytrain_hetero.train_loop",
-    "current_plan": "raytrain_hetero.train_loop",
-    "current_step_number": "raytrain_hetero.train_loop",
-    "HeteroBatchNorm": "raytrain_hetero.batchnorm",
+    "JobConfig": "raytrain_hetero.app.config",
+    "ProbeConfig": "raytrain_hetero.app.config",
+    "WorkerSpec": "raytrain_hetero.app.config",
+    "load_config": "raytrain_hetero.app.config",
+    "HeteroTrainer": "raytrain_hetero.driver.trainer",
+    "prepare_model": "raytrain_hetero.worker.api",
+    "prepare_data_loader": "raytrain_hetero.worker.api",
+    "report": "raytrain_hetero.worker.api",
+    "get_device": "raytrain_hetero.worker.api",
+    "get_rank_info": "raytrain_hetero.worker.api",
+    "log_step_metrics": "raytrain_hetero.worker.api",
+    "update_plan": "raytrain_hetero.worker.api",
+    "current_plan": "raytrain_hetero.worker.api",
+    "current_step_number": "raytrain_hetero.worker.api",
+    "HeteroBatchNorm": "raytrain_hetero.worker.batchnorm",
 }
 
 __all__ = [
@@ -46,13 +50,9 @@ __all__ = [
     "ConfigError",
     "DataError",
     "HeteroError",
-    "JobConfig",
     "ModelPreparationError",
     "PlacementError",
-    "ProbeConfig",
     "ProbeError",
-    "WorkerSpec",
-    "load_config",
     "__version__",
     *_LAZY,
 ]

@@ -2,6 +2,6 @@
 
 import sys
 
-from raytrain_hetero.cli import main
+from raytrain_hetero.app.cli import main
 
 sys.exit(main())

@@ -225,7 +225,7 @@ def group_sizes(metrics_csv: Path) -> tuple[list[tuple[int, int, list[str]]], li
     Returns:
         ([(first step, worker count, workers)], [steps that ran twice]).
     """
-    from raytrain_hetero.report import read_metrics_csv
+    from raytrain_hetero.app.outputs import read_metrics_csv
 
     by_step: dict[int, list[str]] = defaultdict(list)
     for row in read_metrics_csv(metrics_csv):
@@ -273,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{ {n: (c, l) for n, (c, l, _) in NODE_TYPES.items()} }, none running", flush=True)
         watcher.start()
         assert cluster.token_path == state_dir / "auth_token"
-        from raytrain_hetero.config import validate_config
-        from raytrain_hetero.job import run_job
+        from raytrain_hetero.app.config import validate_config
+        from raytrain_hetero.app.job import run_job
 
         job = validate_config(job_dict(state_dir, cluster.address, args.epochs), "autoscaling-demo")
         print(f"[{time.monotonic() - started:6.1f}s] training: slots "

@@ -148,7 +148,7 @@ def run_fit(
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
-            from raytrain_hetero.backend import common_resources
+            from raytrain_hetero.driver.backend import common_resources
             from raytrain_hetero.bench.loop import bench_loop
 
             n = len(setup.specs)
@@ -168,8 +168,8 @@ def run_fit(
             )
             return trainer.fit()
         from raytrain_hetero.bench.loop import bench_loop
-        from raytrain_hetero.config import ProbeConfig
-        from raytrain_hetero.trainer import HeteroTrainer
+        from raytrain_hetero.app.config import ProbeConfig
+        from raytrain_hetero.driver.trainer import HeteroTrainer
 
         hetero = HeteroTrainer(
             bench_loop,

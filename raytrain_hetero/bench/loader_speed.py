@@ -123,9 +123,9 @@ def run(
     """Measure everything for ``job``; returns the figures (see the module docstring)."""
     import torch
 
-    from raytrain_hetero.config import check_data_root
+    from raytrain_hetero.app.config import check_data_root
     from raytrain_hetero.workloads.cache import InMemoryDataset
-    from raytrain_hetero.workloads.from_config import (
+    from raytrain_hetero.app.datasets import (
         generate_configured_dataset,
         model_arguments,
         open_configured_datasets,
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
-    from raytrain_hetero.config import load_config, parse_overrides
+    from raytrain_hetero.app.config import load_config, parse_overrides
     from raytrain_hetero.errors import HeteroError
 
     try:

@@ -9,12 +9,12 @@ logging are identical for all contenders; only the data-parallel plumbing differ
   batch ``B / world_size`` passed through ``ray.train.torch.prepare_data_loader`` (which adds
   a ``DistributedSampler``), ``sampler.set_epoch(epoch)`` each epoch.
 * ``mode="hetero"``: ``raytrain_hetero.prepare_model`` / ``prepare_data_loader`` under
-  :class:`~raytrain_hetero.trainer.HeteroTrainer` (carved slices, count-weighted gradients,
+  :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (carved slices, count-weighted gradients,
   global-batch BatchNorm; probing happens at the first iteration of the loader).
 
 Emulated slowdown applies to both the same way: a worker with factor k sleeps (k - 1) times
 its own compute (thread CPU time on one torch thread) before every collective of the step.
-raytrain_hetero does it inside its hooks (:func:`raytrain_hetero.probe.stretch_compute`); for
+raytrain_hetero does it inside its hooks (:func:`raytrain_hetero.worker.probe.stretch_compute`); for
 stock, :class:`StockEmulation` does it with a forward pre-hook on the inner module (start of
 the step's compute, after DDP's buffer broadcast) and a DDP communication hook that stretches
 before each gradient bucket's all-reduce, then runs DDP's default all-reduce.
@@ -63,7 +63,7 @@ class StockEmulation:
 
     def __init__(self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]],
                  device: Any) -> None:
-        from raytrain_hetero.probe import ComputeClock
+        from raytrain_hetero.worker.probe import ComputeClock
 
         self.rank = rank
         self.base_factor = float(base_factor)
@@ -276,7 +276,7 @@ def bench_loop(config: dict[str, Any]) -> None:
             names = config.get("worker_names") or []
             record["worker"] = names[rank] if rank < len(names) else str(rank)
         else:
-            from raytrain_hetero.context import get_worker_context
+            from raytrain_hetero.worker.context import get_worker_context
 
             hetero_context = get_worker_context()  # read-only: this step's emulated factor
             record["factor"] = hetero_context.slowdown
@@ -358,7 +358,7 @@ def measure_alone(data: dict[str, Any], width: int, seed: int,
     from torch.utils.data import default_collate
 
     from raytrain_hetero.bench.data import ArrayDataset, BenchData
-    from raytrain_hetero.probe import ComputeClock
+    from raytrain_hetero.worker.probe import ComputeClock
 
     torch.set_num_threads(max(1, int(threads)))
     dev = torch.device(device)

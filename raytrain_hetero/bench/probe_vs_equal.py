@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from raytrain_hetero.bench.contenders import machine_description
-    from raytrain_hetero.config import load_config
-    from raytrain_hetero.job import init_ray, run_job
+    from raytrain_hetero.app.config import load_config
+    from raytrain_hetero.app.job import init_ray, run_job
 
     base: dict = {"train": {"epochs": args.epochs}}
     if args.width is not None:

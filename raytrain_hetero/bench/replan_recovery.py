@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from raytrain_hetero.config import load_config
-    from raytrain_hetero.job import init_ray, run_job
-    from raytrain_hetero.trainer import HeteroTrainer
+    from raytrain_hetero.app.config import load_config
+    from raytrain_hetero.app.job import init_ray, run_job
+    from raytrain_hetero.driver.trainer import HeteroTrainer
 
     captured: dict[str, Any] = {}
     original_fit = HeteroTrainer.fit

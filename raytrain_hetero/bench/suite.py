@@ -143,7 +143,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     options = _options(scenario, args)
     _check_hardware(scenario)
     from raytrain_hetero.bench.data import prepare_bench_data
-    from raytrain_hetero.trainer import expand_worker_specs
+    from raytrain_hetero.driver.trainer import expand_worker_specs
 
     machine = machine_description()
     data = prepare_bench_data(args.data_root, int(options["samples_per_class"]))

@@ -1,0 +1,1 @@
+"""The application: YAML job schema, the main job, outputs and the command line."""

@@ -1,0 +1,160 @@
+"""Command line: ``raytrain-hetero train --config FILE`` and ``raytrain-hetero tune --config FILE``.
+
+Errors the user can fix (configuration, data, placement) print one clear message and exit
+with status 2; nothing half-written is left in the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from raytrain_hetero.errors import HeteroError
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``raytrain-hetero``."""
+    parser = argparse.ArgumentParser(
+        prog="raytrain-hetero",
+        description="Heterogeneity-aware, exact data-parallel training on Ray Train V2.",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a model from a YAML job config")
+    train.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    train.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    train.add_argument("--output", type=Path, default=None,
+                       help="output directory (default: output_dir from the config)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set train.epochs=1 (repeatable)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+
+    probe = sub.add_parser(
+        "probe", help="measure the workers a config would start; print their speeds and the plan"
+    )
+    probe.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    probe.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    probe.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+
+    tune = sub.add_parser(
+        "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
+    )
+    tune.add_argument("config_path", nargs="?", type=Path, help="job config YAML with tune:")
+    tune.add_argument("--config", dest="config_flag", type=Path, help="job config YAML with tune:")
+    tune.add_argument("--output", type=Path, default=None,
+                      help="output directory (default: output_dir from the config)")
+    tune.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config key, e.g. --set tune.num_samples=2 (repeatable)")
+    tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
+
+    predict = sub.add_parser(
+        "predict",
+        help="distributed inference with a trained checkpoint (Ray Data actor pools, batch "
+        "sizes proportional to measured actor speed)",
+    )
+    predict.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
+    predict.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    predict.add_argument("--checkpoint", type=Path, required=True,
+                         help="model.pt, a checkpoint directory, or a training output directory")
+    predict.add_argument("--output", type=Path, default=None,
+                         help="output directory (default: <output_dir>/predict)")
+    predict.add_argument("--split", default=None,
+                         help="train, val or test (default test); scene: every pixel of a "
+                         "hyperspectral scene (its default)")
+    predict.add_argument("--mode", choices=("proportional", "equal", "single"),
+                         default="proportional",
+                         help="proportional: per-pool batch and share by measured speed "
+                         "(default); equal: same for every actor; single: one actor")
+    predict.add_argument("--batch-size", type=int, default=128,
+                         help="batch size of the fastest actor (default 128)")
+    predict.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override a config key (repeatable)")
+
+    from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
+    from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
+
+    add_bench_arguments(sub.add_parser(
+        "bench", help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating"))
+    add_sim_arguments(sub.add_parser(
+        "sim", help="large-cluster simulator of the allocation and re-planning policy"))
+    return parser
+
+
+def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+    path = args.config_flag or args.config_path
+    if path is None:
+        parser.error(f"{args.command} needs a config: raytrain-hetero {args.command} --config FILE.yaml")
+    if args.config_flag and args.config_path and args.config_flag != args.config_path:
+        parser.error("give the config once, either positionally or with --config")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raytrain-hetero`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "train":
+            from raytrain_hetero.app.config import load_config, parse_overrides
+            from raytrain_hetero.app.job import run_job
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_job(job, output_dir=args.output, progress=not args.no_progress)
+            return 0
+        if args.command == "probe":
+            from raytrain_hetero.app.config import load_config, parse_overrides
+            from raytrain_hetero.app.job import run_probe
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_probe(job)
+            return 0
+        if args.command == "tune":
+            from raytrain_hetero.app.config import load_config, parse_overrides
+            from raytrain_hetero.tune.search import format_best, run_tune
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            summary = run_tune(job, output_dir=args.output, verbose=0 if args.quiet else 1)
+            print(format_best(summary))
+            print(f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
+                  f"results: {Path(args.output or job.output_dir).resolve()}/trials.csv, trials.png")
+            return 0
+        if args.command == "predict":
+            from raytrain_hetero.app.config import load_config, parse_overrides
+            from raytrain_hetero.inference.predict import run_predict
+
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_predict(job, args.checkpoint, output_dir=args.output, split=args.split,
+                        mode=args.mode, batch_size=args.batch_size)
+            return 0
+        if args.command == "bench":
+            from raytrain_hetero.bench.suite import run_from_args as run_bench
+
+            return run_bench(args)
+        if args.command == "sim":
+            from raytrain_hetero.sim.simulator import run_from_args as run_sim
+
+            return run_sim(args)
+    except HeteroError as exc:
+        print(f"raytrain-hetero: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raytrain-hetero: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

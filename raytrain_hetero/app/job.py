@@ -1,0 +1,476 @@
+"""The main job: train a torchgeo classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
+
+Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
+the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
+a live progress bar and per-worker table, and writes ``metrics.csv``, ``summary.json`` and
+``throughput.png`` into the output directory.
+
+Worker side (:func:`classification_loop`): the train loop every Ray worker runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
+from raytrain_hetero.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+NUM_CLASSES = 10  # EuroSAT's; the job takes every dataset's class count from its loader
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def classification_loop(config: dict[str, Any]) -> None:
+    """Per-worker loop: carved training, count-weighted sync, per-epoch validation + checkpoint."""
+    import ray.train
+    import torch
+    import torch.nn.functional as F
+
+    import raytrain_hetero as rh
+    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+
+    # validate_config turns validation errors into a ConfigError, which pickles back to the
+    # driver (pydantic's errors with custom types do not).
+    job = validate_config(config["job"], source="job config on a worker")
+    torch.manual_seed(job.train.seed)
+    # Any data.dataset; unreadable files the driver found are left out (cached list).
+    workload = open_configured_datasets(job.data, ("train", "val"))
+    datasets = workload.datasets
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+    model = build_model(job.model.name, **model_arguments(job.model, workload))
+    model = rh.prepare_model(model)
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=job.train.lr,
+        momentum=job.train.momentum,
+        weight_decay=job.train.weight_decay,
+    )
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            state = torch.load(Path(directory) / "model.pt", weights_only=True, map_location="cpu")
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    loader = rh.prepare_data_loader(
+        datasets["train"],
+        num_workers=job.data.num_workers,
+        pin_memory=rh.get_device().type == "cuda",
+        persistent_workers=job.data.num_workers > 0,
+    )
+    rank = rh.get_rank_info()["rank"]
+    for epoch in range(loader.epoch, job.train.epochs):
+        model.train()
+        for batch in loader:
+            loss = F.cross_entropy(model(batch["image"]), batch["label"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            rh.log_step_metrics(loss=loss.item())
+        metrics: dict[str, Any] = {"epoch": epoch}
+        if rank == 0:
+            metrics["val_accuracy"] = evaluate(model.module, datasets["val"], rh.get_device())
+            with tempfile.TemporaryDirectory() as directory:
+                torch.save(
+                    {
+                        "model": model.module.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        # What the model was trained on (predict checks it against its data).
+                        "meta": {
+                            "dataset": job.data.dataset,
+                            "in_channels": workload.in_channels,
+                            "num_classes": workload.num_classes,
+                            "s1_channels": workload.s1_channels,
+                        },
+                    },
+                    Path(directory) / "model.pt",
+                )
+                rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+        else:
+            rh.report(metrics)
+
+
+def evaluate(model: Any, dataset: Any, device: Any, batch_size: int = 256) -> float:
+    """Top-1 accuracy of ``model`` on ``dataset`` (evaluation mode, no gradient)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for batch in DataLoader(dataset, batch_size=batch_size):
+            logits = model(batch["image"].to(device))
+            correct += int((logits.argmax(1).cpu() == batch["label"]).sum())
+            total += int(batch["label"].numel())
+    model.train(was_training)
+    return correct / max(total, 1)
+
+
+# ----------------------------------------------------------------------------- driver side
+
+
+def prepare_dataset(job: JobConfig) -> dict[str, int]:
+    """Generate the dataset if configured (cached), then check it against the model.
+
+    Everything that can be checked before a worker starts is checked here: the root, every
+    file's readability (``data.on_bad_file``), the band count against the model
+    (``model.in_channels``, pretrained weights) and the model itself (built once).
+
+    Returns:
+        Split sizes and the band count.
+
+    Raises:
+        DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
+        ConfigError: Too few samples for the workers, or a model that cannot be built.
+    """
+    from raytrain_hetero.app.datasets import (
+        check_model_fits_data,
+        generate_configured_dataset,
+        open_configured_datasets,
+    )
+
+    root = Path(job.data.root)
+    generate_configured_dataset(job.data)
+    check_data_root(job.data)
+    workload = open_configured_datasets(job.data, ("train", "val"))
+    datasets = workload.datasets
+    bands = workload.in_channels
+    if job.data.dataset == "eurosat":
+        expected = len(job.data.bands) if isinstance(job.data.bands, list) else (
+            3 if job.data.bands == "rgb" else 13
+        )
+        if bands != expected:
+            raise DataError(
+                f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
+                f"{expected}; fix data.bands or the dataset."
+            )
+    check_model_fits_data(job.model, workload, source=root)
+    sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
+    need = job.total_workers * job.train.min_slice
+    if sizes["train"] < need:
+        raise ConfigError(
+            f"data.root: the train split has {sizes['train']} samples but {job.total_workers} "
+            f"workers need at least {need}; generate more (data.generate.samples_per_class) "
+            "or use fewer workers."
+        )
+    return sizes
+
+
+def init_ray(job: JobConfig) -> None:
+    """Connect to ``ray.address`` or start a new embedded local Ray (dashboard on 127.0.0.1)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    env_vars = {
+        key: os.environ[key]
+        for key in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",)
+        if key in os.environ
+    }
+    runtime_env = {"env_vars": env_vars} if env_vars else None
+    if job.ray.address:
+        ray.init(address=job.ray.address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        # "local": a new embedded Ray, never whatever cluster `ray start` last left running.
+        ray.init(
+            address="local",
+            num_cpus=job.ray.num_cpus,
+            dashboard_host=job.ray.dashboard_host,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+        )
+
+
+class ProgressView:
+    """Live progress: a tqdm bar over global steps and the per-worker table on plan changes."""
+
+    def __init__(self, total_steps: int, stream: TextIO = sys.stderr) -> None:
+        from tqdm import tqdm
+
+        self.stream = stream
+        self.bar = tqdm(total=total_steps, desc="train", unit="step", file=stream,
+                        dynamic_ncols=True, mininterval=0.5)
+        self.steps_done = -1
+        self.plan_versions: set[int] = set()
+        self.tabled_versions: set[int] = set()
+        self.latest: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, update: dict[str, Any]) -> None:
+        records = update["records"]
+        for record in records:
+            self.latest[record["rank"]] = record
+        if records:
+            top = max(r["step"] for r in records)
+            if top > self.steps_done:
+                self.bar.update(top - max(self.steps_done, -1))
+                self.steps_done = top
+            rates = [r["global_samples_per_s"] for r in records if r["rank"] == 0]
+            if rates:
+                self.bar.set_postfix(samples_s=f"{statistics.median(rates):.0f}")
+        new_plans = [p for p in update["plans"] if p["version"] not in self.plan_versions]
+        for plan in new_plans:
+            self.plan_versions.add(plan["version"])
+            self.bar.write(
+                f"plan v{plan['version']} from step {plan['effective_step']}: slices "
+                f"{plan['slices']} ({plan['reason']})",
+                file=self.stream,
+            )
+        # Show the table once every rank has measured a step under the newest plan.
+        newest = max(self.plan_versions, default=None)
+        if (
+            newest is not None
+            and newest not in self.tabled_versions
+            and self.latest
+            and all(r["plan_version"] == newest for r in self.latest.values())
+        ):
+            self.tabled_versions.add(newest)
+            self.bar.write(self.table(), file=self.stream)
+
+    def table(self) -> str:
+        from raytrain_hetero.app.outputs import format_worker_table
+
+        rows = [
+            {
+                "rank": r["rank"],
+                "worker": r["worker"],
+                "device": r["device"],
+                "samples_per_s": r["samples_per_s"],
+                "slice": r["slice"],
+                "weight": r["weight"],
+            }
+            for _, r in sorted(self.latest.items())
+        ]
+        return format_worker_table(rows)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def summarize_workers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-worker medians over the run: measured samples/s, slice, weight."""
+    by_rank: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_rank[(r["rank"], r["worker"])].append(r)
+    rows = []
+    for (rank, worker), rs in sorted(by_rank.items()):
+        last_plan = rs[-1]["plan_version"]
+        rates = [r["samples_per_s"] for r in rs if math.isfinite(r["samples_per_s"])]
+        rows.append(
+            {
+                "rank": rank,
+                "worker": worker,
+                "device": rs[-1]["device"],
+                "samples_per_s": statistics.median(rates) if rates else float("nan"),
+                # The full-step slice of the last plan (a short epoch tail is not representative).
+                "slice": statistics.mode(r["slice"] for r in rs if r["plan_version"] == last_plan),
+                "weight": statistics.mode(
+                    round(r["weight"], 6) for r in rs if r["plan_version"] == last_plan
+                ),
+                "steps": len(rs),
+            }
+        )
+    return rows
+
+
+def trainer_arguments(job: JobConfig) -> dict[str, Any]:
+    """HeteroTrainer keyword arguments of a job (workers, batch, plan, scheduler, elasticity)."""
+    return {
+        "workers": job.workers,
+        "global_batch_size": job.train.global_batch_size,
+        "weighting": job.train.weighting,
+        "fixed_shares": job.train.fixed_shares,
+        "min_slice": job.train.min_slice,
+        "probe": job.probe,
+        "seed": job.train.seed,
+        "live": job.scheduler.live if job.train.fixed_shares is None else False,
+        "policy": job.scheduler.policy(),
+        "plan_sync_every": job.scheduler.plan_sync_every,
+        "flush_every": job.scheduler.plan_sync_every,
+        "slowdown_schedule": [
+            i.model_dump(exclude_none=True) for i in job.scheduler.slowdown_schedule
+        ],
+        "min_workers": job.elastic.min_workers,
+        "elastic_resize_monitor_interval_s": job.elastic.resize_monitor_interval_s,
+    }
+
+
+def probe_loop(config: dict[str, Any]) -> None:
+    """Per-worker loop of ``raytrain-hetero probe``: probe, calibrate, agree a plan, report it."""
+    import raytrain_hetero as rh
+    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+
+    job = validate_config(config["job"], source="job config on a worker")
+    workload = open_configured_datasets(job.data, ("train",))
+    datasets = workload.datasets
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+    model = rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
+    loader = rh.prepare_data_loader(datasets["train"], num_workers=job.data.num_workers)
+    loader.ensure_plan()
+    import ray.train
+    import torch.distributed as dist
+
+    info = rh.get_rank_info()
+    workers: list[Any] = [None] * info["world_size"]
+    dist.all_gather_object(workers, {k: info[k] for k in ("rank", "worker", "device")})
+    metrics = {"plan": rh.current_plan().to_dict(), "workers": workers}
+    if info["rank"] == 0:
+        # Ray Train V2 keeps metrics of reports that carry a checkpoint.
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "probe.json").write_text(json.dumps(metrics))
+            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+    else:
+        rh.report(metrics)
+
+
+def run_probe(job: JobConfig) -> dict[str, Any]:
+    """Measure the workers a job would start and print their speeds and the plan (no training)."""
+    from ray.train import RunConfig
+
+    from raytrain_hetero.app.outputs import format_worker_table
+    from raytrain_hetero.driver.trainer import HeteroTrainer
+
+    prepare_dataset(job)
+    init_ray(job)
+    storage = job.ray.storage_path or (Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-")))
+    trainer = HeteroTrainer(
+        probe_loop,
+        train_loop_config={"job": job.model_dump(mode="json")},
+        **{**trainer_arguments(job), "live": False, "min_workers": None},
+        run_config=RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
+                             storage_path=str(storage)),
+    )
+    result = trainer.fit()
+    if result.error is not None:
+        raise result.error
+    plan = result.metrics["plan"]
+    workers = {w["rank"]: w for w in result.metrics["workers"]}
+    rows = []
+    for rank, slice_ in enumerate(plan["slices"]):
+        alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
+        rows.append({
+            "rank": rank,
+            "worker": workers[rank]["worker"],
+            "device": workers[rank]["device"],
+            "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
+            "slice": slice_,
+            "weight": slice_ / sum(plan["slices"]),
+        })
+    print(format_worker_table(rows))
+    print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
+    return plan
+
+
+def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run the job end to end and write its outputs; returns the summary dict."""
+    from ray.train import CheckpointConfig, RunConfig
+
+    from raytrain_hetero.core.carving import EpochCarver
+    from raytrain_hetero.app.outputs import (
+        format_worker_table,
+        plot_worker_throughput,
+        write_metrics_csv,
+        write_summary,
+    )
+    from raytrain_hetero.driver.trainer import HeteroTrainer
+
+    out = Path(output_dir or job.output_dir).resolve()
+    sizes = prepare_dataset(job)
+    steps_per_epoch = EpochCarver(
+        sizes["train"],
+        job.train.global_batch_size,
+        seed=job.train.seed,
+        min_step_size=job.total_workers * job.train.min_slice,
+    ).steps_per_epoch
+    init_ray(job)
+    out.mkdir(parents=True, exist_ok=True)
+    storage = job.ray.storage_path or (out / "ray_results")
+    trainer = HeteroTrainer(
+        classification_loop,
+        train_loop_config={"job": job.model_dump(mode="json")},
+        **trainer_arguments(job),
+        run_config=RunConfig(
+            name=f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=str(storage),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+    )
+    view = ProgressView(steps_per_epoch * job.train.epochs) if progress else None
+    started = time.perf_counter()
+    try:
+        result = trainer.fit(progress=view, poll_interval_s=1.0)
+    finally:
+        if view is not None:
+            view.close()
+    wall = time.perf_counter() - started
+    if result.error is not None:
+        raise result.error
+    records = sorted(trainer.step_records, key=lambda r: (r["step"], r["rank"]))
+    final = dict(result.metrics or {})
+    summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+    write_metrics_csv(records, out / "metrics.csv")
+    write_summary(summary, out / "summary.json")
+    plot_worker_throughput(records, out / "throughput.png", title=f"{job.name}: per-worker throughput")
+    if progress:
+        print(format_worker_table(summary["workers"]))
+        print(f"outputs: {out}")
+    print(f"final validation accuracy: {summary['final_val_accuracy']:.4f}")
+    return summary
+
+
+def build_summary(
+    job: JobConfig,
+    records: list[dict[str, Any]],
+    plans: list[dict[str, Any]],
+    final_metrics: dict[str, Any],
+    wall_s: float,
+    sizes: dict[str, int],
+) -> dict[str, Any]:
+    """Summary of a finished run (what ``summary.json`` holds)."""
+    per_step: dict[int, dict[str, Any]] = {}
+    for r in records:
+        entry = per_step.setdefault(r["step"], {"samples": 0, "wall": 0.0})
+        entry["samples"] += r["slice"]
+        entry["wall"] = max(entry["wall"], r["wall_s"])
+    samples = sum(e["samples"] for e in per_step.values())
+    step_wall = sum(e["wall"] for e in per_step.values())
+    accuracy = final_metrics.get("val_accuracy")
+    return {
+        "name": job.name,
+        "final_val_accuracy": float(accuracy) if accuracy is not None else float("nan"),
+        "epochs": job.train.epochs,
+        "steps": len(per_step),
+        "global_batch_size": job.train.global_batch_size,
+        "samples_per_s": samples / step_wall if step_wall > 0 else float("nan"),
+        "wall_time_s": wall_s,
+        "train_samples": sizes["train"],
+        "val_samples": sizes["val"],
+        "bands": sizes["bands"],
+        "weighting": job.train.weighting,
+        "workers": summarize_workers(records),
+        "plans": plans,
+        "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
+        # What rank 0 reported last through Ray Train (plan version, per-rank figures).
+        "reported": {k: v for k, v in final_metrics.items() if k.startswith("hetero/")},
+    }

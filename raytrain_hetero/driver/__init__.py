@@ -1,0 +1,1 @@
+"""Driver side: HeteroTrainer, the Ray Train backend, elastic sizing and the scheduler actor."""

@@ -1,0 +1,1 @@
+"""Distributed prediction with Ray Data on heterogeneous workers."""

@@ -1,0 +1,1 @@
+"""Large-cluster simulator over the pure core (allocation and re-plan policy)."""

@@ -1,0 +1,1 @@
+"""Ray Tune searches over raytrain_hetero jobs."""

@@ -1,0 +1,305 @@
+"""deploy/: cluster-launcher and KubeRay configs checked with Ray's own schema and parsers,
+their node tags cross-checked against the example job configs, and the Dockerfile's pins
+against pyproject.toml. No cloud, no Kubernetes, no Docker needed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+
+from local_cluster_helper import load_local_cluster
+from raytrain_hetero.app.config import JobConfig, load_config
+from raytrain_hetero.tune.search import concurrent_capacity
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+CLUSTER_YAML = DEPLOY / "cluster.yaml"
+KUBERAY = DEPLOY / "kuberay"
+CLUSTER_JOB = REPO / "examples" / "configs" / "eurosat_cluster.yaml"
+LOCAL_CLUSTER_JOB = REPO / "examples" / "configs" / "eurosat_local_cluster.yaml"
+RAY_SCHEMA = Path(ray.__file__).parent / "autoscaler" / "ray-schema.json"
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def launcher_config() -> dict:
+    return load_yaml(CLUSTER_YAML)
+
+
+def kuberay_autoscaling_config(ray_cr: dict) -> dict:
+    """The autoscaling config Ray's KubeRay autoscaler derives from a RayCluster."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import (
+        _derive_autoscaling_config_from_ray_cr,
+    )
+
+    cr = copy.deepcopy(ray_cr)
+    cr["metadata"].setdefault("namespace", "default")  # kubectl fills it in
+    return _derive_autoscaling_config_from_ray_cr(cr)
+
+
+def nodes_at_max(node_types: dict) -> list[dict]:
+    """Every node the autoscaler may run: each type's head/min/max expanded."""
+    nodes = []
+    for node_type in node_types.values():
+        count = node_type.get("max_workers", 0) or 1  # max_workers 0: the head, one node
+        nodes += [{"resources": node_type["resources"], "labels": node_type.get("labels", {})}] * count
+    return nodes
+
+
+def assert_job_fits(job: JobConfig, node_types: dict, head_type: str) -> None:
+    pools = {t.get("labels", {}).get("pool") for t in node_types.values()} - {None}
+    for spec in job.expanded_workers():
+        assert spec.label_selector and spec.label_selector["pool"] in pools, spec.name
+        matching = [
+            t for t in node_types.values() if t.get("labels", {}).get("pool") == spec.label_selector["pool"]
+        ]
+        assert any(
+            all(t["resources"].get(k, 0) >= v for k, v in spec.resources.items()) for t in matching
+        ), f"worker {spec.name} {dict(spec.resources)} fits no node of pool {spec.label_selector}"
+    # The whole worker group at once on the fully scaled cluster (trial_cpus=0: a plain run).
+    assert concurrent_capacity(nodes_at_max(node_types), job, trial_cpus=0, limit=1) == 1
+    # ... and never on the head: it offers no training resources.
+    head = node_types[head_type]
+    assert head["resources"].get("CPU", 0) == 0 and head["resources"].get("GPU", 0) == 0
+    assert not head.get("labels")
+    assert concurrent_capacity([{"resources": head["resources"], "labels": {}}], job, 0, 1) == 0
+
+
+# ----------------------------------------------------------------------------- AWS
+
+
+def test_cluster_yaml_validates_against_rays_schema():
+    import jsonschema
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = launcher_config()
+    jsonschema.validate(config, json.loads(RAY_SCHEMA.read_text()))
+    # Ray's own checks on top of the schema, with the AWS defaults merged in (what `ray up` does).
+    validate_config(prepare_config(config))
+
+
+def test_cluster_yaml_node_types_autoscale_and_head_runs_no_training():
+    config = launcher_config()
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    assert head["resources"] == {"CPU": 0, "GPU": 0} and head["max_workers"] == 0
+    workers = {name: t for name, t in types.items() if name != config["head_node_type"]}
+    assert len(workers) >= 3
+    assert {t["labels"]["pool"] for t in workers.values()} == set(workers)
+    assert any(t["resources"].get("GPU", 0) == 0 for t in workers.values())  # a CPU-only type
+    assert len({t["resources"].get("GPU", 0) for t in workers.values()}) >= 2
+    for t in workers.values():
+        assert 0 <= t["min_workers"] <= t["max_workers"]
+    assert sum(t["max_workers"] for t in workers.values()) <= config["max_workers"]
+
+
+def test_cluster_yaml_safe_defaults():
+    config = launcher_config()
+    head_cmd = " ".join(config["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head_cmd
+    for cmd in config["head_start_ray_commands"] + config["worker_start_ray_commands"]:
+        assert "RAY_AUTH_MODE=token" in cmd
+    assert "-e RAY_AUTH_MODE=token" in config["docker"]["run_options"]
+    assert "~/.ray/auth_token" in config["file_mounts"]
+    everything = CLUSTER_YAML.read_text()
+    assert not re.search(r"^\s*-.*\bray stop\b", everything, re.M)
+    assert "0.0.0.0" not in everything
+
+
+def test_example_cluster_job_fits_the_aws_node_types():
+    config = launcher_config()
+    assert_job_fits(load_config(CLUSTER_JOB), config["available_node_types"], config["head_node_type"])
+
+
+# ----------------------------------------------------------------------------- KubeRay
+
+
+def kuberay_docs() -> dict[str, list[dict]]:
+    return {p.name: list(yaml.safe_load_all(p.read_text())) for p in sorted(KUBERAY.glob("*.yaml"))}
+
+
+def test_kuberay_manifests_parse_and_rayjob_inlines_the_raycluster_spec():
+    docs = kuberay_docs()
+    (cluster,) = docs["raycluster.yaml"]
+    (job,) = docs["rayjob.yaml"]
+    assert cluster["apiVersion"] == job["apiVersion"] == "ray.io/v1"
+    assert cluster["kind"] == "RayCluster" and job["kind"] == "RayJob"
+    assert job["spec"]["rayClusterSpec"] == cluster["spec"]
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[:2] == ["raytrain-hetero", "train"]
+    image_path = argv[argv.index("--config") + 1]
+    # The Dockerfile copies examples/ to /home/ray/raytrain_hetero/examples.
+    assert image_path.startswith("/home/ray/raytrain_hetero/")
+    assert (REPO / image_path.removeprefix("/home/ray/raytrain_hetero/")).exists()
+
+
+def test_kuberay_cluster_autoscales_heterogeneous_groups_by_rays_own_reading():
+    import jsonschema
+
+    (cluster,) = kuberay_docs()["raycluster.yaml"]
+    spec = cluster["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["rayVersion"] == ray.__version__
+    autoscaling = kuberay_autoscaling_config(cluster)
+    jsonschema.validate(autoscaling, json.loads(RAY_SCHEMA.read_text()))
+    types = autoscaling["available_node_types"]
+    workers = {k: v for k, v in types.items() if k != "headgroup"}
+    assert {name: t["labels"] for name, t in workers.items()} == {
+        g["groupName"]: {"pool": g["groupName"]} for g in spec["workerGroupSpecs"]
+    }
+    assert len({t["resources"].get("GPU", 0) for t in workers.values()}) >= 2
+    for group in spec["workerGroupSpecs"]:
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+        assert group["maxReplicas"] > group["minReplicas"]
+    assert_job_fits(load_config(CLUSTER_JOB), types, "headgroup")
+
+
+def test_kuberay_exposes_nothing_outside_the_cluster():
+    docs = kuberay_docs()
+    for name, items in docs.items():
+        text = (KUBERAY / name).read_text()
+        assert "LoadBalancer" not in text and "NodePort" not in text, name
+        for doc in items:
+            if doc.get("kind") == "Service":
+                assert doc["spec"].get("type", "ClusterIP") == "ClusterIP"
+    (cluster,) = docs["raycluster.yaml"]
+    spec = cluster["spec"]
+    assert spec["headGroupSpec"]["serviceType"] == "ClusterIP"
+    assert spec["authOptions"] == {"mode": "token"}
+    assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    ports = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]
+    assert all("hostPort" not in p for p in ports)
+
+
+def test_node_tags_agree_across_launcher_kuberay_and_example_job():
+    launcher = launcher_config()
+    launcher_pools = {
+        t["labels"]["pool"]: t["resources"] for n, t in launcher["available_node_types"].items()
+        if n != launcher["head_node_type"]
+    }
+    (cluster,) = kuberay_docs()["raycluster.yaml"]
+    kuberay_pools = {g["labels"]["pool"] for g in cluster["spec"]["workerGroupSpecs"]}
+    job_pools = {s.label_selector["pool"] for s in load_config(CLUSTER_JOB).workers}
+    assert set(launcher_pools) == kuberay_pools == job_pools
+    # The same hardware kind per pool: GPU pools have GPUs in both deployments.
+    kuberay_gpu = {
+        g["labels"]["pool"]: int(g["rayStartParams"]["num-gpus"]) > 0
+        for g in cluster["spec"]["workerGroupSpecs"]
+    }
+    assert {p: r.get("GPU", 0) > 0 for p, r in launcher_pools.items()} == kuberay_gpu
+
+
+# ----------------------------------------------------------------------------- local
+
+
+def test_local_cluster_default_pools_fit_the_local_cluster_example():
+    lc = load_local_cluster()
+    job = load_config(LOCAL_CLUSTER_JOB)
+    node_types = {"head": {"resources": {"CPU": 0, "GPU": 0}, "labels": {}, "max_workers": 0}}
+    for name, (cpus, gpus) in lc.DEFAULT_POOLS.items():
+        node_types[name] = {"resources": {"CPU": cpus, "GPU": gpus}, "labels": {lc.POOL_LABEL: name},
+                            "max_workers": 1}
+    assert_job_fits(job, node_types, "head")
+    assert job.ray.address == "auto"
+
+
+def test_local_cluster_command_line_and_pool_parsing():
+    lc = load_local_cluster()
+    assert lc.parse_pool("gpu:4:1") == ("gpu", 4.0, 1)
+    assert lc.parse_pool("fast:2") == ("fast", 2.0, 0)
+    with pytest.raises(Exception, match="NAME:CPUS"):
+        lc.parse_pool("fast")
+    code = (DEPLOY / "local" / "local_cluster.py").read_text()
+    assert "start_new_session=True" in code and "--dashboard-host=127.0.0.1" in code
+    # The only Ray command it runs is `ray start --block` (never `ray stop`).
+    assert re.findall(r'\[_ray_executable\(\), "([\w-]+)"', code) == ["start"]
+
+
+# ----------------------------------------------------------------------------- Docker
+
+
+def _pins(requirements: list[str]) -> dict[str, tuple[str, frozenset[str]]]:
+    pins = {}
+    for req in requirements:
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)(?:\[([^\]]*)\])?\s*==\s*([^\s;]+)\s*", req)
+        if match:
+            name = re.sub(r"[-_.]+", "-", match[1]).lower()
+            extras = frozenset(e.strip() for e in (match[2] or "").split(",") if e.strip())
+            pins[name] = (match[3], extras)
+    return pins
+
+
+def test_dockerfile_pins_agree_with_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = _pins(project["dependencies"])
+    assert {"torch", "torchvision", "ray", "torchgeo"} <= set(wanted)
+    dockerfile = (REPO / "Dockerfile").read_text()
+    installed = _pins(re.findall(r'"([^"]+==[^"]+)"', dockerfile))
+    assert set(installed) == set(wanted), "a pin is missing on one side"
+    for name, (version, extras) in wanted.items():
+        assert installed[name][0] == version, f"{name}: Dockerfile {installed[name][0]} vs pyproject {version}"
+        assert extras <= installed[name][1], f"{name}: Dockerfile lacks extras {extras - installed[name][1]}"
+    # The base image is the pinned Ray release, on a Python the package supports.
+    base = re.search(r"^FROM\s+rayproject/ray:(\S+)", dockerfile, re.M)[1]
+    ray_version, py_major, py_minor = re.match(r"([\d.]+)-py(\d)(\d+)", base).groups()
+    assert ray_version == wanted["ray"][0] == ray.__version__
+    minimum = tuple(int(x) for x in re.search(r">=\s*([\d.]+)", project["requires-python"])[1].split("."))
+    assert (int(py_major), int(py_minor)) >= minimum
+    # GPU variant by build argument, and the package itself installed from the copied source.
+    assert re.search(r"^ARG RAY_IMAGE_SUFFIX=", dockerfile, re.M)
+    assert "${RAY_IMAGE_SUFFIX}" in base
+    assert re.search(r"pip install --no-cache-dir \.", dockerfile)
+    assert re.search(r"^COPY .*examples", dockerfile, re.M)
+
+
+def test_dockerignore_keeps_data_and_secrets_out_of_the_image():
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git", "data", "outputs", "**/ray_results", "tests"} <= ignored
+    assert "raytrain_hetero" not in ignored and "examples" not in ignored
+
+
+# ----------------------------------------------------------------------------- safe defaults
+
+
+def test_checkpoints_are_loaded_with_weights_only():
+    """Every ``torch.load`` in the package and scripts refuses pickled code."""
+    import ast
+
+    calls = []
+    for path in [*(REPO / "raytrain_hetero").rglob("*.py"), *(REPO / "scripts").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+            ):
+                safe = any(
+                    k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in node.keywords
+                )
+                calls.append((f"{path.relative_to(REPO)}:{node.lineno}", safe))
+    assert calls, "no torch.load found: the check would be vacuous"
+    assert [where for where, safe in calls if not safe] == []
+
+
+def test_local_runs_bind_the_dashboard_to_loopback():
+    from raytrain_hetero.app.config import RayConfig
+
+    assert RayConfig().dashboard_host == "127.0.0.1"
+    for config in (REPO / "examples" / "configs").glob("*.yaml"):
+        host = (load_yaml(config).get("ray") or {}).get("dashboard_host", "127.0.0.1")
+        assert host in ("127.0.0.1", "localhost", "::1"), config.name

@@ -1,0 +1,126 @@
+"""Ray Jobs: ``ray job submit ... -- raytrain-hetero train`` against a real running cluster.
+
+The test starts its own cluster with ``deploy/local/local_cluster.py`` (a head that runs no
+training plus worker nodes labelled ``pool=fast`` / ``pool=slow``, every node one
+``ray start --block`` in its own process session, private temp dir, token auth, dashboard on
+127.0.0.1) and ends exactly those processes afterwards; no other Ray instance is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from local_cluster_helper import load_local_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_EXAMPLE = REPO / "examples" / "configs" / "eurosat_local_cluster.yaml"
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    lc = load_local_cluster()
+    # Short path: Ray's unix sockets live under the temp dir (108-byte limit).
+    state = Path(tempfile.mkdtemp(prefix="rhjobs-", dir="/tmp"))
+    cluster = lc.LocalCluster(state, extra_env={"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"})
+    try:
+        cluster.start_head(num_cpus=0)
+        cluster.add_pool("fast", 2)
+        cluster.add_pool("slow", 1)
+        yield cluster
+    finally:
+        cluster.stop()
+        leftover = cluster.cluster_pids()
+        shutil.rmtree(state, ignore_errors=True)
+        assert leftover == [], f"processes of the test cluster survived stop(): {leftover}"
+
+
+def _http_status(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _external_ip() -> str | None:
+    """This machine's address on its default route, if it has one besides loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET address: no packet is sent
+            ip = sock.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def test_dashboard_is_loopback_only_and_needs_the_token(cluster):
+    assert _http_status(f"{cluster.dashboard_url}/api/jobs/") == 401
+    assert _http_status(f"{cluster.dashboard_url}/api/jobs/", cluster.auth_headers()) == 200
+    bad = {"Authorization": "Bearer " + "0" * 64}
+    assert _http_status(f"{cluster.dashboard_url}/api/jobs/", bad) == 403
+    ip = _external_ip()
+    if ip is not None:
+        with pytest.raises(OSError):
+            socket.create_connection((ip, cluster.dashboard_port), timeout=5).close()
+
+
+def test_ray_job_submit_trains_on_the_tagged_pools(cluster, tmp_path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    # The documented command, run from a working directory holding the config.
+    workdir = tmp_path / "project"
+    (workdir / "configs").mkdir(parents=True)
+    shutil.copy(CLUSTER_EXAMPLE, workdir / "configs" / "cluster.yaml")
+    out, data = tmp_path / "out", tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    env.update(cluster.client_env())
+    submitted = subprocess.run(
+        [
+            "ray", "job", "submit", "--no-wait", "--working-dir", ".", "--",
+            "raytrain-hetero", "train", "--config", "configs/cluster.yaml", "--no-progress",
+            "--output", str(out), "--set", f"data.root={data}",
+            "--set", "data.generate.samples_per_class=20", "--set", "train.epochs=1",
+            "--set", "train.fixed_shares=[2,1]",  # skip probing: keeps the test short
+        ],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = next(
+        word.strip("'\"") for line in submitted.stdout.splitlines() + submitted.stderr.splitlines()
+        for word in line.split() if word.strip("'\"").startswith("raysubmit_")
+    )
+
+    client = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
+    deadline = time.monotonic() + 420
+    while not (status := client.get_job_status(job_id)).is_terminal():
+        assert time.monotonic() < deadline, f"job {job_id} still {status}"
+        time.sleep(2)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs[-4000:]
+    assert "final validation accuracy:" in logs
+    info = client.get_job_info(job_id)
+    assert info.entrypoint.startswith("raytrain-hetero train --config configs/cluster.yaml")
+    assert info.runtime_env["working_dir"].startswith("gcs://")  # the uploaded directory
+
+    summary = json.loads((out / "summary.json").read_text())
+    workers = {w["worker"]: w for w in summary["workers"]}
+    assert set(workers) == {"fast", "slow"}
+    assert sum(w["slice"] for w in workers.values()) == summary["global_batch_size"]
+    assert 0.0 <= summary["final_val_accuracy"] <= 1.0
+    # The head offers no CPU: both workers ran on the labelled pool nodes.
+    nodes = {n["node_id"]: n for n in cluster.alive_nodes()}
+    assert sorted(n["labels"].get("pool", "head") for n in nodes.values()) == ["fast", "head", "slow"]

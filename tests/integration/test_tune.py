@@ -1,0 +1,227 @@
+"""Ray Tune over HeteroTrainer: search-space config, trial packing, and a real ASHA search."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raytrain_hetero.app.cli import main
+from raytrain_hetero.app.config import JobConfig, load_config, validate_config
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.tune.search import (
+    concurrent_capacity,
+    decide_concurrency,
+    format_best,
+    param_space,
+    throughput_metrics,
+    trial_job,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TUNE_EXAMPLE = REPO / "examples" / "configs" / "eurosat_tune.yaml"
+
+
+def example() -> dict:
+    return yaml.safe_load(TUNE_EXAMPLE.read_text())
+
+
+def job_with(tune: dict, workers: list | None = None, **train) -> JobConfig:
+    data = example()
+    data["tune"] = {**data["tune"], **tune}
+    if workers is not None:
+        data["workers"] = workers
+    data["train"].update(train)
+    return validate_config(data, "tune.yaml")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_example_tune_config_loads():
+    job = load_config(TUNE_EXAMPLE)
+    assert job.tune is not None
+    assert set(job.tune.search_space) == {
+        "train.lr", "train.weight_decay", "train.global_batch_size", "model.width",
+    }
+    assert job.tune.scheduler == "asha"
+
+
+@pytest.mark.parametrize(
+    ("space", "expect"),
+    [
+        ({"train.learning_rate": {"loguniform": [0.01, 0.1]}}, "rename it to 'train.lr'"),
+        ({"data.root": {"choice": ["a", "b"]}}, "not a tunable key"),
+        ({"train.epochs": {"choice": [1, 2]}}, "train.epochs cannot be searched"),
+        ({"model.width": {"choice": [0, 8]}}, "the value 0 (integer) makes the job invalid"),
+        ({"train.global_batch_size": {"choice": [1, 64]}}, "too small"),
+        ({"train.lr": {"loguniform": [0.1, 0.01]}}, "low < high"),
+        ({"train.lr": {"choice": [0.1], "uniform": [0.1, 0.2]}}, "exactly one of"),
+        ({"train.lr": {"logunifrom": [0.01, 0.1]}}, "rename it to 'loguniform'"),
+    ],
+)
+def test_bad_search_space_is_one_actionable_error(space, expect):
+    with pytest.raises(ConfigError) as info:
+        job_with({"search_space": space})
+    text = str(info.value)
+    assert expect in text and "Fix:" in text and "tune.search_space" in text
+
+
+def test_param_space_maps_distributions():
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    job = job_with({"search_space": {
+        "train.lr": {"loguniform": [0.01, 0.2]},
+        "train.momentum": {"uniform": [0.5, 0.9]},
+        "model.width": {"randint": [4, 8]},
+        "train.weight_decay": {"choice": [0.0, 0.001]},
+        "train.global_batch_size": {"grid": [64, 128]},
+    }})
+    space = param_space(job.tune.search_space)
+    assert isinstance(space["train.lr"], Float) and space["train.lr"].lower == 0.01
+    assert isinstance(space["train.momentum"], Float)
+    # randint is inclusive in the config, exclusive in Tune.
+    assert isinstance(space["model.width"], Integer) and space["model.width"].upper == 9
+    assert isinstance(space["train.weight_decay"], Categorical)
+    assert space["train.global_batch_size"] == {"grid_search": [64, 128]}
+
+
+def test_trial_job_merges_values_and_drops_tune():
+    import numpy as np
+
+    base = load_config(TUNE_EXAMPLE)
+    job = trial_job(base, {"train.lr": np.float64(0.02), "model.width": np.int64(8)})
+    assert job.train.lr == 0.02 and job.model.width == 8 and job.tune is None
+    assert job.data.root == base.data.root
+    with pytest.raises(ConfigError, match="trial values: train.global_batch_size=1"):
+        trial_job(base, {"train.global_batch_size": 1})
+
+
+# ----------------------------------------------------------------------------- resources
+
+
+def test_capacity_packs_whole_trials_with_driver_cpus():
+    job = load_config(TUNE_EXAMPLE)  # two workers of 1 CPU each
+    one_node = [{"resources": {"CPU": 4.0}, "labels": {}}]
+    assert concurrent_capacity(one_node, job, trial_cpus=0.25, limit=8) == 1  # 2 x 2.25 > 4
+    assert concurrent_capacity(one_node, job, trial_cpus=0.0, limit=8) == 2
+    assert concurrent_capacity(one_node, job, trial_cpus=0.0, limit=1) == 1
+    assert concurrent_capacity([{"resources": {"CPU": 1.0}}], job, 0.25, 8) == 0
+
+
+def test_capacity_honours_label_selectors_and_gpus():
+    workers = [
+        {"name": "a100", "resources": {"CPU": 4, "GPU": 1}, "label_selector": {"gpu": "A100"}},
+        {"name": "cpu", "resources": {"CPU": 2}, "device": "cpu",
+         "label_selector": {"pool": "in(cpu,spot)"}},
+    ]
+    job = job_with({}, workers=workers, fixed_shares=None)
+    nodes = [
+        {"resources": {"CPU": 8, "GPU": 1}, "labels": {"gpu": "A100"}},
+        {"resources": {"CPU": 8, "GPU": 1}, "labels": {"gpu": "A100"}},
+        {"resources": {"CPU": 16}, "labels": {"pool": "spot"}},
+        {"resources": {"CPU": 64, "GPU": 8}, "labels": {"gpu": "A10G"}},  # wrong label
+    ]
+    # Two A100 nodes -> two trials, although the A10G node has more GPUs.
+    assert concurrent_capacity(nodes, job, trial_cpus=1, limit=10) == 2
+    negated = job_with({}, workers=[dict(workers[1], label_selector={"pool": "!spot"})])
+    assert concurrent_capacity(nodes, negated, trial_cpus=0, limit=100) == 4 + 4 + 32
+
+
+def test_local_ray_too_small_for_one_trial_is_a_config_error():
+    job = load_config(TUNE_EXAMPLE)
+    with pytest.raises(ConfigError, match="raise ray.num_cpus to >= 2.25"):
+        decide_concurrency(job, [{"resources": {"CPU": 2.0}}], local=True)
+    # On a cluster the autoscaler may add nodes: the search starts anyway.
+    assert decide_concurrency(job, [{"resources": {"CPU": 2.0}}], local=False) == 1
+
+
+def test_throughput_metrics_per_worker_and_global():
+    records = [
+        {"step": s, "rank": r, "worker": w, "slice": b, "weight": b / 60, "wall_s": 0.5,
+         "samples_per_s": rate, "plan_version": 1, "device": "cpu"}
+        for s in range(3)
+        for r, w, b, rate in ((0, "fast", 40, 100.0), (1, "slow", 20, 45.0))
+    ]
+    out = throughput_metrics(records)
+    assert out["samples_per_s"] == pytest.approx(60 / 0.5)
+    assert out["workers"]["fast"] == {
+        "rank": 0, "slice": 40, "weight": pytest.approx(2 / 3), "samples_per_s": 100.0,
+        "device": "cpu",
+    }
+    assert out["workers"]["slow"]["slice"] == 20
+
+
+def test_tune_without_tune_section_is_a_clear_cli_error(tmp_path, capsys):
+    data = example()
+    del data["tune"]
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["tune", "--config", str(config), "--output", str(tmp_path / "out")]) == 2
+    assert "no tune: section" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- real search
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(420)
+def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, tmp_path):
+    """Two sequential trials (grid over model.width) optimising samples/s with ASHA.
+
+    The width-64 trial runs second and is far slower than the width-4 trial that finished
+    before it, so ASHA stops it after its first epoch. Stopping must release its workers at
+    once (the trial aborts its Train run): afterwards no placement group may be left.
+    """
+    from raytrain_hetero.tune.search import run_tune
+
+    data = example()
+    data["data"]["root"] = str(tmp_path / "eurosat")
+    data["data"]["generate"] = {"samples_per_class": 20}
+    data["train"].update(epochs=2, global_batch_size=64, fixed_shares=[2, 1])
+    data["tune"] = {
+        "search_space": {"model.width": {"grid": [4, 64]}, "train.lr": {"choice": [0.05]}},
+        "num_samples": 1,
+        "metric": "samples_per_s",
+        "mode": "max",
+        "scheduler": "asha",
+        "grace_period": 1,
+        "reduction_factor": 2,
+        "max_concurrent_trials": 1,
+        "trial_cpus": 0.25,
+    }
+    job = validate_config(data, "tune.yaml")
+    out = tmp_path / "out"
+
+    summary = run_tune(job, output_dir=out, verbose=0)
+
+    groups = ray_local.util.placement_group_table().values()
+    assert [g for g in groups if g["state"] != "REMOVED"] == []
+    with open(out / "trials.csv", newline="") as fh:
+        rows = {int(r["config/model.width"]): r for r in csv.DictReader(fh)}
+    assert set(rows) == {4, 64}
+    assert all(r["error"] == "" for r in rows.values())
+    assert rows[64]["status"] == "stopped early" and rows[64]["epochs"] == "1"
+    assert rows[4]["status"] == "completed" and rows[4]["epochs"] == "2"
+    for row in rows.values():  # each trial reports its per-worker slices (fixed shares 2:1)
+        assert row["workers/fast/slice"] == "43" and row["workers/slow/slice"] == "21"
+        assert float(row["samples_per_s"]) > 0
+    assert summary["best"]["config"]["model.width"] == 4
+    assert summary["max_concurrent_trials"] == 1 and summary["failed_trials"] == 0
+    assert json.loads((out / "tune_summary.json").read_text())["best"] == summary["best"]
+    printed = format_best(summary)  # what `raytrain-hetero tune` prints
+    assert printed.startswith(f"best trial {summary['best']['trial_id']}: samples_per_s=")
+    assert "best config: model.width=4" in printed and "fast" in printed and "slow" in printed
+    png = (out / "trials.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_tune_subcommand_parses():
+    from raytrain_hetero.app.cli import build_parser
+
+    args = build_parser().parse_args(["tune", "--config", "x.yaml", "--set", "tune.num_samples=2"])
+    assert args.command == "tune" and str(args.config_flag) == "x.yaml"
+    assert args.overrides == ["tune.num_samples=2"]

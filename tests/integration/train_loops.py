@@ -1,0 +1,217 @@
+"""Train loops run on Ray workers by the tests (importable by reference on the workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import raytrain_hetero as rh
+
+
+def make_regression_data(size: int, features: int, classes: int, dtype: torch.dtype, seed: int = 1):
+    """Deterministic classification data plus the sample index of each item."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(size, features, generator=g, dtype=torch.float64).to(dtype)
+    y = torch.randint(0, classes, (size,), generator=g)
+    idx = torch.arange(size)
+    return x, y, idx
+
+
+def plain_model(features: int, classes: int, dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, 16), torch.nn.Tanh(), torch.nn.Linear(16, classes)
+    ).to(dtype)
+
+
+def bn_model(features: int, classes: int, dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, 16),
+        torch.nn.BatchNorm1d(16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, classes),
+    ).to(dtype)
+
+
+def flat_params(model: torch.nn.Module) -> np.ndarray:
+    module = getattr(model, "module", model)
+    tensors = [p.detach().double().flatten() for p in module.parameters()]
+    tensors += [b.detach().double().flatten() for n, b in module.named_buffers() if "running" in n]
+    return torch.cat(tensors).numpy()
+
+
+def trajectory_loop(config: dict) -> None:
+    """Train each model of config['models'] on the same carved batches; rank 0 saves params per step."""
+    dtype = getattr(torch, config["dtype"])
+    x, y, idx = make_regression_data(config["size"], 6, 3, dtype)
+    builders = {"plain": plain_model, "bn": bn_model}
+    models = {name: rh.prepare_model(builders[name](6, 3, dtype)) for name in config["models"]}
+    optims = {n: torch.optim.SGD(m.parameters(), lr=config["lr"]) for n, m in models.items()}
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    info = rh.get_rank_info()
+    history = {name: [flat_params(m)] for name, m in models.items()}
+    ledger = []
+    steps = 0
+    for epoch in range(loader.epoch, config["epochs"]):
+        for xb, yb, ib in loader:
+            ledger.append((epoch, steps, ib.tolist()))
+            for name, model in models.items():
+                loss = F.cross_entropy(model(xb), yb)
+                optims[name].zero_grad()
+                loss.backward()
+                optims[name].step()
+                history[name].append(flat_params(model))
+            steps += 1
+            if steps == config.get("max_steps", -1):
+                break
+        if steps == config.get("max_steps", -1):
+            break
+    out = Path(config["out"])
+    if info["rank"] == 0:
+        np.savez(out / "params.npz", **{n: np.stack(h) for n, h in history.items()})
+    (out / f"ledger_rank{info['rank']}.json").write_text(json.dumps(ledger))
+    rh.report({"steps": steps})
+
+
+def ledger_loop(config: dict) -> None:
+    """Records each rank's sample ids per step; changes plan mid-epoch; fails once after a checkpoint."""
+    x, y, idx = make_regression_data(config["size"], 6, 3, torch.float32)
+    model = rh.prepare_model(plain_model(6, 3, torch.float32))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpoint = __import__("ray").train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
+        model.module.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    info = rh.get_rank_info()
+    out = Path(config["out"])
+    attempt = len(list(out.glob(f"ledger_rank{info['rank']}_attempt*.jsonl")))
+    ledger_path = out / f"ledger_rank{info['rank']}_attempt{attempt}.jsonl"
+    fail_marker = out / "failed_once"
+    for epoch in range(loader.epoch, config["epochs"]):
+        for xb, yb, ib in loader:
+            step = rh.current_step_number()
+            with ledger_path.open("a") as f:
+                f.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist()}) + "\n")
+            loss = F.cross_entropy(model(xb), yb)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            if step == config["replan_at"]:
+                rh.update_plan(shares=config["new_shares"], reason="test replan")
+            if step == config["checkpoint_at"]:
+                with tempfile.TemporaryDirectory() as d:
+                    torch.save(
+                        {"model": model.module.state_dict(), "optim": optim.state_dict()},
+                        os.path.join(d, "model.pt"),
+                    )
+                    rh.report({"step": step}, checkpoint=__import__("ray").train.Checkpoint.from_directory(d))
+                if not fail_marker.exists():
+                    __import__("torch.distributed").distributed.barrier()
+                    if info["rank"] == 0:
+                        fail_marker.write_text("1")
+                    raise RuntimeError("injected failure after a mid-epoch checkpoint")
+    plan = rh.current_plan()
+    (out / f"final_rank{info['rank']}.json").write_text(
+        json.dumps({"plan_version": plan.version, "slices": list(plan.slices)})
+    )
+    rh.report({"done": 1})
+
+
+def placement_loop(config: dict) -> None:
+    """Each worker records where it landed and what it is; a couple of real steps run."""
+    import ray
+
+    x, y, idx = make_regression_data(24, 6, 3, torch.float32)
+    model = rh.prepare_model(plain_model(6, 3, torch.float32))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    for xb, yb, _ in loader:
+        loss = F.cross_entropy(model(xb), yb)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    info = rh.get_rank_info()
+    labels = ray.get_runtime_context().get_node_labels()
+    Path(config["out"], f"rank{info['rank']}.json").write_text(
+        json.dumps({**info, "pool": labels.get("pool"), "threads": torch.get_num_threads()})
+    )
+    rh.report({"done": 1})
+
+
+def wide_model(features: int, classes: int) -> torch.nn.Module:
+    """An MLP with real per-sample work (~1 ms per sample per thread), so speeds are measurable."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, 768), torch.nn.ReLU(),
+        torch.nn.Linear(768, 768), torch.nn.ReLU(),
+        torch.nn.Linear(768, classes),
+    )
+
+
+def live_loop(config: dict) -> None:
+    """Ledger-recording loop for the live scheduler tests (optional kill of the scheduler)."""
+    import ray
+
+    x, y, idx = make_regression_data(config["size"], 64, 3, torch.float32)
+    model = rh.prepare_model(wide_model(64, 3))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
+        model.module.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    info = rh.get_rank_info()
+    out = Path(config["out"])
+    ledger = (out / f"ledger_rank{info['rank']}_{info['group']}.jsonl").open("a")
+    crash_marker = out / "crashed_once"
+    steps_at_full = 0
+    for epoch in range(loader.epoch, config["epochs"]):
+        for xb, yb, ib in loader:
+            step = rh.current_step_number()
+            ledger.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist(),
+                                     "world": info["world_size"], "group": info["group"]}) + "\n")
+            ledger.flush()
+            if config.get("crash_rank_at") == step and info["rank"] == 1 and not crash_marker.exists():
+                crash_marker.write_text(str(step))
+                os._exit(1)  # a worker process dies mid-step
+            if config.get("step_sleep_s"):
+                time.sleep(config["step_sleep_s"])
+            loss = F.cross_entropy(model(xb), yb)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            if config.get("kill_scheduler_at") == step and info["rank"] == 0:
+                from raytrain_hetero.driver.scheduler import SCHEDULER_NAMESPACE, scheduler_actor_name
+
+                actor = ray.get_actor(scheduler_actor_name(config["run_id"]), namespace=SCHEDULER_NAMESPACE)
+                ray.kill(actor)
+                (out / "killed_scheduler").write_text(str(step))
+            if config.get("checkpoint_every") and (step + 1) % config["checkpoint_every"] == 0:
+                with tempfile.TemporaryDirectory() as d:
+                    torch.save({"model": model.module.state_dict(), "optim": optim.state_dict()},
+                               os.path.join(d, "model.pt"))
+                    ck = ray.train.Checkpoint.from_directory(d) if info["rank"] == 0 else None
+                    rh.report({"step": step}, checkpoint=ck)
+            if info["world_size"] == config.get("stop_at_world"):
+                steps_at_full += 1
+                if steps_at_full >= config.get("steps_at_full", 3) and (step + 1) % config["checkpoint_every"] == 0:
+                    break
+        else:
+            continue
+        break
+    if info["rank"] == 0:
+        np.save(out / "final_params.npy", flat_params(model))
+    rh.report({"done": 1})

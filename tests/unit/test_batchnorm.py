@@ -1,0 +1,125 @@
+"""HeteroBatchNorm on a real 3-rank gloo group (no Ray): exact against one-device BatchNorm.
+
+Each rank holds an uneven slice of one batch whose channels have a large mean (the case where a
+naive float32 sum of squares cancels). The synchronized result must equal native ``BatchNorm2d``
+on the whole batch for the loss ``sum_r w_r * mean(loss on slice r)`` with w_r = 1/world, the
+weights HeteroBatchNorm uses without a training context: outputs, parameter gradients (after
+the weighted all-reduce), input gradients and running statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from raytrain_hetero.worker.batchnorm import HeteroBatchNorm, convert_batchnorm
+
+SLICES = (5, 2, 9)
+CHANNELS = 4
+
+
+def _batch(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(sum(SLICES), CHANNELS, 6, 5, generator=g, dtype=torch.float64) * 0.5 + 40.0
+    target = torch.randn(sum(SLICES), CHANNELS, 6, 5, generator=g, dtype=torch.float64)
+    return x.to(dtype), target.to(dtype)
+
+
+def _model(dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1),
+        torch.nn.BatchNorm2d(CHANNELS),
+        torch.nn.Tanh(),
+        torch.nn.Conv2d(CHANNELS, CHANNELS, 1),
+        torch.nn.BatchNorm2d(CHANNELS, affine=False),
+    ).double()
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 1.5)
+        model[1].bias.uniform_(-1.0, 1.0)
+    return model.to(dtype)
+
+
+def _rank_main(rank: int, port: int, dtype: torch.dtype, queue) -> None:  # noqa: ANN001
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=len(SLICES))
+    try:
+        torch.set_num_threads(1)
+        x, target = _batch(dtype)
+        start = sum(SLICES[:rank])
+        part = slice(start, start + SLICES[rank])
+        model = convert_batchnorm(_model(dtype), dist.group.WORLD)
+        inputs = x[part].clone().requires_grad_()
+        out = model(inputs)
+        loss = ((out - target[part]) ** 2).mean()
+        loss.backward()
+        weight = 1.0 / len(SLICES)
+        grads = []
+        for param in model.parameters():
+            grad = param.grad * weight
+            dist.all_reduce(grad)
+            grads.append(grad)
+        buffers = [model[1].running_mean, model[1].running_var, model[4].running_var]
+        queue.put((rank, out.detach(), inputs.grad, grads, [b.clone() for b in buffers]))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, port, dtype, queue)) for r in range(3)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    for _ in procs:
+        rank, *payload = queue.get(timeout=120)
+        results[rank] = payload
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+
+    # One device, native BatchNorm, loss weighted per slice the same way.
+    x, target = _batch(torch.float64)
+    model = _model(torch.float64)
+    inputs = x.clone().requires_grad_()
+    out = model(inputs)
+    loss = 0.0
+    start = 0
+    for count in SLICES:
+        part = slice(start, start + count)
+        loss = loss + ((out[part] - target[part]) ** 2).mean() / len(SLICES)
+        start += count
+    loss.backward()
+
+    def rel(got: torch.Tensor, want: torch.Tensor) -> float:
+        return float((got.double() - want).norm() / want.norm())
+
+    got_out = torch.cat([results[r][0] for r in range(3)])
+    got_dx = torch.cat([results[r][1] for r in range(3)])
+    # Rank r's input gradient is for its own loss term; the one-device one carries w_r.
+    got_dx = got_dx / len(SLICES)
+    assert rel(got_out, out.detach()) <= tolerance
+    assert rel(got_dx, inputs.grad) <= tolerance
+    # Flattened: the conv bias feeding a BatchNorm has a zero gradient (rounding noise only).
+    got_grads = torch.cat([g.flatten() for g in results[0][2]])
+    want_grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert rel(got_grads, want_grads) <= tolerance
+    want_buffers = [model[1].running_mean, model[1].running_var, model[4].running_var]
+    for r in range(3):
+        for got, want in zip(results[r][3], want_buffers):
+            assert rel(got, want) <= tolerance
+    assert isinstance(convert_batchnorm(_model(dtype), None)[1], HeteroBatchNorm)
