@@ -29,8 +29,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "JobConfig": "raytrain_hetero.app.config",
-    "ProbeConfig": "raytrain_hetero.app.config",
-    "WorkerSpec": "raytrain_hetero.app.config",
+    "ProbeConfig": "raytrain_hetero.config",
+    "WorkerSpec": "raytrain_hetero.config",
     "load_config": "raytrain_hetero.app.config",
     "HeteroTrainer": "raytrain_hetero.driver.trainer",
     "prepare_model": "raytrain_hetero.worker.api",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import os
 import re
 import reprlib
@@ -38,8 +37,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -47,6 +44,23 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from raytrain_hetero.config import (
+    _BOOL_AS_NUMBER,
+    _INVALID,
+    _MULTI,
+    Float,
+    Int,
+    NonNegFloat,
+    PositiveFloat,
+    PositiveInt,
+    ProbeConfig,
+    SlowdownInjection,
+    WorkerSpec,
+    _absolute,
+    _check_name,
+    _invalid,
+    _Model,
+)
 from raytrain_hetero.errors import ConfigError, DataError
 
 __all__ = [
@@ -87,161 +101,7 @@ EUROSAT_BAND_NAMES: tuple[str, ...] = (
     "B08", "B09", "B10", "B11", "B12", "B8A",
 )  # fmt: skip
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-# Custom pydantic error types; the formatter below knows how to render them.
-_INVALID = "hetero_invalid"  # ctx: message, fix, at (tuple: loc relative to the error's loc)
-_MULTI = "hetero_multi"  # ctx: problems: list of (loc tuple, message, fix)
-_BOOL_AS_NUMBER = "hetero_bool_as_number"  # ctx: expected
-
-
-def _invalid(message: str, fix: str, at: tuple[str | int, ...] = ()) -> PydanticCustomError:
-    """A validator error that carries its own fix (and optionally a sub-location)."""
-    return PydanticCustomError(_INVALID, "{message}", {"message": message, "fix": fix, "at": at})
-
-
-def _reject_bool_int(value: Any) -> Any:
-    # pydantic's lax mode turns ``true`` into 1; in a config that is always a mistake.
-    if isinstance(value, bool):
-        raise PydanticCustomError(
-            _BOOL_AS_NUMBER, "expected {expected}", {"expected": "an integer"}
-        )
-    return value
-
-
-def _reject_bool_float(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise PydanticCustomError(_BOOL_AS_NUMBER, "expected {expected}", {"expected": "a number"})
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_reject_bool_int)]
-Float = Annotated[float, BeforeValidator(_reject_bool_float)]
-NonNegFloat = Annotated[Float, Field(ge=0, allow_inf_nan=False)]
-PositiveFloat = Annotated[Float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[Int, Field(ge=1)]
-
-
-def _check_name(value: str, what: str) -> str:
-    if not value or not _NAME_RE.match(value):
-        raise _invalid(
-            f"{what} {value!r} is not a valid name (it must be non-empty and use only "
-            "letters, digits, '_', '.' and '-')",
-            "use a name like 'fast', 'gpu-a100' or 'node_1'",
-        )
-    return value
-
-
-def _absolute(path: Path) -> Path:
-    """``path`` with ``~`` expanded, made absolute against the current working directory."""
-    return path.expanduser().absolute()
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 # ------------------------------------------------------------------------------ workers
-
-
-class WorkerSpec(_Model):
-    """One group of identical workers.
-
-    Attributes:
-        name: Group name (letters, digits, ``_ . -``); workers of a group with ``count > 1``
-            are named ``<name>-0``, ``<name>-1``, ... (see :meth:`JobConfig.expanded_workers`).
-        count: Number of identical workers in the group.
-        resources: Ray resources each worker of the group requests (must include ``CPU > 0``).
-        label_selector: Ray node labels a worker must land on (``None``: anywhere).
-        device: ``"auto"`` uses CUDA iff ``resources`` requests a GPU.
-        max_batch: Per-step slice cap (memory bound), or ``None`` for no cap.
-        emulated_slowdown: EMULATION for CPU-only testing and demos: stretches this worker's
-            own compute time by this factor (``1.0`` = real speed).
-    """
-
-    name: str = Field(description="worker group name")
-    count: PositiveInt = Field(1, description="number of identical workers in the group")
-    resources: dict[str, NonNegFloat] = Field(
-        default_factory=lambda: {"CPU": 1.0},
-        description="Ray resources per worker, e.g. {CPU: 1} or {CPU: 4, GPU: 1}",
-    )
-    label_selector: dict[str, str] | None = Field(
-        None, description="Ray node labels the worker must land on, e.g. {zone: a}"
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="compute device; auto = cuda iff resources has GPU > 0"
-    )
-    max_batch: PositiveInt | None = Field(None, description="per-step slice cap (memory)")
-    emulated_slowdown: Float = Field(
-        1.0,
-        ge=1.0,
-        allow_inf_nan=False,
-        description="EMULATION: stretch this worker's compute time by this factor",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, value: str) -> str:
-        return _check_name(value, "worker name")
-
-    @field_validator("resources")
-    @classmethod
-    def _valid_resources(cls, value: dict[str, float]) -> dict[str, float]:
-        for key in value:
-            if not key.strip():
-                raise _invalid(
-                    "resource names must be non-empty",
-                    "use Ray resource names such as CPU, GPU or a custom resource name",
-                )
-        if value.get("CPU", 0.0) <= 0:
-            raise _invalid(
-                f"a worker needs CPU > 0, got resources {value}",
-                "add CPU: 1 (or more) to resources",
-                ("CPU",) if "CPU" in value else (),
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _device_matches_resources(self) -> WorkerSpec:
-        gpu = self.resources.get("GPU", 0.0)
-        at: tuple[str | int, ...]
-        if self.device == "cuda" and gpu <= 0:
-            raise _invalid(
-                f"worker group {self.name!r} has device 'cuda' but requests no GPU, so Ray "
-                "would place it without one",
-                "add resources: {GPU: 1} (keep CPU), or set device: cpu",
-                ("device",),
-            )
-        if self.resolved_device() == "cuda":
-            at = ("resources", "GPU")
-            if gpu < 1:
-                raise _invalid(
-                    f"worker group {self.name!r} requests a fractional GPU ({gpu:g}) for a CUDA "
-                    "worker; Ray would then pack several workers onto one GPU, where they "
-                    "compete for it and no two workers may share a device",
-                    "use resources: {GPU: 1}, or device: cpu for a CPU worker",
-                    at,
-                )
-            if gpu > 1:
-                raise _invalid(
-                    f"worker group {self.name!r} requests {gpu:g} GPUs per worker, but each "
-                    "worker drives exactly one GPU, so the others would sit idle",
-                    f"use resources: {{GPU: 1}} with count: {self.count * math.ceil(gpu)} "
-                    "to run one worker per GPU",
-                    at,
-                )
-        return self
-
-    def resolved_device(self) -> Literal["cpu", "cuda"]:
-        """The device this worker trains on: ``device``, with ``"auto"`` resolved.
-
-        Returns:
-            ``"cuda"`` if ``device == "cuda"``, or ``device == "auto"`` and ``resources``
-            requests a GPU; otherwise ``"cpu"``.
-        """
-        if self.device == "auto":
-            return "cuda" if self.resources.get("GPU", 0.0) > 0 else "cpu"
-        return self.device
 
 
 # ------------------------------------------------------------------------------ data & model
@@ -571,72 +431,6 @@ class TrainConfig(_Model):
         None, min_length=1, description="one share per worker, in expanded order; skips probing"
     )
     min_slice: PositiveInt = Field(1, description="smallest per-step slice of any worker")
-
-
-class ProbeConfig(_Model):
-    """Throughput probing before training (skipped when ``train.fixed_shares`` is set).
-
-    Attributes:
-        batch_sizes: Batch sizes to time (>= 2 distinct, to fit t(b) = alpha + beta*b);
-            ``None`` lets the prober choose from the global batch size.
-        warmup: Untimed iterations before timing. repeats: Timed iterations per size.
-        calibration_steps: Measured synchronous steps per calibration round (after one
-            untimed step): the whole group runs real forward/backward passes at the probe's
-            slices, gradients discarded, and each rank's wall-clock busy time refits its cost.
-            This captures what an isolated probe cannot see: co-located workers contending for
-            cores, and synchronisation inside the step. 0 disables calibration.
-        calibration_rounds: Calibrate-and-replan rounds.
-        reuse_on_restart: After a worker-group restart (a node joined or was lost, a worker
-            died), slots the previous group measured keep their cost models and only new
-            slots are probed; calibration still refits everyone. Shortens the time until a
-            joining node is used.
-    """
-
-    batch_sizes: list[PositiveInt] | None = Field(
-        None, description="probe batch sizes, >= 2 distinct (None: automatic)"
-    )
-    warmup: Int = Field(2, ge=0, description="untimed warm-up iterations")
-    repeats: PositiveInt = Field(3, description="timed iterations per batch size")
-    calibration_steps: Int = Field(3, ge=0, description="measured calibration steps per round")
-    calibration_rounds: Int = Field(2, ge=0, description="calibrate-and-replan rounds")
-    reuse_on_restart: bool = Field(
-        True, description="after a restart, probe only slots the previous group did not measure"
-    )
-
-    @field_validator("batch_sizes")
-    @classmethod
-    def _two_distinct(cls, value: list[int] | None) -> list[int] | None:
-        if value is not None and len(set(value)) < 2:
-            raise _invalid(
-                f"needs at least 2 distinct batch sizes to fit a cost model, got {value}",
-                "list two or more sizes, e.g. [8, 32], or remove the key for automatic sizes",
-            )
-        return value
-
-
-class SlowdownInjection(_Model):
-    """EMULATION: make one worker (by name) or rank ``factor`` times slower from a step on.
-
-    Attributes:
-        factor: Slowdown factor (>= 1) multiplied onto the worker's ``emulated_slowdown``.
-        worker: WorkerSpec name (counts expanded: ``name-i``), or
-        rank: a world rank (exactly one of the two).
-        from_step: First global step it applies to.
-    """
-
-    factor: float = Field(ge=1.0, description="slowdown factor >= 1")
-    worker: str | None = Field(None, description="worker name (exactly one of worker/rank)")
-    rank: Int | None = Field(None, ge=0, description="world rank (exactly one of worker/rank)")
-    from_step: Int = Field(0, ge=0, description="first global step it applies to")
-
-    @model_validator(mode="after")
-    def _one_target(self) -> SlowdownInjection:
-        if (self.worker is None) == (self.rank is None):
-            raise _invalid(
-                "names neither or both of worker and rank",
-                "give exactly one, e.g. {factor: 3, worker: medium, from_step: 50}",
-            )
-        return self
 
 
 class SchedulerConfig(_Model):

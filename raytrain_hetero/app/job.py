@@ -304,9 +304,7 @@ def trainer_arguments(job: JobConfig) -> dict[str, Any]:
         "policy": job.scheduler.policy(),
         "plan_sync_every": job.scheduler.plan_sync_every,
         "flush_every": job.scheduler.plan_sync_every,
-        "slowdown_schedule": [
-            i.model_dump(exclude_none=True) for i in job.scheduler.slowdown_schedule
-        ],
+        "slowdown_schedule": list(job.scheduler.slowdown_schedule),
         "min_workers": job.elastic.min_workers,
         "elastic_resize_monitor_interval_s": job.elastic.resize_monitor_interval_s,
     }

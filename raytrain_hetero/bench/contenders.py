@@ -168,7 +168,7 @@ def run_fit(
             )
             return trainer.fit()
         from raytrain_hetero.bench.loop import bench_loop
-        from raytrain_hetero.app.config import ProbeConfig
+        from raytrain_hetero.config import ProbeConfig
         from raytrain_hetero.driver.trainer import HeteroTrainer
 
         hetero = HeteroTrainer(

@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 
+from raytrain_hetero.config import SlowdownInjection
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.policy import PolicyConfig, PolicyState, Replan, StepSample, decide
 
@@ -120,7 +121,7 @@ class HeteroScheduler:
         self._samples: dict[int, list[StepSample]] = {}
         self._state = PolicyState()
         self._pending: dict[str, Any] | None = None
-        self._injections: list[dict[str, Any]] = []
+        self._injections: list[SlowdownInjection] = []
         self._decisions: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
 
@@ -262,19 +263,8 @@ class HeteroScheduler:
             plan = dict(self._pending)
         return {"known_group": known, "plan": plan, "injections": list(self._injections)}
 
-    def inject_slowdown(
-        self,
-        factor: float,
-        worker: str | None = None,
-        rank: int | None = None,
-        from_step: int = 0,
-    ) -> dict[str, Any]:
-        """EMULATION: make a worker (by name) or rank ``factor`` times slower from ``from_step``."""
-        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1.0):
-            raise ValueError(f"slowdown factor must be a finite number >= 1, got {factor!r}")
-        if (worker is None) == (rank is None):
-            raise ValueError("give exactly one of worker= (a WorkerSpec name) or rank=")
-        injection = {"factor": float(factor), "worker": worker, "rank": rank, "from_step": int(from_step)}
+    def inject_slowdown(self, injection: SlowdownInjection) -> SlowdownInjection:
+        """EMULATION: make a worker (by name) or rank slower from a step on (validated by the caller)."""
         self._injections.append(injection)
         logger.info("injected slowdown %s", injection)
         return injection

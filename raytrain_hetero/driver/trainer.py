@@ -16,7 +16,7 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from raytrain_hetero.driver.backend import HeteroRayTorchTrainer, HeteroTorchConfig, common_resources
-from raytrain_hetero.app.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
 from raytrain_hetero.core.placement import SlotDemand
 from raytrain_hetero.core.policy import PolicyConfig
 from raytrain_hetero.worker.context import HeteroSetup
@@ -53,8 +53,12 @@ class _WorkerEntry:
         return self.train_loop_per_worker()
 
 
-def _check_injection(injection: dict[str, Any], specs: Sequence[WorkerSpec]) -> dict[str, Any]:
+def _check_injection(
+    injection: SlowdownInjection | Mapping[str, Any], specs: Sequence[WorkerSpec]
+) -> SlowdownInjection:
     """Validate one emulated-slowdown injection against the worker slots."""
+    if isinstance(injection, SlowdownInjection):
+        injection = injection.model_dump()
     allowed = {"factor", "worker", "rank", "from_step"}
     unknown = set(injection) - allowed
     if unknown:
@@ -74,8 +78,8 @@ def _check_injection(injection: dict[str, Any], specs: Sequence[WorkerSpec]) -> 
         raise ConfigError(f"slowdown injection rank {rank} is outside 0..{len(specs) - 1}.")
     if int(injection.get("from_step", 0)) < 0:
         raise ConfigError("slowdown injection from_step must be >= 0.")
-    return {"factor": float(factor), "worker": worker, "rank": rank,
-            "from_step": int(injection.get("from_step", 0))}
+    return SlowdownInjection(factor=float(factor), worker=worker, rank=rank,
+                             from_step=int(injection.get("from_step", 0)))
 
 
 def _worker_spec(position: int, item: Mapping[str, Any]) -> WorkerSpec:
@@ -203,7 +207,7 @@ class HeteroTrainer:
             raise ConfigError(
                 f"min_workers={min_workers} must be between 1 and the {n} worker slots."
             )
-        self.slowdown_schedule = tuple(_check_injection(dict(i), self.specs) for i in slowdown_schedule)
+        self.slowdown_schedule = tuple(_check_injection(i, self.specs) for i in slowdown_schedule)
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
@@ -358,12 +362,12 @@ class HeteroTrainer:
         Call it from another thread while :meth:`fit` runs (e.g. a progress callback); the
         workers apply it at their next plan synchronisation at or after ``from_step``.
         """
-        _check_injection(
+        injection = _check_injection(
             {"factor": factor, "worker": worker, "rank": rank, "from_step": from_step}, self.specs
         )
         if self._scheduler is None:
             raise ConfigError("inject_slowdown works while fit() runs; use slowdown_schedule before.")
-        ray.get(self._scheduler.inject_slowdown.remote(factor, worker, rank, from_step))
+        ray.get(self._scheduler.inject_slowdown.remote(injection))
 
     def _poll(
         self,

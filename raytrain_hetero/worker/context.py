@@ -17,7 +17,7 @@ from raytrain_hetero.core.plan import PlanSchedule
 from raytrain_hetero.errors import HeteroError
 
 if TYPE_CHECKING:
-    from raytrain_hetero.app.config import ProbeConfig, WorkerSpec
+    from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
     from raytrain_hetero.core.carving import Cursor, EpochCarver
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,7 @@ class HeteroSetup:
         live: Re-plan from live measurements (the scheduler's policy).
         policy: PolicyConfig fields for the scheduler.
         plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
-        slowdown_schedule: EMULATION: injected slowdowns ({"factor", "worker"|"rank",
-            "from_step"}) known from the start.
+        slowdown_schedule: EMULATION: injected slowdowns known from the start.
     """
 
     run_id: str
@@ -62,7 +61,7 @@ class HeteroSetup:
     live: bool = True
     policy: dict[str, Any] | None = None
     plan_sync_every: int = 5
-    slowdown_schedule: tuple[dict[str, Any], ...] = ()
+    slowdown_schedule: tuple[SlowdownInjection, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ class WorkerContext:
     compute_clock: Any = None
     group_id: str = ""
     last_record: dict[str, Any] | None = None
-    injections: list[dict[str, Any]] = field(default_factory=list)
+    injections: list[SlowdownInjection] = field(default_factory=list)
 
     @property
     def spec(self) -> WorkerSpec:
@@ -159,9 +158,8 @@ class WorkerContext:
         factor = float(self.spec.emulated_slowdown)
         step = self.current_step.global_step if self.current_step is not None else -1
         for injection in (*self.setup.slowdown_schedule, *self.injections):
-            targets_me = injection.get("worker") == self.spec.name or injection.get("rank") == self.rank
-            if targets_me and step >= int(injection.get("from_step", 0)):
-                factor *= float(injection["factor"])
+            if injection.applies_to(self.spec.name, self.rank, step):
+                factor *= injection.factor
         return factor
 
 
