@@ -242,7 +242,7 @@ def _slice_bounds(
                 )
             upper[i] = min(cap, largest)
         if all_capped:
-            capacity = int(sum(_index(c, "cap") for c in caps))  # type: ignore[arg-type]
+            capacity = int(sum(_index(c, "cap") for c in caps))
             if total > capacity:
                 raise AllocationError(
                     f"global batch {total} exceeds the sum of per-worker caps {capacity}; "
@@ -333,7 +333,7 @@ def _units_below(
     exactly a prefix of the order in which the greedy would hand out units.
     """
     with np.errstate(invalid="ignore", over="ignore"):
-        counts = np.ceil((level - alpha) / beta) - 1.0
+        counts: np.ndarray = np.ceil((level - alpha) / beta) - 1.0
     counts = np.clip(counts, lower, upper).astype(np.int64)
     # The division can be off by one unit near integers; correct it against t(b) directly.
     while True:

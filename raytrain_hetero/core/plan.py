@@ -48,10 +48,10 @@ class Plan:
     def __post_init__(self) -> None:
         if (self.shares is None) == (self.costs is None):
             raise HeteroError("Plan needs exactly one of shares= or costs=.")
-        per_rank = self.shares if self.shares is not None else self.costs
-        if len(per_rank) != len(self.slices):
+        n_per_rank = len(self.shares) if self.shares is not None else len(self.costs or ())
+        if n_per_rank != len(self.slices):
             raise HeteroError(
-                f"Plan has {len(self.slices)} slices but {len(per_rank)} shares/costs; "
+                f"Plan has {len(self.slices)} slices but {n_per_rank} shares/costs; "
                 "give one per rank."
             )
         if self.caps is not None and len(self.caps) != len(self.slices):
@@ -90,6 +90,7 @@ class Plan:
             return proportional_slices(
                 total, self.shares, caps=self.caps, min_slice=self.min_slice
             )
+        assert self.costs is not None  # __post_init__: exactly one of shares/costs is set
         return allocate(total, self.costs, caps=self.caps, min_slice=self.min_slice)
 
     @classmethod
