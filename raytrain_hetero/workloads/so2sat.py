@@ -75,16 +75,12 @@ _GENERATOR_VERSION = 1
 _VV_VH_COHERENCE = 0.3  # correlation of the VV and VH complex signals
 
 
-def _box_mean(field: np.ndarray, k: int = 5) -> np.ndarray:
-    """Mean over a k x k window of the last two axes (edges replicated): the Lee filter's
-    local mean, which on homogeneous patches is what the filter returns."""
-    pad = k // 2
-    padded = np.pad(field, [(0, 0)] * (field.ndim - 2) + [(pad, pad), (pad, pad)], mode="edge")
-    out = np.zeros_like(field)
-    for dy in range(k):
-        for dx in range(k):
-            out += padded[..., dy : dy + field.shape[-2], dx : dx + field.shape[-1]]
-    return out / (k * k)
+def _local_mean(field: np.ndarray, window: int = 5) -> np.ndarray:
+    """Mean of (n, S, S) over a window x window neighbourhood (edges replicated): the Lee
+    filter's local mean, which is what the filter returns on homogeneous ground."""
+    from scipy.ndimage import uniform_filter
+
+    return uniform_filter(field, size=(1, window, window), mode="nearest")
 
 
 def _sentinel1_channels(sigma0: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -99,10 +95,10 @@ def _sentinel1_channels(sigma0: np.ndarray, rng: np.random.Generator) -> np.ndar
     b = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) / np.sqrt(2)
     vv = np.sqrt(sigma0[:, 0]) * a
     vh = np.sqrt(sigma0[:, 1]) * (_VV_VH_COHERENCE * a + np.sqrt(1 - _VV_VH_COHERENCE**2) * b)
-    cov = _box_mean(vh * np.conj(vv))
+    cov = _local_mean(vh * np.conj(vv))
     channels = (
         vh.real, vh.imag, vv.real, vv.imag,
-        _box_mean(np.abs(vh) ** 2), _box_mean(np.abs(vv) ** 2),
+        _local_mean(np.abs(vh) ** 2), _local_mean(np.abs(vv) ** 2),
         cov.real, cov.imag,
     )  # fmt: skip
     return np.stack(channels, axis=1)

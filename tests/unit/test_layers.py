@@ -198,8 +198,9 @@ def _import_nodes(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, 
 
 
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[ImportEdge]:
-    """The imports of package modules made by ``module`` (read from ``path``)."""
-    package_name = next(iter(modules)).split(".")[0] if modules else PACKAGE
+    """The imports of package modules made by ``module`` (read from ``path``); ``modules`` is
+    every module of the package, by dotted name."""
+    package_name = module.split(".")[0]
     is_package = path.name == "__init__.py"
     edges = []
     for node, at_import_time in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
