@@ -107,6 +107,7 @@ def _sentinel1_channels(sigma0: np.ndarray, rng: np.random.Generator) -> np.ndar
 def _check_args(
     samples_per_class: Any, seed: Any, cloud_fraction: Any, fractions: Any
 ) -> tuple[float, ...]:
+    """Validate generate_so2sat's arguments (ConfigError naming the fix); the split fractions."""
     for arg, value, lo in (("samples_per_class", samples_per_class, 3), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
             raise ConfigError(f"generate_so2sat: {arg} must be an integer >= {lo}, got {value!r}")
