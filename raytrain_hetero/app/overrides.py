@@ -73,55 +73,51 @@ def merge_overrides(
     """Merge ``overrides`` over ``base`` with OmegaConf (neither is modified).
 
     Mappings merge key by key; any other override value replaces the base value. Where the
-    base holds a list, the override's keys are item indices (``"0"``, ``"-1"``).
+    base holds a list, the override's keys are item indices (``"0"``, ``"-1"``). Keys are
+    taken literally (a tune search space's ``train.lr`` stays one key).
 
     Raises:
         ConfigError: An index into a list is not an integer or is out of range.
     """
-    merged = OmegaConf.create(dict(base))
-    for path, value in _leaves(overrides, ()):
-        path = _check_indices(base, path, source)
-        OmegaConf.update(merged, ".".join(str(p) for p in path), value, merge=True)
-    out = OmegaConf.to_container(merged)
+    resolved = _list_items(base, overrides, (), source)
+    out = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(dict(base)), resolved))
     assert isinstance(out, dict)
     return out
 
 
-def _leaves(tree: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterable[tuple[tuple, Any]]:
-    # An empty mapping is a value of its own (``data.generate={}``), not "nothing to merge".
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            yield from _leaves(value, (*prefix, str(key)))
-        else:
-            yield (*prefix, str(key)), value
+def _list_items(base: Any, over: Any, loc: tuple[str | int, ...], source: str) -> Any:
+    """``over`` with every index mapping aimed at a list of ``base`` turned into that whole
+    list, its addressed items merged (OmegaConf merges mappings but replaces lists)."""
+    if not isinstance(over, Mapping):
+        return over
+    if not isinstance(base, list):
+        below = base if isinstance(base, Mapping) else {}
+        return {k: _list_items(below.get(k), v, (*loc, k), source) for k, v in over.items()}
+    items = list(base)
+    for key, value in over.items():
+        index = _index(key, len(items), loc, source)
+        new = _list_items(items[index], value, (*loc, index), source)
+        if isinstance(items[index], Mapping) and isinstance(new, Mapping):
+            new = OmegaConf.to_container(OmegaConf.merge(items[index], new))
+        items[index] = new
+    return items
 
 
-def _check_indices(base: Any, path: tuple[str, ...], source: str) -> tuple[str | int, ...]:
-    """``path`` with list indices as (non-negative) ints; a ConfigError if one is bad."""
-    out: list[str | int] = []
-    node = base
-    for part in path:
-        if isinstance(node, list):
-            loc = loc_path(out)
-            try:
-                index = int(part)
-            except ValueError:
-                raise_problems([ConfigProblem(
-                    source, loc, f"is a list, so {part!r} must be an item index",
-                    f"address items by index, e.g. {loc}.0.<key>=...",
-                )])
-            if not -len(node) <= index < len(node):
-                raise_problems([ConfigProblem(
-                    source, loc, f"has {len(node)} item(s), so index {index} is out of range",
-                    f"use an index from 0 to {len(node) - 1}",
-                )])
-            index %= len(node)
-            out.append(index)
-            node = node[index]
-        else:
-            out.append(part)
-            node = node.get(part) if isinstance(node, Mapping) else None
-    return tuple(out)
+def _index(key: Any, length: int, loc: tuple[str | int, ...], source: str) -> int:
+    where = loc_path(loc)
+    try:
+        index = int(key)
+    except (TypeError, ValueError):
+        raise_problems([ConfigProblem(
+            source, where, f"is a list, so {key!r} must be an item index",
+            f"address items by index, e.g. {where}.0.<key>=...",
+        )])
+    if not -length <= index < length:
+        raise_problems([ConfigProblem(
+            source, where, f"has {length} item(s), so index {index} is out of range",
+            f"use an index from 0 to {length - 1}",
+        )])
+    return index % length
 
 
 def dotted_to_nested(values: Mapping[str, Any]) -> dict[str, Any]:

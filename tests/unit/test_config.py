@@ -416,6 +416,16 @@ def test_merge_overrides_is_deep_and_pure() -> None:
     assert base == {"train": {"epochs": 4, "lr": 0.05}, "workers": [{"name": "a"}, {"name": "b"}]}
 
 
+def test_merge_overrides_keeps_dotted_keys_and_merges_list_items() -> None:
+    merged = merge_overrides(
+        {"tune": None, "workers": [{"name": "a", "count": 2}]},
+        {"tune": {"search_space": {"train.lr": {"choice": [0.1]}}},
+         "workers": {"-1": {"emulated_slowdown": 2}}},
+    )
+    assert merged["tune"] == {"search_space": {"train.lr": {"choice": [0.1]}}}
+    assert merged["workers"] == [{"name": "a", "count": 2, "emulated_slowdown": 2}]
+
+
 def test_merge_overrides_bad_index() -> None:
     with pytest.raises(ConfigError, match="out of range"):
         merge_overrides({"workers": [{"name": "a"}]}, {"workers": {"3": {"count": 2}}})
