@@ -145,8 +145,6 @@ def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict
         fields.setdefault(group, {})[field] = value
     out = dict(groups)
     for group, values in fields.items():
-        if group == "emulation":
-            values = {"slowdowns": tuple(values["slowdowns"])}
         out[group] = _GROUP_CLASSES[group](**values)
     return out
 
