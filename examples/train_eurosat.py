@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import raytrain_hetero as rh
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
 from raytrain_hetero.workloads import build_model, eurosat_datasets, generate_eurosat
 from raytrain_hetero.workloads.cache import InMemoryDataset
 
@@ -64,7 +64,7 @@ def main() -> None:
         # EMULATION: slowdowns 1, 2, 4 imitate three devices of unequal speed.
         workers=[WorkerSpec(name="fast"), WorkerSpec(name="medium", emulated_slowdown=2.0),
                  WorkerSpec(name="slow", emulated_slowdown=4.0)],
-        global_batch_size=192,
+        batch=BatchConfig(global_batch_size=192),
     )
     result = trainer.fit()
     print("slices per step:", trainer.plans[-1]["slices"], "error:", result.error)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import raytrain_hetero as rh
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
 from raytrain_hetero.workloads import (
     build_model,
     find_scene_files,
@@ -97,7 +97,7 @@ def main() -> None:
             train_loop_config=config,
             # EMULATION: the slow worker stretches its compute 2x.
             workers=[WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=2.0)],
-            global_batch_size=128,
+            batch=BatchConfig(global_batch_size=128),
         )
         result = trainer.fit()
         results[split] = test_accuracy(result.checkpoint, config)

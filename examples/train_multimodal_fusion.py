@@ -21,8 +21,12 @@ import torch
 import torch.nn.functional as F
 
 import raytrain_hetero as rh
-from raytrain_hetero import HeteroTrainer, WorkerSpec
-from raytrain_hetero.workloads import build_model, generate_multimodal, multimodal_datasets
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
+from raytrain_hetero.workloads import (
+    build_model,
+    generate_multimodal,
+    multimodal_datasets,
+)
 from raytrain_hetero.workloads.cache import InMemoryDataset
 
 
@@ -84,7 +88,7 @@ def main() -> None:
             train_loop_config={"root": root, "modalities": modalities, "epochs": args.epochs},
             # EMULATION: the slow worker stretches its compute 2x.
             workers=[WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=2.0)],
-            global_batch_size=64,
+            batch=BatchConfig(global_batch_size=64),
         )
         result = trainer.fit()
         rows.append((name, test_accuracy(result.checkpoint, root, modalities)))

@@ -21,8 +21,12 @@ import torch
 import torch.nn.functional as F
 
 import raytrain_hetero as rh
-from raytrain_hetero import HeteroTrainer, WorkerSpec
-from raytrain_hetero.workloads import build_model, generate_uc_merced, uc_merced_datasets
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
+from raytrain_hetero.workloads import (
+    build_model,
+    generate_uc_merced,
+    uc_merced_datasets,
+)
 
 
 def train_loop(config: dict) -> None:
@@ -77,7 +81,7 @@ def main() -> None:
                            "epochs": args.epochs, "image_size": args.image_size},
         # EMULATION: the slow worker stretches its compute 3x (use real devices in practice).
         workers=[WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=3.0)],
-        global_batch_size=96,
+        batch=BatchConfig(global_batch_size=96),
     )
     result = trainer.fit()
     print("final validation accuracy:", result.metrics["val_accuracy"])

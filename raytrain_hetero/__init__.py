@@ -4,7 +4,8 @@ Every global batch is carved into per-worker slices sized by measured worker spe
 worker's gradient is weighted by the samples it processed, so the synchronised update is
 exactly the single-device update for that global batch.
 
-Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec`. Inside the train loop:
+Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
+(:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
 :func:`prepare_model`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`.
 Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
 loads no config library, no Ray and no torch.
@@ -29,7 +30,14 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "JobConfig": "raytrain_hetero.app.config",
+    "BackendConfig": "raytrain_hetero.config",
+    "BatchConfig": "raytrain_hetero.config",
+    "ElasticConfig": "raytrain_hetero.config",
+    "EmulationConfig": "raytrain_hetero.config",
+    "PolicyConfig": "raytrain_hetero.config",
     "ProbeConfig": "raytrain_hetero.config",
+    "SchedulerConfig": "raytrain_hetero.config",
+    "SlowdownInjection": "raytrain_hetero.config",
     "WorkerSpec": "raytrain_hetero.config",
     "load_config": "raytrain_hetero.app.config",
     "HeteroTrainer": "raytrain_hetero.driver.trainer",

@@ -19,16 +19,19 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
 from raytrain_hetero.errors import ConfigError, DataError
 
+if TYPE_CHECKING:
+    from ray.train import RunConfig
+
+    from raytrain_hetero.driver.trainer import HeteroTrainer
+
 logger = logging.getLogger(__name__)
-
-NUM_CLASSES = 10  # EuroSAT's; the job takes every dataset's class count from its loader
-
 
 # ----------------------------------------------------------------------------- worker side
 
@@ -40,8 +43,8 @@ def classification_loop(config: dict[str, Any]) -> None:
     import torch.nn.functional as F
 
     import raytrain_hetero as rh
-    from raytrain_hetero.workloads import build_model
     from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+    from raytrain_hetero.workloads import build_model
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
     # driver (pydantic's errors with custom types do not).
@@ -290,31 +293,51 @@ def summarize_workers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def trainer_arguments(job: JobConfig) -> dict[str, Any]:
-    """HeteroTrainer keyword arguments of a job (workers, batch, plan, scheduler, elasticity)."""
-    return {
-        "workers": job.workers,
-        "global_batch_size": job.train.global_batch_size,
-        "weighting": job.train.weighting,
-        "fixed_shares": job.train.fixed_shares,
-        "min_slice": job.train.min_slice,
-        "probe": job.probe,
-        "seed": job.train.seed,
-        "live": job.scheduler.live if job.train.fixed_shares is None else False,
-        "policy": job.scheduler.policy(),
-        "plan_sync_every": job.scheduler.plan_sync_every,
-        "flush_every": job.scheduler.plan_sync_every,
-        "slowdown_schedule": list(job.scheduler.slowdown_schedule),
-        "min_workers": job.elastic.min_workers,
-        "elastic_resize_monitor_interval_s": job.elastic.resize_monitor_interval_s,
-    }
+def build_trainer(
+    job: JobConfig,
+    train_loop: Callable[[dict[str, Any]], None],
+    run_config: RunConfig,
+    *,
+    probe_only: bool = False,
+) -> HeteroTrainer:
+    """The job's HeteroTrainer, built from its sections (the library's config objects).
+
+    The loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections (data,
+    model, optimiser) itself.
+
+    Args:
+        job: The job.
+        train_loop: The per-worker loop.
+        run_config: Ray Train RunConfig (name, storage, checkpoints, callbacks).
+        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity) and no
+            live re-planning.
+    """
+    from raytrain_hetero.config import ElasticConfig
+    from raytrain_hetero.driver.trainer import HeteroTrainer
+
+    scheduler, elastic = job.scheduler, job.elastic
+    if probe_only:
+        scheduler = scheduler.model_copy(update={"live": False})
+        elastic = ElasticConfig()
+    return HeteroTrainer(
+        train_loop,
+        train_loop_config={"job": job.model_dump(mode="json")},
+        workers=job.workers,
+        batch=job.train.batch(),
+        probe=job.probe,
+        scheduler=scheduler,
+        elastic=elastic,
+        emulation=job.emulation,
+        backend=job.backend,
+        run_config=run_config,
+    )
 
 
 def probe_loop(config: dict[str, Any]) -> None:
     """Per-worker loop of ``raytrain-hetero probe``: probe, calibrate, agree a plan, report it."""
     import raytrain_hetero as rh
-    from raytrain_hetero.workloads import build_model
     from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+    from raytrain_hetero.workloads import build_model
 
     job = validate_config(config["job"], source="job config on a worker")
     workload = open_configured_datasets(job.data, ("train",))
@@ -323,7 +346,8 @@ def probe_loop(config: dict[str, Any]) -> None:
         from raytrain_hetero.workloads.cache import InMemoryDataset
 
         datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
+    # Prepared for its side effect: the probe times this model on each worker.
+    rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
     loader = rh.prepare_data_loader(datasets["train"], num_workers=job.data.num_workers)
     loader.ensure_plan()
     import ray.train
@@ -347,17 +371,16 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     from ray.train import RunConfig
 
     from raytrain_hetero.app.outputs import format_worker_table
-    from raytrain_hetero.driver.trainer import HeteroTrainer
 
     prepare_dataset(job)
     init_ray(job)
     storage = job.ray.storage_path or (Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-")))
-    trainer = HeteroTrainer(
+    trainer = build_trainer(
+        job,
         probe_loop,
-        train_loop_config={"job": job.model_dump(mode="json")},
-        **{**trainer_arguments(job), "live": False, "min_workers": None},
-        run_config=RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
-                             storage_path=str(storage)),
+        RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
+                  storage_path=str(storage)),
+        probe_only=True,
     )
     result = trainer.fit()
     if result.error is not None:
@@ -366,7 +389,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     workers = {w["rank"]: w for w in result.metrics["workers"]}
     rows = []
     for rank, slice_ in enumerate(plan["slices"]):
-        alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
+        _alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
         rows.append({
             "rank": rank,
             "worker": workers[rank]["worker"],
@@ -384,14 +407,13 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
     """Run the job end to end and write its outputs; returns the summary dict."""
     from ray.train import CheckpointConfig, RunConfig
 
-    from raytrain_hetero.core.carving import EpochCarver
     from raytrain_hetero.app.outputs import (
         format_worker_table,
         plot_worker_throughput,
         write_metrics_csv,
         write_summary,
     )
-    from raytrain_hetero.driver.trainer import HeteroTrainer
+    from raytrain_hetero.core.carving import EpochCarver
 
     out = Path(output_dir or job.output_dir).resolve()
     sizes = prepare_dataset(job)
@@ -404,11 +426,10 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
     init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
     storage = job.ray.storage_path or (out / "ray_results")
-    trainer = HeteroTrainer(
+    trainer = build_trainer(
+        job,
         classification_loop,
-        train_loop_config={"job": job.model_dump(mode="json")},
-        **trainer_arguments(job),
-        run_config=RunConfig(
+        RunConfig(
             name=f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(storage),
             checkpoint_config=CheckpointConfig(num_to_keep=2),

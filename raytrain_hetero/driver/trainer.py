@@ -2,32 +2,79 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
-from dataclasses import asdict
 import threading
 import uuid
-from typing import Any, Callable, Literal, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import ray
 import ray.train
-from pydantic import ValidationError
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from raytrain_hetero.driver.backend import HeteroRayTorchTrainer, HeteroTorchConfig, common_resources
-from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
+from raytrain_hetero.config import (
+    BackendConfig,
+    BatchConfig,
+    ElasticConfig,
+    EmulationConfig,
+    HeteroModel,
+    ProbeConfig,
+    SchedulerConfig,
+    SlowdownInjection,
+    WorkerSpec,
+    check_run_settings,
+    check_slowdown,
+    expand_worker_specs,
+    worker_groups,
+)
 from raytrain_hetero.core.placement import SlotDemand
-from raytrain_hetero.core.policy import PolicyConfig
-from raytrain_hetero.worker.context import HeteroSetup
-from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.driver.backend import (
+    HeteroRayTorchTrainer,
+    HeteroTorchConfig,
+    common_resources,
+)
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
     get_or_create_scheduler,
     scheduler_actor_name,
 )
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.context import HeteroSetup
 
 logger = logging.getLogger(__name__)
+
+_Group = TypeVar("_Group", bound=HeteroModel)
+
+#: Keywords of the 0.1 API -> (config group argument, field of that group). They keep working
+#: for one release with a DeprecationWarning naming the new spelling (removed in 0.3).
+DEPRECATED_KEYWORDS: dict[str, tuple[str, str]] = {
+    "global_batch_size": ("batch", "global_batch_size"),
+    "weighting": ("batch", "weighting"),
+    "fixed_shares": ("batch", "fixed_shares"),
+    "min_slice": ("batch", "min_slice"),
+    "seed": ("batch", "seed"),
+    "live": ("scheduler", "live"),
+    "policy": ("scheduler", "policy"),
+    "plan_sync_every": ("scheduler", "plan_sync_every"),
+    "flush_every": ("scheduler", "flush_every"),
+    "min_workers": ("elastic", "min_workers"),
+    "elastic_resize_monitor_interval_s": ("elastic", "resize_monitor_interval_s"),
+    "slowdown_schedule": ("emulation", "slowdowns"),
+    "torch_backend": ("backend", "torch_backend"),
+    "collective_timeout_s": ("backend", "collective_timeout_s"),
+}
+
+_GROUP_CLASSES: dict[str, type[HeteroModel]] = {
+    "batch": BatchConfig,
+    "scheduler": SchedulerConfig,
+    "elastic": ElasticConfig,
+    "emulation": EmulationConfig,
+    "backend": BackendConfig,
+}
 
 
 class _WorkerEntry:
@@ -56,60 +103,50 @@ class _WorkerEntry:
 def _check_injection(
     injection: SlowdownInjection | Mapping[str, Any], specs: Sequence[WorkerSpec]
 ) -> SlowdownInjection:
-    """Validate one emulated-slowdown injection against the worker slots."""
-    if isinstance(injection, SlowdownInjection):
-        injection = injection.model_dump()
-    allowed = {"factor", "worker", "rank", "from_step"}
-    unknown = set(injection) - allowed
+    """A validated injection that targets one of the worker slots ``specs``."""
+    if not isinstance(injection, SlowdownInjection):
+        injection = SlowdownInjection(**dict(injection))
+    return check_slowdown(injection, specs)
+
+
+def _group(name: str, value: Any, cls: type[_Group]) -> _Group:
+    """``value`` as the config group ``cls`` (an instance, a mapping of its fields, or None)."""
+    if isinstance(value, cls):
+        return value
+    if value is None:
+        return cls()
+    if isinstance(value, Mapping):
+        return cls(**dict(value))
+    raise ConfigError(
+        f"HeteroTrainer: {name}: expected a {cls.__name__} (or a mapping of its fields), got "
+        f"{type(value).__name__}. Fix: pass {name}={cls.__name__}(...)."
+    )
+
+
+def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict[str, Any]:
+    """Fold 0.1-style keywords into their config groups, warning about each."""
+    unknown = sorted(set(legacy) - set(DEPRECATED_KEYWORDS))
     if unknown:
-        raise ConfigError(
-            f"slowdown injection has unknown keys {sorted(unknown)}; use {sorted(allowed)}."
+        raise TypeError(f"HeteroTrainer() got unexpected keyword argument(s) {unknown}")
+    fields: dict[str, dict[str, Any]] = {}
+    for keyword, value in legacy.items():
+        group, field = DEPRECATED_KEYWORDS[keyword]
+        new = f"{group}={_GROUP_CLASSES[group].__name__}({field}=...)"
+        warnings.warn(
+            f"HeteroTrainer({keyword}=...) is deprecated: use {new} (removed in 0.3)",
+            DeprecationWarning,
+            stacklevel=3,
         )
-    factor = injection.get("factor")
-    if not isinstance(factor, (int, float)) or not factor >= 1.0:
-        raise ConfigError(f"slowdown factor must be a number >= 1, got {factor!r}.")
-    worker, rank = injection.get("worker"), injection.get("rank")
-    if (worker is None) == (rank is None):
-        raise ConfigError("a slowdown injection names exactly one of worker= or rank=.")
-    names = [s.name for s in specs]
-    if worker is not None and worker not in names:
-        raise ConfigError(f"slowdown injection names worker {worker!r}; workers are {names}.")
-    if rank is not None and not 0 <= int(rank) < len(specs):
-        raise ConfigError(f"slowdown injection rank {rank} is outside 0..{len(specs) - 1}.")
-    if int(injection.get("from_step", 0)) < 0:
-        raise ConfigError("slowdown injection from_step must be >= 0.")
-    return SlowdownInjection(factor=float(factor), worker=worker, rank=rank,
-                             from_step=int(injection.get("from_step", 0)))
-
-
-def _worker_spec(position: int, item: Mapping[str, Any]) -> WorkerSpec:
-    """A WorkerSpec from a dict, with one ConfigError naming each bad field and the fix."""
-    try:
-        return WorkerSpec(**dict(item))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"workers[{position}].{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(
-            f"{problems}. Fix the WorkerSpec fields (name, count, resources, label_selector, "
-            "device, max_batch, emulated_slowdown)."
-        ) from None
-
-
-def expand_worker_specs(workers: Sequence[WorkerSpec | Mapping[str, Any]]) -> list[WorkerSpec]:
-    """One spec per worker slot (``count`` expanded), names suffixed ``-i`` when count > 1."""
-    if not workers:
-        raise ConfigError("workers is empty: give at least one WorkerSpec.")
-    specs: list[WorkerSpec] = []
-    for position, item in enumerate(workers):
-        spec = item if isinstance(item, WorkerSpec) else _worker_spec(position, item)
-        if spec.count == 1:
-            specs.append(spec)
-            continue
-        for i in range(spec.count):
-            specs.append(spec.model_copy(update={"name": f"{spec.name}-{i}", "count": 1}))
-    return specs
+        if groups[group] is not None:
+            raise ConfigError(
+                f"HeteroTrainer: {keyword}= and {group}= both given. Fix: set {field} inside "
+                f"{group}= only."
+            )
+        fields.setdefault(group, {})[field] = value
+    out = dict(groups)
+    for group, values in fields.items():
+        out[group] = _GROUP_CLASSES[group](**values)
+    return out
 
 
 class HeteroTrainer:
@@ -117,32 +154,28 @@ class HeteroTrainer:
 
     Built on Ray Train V2 (``TorchTrainer`` with a custom backend), so Ray Train's
     checkpointing, failure handling, elasticity and Tune integration apply unchanged.
+    Settings come in groups, like Ray's ``ScalingConfig``/``RunConfig``; each group is a
+    frozen object from :mod:`raytrain_hetero.config`, validated when it is built.
 
     Args:
         train_loop_per_worker: The loop run on every worker; uses ``prepare_model``,
             ``prepare_data_loader`` and ``report`` from :mod:`raytrain_hetero`.
         train_loop_config: Dict passed to the loop if it takes one argument.
         workers: Worker groups; each WorkerSpec may have ``count`` identical workers.
-        global_batch_size: Samples per optimizer step across all workers.
-        weighting: "proportional" weights each rank's gradient by its sample count (exact);
-            "uniform" averages them (the seed papers' HDP baseline, for comparisons only).
-        fixed_shares: One share per worker slot (counts expanded, in order); skips probing.
+        batch: Global batch size, minimum slice, gradient weighting, fixed shares, seed
+            (a :class:`~raytrain_hetero.config.BatchConfig`; required).
+        probe: Throughput probing before training.
+        scheduler: Live re-planning: on/off, policy, plan agreement and flush spacing.
+        elastic: Ray Train V2 elastic scaling between ``min_workers`` and all worker slots;
+            slots are filled in order, so list essential workers first.
+        emulation: EMULATION: slowdowns injected at given steps (CPU-only tests, demos).
+        backend: torch process-group backend and collective timeout.
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
-        min_slice: Smallest per-worker slice per step (>= 1).
-        probe: Probe settings (batch sizes, warm-up, repeats).
-        seed: Seed of the per-epoch permutations.
-        torch_backend: Force "gloo" or "nccl"; default gloo if any worker is on CPU.
-        flush_every: Steps between pushes of per-step measurements to the scheduler actor.
-        live: Re-plan live from measured step times (default: True, unless fixed_shares).
-        policy: Live re-planning policy (PolicyConfig or its fields as a dict).
-        plan_sync_every: Steps between the ranks' agreement on the scheduler's pending plan.
-        slowdown_schedule: EMULATION: slowdowns injected at given steps, each a dict
-            ``{"factor": k, "worker": name | "rank": r, "from_step": s}``.
-        min_workers: Enables Ray Train V2 elastic scaling between ``min_workers`` and the
-            number of worker slots; slots are filled in order, so list essential workers first.
-        elastic_resize_monitor_interval_s: How often Ray Train checks for room to grow.
-        collective_timeout_s: torch process-group timeout: a rank stuck this long fails the
-            group, which Ray Train restarts (``RunConfig(failure_config=...)``).
+        **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
+            :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
+
+    Raises:
+        ConfigError: Any bad or inconsistent setting, naming the field and the fix.
     """
 
     def __init__(
@@ -151,91 +184,74 @@ class HeteroTrainer:
         *,
         train_loop_config: dict[str, Any] | None = None,
         workers: Sequence[WorkerSpec | Mapping[str, Any]],
-        global_batch_size: int,
-        weighting: Literal["proportional", "uniform"] = "proportional",
-        fixed_shares: Sequence[float] | None = None,
+        batch: BatchConfig | Mapping[str, Any] | None = None,
+        probe: ProbeConfig | Mapping[str, Any] | None = None,
+        scheduler: SchedulerConfig | Mapping[str, Any] | None = None,
+        elastic: ElasticConfig | Mapping[str, Any] | None = None,
+        emulation: EmulationConfig | Mapping[str, Any] | None = None,
+        backend: BackendConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
-        min_slice: int = 1,
-        probe: ProbeConfig | None = None,
-        seed: int = 0,
-        torch_backend: str | None = None,
-        flush_every: int = 5,
-        live: bool | None = None,
-        policy: PolicyConfig | Mapping[str, Any] | None = None,
-        plan_sync_every: int = 5,
-        slowdown_schedule: Sequence[Mapping[str, Any]] = (),
-        min_workers: int | None = None,
-        elastic_resize_monitor_interval_s: float = 5.0,
-        collective_timeout_s: int = 1800,
+        **deprecated: Any,
     ) -> None:
-        self.specs = expand_worker_specs(workers)
-        n = len(self.specs)
-        if weighting not in ("proportional", "uniform"):
+        groups = {"batch": batch, "scheduler": scheduler, "elastic": elastic,
+                  "emulation": emulation, "backend": backend}
+        if deprecated:
+            groups = _apply_deprecated(groups, deprecated)
+        if groups["batch"] is None:
             raise ConfigError(
-                f"weighting={weighting!r} is not valid: use 'proportional' (exact) or "
-                "'uniform' (HDP baseline)."
+                "HeteroTrainer: batch is missing. Fix: pass batch=BatchConfig("
+                "global_batch_size=...)."
             )
-        if not isinstance(global_batch_size, int) or global_batch_size < 1:
-            raise ConfigError(f"global_batch_size must be a positive int, got {global_batch_size!r}.")
-        if min_slice < 1:
-            raise ConfigError(f"min_slice must be >= 1, got {min_slice}: no worker may idle.")
-        if global_batch_size < n * min_slice:
-            raise ConfigError(
-                f"global_batch_size={global_batch_size} cannot give {n} workers at least "
-                f"min_slice={min_slice} each: raise it to >= {n * min_slice}."
-            )
-        if fixed_shares is not None:
-            shares = [float(s) for s in fixed_shares]
-            if len(shares) != n:
-                raise ConfigError(
-                    f"fixed_shares has {len(shares)} entries but there are {n} workers "
-                    "(counts expanded): give one share per worker, in worker order."
-                )
-            if any(not s > 0 for s in shares):
-                raise ConfigError(f"fixed_shares must all be > 0, got {shares}.")
-        caps = [s.max_batch for s in self.specs]
-        if all(c is not None for c in caps) and sum(caps) < global_batch_size:
-            raise ConfigError(
-                f"The workers' max_batch caps add up to {sum(caps)} < global_batch_size="
-                f"{global_batch_size}: raise max_batch or lower the global batch."
-            )
-        if flush_every < 1:
-            raise ConfigError(f"flush_every must be >= 1, got {flush_every}.")
-        if plan_sync_every < 0:
-            raise ConfigError(f"plan_sync_every must be >= 0 (0 disables), got {plan_sync_every}.")
-        if min_workers is not None and not 1 <= min_workers <= n:
-            raise ConfigError(
-                f"min_workers={min_workers} must be between 1 and the {n} worker slots."
-            )
-        self.slowdown_schedule = tuple(_check_injection(i, self.specs) for i in slowdown_schedule)
+        self.workers = worker_groups(workers)
+        self.specs = expand_worker_specs(self.workers)
+        self.batch = _group("batch", groups["batch"], BatchConfig)
+        self.probe = _group("probe", probe, ProbeConfig)
+        self.scheduler = _group("scheduler", groups["scheduler"], SchedulerConfig)
+        self.elastic = _group("elastic", groups["elastic"], ElasticConfig)
+        self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
+        self.backend = _group("backend", groups["backend"], BackendConfig)
+        check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
-        self.global_batch_size = global_batch_size
-        self.weighting = weighting
-        self.fixed_shares = tuple(float(s) for s in fixed_shares) if fixed_shares else None
         self.run_config = run_config or RunConfig()
-        self.min_slice = min_slice
-        self.probe = probe or ProbeConfig()
-        self.seed = seed
-        self.flush_every = flush_every
-        self.live = (fixed_shares is None) if live is None else bool(live)
-        if isinstance(policy, PolicyConfig):
-            policy = asdict(policy)
-        self.policy = dict(policy or {})
-        PolicyConfig(**self.policy)  # validates, naming the bad field
-        self.plan_sync_every = plan_sync_every
-        self.min_workers = min_workers
-        self.elastic_resize_monitor_interval_s = elastic_resize_monitor_interval_s
-        self.collective_timeout_s = collective_timeout_s
         self._scheduler: Any = None
         self._incarnation: str | None = None
         devices = {s.resolved_device() for s in self.specs}
-        self.torch_backend = torch_backend or ("nccl" if devices == {"cuda"} else "gloo")
+        self.torch_backend = self.backend.torch_backend or (
+            "nccl" if devices == {"cuda"} else "gloo"
+        )
         self.run_id = uuid.uuid4().hex[:12]
         self.step_records: list[dict[str, Any]] = []
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ resolved settings
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step (``batch.global_batch_size``)."""
+        return self.batch.global_batch_size
+
+    @property
+    def fixed_shares(self) -> tuple[float, ...] | None:
+        """One share per worker slot, or None to probe (``batch.fixed_shares``)."""
+        return self.batch.fixed_shares
+
+    @property
+    def live(self) -> bool:
+        """Whether the scheduler re-plans live (``scheduler.live``, None resolved)."""
+        return self.scheduler.resolved_live(self.batch)
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The re-planning policy's fields, as the scheduler actor takes them."""
+        return dataclasses.asdict(self.scheduler.policy)
+
+    @property
+    def slowdown_schedule(self) -> tuple[SlowdownInjection, ...]:
+        """EMULATION: the slowdowns injected from the start (``emulation.slowdowns``)."""
+        return self.emulation.slowdowns
 
     # ------------------------------------------------------------------ Ray Train wiring
 
@@ -244,13 +260,14 @@ class HeteroTrainer:
         common = common_resources([dict(s.resources) for s in self.specs])
         selectors = [dict(s.label_selector or {}) for s in self.specs]
         n = len(self.specs)
-        elastic = self.min_workers is not None and self.min_workers < n
+        min_workers = self.elastic.min_workers
+        elastic = min_workers is not None and min_workers < n
         return ScalingConfig(
-            num_workers=(self.min_workers, n) if elastic else n,
+            num_workers=(min_workers, n) if elastic else n,
             resources_per_worker=common,
             use_gpu=common.get("GPU", 0) > 0,
             label_selector=selectors if any(selectors) else None,
-            elastic_resize_monitor_interval_s=self.elastic_resize_monitor_interval_s,
+            elastic_resize_monitor_interval_s=self.elastic.resize_monitor_interval_s,
         )
 
     def setup(self) -> HeteroSetup:
@@ -258,20 +275,20 @@ class HeteroTrainer:
         return HeteroSetup(
             run_id=self.run_id,
             specs=tuple(self.specs),
-            global_batch_size=self.global_batch_size,
-            weighting=self.weighting,
-            fixed_shares=self.fixed_shares,
-            min_slice=self.min_slice,
+            global_batch_size=self.batch.global_batch_size,
+            weighting=self.batch.weighting,
+            fixed_shares=self.batch.fixed_shares,
+            min_slice=self.batch.min_slice,
             max_world_size=len(self.specs),
             probe=self.probe,
-            seed=self.seed,
+            seed=self.batch.seed,
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
-            flush_every=self.flush_every,
+            flush_every=self.scheduler.resolved_flush_every(),
             live=self.live,
             policy=self.policy,
-            plan_sync_every=self.plan_sync_every,
-            slowdown_schedule=self.slowdown_schedule,
+            plan_sync_every=self.scheduler.plan_sync_every,
+            slowdown_schedule=self.emulation.slowdowns,
         )
 
     def torch_trainer(self) -> TorchTrainer:
@@ -282,7 +299,7 @@ class HeteroTrainer:
             torch_config=HeteroTorchConfig(
                 backend=self.torch_backend,
                 setup=self.setup(),
-                timeout_s=self.collective_timeout_s,
+                timeout_s=self.backend.collective_timeout_s,
             ),
             scaling_config=self.scaling_config(),
             run_config=self.run_config,

@@ -245,18 +245,16 @@ def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path:
     from ray import tune
     from ray.train import CheckpointConfig, RunConfig
 
-    from raytrain_hetero.app.job import classification_loop, trainer_arguments
-    from raytrain_hetero.driver.trainer import HeteroTrainer
+    from raytrain_hetero.app.job import build_trainer, classification_loop
 
     job = trial_job(JobConfig.model_validate(base_job), params)
     context = tune.get_context()
     global _ACTIVE_MAILBOX
     _ACTIVE_MAILBOX = ControllerMailbox.remote()
-    trainer = HeteroTrainer(
+    trainer = build_trainer(
+        job,
         classification_loop,
-        train_loop_config={"job": job.model_dump(mode="json")},
-        **trainer_arguments(job),
-        run_config=RunConfig(
+        RunConfig(
             name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
             storage_path=storage_path,
             checkpoint_config=CheckpointConfig(num_to_keep=1),

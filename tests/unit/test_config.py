@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from raytrain_hetero.app.config import (
+    BackendConfig,
     ConfigProblem,
     DataConfig,
     GenerateConfig,
@@ -23,6 +24,7 @@ from raytrain_hetero.app.config import (
     parse_overrides,
     validate_config,
 )
+from raytrain_hetero.config import PolicyConfig, SlowdownInjection
 from raytrain_hetero.errors import ConfigError, DataError, HeteroError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,7 +148,10 @@ def test_unknown_nested_key_suggests_closest(tmp_path: Path) -> None:
         load_with(tmp_path, lambda d: d["train"].update({"learning_rate": 0.1}))
     msg = str(info.value)
     assert "train.learning_rate: unknown key 'learning_rate' under 'train'" in msg
-    assert "valid keys: epochs, global_batch_size, lr, momentum" in msg
+    assert (
+        "valid keys: global_batch_size, min_slice, weighting, fixed_shares, seed, epochs, lr, "
+        "momentum, weight_decay" in msg
+    )
     assert "Fix: rename it to 'lr'" in msg
     (problem,) = info.value.problems
     assert problem.path == "train.learning_rate"
@@ -411,6 +416,16 @@ def test_merge_overrides_is_deep_and_pure() -> None:
     assert base == {"train": {"epochs": 4, "lr": 0.05}, "workers": [{"name": "a"}, {"name": "b"}]}
 
 
+def test_merge_overrides_keeps_dotted_keys_and_merges_list_items() -> None:
+    merged = merge_overrides(
+        {"tune": None, "workers": [{"name": "a", "count": 2}]},
+        {"tune": {"search_space": {"train.lr": {"choice": [0.1]}}},
+         "workers": {"-1": {"emulated_slowdown": 2}}},
+    )
+    assert merged["tune"] == {"search_space": {"train.lr": {"choice": [0.1]}}}
+    assert merged["workers"] == [{"name": "a", "count": 2, "emulated_slowdown": 2}]
+
+
 def test_merge_overrides_bad_index() -> None:
     with pytest.raises(ConfigError, match="out of range"):
         merge_overrides({"workers": [{"name": "a"}]}, {"workers": {"3": {"count": 2}}})
@@ -437,18 +452,59 @@ def test_load_config_bad_override_reports_file_and_key(monkeypatch: pytest.Monke
     assert str(EXAMPLE) in msg and "train.epochs: must be >= 1" in msg and "overrides" in msg
 
 
-def test_scheduler_and_elastic_sections(tmp_path: Path) -> None:
+def test_scheduler_elastic_emulation_backend_sections(tmp_path: Path) -> None:
     path = write_yaml(tmp_path, {
         **MINIMAL,
-        "scheduler": {"window_steps": 4, "slowdown_schedule": [
-            {"factor": 3, "worker": "w", "from_step": 10}]},
+        "scheduler": {"policy": {"window_steps": 4, "straggler_penalty": 5.0},
+                      "plan_sync_every": 3, "flush_every": 2},
+        "emulation": {"slowdowns": [{"factor": 3, "worker": "b", "from_step": 10}]},
         "elastic": {"min_workers": 1},
+        "backend": {"torch_backend": "gloo", "collective_timeout_s": 60},
     })
     cfg = load_config(path)
-    assert cfg.scheduler.policy()["window_steps"] == 4
-    assert cfg.scheduler.slowdown_schedule[0].factor == 3.0
+    assert cfg.scheduler.policy == PolicyConfig(window_steps=4, straggler_penalty=5.0)
+    assert (cfg.scheduler.plan_sync_every, cfg.scheduler.flush_every) == (3, 2)
+    assert cfg.emulation.slowdowns[0] == SlowdownInjection(factor=3, worker="b", from_step=10)
     assert cfg.elastic.min_workers == 1
-    bad = write_yaml(tmp_path, {**MINIMAL, "scheduler": {"slowdown_schedule": [{"factor": 3}]}})
+    assert cfg.backend == BackendConfig(torch_backend="gloo", collective_timeout_s=60)
+    bad = write_yaml(tmp_path, {**MINIMAL, "emulation": {"slowdowns": [{"factor": 3}]}})
     with pytest.raises(ConfigError) as info:
         load_config(bad)
-    assert "scheduler.slowdown_schedule[0]" in str(info.value) and "worker" in str(info.value)
+    assert "emulation.slowdowns[0]" in str(info.value) and "worker" in str(info.value)
+
+
+def test_run_sections_are_checked_against_the_workers(tmp_path: Path) -> None:
+    # The same cross-checks as HeteroTrainer's, at the YAML keys.
+    with pytest.raises(ConfigError) as info:
+        validate_config({**MINIMAL, "elastic": {"min_workers": 3},
+                         "emulation": {"slowdowns": [{"factor": 2, "worker": "zz"},
+                                                     {"factor": 2, "rank": 5}]}})
+    msg = str(info.value)
+    assert "3 problems" in msg
+    assert "elastic.min_workers: 3 is more than the 2 worker slots" in msg
+    assert "emulation.slowdowns[0].worker: names worker 'zz'" in msg
+    assert "emulation.slowdowns[1].rank: rank 5 is outside 0..1" in msg
+    with pytest.raises(ConfigError, match=r"scheduler\.policy\.window_steps: expected a number"):
+        validate_config({**MINIMAL, "scheduler": {"policy": {"window_steps": True}}})
+    with pytest.raises(ConfigError, match="rename it to 'window_steps'"):
+        validate_config({**MINIMAL, "scheduler": {"policy": {"window_step": 3}}})
+
+
+def test_old_scheduler_keys_still_load_with_a_deprecation_warning(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, {
+        **MINIMAL,
+        "scheduler": {"window_steps": 4, "improvement_threshold": 0.2, "slowdown_schedule": [
+            {"factor": 3, "worker": "b", "from_step": 10}]},
+    })
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = load_config(path)
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "use scheduler.policy.window_steps, scheduler.policy.improvement_threshold" in messages
+    assert "scheduler.slowdown_schedule is deprecated: use emulation.slowdowns" in messages
+    assert cfg.scheduler.policy.window_steps == 4
+    assert cfg.scheduler.policy.improvement_threshold == 0.2
+    assert cfg.emulation.slowdowns[0].factor == 3.0
+    bad = write_yaml(tmp_path, {**MINIMAL, "scheduler": {"slowdown_schedule": [{"factor": 3}]}})
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert "emulation.slowdowns[0]" in str(info.value) and "worker" in str(info.value)

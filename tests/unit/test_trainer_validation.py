@@ -2,48 +2,85 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from raytrain_hetero import ConfigError, HeteroTrainer, WorkerSpec
+from raytrain_hetero.config import (
+    BackendConfig,
+    BatchConfig,
+    ElasticConfig,
+    EmulationConfig,
+    PolicyConfig,
+    SchedulerConfig,
+    SlowdownInjection,
+)
+from raytrain_hetero.driver.trainer import DEPRECATED_KEYWORDS
 
 
 def loop(config):  # never runs: construction fails first
     raise AssertionError
 
 
+TWO = [WorkerSpec(name="a"), WorkerSpec(name="b")]
+
+
 def make(**kwargs):
-    args = {"workers": [WorkerSpec(name="a"), WorkerSpec(name="b")], "global_batch_size": 8}
+    args = {"workers": TWO, "batch": BatchConfig(global_batch_size=8)}
     args.update(kwargs)
     return HeteroTrainer(loop, **args)
 
 
+def slowdown(**fields):
+    return EmulationConfig(slowdowns=(fields,))
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "fragment"),
+    ("build", "fragment"),
     [
-        ({"workers": []}, "at least one WorkerSpec"),
-        ({"workers": [{"name": "a", "emulated_slowdown": 0.5}]}, "workers[0].emulated_slowdown"),
-        ({"workers": [{"name": "a", "colour": "red"}]}, "workers[0].colour"),
-        ({"global_batch_size": 1}, "raise it to >= 2"),
-        ({"fixed_shares": [1.0]}, "one share per worker"),
-        ({"fixed_shares": [1.0, 0.0]}, "must all be > 0"),
-        ({"weighting": "mean"}, "'proportional'"),
-        ({"min_slice": 0}, "min_slice"),
-        ({"min_workers": 5}, "min_workers=5"),
-        ({"policy": {"improvement_threshold": 2.0}}, "improvement_threshold"),
-        ({"slowdown_schedule": [{"factor": 3, "worker": "zz"}]}, "workers are ['a', 'b']"),
-        ({"slowdown_schedule": [{"factor": 0.5, "rank": 0}]}, "factor must be a number >= 1"),
-        ({"slowdown_schedule": [{"factor": 2}]}, "exactly one of worker= or rank="),
+        (lambda: make(workers=[]), "give at least one WorkerSpec"),
+        (lambda: make(workers=[{"name": "a", "emulated_slowdown": 0.5}]),
+         "workers[0].emulated_slowdown: must be >= 1.0"),
+        (lambda: make(workers=[{"name": "a", "colour": "red"}]), "workers[0].colour"),
+        (lambda: make(batch=BatchConfig(global_batch_size=1)), "set global_batch_size >= 2"),
+        (lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0])),
+         "one per worker in this order: a, b"),
+        (lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0, 0.0])),
+         "fixed_shares[1]: must be > 0"),
+        (lambda: make(batch=BatchConfig(global_batch_size=8, weighting="mean")),
+         "use one of 'proportional' or 'uniform'"),
+        (lambda: make(batch=BatchConfig(global_batch_size=8, min_slice=0)),
+         "min_slice: must be >= 1"),
+        (lambda: make(batch={"global_batch_size": 8, "min_slices": 2}),
+         "rename it to 'min_slice'"),
+        (lambda: make(elastic=ElasticConfig(min_workers=5)),
+         "elastic.min_workers: 5 is more than the 2 worker slots"),
+        (lambda: make(scheduler=SchedulerConfig(policy={"improvement_threshold": 2.0})),
+         "improvement_threshold"),
+        (lambda: make(emulation=slowdown(factor=3, worker="zz")),
+         "but the workers are ['a', 'b']"),
+        (lambda: make(emulation=slowdown(factor=3, rank=2)), "rank 2 is outside 0..1"),
+        (lambda: make(emulation=slowdown(factor=0.5, rank=0)), "factor: must be >= 1.0"),
+        (lambda: make(emulation=slowdown(factor=2)), "names neither or both of worker and rank"),
+        (lambda: make(backend=BackendConfig(torch_backend="mpi")), "must be one of 'gloo' or 'nccl'"),
+        (lambda: make(backend=BackendConfig(collective_timeout_s=0)),
+         "collective_timeout_s: must be >= 1"),
+        (lambda: make(batch=None), "pass batch=BatchConfig(global_batch_size=...)"),
+        (lambda: make(batch=8), "expected a BatchConfig"),
     ],
 )
-def test_bad_arguments_name_the_problem(kwargs, fragment):
+def test_bad_arguments_name_the_problem(build, fragment):
     with pytest.raises(ConfigError) as info:
-        make(**kwargs)
+        build()
     assert fragment in str(info.value)
+    assert "Fix:" in str(info.value)
 
 
 def test_loop_signature_is_checked():
     with pytest.raises(ConfigError, match="zero arguments or one"):
-        HeteroTrainer(lambda a, b: None, workers=[WorkerSpec(name="a")], global_batch_size=4)
+        HeteroTrainer(lambda a, b: None, workers=[WorkerSpec(name="a")],
+                      batch=BatchConfig(global_batch_size=4))
 
 
 def test_counts_expand_to_named_slots_and_common_resources():
@@ -51,7 +88,7 @@ def test_counts_expand_to_named_slots_and_common_resources():
         loop,
         workers=[WorkerSpec(name="gpu", resources={"CPU": 2, "GPU": 1}),
                  WorkerSpec(name="cpu", count=2, resources={"CPU": 4})],
-        global_batch_size=12,
+        batch=BatchConfig(global_batch_size=12),
     )
     assert [s.name for s in trainer.specs] == ["gpu", "cpu-0", "cpu-1"]
     scaling = trainer.scaling_config()
@@ -59,3 +96,70 @@ def test_counts_expand_to_named_slots_and_common_resources():
     assert scaling.num_workers == 3
     assert trainer.torch_backend == "gloo"  # a CPU rank makes the group gloo
     assert trainer.live is True
+
+
+def test_groups_reach_the_worker_setup_and_ray():
+    trainer = make(
+        batch=BatchConfig(global_batch_size=8, fixed_shares=[1, 3], min_slice=2, seed=7),
+        scheduler=SchedulerConfig(plan_sync_every=3, policy=PolicyConfig(window_steps=4)),
+        elastic=ElasticConfig(min_workers=1, resize_monitor_interval_s=2.0),
+        emulation=EmulationConfig(slowdowns=[SlowdownInjection(factor=2, worker="b")]),
+        backend=BackendConfig(torch_backend="gloo", collective_timeout_s=60),
+    )
+    setup = trainer.setup()
+    assert setup.fixed_shares == (1.0, 3.0) and setup.min_slice == 2 and setup.seed == 7
+    assert setup.live is False  # fixed shares: no live re-planning unless asked
+    assert setup.policy["window_steps"] == 4
+    assert setup.plan_sync_every == 3 and setup.flush_every == 3
+    assert setup.slowdown_schedule[0].worker == "b"
+    assert trainer.scaling_config().num_workers == (1, 2)
+    assert trainer.torch_trainer().backend_config.timeout_s == 60
+
+
+def test_old_keywords_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning) as caught:
+        old = HeteroTrainer(
+            loop, workers=TWO, global_batch_size=8, weighting="uniform", fixed_shares=[1, 1],
+            min_slice=2, seed=3, torch_backend="gloo", flush_every=2, live=True,
+            policy={"window_steps": 4}, plan_sync_every=4,
+            slowdown_schedule=[{"factor": 3, "worker": "a"}], min_workers=1,
+            elastic_resize_monitor_interval_s=1.0, collective_timeout_s=90,
+        )
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == len(DEPRECATED_KEYWORDS)
+    assert any("use batch=BatchConfig(global_batch_size=...)" in m for m in messages)
+    assert any("use elastic=ElasticConfig(resize_monitor_interval_s=...)" in m for m in messages)
+    assert any("use emulation=EmulationConfig(slowdowns=...)" in m for m in messages)
+    new = make(
+        batch=BatchConfig(global_batch_size=8, weighting="uniform", fixed_shares=[1, 1],
+                          min_slice=2, seed=3),
+        scheduler=SchedulerConfig(live=True, policy={"window_steps": 4}, plan_sync_every=4,
+                                  flush_every=2),
+        elastic=ElasticConfig(min_workers=1, resize_monitor_interval_s=1.0),
+        emulation=EmulationConfig(slowdowns=[{"factor": 3, "worker": "a"}]),
+        backend=BackendConfig(torch_backend="gloo", collective_timeout_s=90),
+    )
+    for group in ("batch", "scheduler", "elastic", "emulation", "backend"):
+        assert getattr(old, group) == getattr(new, group)
+
+
+def test_old_keyword_and_its_group_together_are_refused():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(ConfigError, match="both given"):
+            make(min_slice=2)  # batch= is given too
+
+
+def test_unknown_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="global_batch"):
+        make(global_batchsize=8)
+
+
+def test_library_configs_raise_config_error_not_pydantic():
+    with pytest.raises(ConfigError) as info:
+        BatchConfig(global_batch_size=0, weightng="uniform")
+    text = str(info.value)
+    assert "BatchConfig: global_batch_size: must be >= 1" in text
+    assert "rename it to 'weighting'" in text
+    with pytest.raises(ConfigError, match="policy.window_steps: expected a number"):
+        SchedulerConfig(policy={"window_steps": True})

@@ -1,104 +1,40 @@
-"""Library configuration objects: frozen, validated once, shared by every layer.
-
-``HeteroTrainer`` takes these objects, the worker side reads them, and the YAML job schema
-(:mod:`raytrain_hetero.app.config`) uses them as its section types, so each setting, its
-default and its check are written once, here. Every model is frozen and rejects unknown keys.
-
-Validators raise pydantic errors that carry their own fix (``_invalid``); the app layer renders
-them as ``file: key.path: what. Fix: how``.
-"""
+"""Worker groups, probing and emulated slowdowns: the per-worker library config objects."""
 
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from raytrain_hetero.config.base import HeteroModel
+from raytrain_hetero.config.fields import (
+    Float,
+    Int,
+    NonNegFloat,
+    PositiveInt,
+    check_name,
+    invalid,
 )
-from pydantic_core import PydanticCustomError
+from raytrain_hetero.config.problems import raise_validation_error
+from raytrain_hetero.errors import ConfigError
 
 __all__ = [
-    "Float",
-    "Int",
-    "NonNegFloat",
-    "PositiveFloat",
-    "PositiveInt",
     "ProbeConfig",
     "SlowdownInjection",
     "WorkerSpec",
+    "expand_worker_specs",
+    "worker_groups",
 ]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
-# Custom pydantic error types; the formatter below knows how to render them.
-_INVALID = "hetero_invalid"  # ctx: message, fix, at (tuple: loc relative to the error's loc)
-_MULTI = "hetero_multi"  # ctx: problems: list of (loc tuple, message, fix)
-_BOOL_AS_NUMBER = "hetero_bool_as_number"  # ctx: expected
-
-
-def _invalid(message: str, fix: str, at: tuple[str | int, ...] = ()) -> PydanticCustomError:
-    """A validator error that carries its own fix (and optionally a sub-location)."""
-    return PydanticCustomError(_INVALID, "{message}", {"message": message, "fix": fix, "at": at})
-
-
-def _reject_bool_int(value: Any) -> Any:
-    # pydantic's lax mode turns ``true`` into 1; in a config that is always a mistake.
-    if isinstance(value, bool):
-        raise PydanticCustomError(
-            _BOOL_AS_NUMBER, "expected {expected}", {"expected": "an integer"}
-        )
-    return value
-
-
-def _reject_bool_float(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise PydanticCustomError(_BOOL_AS_NUMBER, "expected {expected}", {"expected": "a number"})
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_reject_bool_int)]
-Float = Annotated[float, BeforeValidator(_reject_bool_float)]
-NonNegFloat = Annotated[Float, Field(ge=0, allow_inf_nan=False)]
-PositiveFloat = Annotated[Float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[Int, Field(ge=1)]
-
-
-def _check_name(value: str, what: str) -> str:
-    if not value or not _NAME_RE.match(value):
-        raise _invalid(
-            f"{what} {value!r} is not a valid name (it must be non-empty and use only "
-            "letters, digits, '_', '.' and '-')",
-            "use a name like 'fast', 'gpu-a100' or 'node_1'",
-        )
-    return value
-
-
-def _absolute(path: Path) -> Path:
-    """``path`` with ``~`` expanded, made absolute against the current working directory."""
-    return path.expanduser().absolute()
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# ------------------------------------------------------------------------------ workers
-
-
-class WorkerSpec(_Model):
+class WorkerSpec(HeteroModel):
     """One group of identical workers.
 
     Attributes:
         name: Group name (letters, digits, ``_ . -``); workers of a group with ``count > 1``
-            are named ``<name>-0``, ``<name>-1``, ... (see :meth:`JobConfig.expanded_workers`).
+            are named ``<name>-0``, ``<name>-1``, ... (see :func:`expand_worker_specs`).
         count: Number of identical workers in the group.
         resources: Ray resources each worker of the group requests (must include ``CPU > 0``).
         label_selector: Ray node labels a worker must land on (``None``: anywhere).
@@ -131,19 +67,19 @@ class WorkerSpec(_Model):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        return _check_name(value, "worker name")
+        return check_name(value, "worker name")
 
     @field_validator("resources")
     @classmethod
     def _valid_resources(cls, value: dict[str, float]) -> dict[str, float]:
         for key in value:
             if not key.strip():
-                raise _invalid(
+                raise invalid(
                     "resource names must be non-empty",
                     "use Ray resource names such as CPU, GPU or a custom resource name",
                 )
         if value.get("CPU", 0.0) <= 0:
-            raise _invalid(
+            raise invalid(
                 f"a worker needs CPU > 0, got resources {value}",
                 "add CPU: 1 (or more) to resources",
                 ("CPU",) if "CPU" in value else (),
@@ -155,7 +91,7 @@ class WorkerSpec(_Model):
         gpu = self.resources.get("GPU", 0.0)
         at: tuple[str | int, ...]
         if self.device == "cuda" and gpu <= 0:
-            raise _invalid(
+            raise invalid(
                 f"worker group {self.name!r} has device 'cuda' but requests no GPU, so Ray "
                 "would place it without one",
                 "add resources: {GPU: 1} (keep CPU), or set device: cpu",
@@ -164,7 +100,7 @@ class WorkerSpec(_Model):
         if self.resolved_device() == "cuda":
             at = ("resources", "GPU")
             if gpu < 1:
-                raise _invalid(
+                raise invalid(
                     f"worker group {self.name!r} requests a fractional GPU ({gpu:g}) for a CUDA "
                     "worker; Ray would then pack several workers onto one GPU, where they "
                     "compete for it and no two workers may share a device",
@@ -172,7 +108,7 @@ class WorkerSpec(_Model):
                     at,
                 )
             if gpu > 1:
-                raise _invalid(
+                raise invalid(
                     f"worker group {self.name!r} requests {gpu:g} GPUs per worker, but each "
                     "worker drives exactly one GPU, so the others would sit idle",
                     f"use resources: {{GPU: 1}} with count: {self.count * math.ceil(gpu)} "
@@ -196,7 +132,7 @@ class WorkerSpec(_Model):
 # ------------------------------------------------------------------------------ probing and emulation
 
 
-class ProbeConfig(_Model):
+class ProbeConfig(HeteroModel):
     """Throughput probing before training (skipped when ``train.fixed_shares`` is set).
 
     Attributes:
@@ -230,14 +166,14 @@ class ProbeConfig(_Model):
     @classmethod
     def _two_distinct(cls, value: list[int] | None) -> list[int] | None:
         if value is not None and len(set(value)) < 2:
-            raise _invalid(
+            raise invalid(
                 f"needs at least 2 distinct batch sizes to fit a cost model, got {value}",
                 "list two or more sizes, e.g. [8, 32], or remove the key for automatic sizes",
             )
         return value
 
 
-class SlowdownInjection(_Model):
+class SlowdownInjection(HeteroModel):
     """EMULATION: make one worker (by name) or rank ``factor`` times slower from a step on.
 
     Attributes:
@@ -247,7 +183,7 @@ class SlowdownInjection(_Model):
         from_step: First global step it applies to.
     """
 
-    factor: float = Field(ge=1.0, description="slowdown factor >= 1")
+    factor: Float = Field(ge=1.0, allow_inf_nan=False, description="slowdown factor >= 1")
     worker: str | None = Field(None, description="worker name (exactly one of worker/rank)")
     rank: Int | None = Field(None, ge=0, description="world rank (exactly one of worker/rank)")
     from_step: Int = Field(0, ge=0, description="first global step it applies to")
@@ -255,7 +191,7 @@ class SlowdownInjection(_Model):
     @model_validator(mode="after")
     def _one_target(self) -> SlowdownInjection:
         if (self.worker is None) == (self.rank is None):
-            raise _invalid(
+            raise invalid(
                 "names neither or both of worker and rank",
                 "give exactly one, e.g. {factor: 3, worker: medium, from_step: 50}",
             )
@@ -265,3 +201,54 @@ class SlowdownInjection(_Model):
         """True if this injection slows ``worker`` (slot name) / ``rank`` at global ``step``."""
         targets = self.worker == worker if self.worker is not None else self.rank == rank
         return targets and step >= self.from_step
+
+
+def worker_groups(workers: Sequence[WorkerSpec | Mapping[str, Any]]) -> tuple[WorkerSpec, ...]:
+    """The worker groups as WorkerSpecs (mappings validated), counts not expanded.
+
+    Raises:
+        ConfigError: ``workers`` is empty, or a mapping is not a valid WorkerSpec (the message
+            names ``workers[i].<field>`` and the fix).
+    """
+    if not workers:
+        raise ConfigError(
+            "workers: the list is empty. Fix: give at least one WorkerSpec, e.g. "
+            "[WorkerSpec(name='fast')]."
+        )
+    return tuple(
+        item if isinstance(item, WorkerSpec) else _worker_spec(position, item)
+        for position, item in enumerate(workers)
+    )
+
+
+def expand_worker_specs(workers: Sequence[WorkerSpec | Mapping[str, Any]]) -> list[WorkerSpec]:
+    """One spec per worker slot, in rank order: the one place worker counts are expanded.
+
+    Groups with ``count > 1`` expand to ``<name>-0``, ``<name>-1``, ...; groups with
+    ``count == 1`` keep their name. Mappings are validated into WorkerSpecs first.
+
+    Raises:
+        ConfigError: As :func:`worker_groups`.
+    """
+    specs: list[WorkerSpec] = []
+    for spec in worker_groups(workers):
+        if spec.count == 1:
+            specs.append(spec)
+            continue
+        specs.extend(
+            spec.model_copy(update={"name": f"{spec.name}-{i}", "count": 1})
+            for i in range(spec.count)
+        )
+    return specs
+
+
+def _worker_spec(position: int, item: Mapping[str, Any]) -> WorkerSpec:
+    if not isinstance(item, Mapping):
+        raise ConfigError(
+            f"workers[{position}]: expected a WorkerSpec or a mapping of its fields, got "
+            f"{type(item).__name__}. Fix: pass WorkerSpec(name=...)."
+        )
+    try:
+        return WorkerSpec.model_validate(dict(item))
+    except ValidationError as exc:
+        raise_validation_error(exc, WorkerSpec, source="HeteroTrainer", prefix=("workers", position))

@@ -1,0 +1,381 @@
+"""The YAML job schema: :class:`JobConfig`, composed of the library's config objects.
+
+A job is one YAML file (see ``examples/configs/eurosat_local.yaml``) that validates into a
+:class:`JobConfig`. Its run sections ARE the library's config classes (``probe:``
+:class:`~raytrain_hetero.config.ProbeConfig`, ``workers:`` a list of
+:class:`~raytrain_hetero.config.WorkerSpec`, ``scheduler:``, ``elastic:``, ``emulation:``,
+``backend:``, and ``train:`` extends :class:`~raytrain_hetero.config.BatchConfig` with the
+optimiser), so defaults and checks are the library's; cross-section checks are the library's
+one :func:`~raytrain_hetero.config.run_setting_problems`. YAML-only sections: ``data``,
+``model`` (:mod:`raytrain_hetero.app.sections`), the optimiser keys of ``train``, ``ray``,
+``tune``, ``output_dir``. Every model is frozen and rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from raytrain_hetero.app.overrides import dotted_to_nested, merge_overrides
+from raytrain_hetero.app.sections import DataConfig, ModelConfig
+from raytrain_hetero.config import (
+    BackendConfig,
+    BatchConfig,
+    ElasticConfig,
+    EmulationConfig,
+    HeteroModel,
+    ProbeConfig,
+    SchedulerConfig,
+    SettingPaths,
+    WorkerSpec,
+    expand_worker_specs,
+    run_setting_problems,
+)
+from raytrain_hetero.config.fields import (
+    Float,
+    Int,
+    NonNegFloat,
+    PositiveFloat,
+    PositiveInt,
+    Problem,
+    absolute,
+    check_name,
+    invalid,
+    multiple,
+)
+from raytrain_hetero.config.problems import closest, describe, show
+
+__all__ = [
+    "TUNABLE_SECTIONS",
+    "JobConfig",
+    "RayConfig",
+    "SearchDistribution",
+    "TrainConfig",
+    "TuneConfig",
+]
+
+#: Where the library's groups sit in a job file (for the cross-section checks' messages).
+JOB_PATHS = SettingPaths(
+    workers=("workers",), batch=("train",), elastic=("elastic",), slowdowns=("emulation", "slowdowns")
+)
+
+# ------------------------------------------------------------------------------ training
+
+
+class TrainConfig(BatchConfig):
+    """The ``train:`` section: the library's :class:`~raytrain_hetero.config.BatchConfig`
+    (global_batch_size, min_slice, weighting, fixed_shares, seed) plus the job's optimiser.
+
+    Attributes:
+        epochs: Passes over the training split.
+        global_batch_size: As BatchConfig; a job defaults it to 192.
+        lr: SGD learning rate. momentum: SGD momentum. weight_decay: L2 penalty.
+    """
+
+    epochs: PositiveInt = Field(3, description="passes over the training split")
+    # The only YAML default on top of the library: a job file may leave the batch size out.
+    global_batch_size: PositiveInt = Field(192, description="samples per step over all workers")
+    lr: PositiveFloat = Field(0.05, description="learning rate")
+    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False, description="SGD momentum")
+    weight_decay: NonNegFloat = Field(5e-4, description="L2 weight decay")
+
+    def batch(self) -> BatchConfig:
+        """The library's BatchConfig of this section (the optimiser keys left out)."""
+        return BatchConfig(**{k: getattr(self, k) for k in BatchConfig.model_fields})
+
+
+class RayConfig(HeteroModel):
+    """How to reach Ray.
+
+    Attributes:
+        address: Address of an existing cluster (``"auto"``, ``"ray://host:10001"``, ...);
+            ``None`` starts an embedded local Ray.
+        num_cpus: CPUs of the embedded local Ray (``None``: all of this machine's).
+        dashboard_host: Interface the dashboard binds to.
+        storage_path: Ray Train storage (checkpoints); resolved to an absolute path.
+    """
+
+    address: str | None = Field(None, description="cluster address; null = embedded local Ray")
+    num_cpus: PositiveInt | None = Field(None, description="CPUs of the embedded local Ray")
+    dashboard_host: str = Field("127.0.0.1", description="dashboard bind address")
+    storage_path: Path | None = Field(None, description="Ray Train storage directory")
+
+    @field_validator("address")
+    @classmethod
+    def _non_empty_address(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise invalid(
+                "address is empty",
+                "remove it (or set it to null) for a local Ray, or give e.g. 'auto'",
+            )
+        return value
+
+    @field_validator("storage_path")
+    @classmethod
+    def _absolute_storage(cls, value: Path | None) -> Path | None:
+        return None if value is None else absolute(value)
+
+
+# ------------------------------------------------------------------------------ tune
+
+#: Sections of a job whose keys a search space may vary (``workers``, ``data`` and ``ray``
+#: decide placement and data layout, which every trial must share).
+TUNABLE_SECTIONS: tuple[str, ...] = ("train", "model", "probe")
+
+_DISTRIBUTION_KINDS: tuple[str, ...] = ("choice", "grid", "uniform", "loguniform", "randint")
+
+
+class SearchDistribution(HeteroModel):
+    """How one hyperparameter is drawn; exactly one key is set.
+
+    Attributes:
+        choice: Draw one of these values at random per trial.
+        grid: Try every value (each grid point runs ``num_samples`` times).
+        uniform: ``[low, high]``: a float drawn uniformly.
+        loguniform: ``[low, high]`` with ``0 < low``: a float drawn uniformly in log space.
+        randint: ``[low, high]``: an integer drawn uniformly, both ends included.
+    """
+
+    choice: list[Any] | None = Field(None, min_length=1, description="values to draw from")
+    grid: list[Any] | None = Field(None, min_length=1, description="values to try each")
+    uniform: list[Float] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of a uniform float"
+    )
+    loguniform: list[PositiveFloat] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of a log-uniform float"
+    )
+    randint: list[Int] | None = Field(
+        None, min_length=2, max_length=2, description="[low, high] of an integer, inclusive"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SearchDistribution:
+        given = [kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise invalid(
+                f"a distribution needs exactly one of {', '.join(_DISTRIBUTION_KINDS)}; "
+                f"got {', '.join(given) if given else 'none'}",
+                "write e.g. {loguniform: [0.01, 0.2]} or {choice: [16, 32]}",
+            )
+        kind = given[0]
+        if kind in ("uniform", "loguniform", "randint"):
+            low, high = getattr(self, kind)
+            if not low < high:
+                raise invalid(
+                    f"{kind} needs low < high, got [{low}, {high}]",
+                    "write the smaller bound first, or use choice: [value] for a constant",
+                    (kind,),
+                )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Which distribution this is (``"choice"``, ``"loguniform"``, ...)."""
+        return next(kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None)
+
+    def candidate_values(self) -> list[Any]:
+        """Values worth checking against the job: every listed value, or both bounds."""
+        return list(getattr(self, self.kind))
+
+
+class TuneConfig(HeteroModel):
+    """A hyperparameter search over the job (``raytrain-hetero tune``).
+
+    Each trial trains the job with the search-space values merged over it. The trial's
+    driver holds ``trial_cpus``; its worker group reserves the workers' resources through
+    Ray Train's own placement group, atomically, so trials never hold half a worker group.
+
+    Attributes:
+        search_space: Dotted job keys (``train.lr``, ``model.width``, ...) and their
+            distributions.
+        num_samples: Trials to run (each grid point this many times).
+        metric: Metric the search optimises. mode: ``"max"`` or ``"min"``.
+        scheduler: ``"asha"`` stops weak trials early (per epoch); ``"fifo"`` runs all.
+        grace_period: Epochs every trial gets before ASHA may stop it.
+        reduction_factor: ASHA keeps the best 1/reduction_factor of trials per rung.
+        max_concurrent_trials: Trials running at once; ``None``: as many as the cluster
+            holds at once (their worker groups all placed).
+        trial_cpus: CPUs each trial's driver process reserves (it only coordinates).
+        seed: Seed of the search (which values are drawn).
+    """
+
+    search_space: dict[str, SearchDistribution] = Field(
+        min_length=1, description="dotted job keys and distributions, e.g. train.lr"
+    )
+    num_samples: PositiveInt = Field(4, description="trials (per grid point)")
+    metric: Literal["val_accuracy", "samples_per_s"] = Field(
+        "val_accuracy", description="metric to optimise"
+    )
+    mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
+    scheduler: Literal["asha", "fifo"] = Field(
+        "asha", description="asha (early stopping) or fifo (run every trial to the end)"
+    )
+    grace_period: PositiveInt = Field(1, description="epochs before ASHA may stop a trial")
+    reduction_factor: Float = Field(
+        2.0, gt=1, allow_inf_nan=False, description="ASHA keeps 1/reduction_factor per rung"
+    )
+    max_concurrent_trials: PositiveInt | None = Field(
+        None, description="trials at once; null = as many as the cluster holds"
+    )
+    trial_cpus: NonNegFloat = Field(0.25, description="CPUs reserved by each trial's driver")
+    seed: Int | None = Field(0, ge=0, description="seed of the search; null = random")
+
+
+def _section_fields(section: str) -> list[str]:
+    model = {"train": TrainConfig, "model": ModelConfig, "probe": ProbeConfig}[section]
+    return list(model.model_fields)
+
+
+# ------------------------------------------------------------------------------ job
+
+
+class JobConfig(HeteroModel):
+    """A complete training job; the root of the YAML file."""
+
+    name: str = Field("raytrain-hetero", description="job name (used for Ray run names)")
+    data: DataConfig = Field(description="dataset settings (needs at least root)")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="network")
+    train: TrainConfig = Field(
+        default_factory=TrainConfig, description="batch carving and optimisation"
+    )
+    probe: ProbeConfig = Field(default_factory=ProbeConfig, description="throughput probing")
+    workers: list[WorkerSpec] = Field(
+        min_length=1, description="worker groups, e.g. [{name: fast}, {name: slow}]"
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="live re-planning (policy, plan sync)"
+    )
+    elastic: ElasticConfig = Field(
+        default_factory=ElasticConfig, description="elastic scaling (min workers)"
+    )
+    emulation: EmulationConfig = Field(
+        default_factory=EmulationConfig, description="EMULATION: injected slowdowns"
+    )
+    backend: BackendConfig = Field(
+        default_factory=BackendConfig, description="torch process group (backend, timeout)"
+    )
+    output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
+    tune: TuneConfig | None = Field(
+        None, description="hyperparameter search for raytrain-hetero tune"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_slowdown_schedule(cls, data: Any) -> Any:
+        # Before 0.2 injected slowdowns sat in the scheduler section.
+        scheduler = data.get("scheduler") if isinstance(data, Mapping) else None
+        if not isinstance(scheduler, Mapping) or "slowdown_schedule" not in scheduler:
+            return data
+        warnings.warn(
+            "scheduler.slowdown_schedule is deprecated: use emulation.slowdowns (removed in 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        out = dict(data)
+        out["scheduler"] = {k: v for k, v in scheduler.items() if k != "slowdown_schedule"}
+        emulation = out.get("emulation") or {}
+        if isinstance(emulation, Mapping) and "slowdowns" not in emulation:
+            out["emulation"] = {**emulation, "slowdowns": scheduler["slowdown_schedule"]}
+        return out
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return check_name(value, "job name")
+
+    @property
+    def total_workers(self) -> int:
+        """Number of training workers (sum of the groups' ``count``)."""
+        return sum(w.count for w in self.workers)
+
+    def expanded_workers(self) -> list[WorkerSpec]:
+        """One :class:`WorkerSpec` per worker (``count == 1``), in rank order
+        (:func:`~raytrain_hetero.config.expand_worker_specs`)."""
+        return expand_worker_specs(self.workers)
+
+    @model_validator(mode="after")
+    def _model_fits_dataset(self) -> JobConfig:
+        kind, name = self.data.dataset, self.model.name
+        if name == "fusion_cnn" and kind != "multimodal":
+            raise invalid(
+                f"fusion_cnn needs two modalities, but data.dataset is {kind!r}",
+                "use data.dataset: multimodal, or another model.name",
+                ("model", "name"),
+            )
+        if kind == "multimodal" and name != "fusion_cnn":
+            raise invalid(
+                f"dataset multimodal stacks SAR and multispectral bands; {name} would mix "
+                "them in one branch",
+                "use model.name: fusion_cnn (model.modalities: [s1] or [s2] for one branch)",
+                ("model", "name"),
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobConfig:
+        problems = run_setting_problems(
+            self.workers, self.train, self.elastic, self.emulation, JOB_PATHS
+        )
+        if problems:
+            raise multiple(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _tune_space_fits(self) -> JobConfig:
+        if self.tune is None:
+            return self
+        problems: list[Problem] = []
+        tunable = [f"{s}.{f}" for s in TUNABLE_SECTIONS for f in _section_fields(s)]
+        base = self.model_dump(mode="json", exclude={"tune"})
+        for key, distribution in self.tune.search_space.items():
+            at: tuple[str | int, ...] = ("tune", "search_space", key)
+            section, _, rest = key.partition(".")
+            if section not in TUNABLE_SECTIONS or rest not in _section_fields(section):
+                close = closest(rest or key, [t.partition(".")[2] for t in tunable])
+                guess = next((t for t in tunable if t.endswith("." + close)), None) if close else None
+                problems.append(
+                    (
+                        at,
+                        (f"{key!r} is not a tunable key; tunable keys are those of "
+                        f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width"),
+                        f"rename it to {guess!r}" if guess else "use a key such as train.lr, "
+                        "train.weight_decay, train.global_batch_size or model.width",
+                    )
+                )
+                continue
+            if key == "train.epochs":
+                problems.append(
+                    (
+                        at,
+                        ("train.epochs cannot be searched: it is every trial's budget (ASHA "
+                        "decides how many epochs a weak trial gets)"),
+                        "set train.epochs in the job and remove it from tune.search_space",
+                    )
+                )
+                continue
+            for value in distribution.candidate_values():
+                merged = merge_overrides(base, dotted_to_nested({key: value}))
+                try:
+                    JobConfig.model_validate(merged)
+                except ValidationError as exc:
+                    inner = [p for e in exc.errors() for p in describe(e, "", JobConfig)]
+                    first = inner[0] if inner else None
+                    why = f"{first.path}: {first.message}" if first else str(exc)
+                    problems.append(
+                        (
+                            (*at, distribution.kind),
+                            f"the value {show(value)} makes the job invalid ({why})",
+                            "narrow the range or drop that value"
+                            + (f"; or {first.fix}" if first else ""),
+                        )
+                    )
+        if problems:
+            raise multiple(problems)
+        return self
+
+

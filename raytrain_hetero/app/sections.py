@@ -1,0 +1,335 @@
+"""YAML-only job sections about the data and the network: ``data:`` and ``model:``.
+
+They have no library counterpart (the library trains whatever loop it is given); the job's
+loop (:mod:`raytrain_hetero.app.job`) reads them. Every model is frozen and rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from raytrain_hetero.config.base import HeteroModel
+from raytrain_hetero.config.fields import (
+    Float,
+    Int,
+    NonNegFloat,
+    PositiveInt,
+    absolute,
+    invalid,
+)
+from raytrain_hetero.config.problems import closest, show
+
+__all__ = [
+    "DATASET_KINDS",
+    "EUROSAT_BAND_NAMES",
+    "GENERATE_KEYS",
+    "DataConfig",
+    "GenerateConfig",
+    "HyperspectralConfig",
+    "ModelConfig",
+]
+
+#: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
+EUROSAT_BAND_NAMES: tuple[str, ...] = (
+    "B01", "B02", "B03", "B04", "B05", "B06", "B07",
+    "B08", "B09", "B10", "B11", "B12", "B8A",
+)  # fmt: skip
+
+
+
+class GenerateConfig(HeteroModel):
+    """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
+    cached).
+
+    Which keys apply depends on the dataset (see :data:`GENERATE_KEYS`; others are
+    rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal: those and
+    cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes, file_format.
+    ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
+    """
+
+    samples_per_class: Int = Field(
+        100, ge=3, description="images per class (>= 3: every class needs train/val/test)"
+    )
+    seed: Int = Field(0, ge=0, description="generator seed")
+    size: Int | None = Field(
+        None, ge=16, description="image side in pixels (default: the real size, EuroSAT 64)"
+    )
+    height: Int | None = Field(None, ge=8, description="hyperspectral scene rows (default 145)")
+    width: Int | None = Field(None, ge=8, description="hyperspectral scene columns (default 145)")
+    spectral_bands: Int | None = Field(
+        None, ge=4, description="hyperspectral bands (default 200, like Indian Pines)"
+    )
+    classes: Int | None = Field(
+        None, ge=2, le=255, description="hyperspectral classes (default 16)"
+    )
+    file_format: Literal["mat", "tif"] | None = Field(
+        None, description="hyperspectral files: mat (Indian Pines style) or tif (GeoTIFF)"
+    )
+    cloud_fraction: Float | None = Field(
+        None, ge=0, lt=1, allow_inf_nan=False,
+        description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
+    )
+
+
+#: Generator keys that apply to each dataset kind.
+GENERATE_KEYS: dict[str, tuple[str, ...]] = {
+    "eurosat": ("samples_per_class", "seed", "size"),
+    "uc_merced": ("samples_per_class", "seed", "size"),
+    "multimodal": ("samples_per_class", "seed", "size", "cloud_fraction"),
+    "hyperspectral": ("seed", "height", "width", "spectral_bands", "classes", "file_format"),
+}
+
+#: Dataset kinds of ``data.dataset``.
+DATASET_KINDS: tuple[str, ...] = ("eurosat", "uc_merced", "hyperspectral", "multimodal")
+
+
+class HyperspectralConfig(HeteroModel):
+    """Which scene files to read and how to cut them into patch samples.
+
+    Attributes:
+        image: Cube file (``.mat`` or GeoTIFF), relative to ``data.root`` or absolute;
+            ``None`` finds it by the public naming (``*_corrected.mat`` beside ``*_gt.mat``).
+        labels: Label-map file, likewise (``None``: the one ``*_gt`` file).
+        image_key: ``.mat`` variable of the cube (``None``: the only 3-D one).
+        label_key: ``.mat`` variable of the labels (``None``: the only 2-D one).
+        patch_size: k of the k x k patches (odd).
+        split: ``"block"`` (spatially disjoint blocks; honest, the default) or ``"random"``
+            pixels (optimistic: neighbouring, overlapping patches land in train and test).
+        block_size: Side of the split blocks in pixels.
+        guard: Drop centres whose patch reaches into another split's block.
+        fractions: Train/val/test fractions of the labelled pixels.
+    """
+
+    image: str | None = Field(None, description="cube file, e.g. Indian_pines_corrected.mat")
+    labels: str | None = Field(None, description="label file, e.g. Indian_pines_gt.mat")
+    image_key: str | None = Field(None, description=".mat variable of the cube")
+    label_key: str | None = Field(None, description=".mat variable of the labels")
+    patch_size: PositiveInt = Field(9, description="patch side k (odd)")
+    split: Literal["block", "random"] = Field("block", description="block or random")
+    block_size: PositiveInt = Field(16, description="split block side in pixels")
+    guard: bool = Field(True, description="keep every patch inside its own split's blocks")
+    fractions: list[NonNegFloat] = Field(
+        default_factory=lambda: [0.6, 0.2, 0.2], description="train/val/test fractions"
+    )
+
+    @field_validator("patch_size")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise invalid(
+                f"patch_size must be odd (a centre pixel), got {value}",
+                f"use {value + 1} or {value - 1}",
+            )
+        return value
+
+    @field_validator("fractions")
+    @classmethod
+    def _three_fractions(cls, value: list[float]) -> list[float]:
+        if len(value) != 3 or abs(sum(value) - 1.0) > 1e-6 or value[0] <= 0 or value[1] <= 0:
+            raise invalid(
+                f"fractions must be three numbers (train, val, test) summing to 1 with train "
+                f"and val > 0, got {value}",
+                "write e.g. fractions: [0.6, 0.2, 0.2]",
+            )
+        return value
+
+
+class DataConfig(HeteroModel):
+    """Where the data lives and how to read it.
+
+    Attributes:
+        dataset: Dataset kind: ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial
+            RGB), ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"``
+            (Sentinel-1 + Sentinel-2 pairs).
+        root: Dataset root directory. A relative path is resolved against the current
+            working directory when the config is validated, so the model always holds an
+            absolute path (Ray workers run in other directories).
+        bands: EuroSAT only: ``"all"`` (13 bands), ``"rgb"`` or a list of band names.
+        generate: If set and ``root`` holds no dataset, generate a synthetic one there.
+        num_workers: DataLoader worker processes per training worker.
+        cache: Decode every sample once and keep it in memory in each worker (small datasets).
+        image_size: UC Merced only: resize the 256 x 256 images further (cheaper training).
+        on_bad_file: Decode every file on the driver before training; ``"error"`` stops with
+            a list of corrupt/truncated files, ``"skip"`` leaves them out. ``None``: "error"
+            for uc_merced and multimodal, no up-front check for eurosat (as before). A bad
+            hyperspectral scene file always fails (a scene cannot be skipped).
+        hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
+    """
+
+    dataset: Literal["eurosat", "uc_merced", "hyperspectral", "multimodal"] = Field(
+        "eurosat", description="dataset kind: eurosat, uc_merced, hyperspectral, multimodal"
+    )
+    root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
+    bands: Literal["all", "rgb"] | list[str] = Field(
+        "all", description="'all', 'rgb' or a list of band names such as [B04, B03, B02]"
+    )
+    generate: GenerateConfig | None = Field(
+        None, description="generate synthetic data at root if absent ({} for defaults)"
+    )
+    num_workers: Int = Field(0, ge=0, description="DataLoader worker processes per worker")
+    cache: bool = Field(
+        False, description="keep decoded samples in memory in every worker (small datasets)"
+    )
+    image_size: Int | None = Field(
+        None, ge=8, description="uc_merced: resize images to this side (default 256)"
+    )
+    on_bad_file: Literal["error", "skip"] | None = Field(
+        None, description="corrupt files: error (list them) or skip (leave them out)"
+    )
+    hyperspectral: HyperspectralConfig | None = Field(
+        None, description="hyperspectral scene files, patch size and split"
+    )
+
+    @model_validator(mode="after")
+    def _dataset_specific_keys(self) -> DataConfig:
+        kind = self.dataset
+        if kind != "eurosat" and self.bands != "all":
+            raise invalid(
+                f"bands selects EuroSAT bands; dataset {kind!r} has fixed bands",
+                "remove data.bands (or use dataset: eurosat)",
+                ("bands",),
+            )
+        if self.image_size is not None and kind != "uc_merced":
+            raise invalid(
+                f"image_size applies to dataset uc_merced, not {kind!r}",
+                "remove data.image_size",
+                ("image_size",),
+            )
+        if self.hyperspectral is not None and kind != "hyperspectral":
+            raise invalid(
+                f"the hyperspectral section applies to dataset hyperspectral, not {kind!r}",
+                "remove data.hyperspectral, or set dataset: hyperspectral",
+                ("hyperspectral",),
+            )
+        if kind == "hyperspectral" and self.on_bad_file == "skip":
+            raise invalid(
+                "a hyperspectral scene is one image: a bad scene file cannot be skipped",
+                "remove on_bad_file (a corrupt scene file always stops with its name)",
+                ("on_bad_file",),
+            )
+        if self.generate is not None:
+            allowed = GENERATE_KEYS[kind]
+            fields = GenerateConfig.model_fields
+            extra = sorted(
+                k for k in self.generate.model_fields_set
+                if k not in allowed and getattr(self.generate, k) != fields[k].default
+            )
+            if extra:
+                raise invalid(
+                    f"generate.{extra[0]} does not apply to dataset {kind!r}; its generator "
+                    f"takes {', '.join(allowed)}",
+                    f"remove generate.{extra[0]}",
+                    ("generate", extra[0]),
+                )
+        return self
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _non_empty_root(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise invalid("the data root is empty", "set data.root to a directory path")
+        return value
+
+    @field_validator("root")
+    @classmethod
+    def _resolve_root(cls, value: Path) -> Path:
+        return absolute(value)
+
+    @field_validator("bands", mode="before")
+    @classmethod
+    def _valid_bands(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value in ("all", "rgb"):
+                return value
+            close = closest(value, ["all", "rgb"])
+            raise invalid(
+                f"bands must be 'all', 'rgb' or a list of band names, got {value!r}",
+                f"use bands: {close}" if close else "use bands: all, bands: rgb, or a list "
+                "such as [B04, B03, B02]",
+            )
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise invalid("bands is an empty list", "list at least one band, or use all")
+            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BAND_NAMES]
+            if bad:
+                hints = [
+                    f"{b!r} -> {c!r}" for b in bad if (c := closest(str(b), EUROSAT_BAND_NAMES))
+                ]
+                raise invalid(
+                    f"unknown band name(s) {', '.join(repr(b) for b in bad)}; valid names: "
+                    + ", ".join(EUROSAT_BAND_NAMES),
+                    ("rename " + "; ".join(hints)) if hints else "use names from that list",
+                )
+            dupes = sorted({b for b in value if list(value).count(b) > 1})
+            if dupes:
+                raise invalid(
+                    f"band(s) listed more than once: {', '.join(dupes)}", "list each band once"
+                )
+            return list(value)
+        raise invalid(
+            f"bands must be 'all', 'rgb' or a list of band names, got {show(value)}",
+            "use bands: all, bands: rgb, or a list such as [B04, B03, B02]",
+        )
+
+
+class ModelConfig(HeteroModel):
+    """Which network to train.
+
+    Attributes:
+        name: ``small_cnn``, ``resnet18``, ``resnet50`` (timm/torchgeo, any band count),
+            ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches) or ``fusion_cnn``
+            (two-branch SAR + multispectral late fusion, dataset multimodal).
+        width: Base channel width (small_cnn, cnn3d, fusion_cnn branches).
+        pretrained: ``false``, or the name of torchgeo weights for a ResNet
+            (``ResNet18_Weights.SENTINEL2_ALL_MOCO``), loaded from the local torch hub cache
+            only; ``true`` is refused (nothing can be downloaded).
+        in_channels: Bands the model takes; checked against the data before training starts
+            (``None``: whatever the data has).
+        modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
+            ``[s1]`` or ``[s2]`` (single-branch ablations).
+    """
+
+    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn"] = Field(
+        "small_cnn", description="architecture"
+    )
+    width: PositiveInt = Field(32, description="base channel width (small_cnn, cnn3d, fusion_cnn)")
+    pretrained: bool | str = Field(
+        False, description="false, or torchgeo weights name for resnet18/50 (local cache only)"
+    )
+    in_channels: PositiveInt | None = Field(
+        None, description="bands the model takes (checked against the data); null: the data's"
+    )
+    modalities: list[Literal["s1", "s2"]] | None = Field(
+        None, min_length=1, max_length=2, description="fusion_cnn branches: [s1, s2], [s1] or [s2]"
+    )
+
+    @model_validator(mode="after")
+    def _pretrained_available(self) -> ModelConfig:
+        if self.pretrained and self.name not in ("resnet18", "resnet50"):
+            raise invalid(
+                f"{self.name} has no pretrained weights",
+                "set pretrained: false, or use name: resnet18 / resnet50",
+                ("pretrained",),
+            )
+        if isinstance(self.pretrained, str) and "_Weights." not in self.pretrained:
+            raise invalid(
+                f"pretrained must be false or a torchgeo weights name, got {self.pretrained!r}",
+                f"write e.g. pretrained: {self.name.replace('resnet', 'ResNet')}_Weights."
+                "SENTINEL2_ALL_MOCO (present in the local torch hub cache), or false",
+                ("pretrained",),
+            )
+        if self.modalities is not None:
+            if self.name != "fusion_cnn":
+                raise invalid(
+                    f"modalities applies to fusion_cnn, not {self.name}",
+                    "remove model.modalities, or use name: fusion_cnn",
+                    ("modalities",),
+                )
+            if len(set(self.modalities)) != len(self.modalities):
+                raise invalid("modalities lists a branch twice", "write [s1, s2], [s1] or [s2]",
+                               ("modalities",))
+        return self
+

@@ -1,0 +1,58 @@
+"""Library configuration objects: frozen, validated once, shared by every layer.
+
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` takes these objects, the worker side
+reads them, and the YAML job schema (:mod:`raytrain_hetero.app.config`) uses them as its
+section types, so each setting, its default and its check are written once, here. Every model
+is frozen and rejects unknown keys; built from Python with bad values it raises one
+:class:`~raytrain_hetero.errors.ConfigError` naming each field and its fix.
+
+Modules: ``fields`` (field types, error vocabulary), ``problems`` (pydantic errors ->
+ConfigError), ``base`` (:class:`HeteroModel`), ``specs`` (workers, probing, slowdowns),
+``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks).
+"""
+
+from __future__ import annotations
+
+from raytrain_hetero.config.base import HeteroModel
+from raytrain_hetero.config.checks import (
+    SettingPaths,
+    check_run_settings,
+    check_slowdown,
+    run_setting_problems,
+)
+from raytrain_hetero.config.groups import (
+    BackendConfig,
+    BatchConfig,
+    ElasticConfig,
+    EmulationConfig,
+    PolicyConfig,
+    SchedulerConfig,
+)
+from raytrain_hetero.config.problems import ConfigProblem
+from raytrain_hetero.config.specs import (
+    ProbeConfig,
+    SlowdownInjection,
+    WorkerSpec,
+    expand_worker_specs,
+    worker_groups,
+)
+
+__all__ = [
+    "BackendConfig",
+    "BatchConfig",
+    "ConfigProblem",
+    "ElasticConfig",
+    "EmulationConfig",
+    "HeteroModel",
+    "PolicyConfig",
+    "ProbeConfig",
+    "SchedulerConfig",
+    "SettingPaths",
+    "SlowdownInjection",
+    "WorkerSpec",
+    "check_run_settings",
+    "check_slowdown",
+    "expand_worker_specs",
+    "run_setting_problems",
+    "worker_groups",
+]

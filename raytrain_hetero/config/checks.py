@@ -1,0 +1,184 @@
+"""Checks across config objects (workers vs batch, elasticity, slowdown targets), written once.
+
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` and the YAML job schema both call
+:func:`run_setting_problems`; only the key paths differ (``batch.min_slice`` from Python,
+``train.min_slice`` in YAML), so they are passed in as :class:`SettingPaths`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raytrain_hetero.config.fields import Problem
+from raytrain_hetero.config.groups import BatchConfig, ElasticConfig, EmulationConfig
+from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
+from raytrain_hetero.config.specs import (
+    SlowdownInjection,
+    WorkerSpec,
+    expand_worker_specs,
+)
+
+__all__ = ["SettingPaths", "check_run_settings", "check_slowdown", "run_setting_problems"]
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class SettingPaths:
+    """Where each config group sits in the caller's terms (for messages).
+
+    Attributes:
+        workers: The list of worker groups.
+        batch: The :class:`BatchConfig` (its fields are addressed below it).
+        elastic: The :class:`ElasticConfig`.
+        slowdowns: The list of slowdown injections.
+    """
+
+    workers: Loc = ("workers",)
+    batch: Loc = ("batch",)
+    elastic: Loc = ("elastic",)
+    slowdowns: Loc = ("emulation", "slowdowns")
+
+    def key(self, group: Loc, field: str) -> str:
+        """Dotted key of ``field`` under ``group``, e.g. ``train.min_slice``."""
+        return loc_path((*group, field))
+
+
+def _slowdown_problems(injection: SlowdownInjection, names: Sequence[str], at: Loc) -> list[Problem]:
+    if injection.worker is not None and injection.worker not in names:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        return [(
+            (*at, "worker"),
+            f"names worker {injection.worker!r}, but the workers are {list(names)}",
+            (f"name one of {shown} (a group with count > 1 is <name>-0, <name>-1, ...), "
+            "or give rank instead"),
+        )]
+    if injection.rank is not None and not injection.rank < len(names):
+        return [(
+            (*at, "rank"),
+            f"rank {injection.rank} is outside 0..{len(names) - 1}",
+            f"use a rank from 0 to {len(names) - 1}",
+        )]
+    return []
+
+
+def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> list[Problem]:
+    problems: list[Problem] = []
+    first_index: dict[str, int] = {}
+    for i, spec in enumerate(workers):
+        if spec.name in first_index:
+            problems.append((
+                (*paths.workers, i, "name"),
+                (f"duplicate worker name {spec.name!r} "
+                f"(also {loc_path((*paths.workers, first_index[spec.name]))})"),
+                "give every worker group a unique name",
+            ))
+        else:
+            first_index[spec.name] = i
+    if not problems:
+        expanded = [w.name for w in expand_worker_specs(workers)]
+        clashes = sorted({n for n in expanded if expanded.count(n) > 1})
+        if clashes:
+            problems.append((
+                paths.workers,
+                (f"expanded worker names clash: {', '.join(clashes)} (a group with count > 1 "
+                "is expanded to <name>-0, <name>-1, ...)"),
+                "rename the group whose name looks like another group's expanded name",
+            ))
+    return problems
+
+
+def run_setting_problems(
+    workers: Sequence[WorkerSpec],
+    batch: BatchConfig,
+    elastic: ElasticConfig,
+    emulation: EmulationConfig,
+    paths: SettingPaths = SettingPaths(),
+) -> list[Problem]:
+    """Every inconsistency between the worker groups and the run's settings.
+
+    Args:
+        workers: The worker groups as given (``count`` not expanded).
+        batch: Batch settings. elastic: Elastic settings. emulation: Injected slowdowns.
+        paths: Where each group sits, for the problems' locations and messages.
+
+    Returns:
+        ``(location, what is wrong, how to fix it)`` per problem; empty if all is well.
+    """
+    problems = _worker_problems(workers, paths)
+    names = [w.name for w in expand_worker_specs(workers)]
+    n = len(names)
+    min_slice_key = paths.key(paths.batch, "min_slice")
+    if batch.fixed_shares is not None and len(batch.fixed_shares) != n:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        problems.append((
+            (*paths.batch, "fixed_shares"),
+            (f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
+            f"expanded); {n} shares are needed"),
+            f"give exactly {n} shares, one per worker in this order: {shown}",
+        ))
+    if batch.global_batch_size < n * batch.min_slice:
+        problems.append((
+            (*paths.batch, "global_batch_size"),
+            (f"{batch.global_batch_size} is too small: {n} workers x min_slice "
+            f"{batch.min_slice} need at least {n * batch.min_slice} samples per step"),
+            f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
+        ))
+    for i, spec in enumerate(workers):
+        if spec.max_batch is not None and spec.max_batch < batch.min_slice:
+            problems.append((
+                (*paths.workers, i, "max_batch"),
+                (f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
+                "fits this worker"),
+                f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
+            ))
+    if all(w.max_batch is not None for w in workers):
+        capacity = sum(w.count * w.max_batch for w in workers)  # type: ignore[operator]
+        if capacity < batch.global_batch_size:
+            problems.append((
+                (*paths.batch, "global_batch_size"),
+                (f"{batch.global_batch_size} exceeds what all workers can hold per step "
+                f"(sum of count x max_batch = {capacity})"),
+                (f"lower global_batch_size to <= {capacity}, raise some max_batch, or remove "
+                "a max_batch cap"),
+            ))
+    if elastic.min_workers is not None and elastic.min_workers > n:
+        problems.append((
+            (*paths.elastic, "min_workers"),
+            f"{elastic.min_workers} is more than the {n} worker slots (counts expanded)",
+            f"set min_workers between 1 and {n}, or add worker slots",
+        ))
+    for i, injection in enumerate(emulation.slowdowns):
+        problems.extend(_slowdown_problems(injection, names, (*paths.slowdowns, i)))
+    return problems
+
+
+def check_run_settings(
+    workers: Sequence[WorkerSpec],
+    batch: BatchConfig,
+    elastic: ElasticConfig,
+    emulation: EmulationConfig,
+    source: str = "HeteroTrainer",
+) -> None:
+    """:func:`run_setting_problems` with the Python paths; raise one ConfigError if any.
+
+    Raises:
+        ConfigError: Listing every problem with its fix.
+    """
+    problems = run_setting_problems(workers, batch, elastic, emulation)
+    if problems:
+        raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
+
+
+def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) -> SlowdownInjection:
+    """``injection`` if it targets one of the worker ``slots`` (counts expanded).
+
+    Raises:
+        ConfigError: It names an unknown worker or a rank outside the world.
+    """
+    problems = _slowdown_problems(injection, [s.name for s in slots], ("slowdown",))
+    if problems:
+        raise_problems([ConfigProblem("inject_slowdown", loc_path(at), m, f)
+                        for at, m, f in problems])
+    return injection

@@ -1,0 +1,180 @@
+"""Run-wide setting groups of :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`.
+
+Grouped like Ray's ``ScalingConfig``/``RunConfig``: what each step's batch is and how it is
+carved (:class:`BatchConfig`), live re-planning (:class:`SchedulerConfig`), elastic sizing
+(:class:`ElasticConfig`), emulated slowdowns (:class:`EmulationConfig`) and the torch process
+group (:class:`BackendConfig`). The YAML job uses these same classes as its sections, so each
+setting, its default and its check are written once, here (the re-planning policy's knobs
+once, in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+import warnings
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from raytrain_hetero.config.base import HeteroModel
+from raytrain_hetero.config.fields import Int, PositiveFloat, PositiveInt, invalid
+from raytrain_hetero.config.specs import SlowdownInjection
+from raytrain_hetero.core.policy import PolicyConfig
+
+__all__ = [
+    "BackendConfig",
+    "BatchConfig",
+    "ElasticConfig",
+    "EmulationConfig",
+    "PolicyConfig",
+    "SchedulerConfig",
+]
+
+#: PolicyConfig's fields, read from the dataclass itself (its one definition).
+POLICY_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PolicyConfig))
+
+
+class BatchConfig(HeteroModel):
+    """What one optimizer step consumes and how it is carved across the workers.
+
+    Attributes:
+        global_batch_size: Samples per optimizer step, summed over all workers.
+        min_slice: Smallest slice any worker gets per step (>= 1: a rank with no data
+            would deadlock DDP).
+        weighting: ``"proportional"`` weights each rank's gradient by its sample count (the
+            exact global-batch gradient); ``"uniform"`` averages them (the seed papers' HDP
+            baseline, for comparisons only).
+        fixed_shares: One relative share per worker slot (counts expanded, in order); skips
+            probing and, by default, live re-planning.
+        seed: Seed of the per-epoch permutations (and, in the YAML job, of the model init).
+    """
+
+    global_batch_size: PositiveInt = Field(description="samples per step over all workers")
+    min_slice: PositiveInt = Field(1, description="smallest per-step slice of any worker")
+    weighting: Literal["proportional", "uniform"] = Field(
+        "proportional", description="gradient weighting: proportional (exact) or uniform (HDP)"
+    )
+    fixed_shares: tuple[PositiveFloat, ...] | None = Field(
+        None, min_length=1, description="one share per worker, in expanded order; skips probing"
+    )
+    seed: Int = Field(0, ge=0, description="seed of init and shuffles")
+
+
+def _policy_values(value: Any) -> Any:
+    # pydantic's dataclass validation would read ``true`` as 1; refuse it as everywhere else.
+    if isinstance(value, Mapping):
+        hints = typing.get_type_hints(PolicyConfig)
+        for name, given in value.items():
+            if isinstance(given, bool) and hints.get(name) in (int, float):
+                raise invalid(
+                    f"expected a number, got {str(given).lower()}", "write a number here", (name,)
+                )
+    return value
+
+
+class SchedulerConfig(HeteroModel):
+    """Live re-planning from measured step times while training runs.
+
+    Attributes:
+        live: Re-plan from live measurements; ``None``: yes, unless ``fixed_shares`` is set.
+        policy: When measured speeds justify a new plan (window, threshold, hysteresis,
+            stragglers): :class:`~raytrain_hetero.core.policy.PolicyConfig`, or a mapping
+            of its fields.
+        plan_sync_every: Steps between the ranks' agreement on a pending plan (0: never).
+        flush_every: Steps between pushes of per-step measurements to the scheduler actor;
+            ``None``: every ``plan_sync_every`` steps (every step when plan sync is off).
+    """
+
+    live: bool | None = Field(None, description="re-plan live (null: unless fixed_shares)")
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="re-planning policy (PolicyConfig fields)"
+    )
+    plan_sync_every: Int = Field(5, ge=0, description="steps between plan agreements (0: off)")
+    flush_every: PositiveInt | None = Field(
+        None, description="steps between measurement pushes (null: plan_sync_every)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_policy_keys(cls, data: Any) -> Any:
+        # Before 0.2 the policy's knobs sat directly in the scheduler section.
+        if not isinstance(data, Mapping):
+            return data
+        moved = [k for k in POLICY_FIELDS if k in data]
+        if not moved:
+            return data
+        verb = "is" if len(moved) == 1 else "are"
+        warnings.warn(
+            "scheduler." + ", scheduler.".join(moved) + f" {verb} deprecated: use "
+            + ", ".join(f"scheduler.policy.{k}" for k in moved) + " (removed in 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        out = {k: v for k, v in data.items() if k not in moved}
+        policy = out.get("policy", {})
+        if isinstance(policy, PolicyConfig):
+            policy = dataclasses.asdict(policy)
+        if isinstance(policy, Mapping):
+            out["policy"] = {**{k: data[k] for k in moved}, **policy}
+        return out
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any) -> Any:
+        return _policy_values(value)
+
+    def resolved_live(self, batch: BatchConfig) -> bool:
+        """Whether to re-plan live for ``batch``: ``live``, or ``None`` -> no fixed shares."""
+        return batch.fixed_shares is None if self.live is None else self.live
+
+    def resolved_flush_every(self) -> int:
+        """Steps between measurement pushes (``flush_every`` with ``None`` resolved)."""
+        return self.flush_every or max(self.plan_sync_every, 1)
+
+
+class ElasticConfig(HeteroModel):
+    """Ray Train V2 elastic scaling between ``min_workers`` and all worker slots.
+
+    Attributes:
+        min_workers: Smallest group to train with (``None``: fixed size). Slots fill in
+            order, so list essential workers first.
+        resize_monitor_interval_s: How often Ray Train looks for room to grow.
+    """
+
+    min_workers: PositiveInt | None = Field(None, description="smallest worker group (None: fixed)")
+    resize_monitor_interval_s: PositiveFloat = Field(
+        5.0, description="seconds between resize checks"
+    )
+
+
+class EmulationConfig(HeteroModel):
+    """EMULATION for CPU-only tests and demos: slowdowns injected at given steps.
+
+    Attributes:
+        slowdowns: Each makes one worker (by name) or rank ``factor`` times slower from a
+            step on.
+    """
+
+    slowdowns: tuple[SlowdownInjection, ...] = Field(
+        (), description="emulated slowdown injections, e.g. [{factor: 3, worker: fast}]"
+    )
+
+
+class BackendConfig(HeteroModel):
+    """The torch process group.
+
+    Attributes:
+        torch_backend: Force ``"gloo"`` or ``"nccl"``; ``None``: nccl iff every worker is on
+            CUDA, else gloo.
+        collective_timeout_s: A rank stuck this long in a collective fails the group, which
+            Ray Train restarts (``RunConfig(failure_config=...)``).
+    """
+
+    torch_backend: Literal["gloo", "nccl"] | None = Field(
+        None, description="gloo or nccl (null: nccl iff all workers are on CUDA)"
+    )
+    collective_timeout_s: PositiveInt = Field(
+        1800, description="seconds a rank may wait in a collective before the group fails"
+    )
