@@ -22,9 +22,10 @@ counters:
 from __future__ import annotations
 
 import math
-import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
+
+from raytrain_hetero.core.records import median_finite, modal
 
 __all__ = [
     "alone_jobs",
@@ -36,9 +37,8 @@ __all__ = [
 
 
 def median(values: Iterable[float | None]) -> float:
-    """Median of the finite values, NaN if none."""
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return statistics.median(finite) if finite else float("nan")
+    """Median of the finite values, NaN if none (the records' one median)."""
+    return median_finite(values)
 
 
 def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[dict[str, Any]]]]:
@@ -210,11 +210,11 @@ def fit_figures(
 
 
 def _modal_slices(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[int]:
-    per_rank: dict[int, Counter] = defaultdict(Counter)
+    per_rank: dict[int, list[int]] = defaultdict(list)
     for r in records:
         if "step" in r and int(r["step"]) >= skip_steps:
-            per_rank[int(r["rank"])][int(r["slice"])] += 1
-    return [per_rank[r].most_common(1)[0][0] for r in sorted(per_rank)]
+            per_rank[int(r["rank"])].append(int(r["slice"]))
+    return [modal(per_rank[r]) for r in sorted(per_rank)]
 
 
 def summarize(

@@ -104,25 +104,16 @@ def _rank0_condition(out: Path, condition: Callable[[dict[str, Any]], bool]) -> 
     return False
 
 
-def _worker_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rank, medians of raytrain_hetero's own step accounting (diagnostics).
+def _worker_stats(records: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per rank, raytrain_hetero's own step accounting (diagnostics), from the one
+    aggregation of step records (:func:`raytrain_hetero.core.records.summarize_workers`).
 
-    compute_s: own compute (emulated stretch included); busy_s: wall time busy (compute and
-    loading, waits in collectives excluded); wall_s: the whole step.
+    compute_s: median own compute (emulated stretch included); busy_s: median wall time busy
+    (compute and loading, waits in collectives excluded); wall_s: median whole step.
     """
-    import statistics
+    from raytrain_hetero.core.records import summarize_workers
 
-    by_rank: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for r in records:
-        by_rank.setdefault((int(r["rank"]), str(r.get("worker"))), []).append(r)
-    out = []
-    for (rank, worker), rs in sorted(by_rank.items()):
-        row: dict[str, Any] = {"rank": rank, "worker": worker, "steps": len(rs)}
-        for key in ("slice", "compute_s", "busy_s", "wall_s"):
-            values = [float(r[key]) for r in rs if isinstance(r.get(key), (int, float))]
-            row[key] = statistics.median(values) if values else None
-        out.append(row)
-    return out
+    return [summary.to_dict() for summary in summarize_workers(records)]
 
 
 def run_fit(
