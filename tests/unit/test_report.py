@@ -13,7 +13,6 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.app.outputs import (
     METRICS_COLUMNS,
     format_worker_table,
@@ -22,6 +21,7 @@ from raytrain_hetero.app.outputs import (
     write_metrics_csv,
     write_summary,
 )
+from raytrain_hetero.core.records import StepRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORKERS = (("fast", 400.0), ("medium", 200.0), ("slow", 100.0))
