@@ -459,3 +459,14 @@ def lookup_scheduler(run_id: str) -> ray.actor.ActorHandle | None:
         return ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE)
     except ValueError:
         return None
+
+
+def kill_scheduler(handle: ray.actor.ActorHandle, run_id: str, timeout_s: float = 10.0) -> None:
+    """Kill the run's scheduler for good (no restart) and wait until its name is free."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception as exc:  # noqa: BLE001 - already gone
+        logger.debug("scheduler actor already gone: %s", exc)
+    deadline = time.monotonic() + timeout_s
+    while lookup_scheduler(run_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -25,6 +25,7 @@ from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
     create_scheduler,
+    kill_scheduler,
     scheduler_actor_name,
 )
 from raytrain_hetero.driver.telemetry import RecordCollector
@@ -310,8 +311,8 @@ class HeteroTrainer:
         history into ``self.plans``.
 
         Args:
-            progress: Called from a driver thread with ``{"records": new records, "plans":
-                all plans}`` every ``poll_interval_s`` while training runs.
+            progress: Called on the calling thread with ``{"records": new records,
+                "plans": all plans}`` after each drain that brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
 
         Raises:
@@ -332,14 +333,10 @@ class HeteroTrainer:
             collector.records, collector.plans, collector.decisions
         )
         try:
-            with collector.polling(poll_interval_s):
-                return self.torch_trainer().fit()
+            return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
         finally:
             self._scheduler = None
-            try:
-                ray.kill(scheduler)  # no_restart: the run is over
-            except Exception as exc:  # noqa: BLE001 - already gone
-                logger.debug("scheduler actor already gone: %s", exc)
+            kill_scheduler(scheduler, self.run_id)
 
     def inject_slowdown(
         self,
