@@ -17,7 +17,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 

@@ -21,9 +21,11 @@ counters:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from raytrain_hetero.core.records import median_finite, modal
 
@@ -54,8 +56,8 @@ def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[
     out: dict[int, list[list[dict[str, Any]]]] = defaultdict(list)
     for (rank, _), steps in by_process.items():
         out[rank].append(sorted(steps, key=lambda r: r["time"]))
-    for rank in out:
-        out[rank].sort(key=lambda steps: steps[0]["time"])
+    for processes in out.values():
+        processes.sort(key=lambda steps: steps[0]["time"])
     return dict(out)
 
 
@@ -74,7 +76,7 @@ def _counted_gaps(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list
     gaps: list[tuple[dict, float]] = []
     for process in rank_timelines(records).get(0, []):
         first_step = process[0]["step"] if process else 0
-        for prev, cur in zip(process, process[1:]):
+        for prev, cur in itertools.pairwise(process):
             if cur["step"] != prev["step"] + 1 or cur["step"] < first_step + skip_steps:
                 continue
             if "eval_start" in prev:

@@ -10,9 +10,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["FitSetup", "machine_description", "measure_alone_speeds", "read_logs", "run_fit"]
 
@@ -139,8 +140,8 @@ def run_fit(
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
-            from raytrain_hetero.driver.backend import common_resources
             from raytrain_hetero.bench.loop import bench_loop
+            from raytrain_hetero.driver.backend import common_resources
 
             n = len(setup.specs)
             elastic = setup.min_workers is not None and setup.min_workers < n
@@ -296,7 +297,7 @@ def machine_description() -> dict[str, Any]:
         description["gpus"] = []
     try:
         description["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
