@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
+from raytrain_hetero.core.records import StepRecord, run_samples_per_s
+from raytrain_hetero.core.records import summarize_workers as aggregate_workers
 from raytrain_hetero.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -177,29 +177,15 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
 
 
 def init_ray(job: JobConfig) -> None:
-    """Connect to ``ray.address`` or start a new embedded local Ray (dashboard on 127.0.0.1)."""
-    import ray
+    """Connect to ``job.ray.address`` or start a new embedded local Ray (see
+    :func:`raytrain_hetero.driver.session.init_ray`)."""
+    from raytrain_hetero.driver.session import init_ray as connect
 
-    if ray.is_initialized():
-        return
-    env_vars = {
-        key: os.environ[key]
-        for key in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",)
-        if key in os.environ
-    }
-    runtime_env = {"env_vars": env_vars} if env_vars else None
-    if job.ray.address:
-        ray.init(address=job.ray.address, runtime_env=runtime_env, log_to_driver=False)
-    else:
-        # "local": a new embedded Ray, never whatever cluster `ray start` last left running.
-        ray.init(
-            address="local",
-            num_cpus=job.ray.num_cpus,
-            dashboard_host=job.ray.dashboard_host,
-            include_dashboard=False,
-            runtime_env=runtime_env,
-            log_to_driver=False,
-        )
+    connect(
+        address=job.ray.address,
+        num_cpus=job.ray.num_cpus,
+        dashboard_host=job.ray.dashboard_host,
+    )
 
 
 class ProgressView:
@@ -214,18 +200,18 @@ class ProgressView:
         self.steps_done = -1
         self.plan_versions: set[int] = set()
         self.tabled_versions: set[int] = set()
-        self.latest: dict[int, dict[str, Any]] = {}
+        self.latest: dict[int, StepRecord] = {}
 
     def __call__(self, update: dict[str, Any]) -> None:
-        records = update["records"]
+        records: list[StepRecord] = update["records"]
         for record in records:
-            self.latest[record["rank"]] = record
+            self.latest[record.rank] = record
         if records:
-            top = max(r["step"] for r in records)
+            top = max(r.step for r in records)
             if top > self.steps_done:
                 self.bar.update(top - max(self.steps_done, -1))
                 self.steps_done = top
-            rates = [r["global_samples_per_s"] for r in records if r["rank"] == 0]
+            rates = [r.global_samples_per_s for r in records if r.rank == 0]
             if rates:
                 self.bar.set_postfix(samples_s=f"{statistics.median(rates):.0f}")
         new_plans = [p for p in update["plans"] if p["version"] not in self.plan_versions]
@@ -242,7 +228,7 @@ class ProgressView:
             newest is not None
             and newest not in self.tabled_versions
             and self.latest
-            and all(r["plan_version"] == newest for r in self.latest.values())
+            and all(r.plan_version == newest for r in self.latest.values())
         ):
             self.tabled_versions.add(newest)
             self.bar.write(self.table(), file=self.stream)
@@ -250,47 +236,20 @@ class ProgressView:
     def table(self) -> str:
         from raytrain_hetero.app.outputs import format_worker_table
 
-        rows = [
-            {
-                "rank": r["rank"],
-                "worker": r["worker"],
-                "device": r["device"],
-                "samples_per_s": r["samples_per_s"],
-                "slice": r["slice"],
-                "weight": r["weight"],
-            }
-            for _, r in sorted(self.latest.items())
-        ]
-        return format_worker_table(rows)
+        return format_worker_table([r.to_dict() for _, r in sorted(self.latest.items())])
 
     def close(self) -> None:
         self.bar.close()
 
 
-def summarize_workers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-worker medians over the run: measured samples/s, slice, weight."""
-    by_rank: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_rank[(r["rank"], r["worker"])].append(r)
-    rows = []
-    for (rank, worker), rs in sorted(by_rank.items()):
-        last_plan = rs[-1]["plan_version"]
-        rates = [r["samples_per_s"] for r in rs if math.isfinite(r["samples_per_s"])]
-        rows.append(
-            {
-                "rank": rank,
-                "worker": worker,
-                "device": rs[-1]["device"],
-                "samples_per_s": statistics.median(rates) if rates else float("nan"),
-                # The full-step slice of the last plan (a short epoch tail is not representative).
-                "slice": statistics.mode(r["slice"] for r in rs if r["plan_version"] == last_plan),
-                "weight": statistics.mode(
-                    round(r["weight"], 6) for r in rs if r["plan_version"] == last_plan
-                ),
-                "steps": len(rs),
-            }
-        )
-    return rows
+def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
+    """Per-worker figures over the run (summary.json's ``workers``, the printed table).
+
+    One row per (rank, worker) from :func:`raytrain_hetero.core.records.summarize_workers`:
+    median samples/s, the full-step slice and weight of the last plan, mean slice, median
+    compute/busy/wall seconds and step counts.
+    """
+    return [summary.to_dict() for summary in aggregate_workers(records)]
 
 
 def build_trainer(
@@ -445,7 +404,7 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
     wall = time.perf_counter() - started
     if result.error is not None:
         raise result.error
-    records = sorted(trainer.step_records, key=lambda r: (r["step"], r["rank"]))
+    records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
     write_metrics_csv(records, out / "metrics.csv")
@@ -460,28 +419,21 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
 
 def build_summary(
     job: JobConfig,
-    records: list[dict[str, Any]],
+    records: list[StepRecord],
     plans: list[dict[str, Any]],
     final_metrics: dict[str, Any],
     wall_s: float,
     sizes: dict[str, int],
 ) -> dict[str, Any]:
     """Summary of a finished run (what ``summary.json`` holds)."""
-    per_step: dict[int, dict[str, Any]] = {}
-    for r in records:
-        entry = per_step.setdefault(r["step"], {"samples": 0, "wall": 0.0})
-        entry["samples"] += r["slice"]
-        entry["wall"] = max(entry["wall"], r["wall_s"])
-    samples = sum(e["samples"] for e in per_step.values())
-    step_wall = sum(e["wall"] for e in per_step.values())
     accuracy = final_metrics.get("val_accuracy")
     return {
         "name": job.name,
         "final_val_accuracy": float(accuracy) if accuracy is not None else float("nan"),
         "epochs": job.train.epochs,
-        "steps": len(per_step),
+        "steps": len({r.step for r in records}),
         "global_batch_size": job.train.global_batch_size,
-        "samples_per_s": samples / step_wall if step_wall > 0 else float("nan"),
+        "samples_per_s": run_samples_per_s(records),
         "wall_time_s": wall_s,
         "train_samples": sizes["train"],
         "val_samples": sizes["val"],

@@ -5,12 +5,10 @@ change to the process-wide backend); no Ray, no torch. Every file is written to 
 file in the destination directory and moved into place with :func:`os.replace`, so a reader
 never sees a half-written output.
 
-A *step record* is a plain dict, one per rank per step, with the keys of
-:data:`METRICS_COLUMNS`::
-
-    {"step": 12, "epoch": 0, "rank": 1, "worker": "medium", "device": "cpu", "slice": 48,
-     "weight": 0.25, "compute_s": 0.41, "samples_per_s": 117.0, "loss": 1.83,
-     "global_samples_per_s": 402.5, "plan_version": 2}
+A *step record* is a :class:`~raytrain_hetero.core.records.StepRecord`, one per rank per
+step; the metrics CSV has one column per StepRecord field (:data:`METRICS_COLUMNS`, derived
+from the dataclass, so the two cannot drift apart). The writers also take plain mappings with
+those keys (a missing key gives an empty cell).
 """
 
 from __future__ import annotations
@@ -23,8 +21,11 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
+
+from raytrain_hetero.core.records import StepRecord
 
 __all__ = [
     "METRICS_COLUMNS",
@@ -37,24 +38,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Columns of the metrics CSV, in order; also the keys of a step record.
-METRICS_COLUMNS: tuple[str, ...] = (
-    "step",
-    "epoch",
-    "rank",
-    "worker",
-    "device",
-    "slice",
-    "weight",
-    "compute_s",
-    "samples_per_s",
-    "loss",
-    "global_samples_per_s",
-    "plan_version",
-)
+#: Columns of the metrics CSV, in order: the fields of :class:`StepRecord`.
+METRICS_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
 
-_INT_COLUMNS = frozenset({"step", "epoch", "rank", "slice", "plan_version"})
-_STR_COLUMNS = frozenset({"worker", "device"})
+# Field types as annotated (strings: the module uses postponed annotations).
+_INT_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("int", int))
+_STR_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("str", str))
+
+
+def _as_row(record: StepRecord | Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.to_dict() if isinstance(record, StepRecord) else record
 
 
 def _atomic_write(
@@ -83,20 +76,22 @@ def _atomic_write(
 # ------------------------------------------------------------------------------ CSV
 
 
-def write_metrics_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+def write_metrics_csv(
+    records: Iterable[StepRecord | Mapping[str, Any]], path: str | os.PathLike[str]
+) -> Path:
     """Write step records as CSV with exactly :data:`METRICS_COLUMNS`, in that order.
 
     Keys outside :data:`METRICS_COLUMNS` are ignored; a missing key (or ``None``) gives an
     empty cell. Floats are written with ``repr`` precision, so they read back exactly.
 
     Args:
-        records: Step records (one per rank per step).
+        records: Step records (one per rank per step), StepRecords or mappings.
         path: Destination file; parent directories are created.
 
     Returns:
         The path written.
     """
-    rows = list(records)
+    rows = [_as_row(r) for r in records]
 
     def write(fh: IO[str]) -> None:
         writer = csv.DictWriter(
@@ -114,8 +109,9 @@ def write_metrics_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathL
 def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a CSV written by :func:`write_metrics_csv` back into step records.
 
-    Integer columns come back as ``int``, ``worker``/``device`` as ``str``, the rest as
-    ``float``; empty cells as ``None``.
+    Each column comes back as its StepRecord field's type (``int``, ``str``, else
+    ``float``); empty cells as ``None``. A complete row converts with
+    :meth:`StepRecord.from_dict`.
     """
     out: list[dict[str, Any]] = []
     with open(path, encoding="utf-8", newline="") as fh:
@@ -195,7 +191,7 @@ def _num(value: Any) -> float:
 
 
 def plot_worker_throughput(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[StepRecord | Mapping[str, Any]],
     path: str | os.PathLike[str],
     title: str = "Per-worker throughput",
 ) -> Path:
@@ -219,7 +215,7 @@ def plot_worker_throughput(
 
     by_worker: dict[str, list[Mapping[str, Any]]] = {}
     plan_at_step: dict[int, int] = {}
-    for rec in records:
+    for rec in map(_as_row, records):
         if rec.get("step") is None:
             continue
         step = int(rec["step"])

@@ -21,10 +21,13 @@ counters:
 
 from __future__ import annotations
 
+import itertools
 import math
-import statistics
-from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from raytrain_hetero.core.records import median_finite, modal
 
 __all__ = [
     "alone_jobs",
@@ -36,9 +39,8 @@ __all__ = [
 
 
 def median(values: Iterable[float | None]) -> float:
-    """Median of the finite values, NaN if none."""
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return statistics.median(finite) if finite else float("nan")
+    """Median of the finite values, NaN if none (the records' one median)."""
+    return median_finite(values)
 
 
 def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[dict[str, Any]]]]:
@@ -54,8 +56,8 @@ def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[
     out: dict[int, list[list[dict[str, Any]]]] = defaultdict(list)
     for (rank, _), steps in by_process.items():
         out[rank].append(sorted(steps, key=lambda r: r["time"]))
-    for rank in out:
-        out[rank].sort(key=lambda steps: steps[0]["time"])
+    for processes in out.values():
+        processes.sort(key=lambda steps: steps[0]["time"])
     return dict(out)
 
 
@@ -74,7 +76,7 @@ def _counted_gaps(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list
     gaps: list[tuple[dict, float]] = []
     for process in rank_timelines(records).get(0, []):
         first_step = process[0]["step"] if process else 0
-        for prev, cur in zip(process, process[1:]):
+        for prev, cur in itertools.pairwise(process):
             if cur["step"] != prev["step"] + 1 or cur["step"] < first_step + skip_steps:
                 continue
             if "eval_start" in prev:
@@ -210,11 +212,11 @@ def fit_figures(
 
 
 def _modal_slices(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[int]:
-    per_rank: dict[int, Counter] = defaultdict(Counter)
+    per_rank: dict[int, list[int]] = defaultdict(list)
     for r in records:
         if "step" in r and int(r["step"]) >= skip_steps:
-            per_rank[int(r["rank"])][int(r["slice"])] += 1
-    return [per_rank[r].most_common(1)[0][0] for r in sorted(per_rank)]
+            per_rank[int(r["rank"])].append(int(r["slice"]))
+    return [modal(per_rank[r]) for r in sorted(per_rank)]
 
 
 def summarize(

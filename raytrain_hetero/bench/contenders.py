@@ -10,9 +10,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["FitSetup", "machine_description", "measure_alone_speeds", "read_logs", "run_fit"]
 
@@ -104,25 +105,16 @@ def _rank0_condition(out: Path, condition: Callable[[dict[str, Any]], bool]) -> 
     return False
 
 
-def _worker_stats(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rank, medians of raytrain_hetero's own step accounting (diagnostics).
+def _worker_stats(records: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per rank, raytrain_hetero's own step accounting (diagnostics), from the one
+    aggregation of step records (:func:`raytrain_hetero.core.records.summarize_workers`).
 
-    compute_s: own compute (emulated stretch included); busy_s: wall time busy (compute and
-    loading, waits in collectives excluded); wall_s: the whole step.
+    compute_s: median own compute (emulated stretch included); busy_s: median wall time busy
+    (compute and loading, waits in collectives excluded); wall_s: median whole step.
     """
-    import statistics
+    from raytrain_hetero.core.records import summarize_workers
 
-    by_rank: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for r in records:
-        by_rank.setdefault((int(r["rank"]), str(r.get("worker"))), []).append(r)
-    out = []
-    for (rank, worker), rs in sorted(by_rank.items()):
-        row: dict[str, Any] = {"rank": rank, "worker": worker, "steps": len(rs)}
-        for key in ("slice", "compute_s", "busy_s", "wall_s"):
-            values = [float(r[key]) for r in rs if isinstance(r.get(key), (int, float))]
-            row[key] = statistics.median(values) if values else None
-        out.append(row)
-    return out
+    return [summary.to_dict() for summary in summarize_workers(records)]
 
 
 def run_fit(
@@ -148,8 +140,8 @@ def run_fit(
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
-            from raytrain_hetero.driver.backend import common_resources
             from raytrain_hetero.bench.loop import bench_loop
+            from raytrain_hetero.driver.backend import common_resources
 
             n = len(setup.specs)
             elastic = setup.min_workers is not None and setup.min_workers < n
@@ -305,7 +297,7 @@ def machine_description() -> dict[str, Any]:
         description["gpus"] = []
     try:
         description["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):

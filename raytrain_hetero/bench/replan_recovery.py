@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from raytrain_hetero.core.records import StepRecord, run_samples_per_s
 
-def per_step_throughput(records: list[dict[str, Any]]) -> dict[int, float]:
+
+def per_step_throughput(records: list[StepRecord]) -> dict[int, float]:
     """Global samples/s of each step (samples over the slowest rank's step wall time)."""
-    steps: dict[int, dict[str, float]] = {}
-    for r in records:
-        entry = steps.setdefault(r["step"], {"samples": 0.0, "wall": 0.0})
-        entry["samples"] += r["slice"]
-        entry["wall"] = max(entry["wall"], r["wall_s"])
-    return {s: e["samples"] / e["wall"] for s, e in sorted(steps.items()) if e["wall"] > 0}
+    by_step: dict[int, list[StepRecord]] = defaultdict(list)
+    for record in records:
+        by_step[record.step].append(record)
+    rates = {step: run_samples_per_s(rs) for step, rs in sorted(by_step.items())}
+    return {step: rate for step, rate in rates.items() if math.isfinite(rate)}
 
 
 def steps_to_recover(

@@ -114,7 +114,9 @@ def _options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ray_env() -> dict[str, Any] | None:
-    env = {k: os.environ[k] for k in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",) if k in os.environ}
+    from raytrain_hetero.driver._ray_compat import train_env_passthrough
+
+    env = train_env_passthrough(os.environ)
     return {"env_vars": env} if env else None
 
 

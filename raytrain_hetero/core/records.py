@@ -1,16 +1,32 @@
-"""Typed per-step measurements of one rank: the one record that travels worker -> driver.
+"""Typed per-step measurements of one rank, and the one aggregation over them.
 
 A :class:`StepRecord` is built by the worker's loader at the end of every step, pushed to the
-run's scheduler actor, drained by the driver, and written to ``metrics.csv``. Pure (stdlib only).
+run's scheduler actor, drained by the driver, and written to ``metrics.csv``.
+:func:`summarize_workers` (per-worker :class:`WorkerSummary`) and :func:`run_samples_per_s` are
+the only aggregation of them: the job's summary, Tune's throughput metrics and the benchmarks
+all use these. Pure (stdlib only).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["StepRecord"]
+__all__ = [
+    "StepRecord",
+    "WorkerSummary",
+    "as_step_record",
+    "median_finite",
+    "modal",
+    "run_samples_per_s",
+    "summarize_workers",
+]
+
+_H = TypeVar("_H", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -76,3 +92,115 @@ class StepRecord:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def as_step_record(record: StepRecord | Mapping[str, Any]) -> StepRecord:
+    """``record`` as a :class:`StepRecord` (a mapping is converted with :meth:`StepRecord.from_dict`)."""
+    return record if isinstance(record, StepRecord) else StepRecord.from_dict(dict(record))
+
+
+def median_finite(values: Iterable[float | int | None]) -> float:
+    """Median of the finite values; NaN if there are none."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def modal(values: Iterable[_H]) -> _H:
+    """Most frequent value; ties go to the largest (a short epoch tail never wins a tie).
+
+    Raises:
+        ValueError: ``values`` is empty.
+    """
+    counts = Counter(values)
+    if not counts:
+        raise ValueError("modal() of no values")
+    return max(counts, key=lambda v: (counts[v], v))
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What one worker (at one rank) did over a run.
+
+    Attributes:
+        rank: World rank.
+        worker: WorkerSpec name.
+        device: Device of its latest step.
+        samples_per_s: Median of its finite per-step rates (NaN if none).
+        slice: Its full-step slice under the latest plan it ran (the modal slice: the last,
+            short step of an epoch is not representative).
+        weight: Its gradient weight at that slice.
+        mean_slice: Mean samples per step over all its steps.
+        compute_s: Median seconds of own compute per step.
+        busy_s: Median seconds busy (compute + loading) per step.
+        wall_s: Median wall seconds per step.
+        steps: Steps it reported.
+        measured_steps: Steps with a finite, positive rate.
+        last_step: The latest step it reported.
+    """
+
+    rank: int
+    worker: str
+    device: str
+    samples_per_s: float
+    slice: int
+    weight: float
+    mean_slice: float
+    compute_s: float
+    busy_s: float
+    wall_s: float
+    steps: int
+    measured_steps: int
+    last_step: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (tables, JSON)."""
+        return asdict(self)
+
+
+def summarize_workers(records: Iterable[StepRecord]) -> list[WorkerSummary]:
+    """One :class:`WorkerSummary` per (rank, worker), ordered by rank then name."""
+    by_worker: dict[tuple[int, str], list[StepRecord]] = defaultdict(list)
+    for record in records:
+        by_worker[(record.rank, record.worker)].append(record)
+    out: list[WorkerSummary] = []
+    for (rank, worker), steps in sorted(by_worker.items()):
+        steps.sort(key=lambda r: (r.step, r.time))
+        latest = steps[-1]
+        current = [r for r in steps if r.plan_version == latest.plan_version]
+        slice_ = modal(r.slice for r in current)
+        weight = modal(round(r.weight, 6) for r in current if r.slice == slice_)
+        out.append(
+            WorkerSummary(
+                rank=rank,
+                worker=worker,
+                device=latest.device,
+                samples_per_s=median_finite(r.samples_per_s for r in steps),
+                slice=slice_,
+                weight=weight,
+                mean_slice=sum(r.slice for r in steps) / len(steps),
+                compute_s=median_finite(r.compute_s for r in steps),
+                busy_s=median_finite(r.busy_s for r in steps),
+                wall_s=median_finite(r.wall_s for r in steps),
+                steps=len(steps),
+                measured_steps=sum(r.has_speed for r in steps),
+                last_step=latest.step,
+            )
+        )
+    return out
+
+
+def run_samples_per_s(records: Iterable[StepRecord]) -> float:
+    """Global samples/s: every step's samples over the sum of each step's slowest wall time.
+
+    A step is identified by (group, step): a step a restarted group repeats counts again,
+    as it was computed again. NaN if no step has a positive wall time.
+    """
+    samples: dict[tuple[str, int], int] = defaultdict(int)
+    wall: dict[tuple[str, int], float] = defaultdict(float)
+    for record in records:
+        key = (record.group, record.step)
+        samples[key] += record.slice
+        if math.isfinite(record.wall_s):
+            wall[key] = max(wall[key], record.wall_s)
+    total_wall = sum(wall.values())
+    return sum(samples.values()) / total_wall if total_wall > 0 else float("nan")

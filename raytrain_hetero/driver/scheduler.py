@@ -1,10 +1,18 @@
 """The run's scheduler actor: measurements, live re-planning, slowdown injection, metrics.
 
-One named actor per run, created by the driver (``HeteroTrainer.fit``) on its node and looked
-up (or recreated) by the backend on every worker-group start, so it outlives worker-group
-restarts. It is a thin shell over the pure :mod:`raytrain_hetero.core.policy`:
+One named actor per run. Its lifecycle has one owner, the driver: ``HeteroTrainer.fit``
+creates it on the driver's node with :func:`create_scheduler` (not detached; Ray restarts it
+if it dies, ``max_restarts=-1``, and never re-delivers a call, ``max_task_retries=0``) and
+kills it when the run ends. The backend and the workers only look it up by name
+(:func:`lookup_scheduler`). It outlives worker-group restarts and is a thin shell over the
+pure :mod:`raytrain_hetero.core.policy`:
 
-* workers push finished-step records in batches (every few steps, not every step);
+* workers push finished-step records (:class:`~raytrain_hetero.core.records.StepRecord`) in
+  batches; a record whose key (group, rank, step) was seen is dropped, so a worker's resend
+  after a failed push is harmless;
+* memory is bounded: per-rank windows for the policy, counters, and a bounded buffer of
+  records the driver has not drained yet (the driver drains with a cursor; drained records
+  are dropped);
 * each batch may complete a policy window; a :class:`~raytrain_hetero.core.policy.Replan`
   becomes the *pending* plan, logged as one structured line (old -> new slices, measured
   speeds, reason);
@@ -14,8 +22,8 @@ restarts. It is a thin shell over the pure :mod:`raytrain_hetero.core.policy`:
 * Ray metrics (``ray.util.metrics``) expose per-rank samples/s, slice, weight and the plan
   version to the Ray Dashboard / Prometheus.
 
-If the actor dies, rank 0 recreates it and re-registers the group; training continues on the
-last plan meanwhile.
+If the actor dies, Ray restarts it (empty); rank 0 re-registers the group at its next poll and
+training continues on the last plan meanwhile.
 """
 
 from __future__ import annotations
@@ -25,19 +33,35 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import asdict
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import ray
 
 from raytrain_hetero.config import SlowdownInjection
 from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.policy import PolicyConfig, PolicyState, Replan, StepSample, decide
+from raytrain_hetero.core.policy import (
+    PolicyConfig,
+    PolicyState,
+    Replan,
+    StepSample,
+    decide,
+)
+from raytrain_hetero.core.records import StepRecord, as_step_record
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAMESPACE = "raytrain_hetero"
+#: Policy samples kept per rank (the current plan's window).
 MAX_SAMPLES_PER_RANK = 256
+#: Latest records kept per rank for live summaries (Tune's throughput metrics).
+RECENT_PER_RANK = 512
+#: Records kept for the driver until it drains them; older ones are dropped (and counted).
+MAX_UNDRAINED = 50_000
+#: Record keys remembered to drop duplicates (a resend comes within a few pushes).
+MAX_SEEN_KEYS = 100_000
 
 
 def scheduler_actor_name(run_id: str) -> str:
@@ -71,15 +95,14 @@ class _RayMetrics:
             logger.warning("Ray metrics unavailable: %s", exc)
             self.samples_per_s = None
 
-    def record(self, record: dict[str, Any]) -> None:
+    def record(self, record: StepRecord) -> None:
         if self.samples_per_s is None:
             return
-        tags = {"run": self.run_id, "rank": str(record["rank"]), "worker": str(record["worker"])}
-        rate = record.get("samples_per_s")
-        if isinstance(rate, (int, float)) and math.isfinite(rate):
-            self.samples_per_s.set(rate, tags=tags)
-        self.slice.set(record["slice"], tags=tags)
-        self.weight.set(record["weight"], tags=tags)
+        tags = {"run": self.run_id, "rank": str(record.rank), "worker": record.worker}
+        if record.has_speed:
+            self.samples_per_s.set(record.samples_per_s, tags=tags)
+        self.slice.set(record.slice, tags=tags)
+        self.weight.set(record.weight, tags=tags)
 
     def plan(self, version: int) -> None:
         if self.samples_per_s is not None:
@@ -90,14 +113,59 @@ class _RayMetrics:
             self.replans.inc(tags={"run": self.run_id})
 
 
+@dataclass(frozen=True)
+class SchedulerCounters:
+    """What the scheduler saw, counted (the records themselves are not all kept).
+
+    Attributes:
+        received: Records pushed to it.
+        kept: Records accepted (not rejected, not duplicates).
+        rejected: Records with an absurd timing.
+        duplicates: Records whose key was already seen (resends).
+        dropped: Accepted records dropped from the driver's buffer before it drained them.
+    """
+
+    received: int = 0
+    kept: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One answer to :meth:`HeteroScheduler.drain`.
+
+    Attributes:
+        incarnation: Id of the actor's incarnation (a restarted actor has a new one).
+        records: Records after the caller's cursor, oldest first.
+        cursor: Pass this as ``after`` to the next drain (acknowledges ``records``).
+        plans: Every plan installed so far (dicts, history order).
+        decisions: Every live re-plan decided so far.
+        counters: The scheduler's counters.
+        policy: The policy's fields.
+    """
+
+    incarnation: str
+    records: tuple[StepRecord, ...]
+    cursor: int
+    plans: tuple[dict[str, Any], ...]
+    decisions: tuple[dict[str, Any], ...]
+    counters: SchedulerCounters
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
 class HeteroScheduler:
-    """State of one run: step records, plan history, the live policy and injections.
+    """State of one run: recent step records, plan history, the live policy and injections.
 
     Args:
         run_id: The run.
         policy: PolicyConfig fields (dict), or None for defaults.
         live: Whether to re-plan from measurements at all.
         clock: Time source (seconds); injected for tests.
+        max_undrained: Records kept for the driver until it drains them.
+        recent_per_rank: Latest records kept per rank for :meth:`recent_records`.
+        max_seen_keys: Record keys remembered to drop duplicates.
     """
 
     def __init__(
@@ -106,15 +174,25 @@ class HeteroScheduler:
         policy: dict[str, Any] | None = None,
         live: bool = True,
         clock: Any = time.time,
+        *,
+        max_undrained: int = MAX_UNDRAINED,
+        recent_per_rank: int = RECENT_PER_RANK,
+        max_seen_keys: int = MAX_SEEN_KEYS,
     ) -> None:
         self.run_id = run_id
         self.incarnation = uuid.uuid4().hex[:8]
         self.policy = PolicyConfig(**(policy or {}))
         self.live = live
         self._clock = clock
-        self._records: list[dict[str, Any]] = []
+        self._undrained: deque[tuple[int, StepRecord]] = deque()
+        self._max_undrained = max_undrained
+        self._next_seq = 1
+        self._recent: dict[int, deque[StepRecord]] = {}
+        self._recent_per_rank = recent_per_rank
+        self._seen: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        self._max_seen_keys = max_seen_keys
+        self._counters = SchedulerCounters()
         self._plans: list[dict[str, Any]] = []
-        self._rejected = 0
         self._group_id: str | None = None
         self._world_size = 0
         self._current: dict[str, Any] | None = None
@@ -164,45 +242,73 @@ class HeteroScheduler:
 
     # ------------------------------------------------------------------ measurements
 
-    def record_steps(self, records: list[dict[str, Any]]) -> int:
-        """Store finished-step records; absurd timings are rejected with a log line.
+    def record_steps(self, records: Sequence[StepRecord | Mapping[str, Any]]) -> int:
+        """Take finished-step records; duplicates (by key) and absurd timings are dropped.
 
         Returns:
             Number of records kept.
         """
         kept = 0
-        for record in records:
-            busy = record.get("busy_s", record.get("compute_s"))
-            if not isinstance(busy, (int, float)) or not math.isfinite(busy) or busy <= 0:
-                self._rejected += 1
+        counts = asdict(self._counters)
+        for item in records:
+            record = as_step_record(item)
+            counts["received"] += 1
+            if record.key in self._seen:
+                counts["duplicates"] += 1
+                continue
+            busy = record.busy_s
+            if not math.isfinite(busy) or busy <= 0:
+                counts["rejected"] += 1
                 logger.warning(
                     "rejected step record from rank %s at step %s: busy_s=%r",
-                    record.get("rank"),
-                    record.get("step"),
-                    busy,
+                    record.rank, record.step, busy,
                 )
                 continue
-            self._records.append(dict(record))
-            self._metrics.record(record)
+            self._remember(record)
+            counts["kept"] += 1
+            counts["dropped"] += self._buffer(record)
             kept += 1
-            if record.get("group") == self._group_id and self._current is not None:
-                if record.get("plan_version") != self._current["version"]:
+            self._metrics.record(record)
+            if record.group == self._group_id and self._current is not None:
+                if record.plan_version != self._current["version"]:
                     continue  # measured under an older plan
-                rank = int(record["rank"])
-                samples = self._samples.setdefault(rank, [])
+                samples = self._samples.setdefault(record.rank, [])
                 samples.append(
                     StepSample(
-                        rank=rank,
-                        step=int(record["step"]),
-                        samples=int(record["slice"]),
-                        busy_s=float(busy),
-                        time_s=float(record.get("time", self._clock())),
+                        rank=record.rank,
+                        step=record.step,
+                        samples=record.slice,
+                        busy_s=busy,
+                        time_s=record.time,
                     )
                 )
                 del samples[:-MAX_SAMPLES_PER_RANK]
+        self._counters = SchedulerCounters(**counts)
         if self.live:
             self._evaluate()
         return kept
+
+    def _remember(self, record: StepRecord) -> None:
+        self._seen[record.key] = None
+        while len(self._seen) > self._max_seen_keys:
+            self._seen.popitem(last=False)
+        recent = self._recent.setdefault(record.rank, deque(maxlen=self._recent_per_rank))
+        recent.append(record)
+
+    def _buffer(self, record: StepRecord) -> int:
+        """Queue ``record`` for the driver; returns how many old ones had to be dropped."""
+        self._undrained.append((self._next_seq, record))
+        self._next_seq += 1
+        dropped = 0
+        while len(self._undrained) > self._max_undrained:
+            self._undrained.popleft()
+            dropped += 1
+        if dropped:
+            logger.warning(
+                "driver has not drained step records: dropped %d (buffer %d)",
+                dropped, self._max_undrained,
+            )
+        return dropped
 
     def _evaluate(self) -> None:
         current = self._current
@@ -269,47 +375,98 @@ class HeteroScheduler:
         logger.info("injected slowdown %s", injection)
         return injection
 
-    def snapshot(self, since: int = 0) -> dict[str, Any]:
-        """Records from index ``since`` on, all plans, decisions and the record count."""
+    def drain(self, after: int = 0, incarnation: str | None = None) -> Drain:
+        """Records after cursor ``after`` (dropping those up to it), plans and counters.
+
+        Args:
+            after: The cursor of the caller's previous drain (0 at first).
+            incarnation: The incarnation that cursor came from (``Drain.incarnation``); a
+                cursor from another incarnation (before a restart) acknowledges nothing.
+        """
+        if incarnation == self.incarnation:
+            while self._undrained and self._undrained[0][0] <= after:
+                self._undrained.popleft()
+        return Drain(
+            incarnation=self.incarnation,
+            records=tuple(r for _, r in self._undrained),
+            cursor=self._next_seq - 1,
+            plans=tuple(self._plans),
+            decisions=tuple(self._decisions),
+            counters=self._counters,
+            policy=asdict(self.policy),
+        )
+
+    def recent_records(self) -> list[StepRecord]:
+        """The latest records of every rank (at most ``recent_per_rank`` each), oldest first."""
+        return sorted(
+            (r for recent in self._recent.values() for r in recent),
+            key=lambda r: (r.time, r.rank),
+        )
+
+    def memory_footprint(self) -> dict[str, int]:
+        """Sizes of what the actor holds (to check its memory is bounded)."""
         return {
-            "incarnation": self.incarnation,
-            "records": self._records[since:],
-            "plans": list(self._plans),
-            "decisions": list(self._decisions),
-            "num_records": len(self._records),
-            "rejected": self._rejected,
-            "policy": asdict(self.policy),
+            "undrained": len(self._undrained),
+            "recent": sum(len(r) for r in self._recent.values()),
+            "seen_keys": len(self._seen),
+            "policy_samples": sum(len(s) for s in self._samples.values()),
         }
 
 
-HeteroSchedulerActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(
+# Ray restarts the actor if it dies (max_restarts=-1) but never re-runs a call
+# (max_task_retries=0): a call in flight when it dies fails, and the caller decides.
+HeteroSchedulerActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(
     HeteroScheduler
 )
 
 
-def get_or_create_scheduler(
+def create_scheduler(
     run_id: str,
     node_id: str | None = None,
     *,
-    policy: dict[str, Any] | None = None,
+    policy: Mapping[str, Any] | None = None,
     live: bool = True,
-    detached: bool = False,
 ) -> ray.actor.ActorHandle:
-    """The scheduler actor of ``run_id``, created (pinned to ``node_id``) if absent.
+    """Create the scheduler actor of ``run_id``, pinned (softly) to ``node_id``.
 
-    The driver creates it (owned by the driver). A replacement created from inside the run
-    (a worker or the controller, after the original died) is ``detached`` so that it outlives
-    its creator; ``HeteroTrainer.fit`` kills it by name when the run ends.
+    Only the driver calls this (``HeteroTrainer.fit``), and it kills the actor at the end.
+
+    Raises:
+        ConfigError: An actor of that name exists already (a run id used twice).
     """
+    from raytrain_hetero.errors import ConfigError
+
     options: dict[str, Any] = {
         "name": scheduler_actor_name(run_id),
         "namespace": SCHEDULER_NAMESPACE,
-        "get_if_exists": True,
     }
-    if detached:
-        options["lifetime"] = "detached"
     if node_id is not None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
-    return HeteroSchedulerActor.options(**options).remote(run_id, policy, live)
+    try:
+        return HeteroSchedulerActor.options(**options).remote(run_id, dict(policy or {}), live)
+    except ValueError as exc:  # Ray: the name is taken
+        raise ConfigError(
+            f"A scheduler actor for run {run_id!r} exists already ({exc}); each "
+            "HeteroTrainer.fit() needs its own run (build a new HeteroTrainer)."
+        ) from exc
+
+
+def lookup_scheduler(run_id: str) -> ray.actor.ActorHandle | None:
+    """The scheduler actor of ``run_id`` if it exists (never creates one)."""
+    try:
+        return ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE)
+    except ValueError:
+        return None
+
+
+def kill_scheduler(handle: ray.actor.ActorHandle, run_id: str, timeout_s: float = 10.0) -> None:
+    """Kill the run's scheduler for good (no restart) and wait until its name is free."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception as exc:  # noqa: BLE001 - already gone
+        logger.debug("scheduler actor already gone: %s", exc)
+    deadline = time.monotonic() + timeout_s
+    while lookup_scheduler(run_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import threading
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,16 +31,17 @@ from raytrain_hetero.config import (
     worker_groups,
 )
 from raytrain_hetero.core.placement import SlotDemand
-from raytrain_hetero.driver.backend import (
-    HeteroRayTorchTrainer,
-    HeteroTorchConfig,
-    common_resources,
-)
+from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.driver._ray_compat import check_ray_compat
+from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
+from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
-    get_or_create_scheduler,
+    create_scheduler,
+    kill_scheduler,
     scheduler_actor_name,
 )
+from raytrain_hetero.driver.telemetry import RecordCollector
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.context import HeteroSetup
 
@@ -216,13 +216,12 @@ class HeteroTrainer:
         self.train_loop_config = dict(train_loop_config or {})
         self.run_config = run_config or RunConfig()
         self._scheduler: Any = None
-        self._incarnation: str | None = None
         devices = {s.resolved_device() for s in self.specs}
         self.torch_backend = self.backend.torch_backend or (
             "nccl" if devices == {"cuda"} else "gloo"
         )
         self.run_id = uuid.uuid4().hex[:12]
-        self.step_records: list[dict[str, Any]] = []
+        self.step_records: list[StepRecord] = []
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
 
@@ -318,53 +317,38 @@ class HeteroTrainer:
     ) -> ray.train.Result:
         """Train; returns Ray Train's Result.
 
-        Per-step measurements of every rank land in ``self.step_records`` and the plan
-        history in ``self.plans``.
+        Creates the run's scheduler actor (this driver is its only owner), trains, and kills
+        the actor at the end. While training, the step records of every rank are drained from
+        the actor into ``self.step_records`` (:class:`StepRecord`, each once) and the plan
+        history into ``self.plans``.
 
         Args:
-            progress: Called from the driver with ``{"records": new records, "plans": all
-                plans}`` every ``poll_interval_s`` while training runs.
-            poll_interval_s: Seconds between progress polls.
+            progress: Called on the calling thread with ``{"records": new records,
+                "plans": all plans}`` after each drain that brought something.
+            poll_interval_s: Seconds between drains of the scheduler actor.
+
+        Raises:
+            RayCompatError: The installed Ray is not the one raytrain_hetero is pinned to.
         """
+        check_ray_compat()
         if not ray.is_initialized():
             ray.init(address="local")  # a new local Ray, not a cluster left running
-        scheduler = get_or_create_scheduler(
+        scheduler = create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),
             policy=self.policy,
             live=self.live,
         )
         self._scheduler = scheduler
-        trainer = self.torch_trainer()
-        seen = 0
+        collector = RecordCollector(scheduler, progress)
+        self.step_records, self.plans, self.decisions = (
+            collector.records, collector.plans, collector.decisions
+        )
         try:
-            if progress is None:
-                result = trainer.fit()
-            else:
-                result_box: dict[str, Any] = {}
-
-                def run() -> None:
-                    try:
-                        result_box["result"] = trainer.fit()
-                    except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                        result_box["error"] = exc
-
-                thread = threading.Thread(target=run, name="hetero-fit", daemon=True)
-                thread.start()
-                while thread.is_alive():
-                    thread.join(poll_interval_s)
-                    seen = self._poll(scheduler, seen, progress)
-                if "error" in result_box:
-                    raise result_box["error"]
-                result = result_box["result"]
-            seen = self._poll(scheduler, seen, progress)
-            return result
+            return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
         finally:
             self._scheduler = None
-            try:
-                ray.kill(get_or_create_scheduler(self.run_id))
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            kill_scheduler(scheduler, self.run_id)
 
     def inject_slowdown(
         self,
@@ -383,33 +367,5 @@ class HeteroTrainer:
             {"factor": factor, "worker": worker, "rank": rank, "from_step": from_step}, self.specs
         )
         if self._scheduler is None:
-            raise ConfigError("inject_slowdown works while fit() runs; use slowdown_schedule before.")
+            raise ConfigError("inject_slowdown works while fit() runs; pass emulation=EmulationConfig(slowdowns=[...]) before.")
         ray.get(self._scheduler.inject_slowdown.remote(injection))
-
-    def _poll(
-        self,
-        scheduler: Any,
-        seen: int,
-        progress: Callable[[dict[str, Any]], None] | None,
-    ) -> int:
-        # Workers push asynchronously: give the final pushes a moment to land.
-        try:
-            # Look the actor up by name: rank 0 may have recreated it.
-            scheduler = get_or_create_scheduler(self.run_id, policy=self.policy, live=self.live)
-            snapshot = ray.get(scheduler.snapshot.remote(seen), timeout=30)
-        except Exception as exc:  # noqa: BLE001 - progress is best effort
-            logger.warning("could not poll the scheduler: %s", exc)
-            return seen
-        if snapshot.get("incarnation") != self._incarnation:
-            # A recreated scheduler starts with no records: read it from the beginning.
-            if self._incarnation is not None and seen:
-                snapshot = ray.get(scheduler.snapshot.remote(0), timeout=30)
-                seen = 0
-            self._incarnation = snapshot.get("incarnation")
-        new = snapshot["records"]
-        self.step_records.extend(new)
-        self.plans = snapshot["plans"]
-        self.decisions = snapshot.get("decisions", [])
-        if progress is not None and (new or snapshot["plans"]):
-            progress({"records": new, "plans": snapshot["plans"]})
-        return seen + len(new)

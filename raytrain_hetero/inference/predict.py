@@ -479,9 +479,13 @@ def run_predict(
     del model, state
 
     if not ray.is_initialized():
-        from raytrain_hetero.app.job import init_ray
+        from raytrain_hetero.driver.session import init_ray
 
-        init_ray(job)
+        init_ray(
+            address=job.ray.address,
+            num_cpus=job.ray.num_cpus,
+            dashboard_host=job.ray.dashboard_host,
+        )
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
 

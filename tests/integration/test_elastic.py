@@ -82,18 +82,18 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, tmp_path):
     joined = threading.Event()
 
     def progress(update):
-        if not joined.is_set() and any(r["world_size"] == 2 for r in update["records"]):
+        if not joined.is_set() and any(r.world_size == 2 for r in update["records"]):
             cluster.add_node(num_cpus=1, labels={"pool": "w"})
             joined.set()
 
     result = trainer.fit(progress=progress, poll_interval_s=0.5)
     assert result.error is None
     assert joined.is_set()
-    worlds = {r["world_size"] for r in trainer.step_records}
+    worlds = {r.world_size for r in trainer.step_records}
     assert worlds == {2, 3}, worlds
-    grown = [r for r in trainer.step_records if r["world_size"] == 3]
-    assert {r["rank"] for r in grown} == {0, 1, 2}
-    assert min(r["slice"] for r in grown) >= 1
+    grown = [r for r in trainer.step_records if r.world_size == 3]
+    assert {r.rank for r in grown} == {0, 1, 2}
+    assert min(r.slice for r in grown) >= 1
     # The restarted group reused the cost models of the two slots it already knew.
     grown_plans = [p for p in trainer.plans if len(p["slices"]) == 3]
     assert grown_plans and "probe of 1 new slot(s)" in grown_plans[0]["reason"], grown_plans
@@ -164,14 +164,14 @@ def test_losing_a_node_shrinks_the_group_and_the_run_completes(cluster, tmp_path
     removed = threading.Event()
 
     def progress(update):
-        if not removed.is_set() and any(r["step"] >= 4 for r in update["records"]):
+        if not removed.is_set() and any(r.step >= 4 for r in update["records"]):
             cluster.remove_node(doomed)
             removed.set()
 
     result = trainer.fit(progress=progress, poll_interval_s=0.5)
     assert result.error is None
     assert removed.is_set()
-    worlds = [r["world_size"] for r in sorted(trainer.step_records, key=lambda r: r["step"])]
+    worlds = [r.world_size for r in sorted(trainer.step_records, key=lambda r: r.step)]
     assert worlds[0] == 3 and worlds[-1] == 2
     kept, groups = committed_ledger(out)
     assert_exactly_once(kept, size, [0, 1, 2])

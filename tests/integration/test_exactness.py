@@ -84,7 +84,7 @@ def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_c
     sizes = np.array([[len(ids) for _, _, ids in ledger] for ledger in ledgers])
     assert sizes.min() >= 1
     assert sizes[:, 4].sum() == 5 and sizes[:, 0].tolist() == [3, 6, 15]
-    assert {r["plan_version"] for r in trainer.step_records} == {1}
+    assert {r.plan_version for r in trainer.step_records} == {1}
 
 
 def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):

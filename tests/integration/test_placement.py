@@ -61,7 +61,7 @@ def test_each_worker_lands_where_its_spec_says(two_pool_cluster, tmp_path):
     assert by_worker["fast"]["threads"] == 2 and by_worker["slow-0"]["threads"] == 1
     assert all(r["device"] == "cpu" for r in landed)
     # Slices followed the workers, whatever ranks Ray assigned.
-    slices = {r["worker"]: r["slice"] for r in trainer.step_records if r["step"] == 0}
+    slices = {r.worker: r.slice for r in trainer.step_records if r.step == 0}
     assert slices == {"fast": 6, "slow-0": 3, "slow-1": 3}
 
 

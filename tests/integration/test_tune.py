@@ -11,6 +11,7 @@ import yaml
 
 from raytrain_hetero.app.cli import main
 from raytrain_hetero.app.config import JobConfig, load_config, validate_config
+from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.tune.search import (
     concurrent_capacity,
@@ -141,8 +142,10 @@ def test_local_ray_too_small_for_one_trial_is_a_config_error():
 
 def test_throughput_metrics_per_worker_and_global():
     records = [
-        {"step": s, "rank": r, "worker": w, "slice": b, "weight": b / 60, "wall_s": 0.5,
-         "samples_per_s": rate, "plan_version": 1, "device": "cpu"}
+        StepRecord(step=s, epoch=0, rank=r, worker=w, device="cpu", slice=b, weight=b / 60,
+                   compute_s=0.1, load_s=0.0, busy_s=0.1, samples_per_s=rate, loss=1.0,
+                   global_samples_per_s=120.0, plan_version=1, group="g", world_size=2,
+                   wall_s=0.5, time=100.0 + s)
         for s in range(3)
         for r, w, b, rate in ((0, "fast", 40, 100.0), (1, "slow", 20, 45.0))
     ]

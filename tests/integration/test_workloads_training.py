@@ -68,10 +68,10 @@ def test_workload_trains_through_hetero_trainer(kind, ray_local, run_config, tmp
     assert result.error is None
     assert 0.0 <= result.metrics["val_accuracy"] <= 1.0
     records = trainer.step_records
-    assert {r["rank"] for r in records} == {0, 1}
+    assert {r.rank for r in records} == {0, 1}
     steps = -(-sizes["train"] // 24)
-    assert len({r["step"] for r in records}) == steps
-    assert {r["slice"] for r in records if r["rank"] == 0} >= {16}  # shares 2:1 of 24
+    assert len({r.step for r in records}) == steps
+    assert {r.slice for r in records if r.rank == 0} >= {16}  # shares 2:1 of 24
     with result.checkpoint.as_directory() as directory:
         state = torch.load(Path(directory) / "model.pt", weights_only=True)
     assert state["meta"]["dataset"] == kind and state["meta"]["in_channels"] == sizes["bands"]

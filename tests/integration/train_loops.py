@@ -197,7 +197,7 @@ def live_loop(config: dict) -> None:
                 from raytrain_hetero.driver.scheduler import SCHEDULER_NAMESPACE, scheduler_actor_name
 
                 actor = ray.get_actor(scheduler_actor_name(config["run_id"]), namespace=SCHEDULER_NAMESPACE)
-                ray.kill(actor)
+                ray.kill(actor, no_restart=False)  # Ray restarts it (max_restarts=-1)
                 (out / "killed_scheduler").write_text(str(step))
             if config.get("checkpoint_every") and (step + 1) % config["checkpoint_every"] == 0:
                 with tempfile.TemporaryDirectory() as d:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import math
@@ -20,32 +21,44 @@ from raytrain_hetero.app.outputs import (
     write_metrics_csv,
     write_summary,
 )
+from raytrain_hetero.core.records import StepRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORKERS = (("fast", 400.0), ("medium", 200.0), ("slow", 100.0))
 
 
 def make_records(steps: int = 30) -> list[dict]:
+    """Complete step records as dicts (``StepRecord.to_dict()`` of :func:`make_step_records`)."""
+    return [r.to_dict() for r in make_step_records(steps)]
+
+
+def make_step_records(steps: int = 30) -> list[StepRecord]:
     records = []
     for step in range(steps):
         plan = 0 if step < 5 else (1 if step < 20 else 2)
         for rank, (worker, speed) in enumerate(WORKERS):
             slc = 64 if plan == 0 else int(192 * speed / 700) + plan
             records.append(
-                {
-                    "step": step,
-                    "epoch": step // 10,
-                    "rank": rank,
-                    "worker": worker,
-                    "device": "cpu",
-                    "slice": slc,
-                    "weight": slc / 192,
-                    "compute_s": slc / speed,
-                    "samples_per_s": speed * (1 + 0.01 * (step % 3)) + 1 / 3,
-                    "loss": 2.0 / (1 + step),
-                    "global_samples_per_s": 700.0 + step / 7,
-                    "plan_version": plan,
-                }
+                StepRecord(
+                    step=step,
+                    epoch=step // 10,
+                    rank=rank,
+                    worker=worker,
+                    device="cpu",
+                    slice=slc,
+                    weight=slc / 192,
+                    compute_s=slc / speed,
+                    load_s=0.001 * rank,
+                    busy_s=slc / speed + 0.001 * rank,
+                    samples_per_s=speed * (1 + 0.01 * (step % 3)) + 1 / 3,
+                    loss=2.0 / (1 + step),
+                    global_samples_per_s=700.0 + step / 7,
+                    plan_version=plan,
+                    group="g0",
+                    world_size=len(WORKERS),
+                    wall_s=0.3 + step / 100,
+                    time=1.7e9 + step / 3,
+                )
             )
     return records
 
@@ -68,12 +81,20 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     assert tuple(header) == METRICS_COLUMNS
     assert header == [
         "step", "epoch", "rank", "worker", "device", "slice", "weight", "compute_s",
-        "samples_per_s", "loss", "global_samples_per_s", "plan_version",
+        "load_s", "busy_s", "samples_per_s", "loss", "global_samples_per_s", "plan_version",
+        "group", "world_size", "wall_s", "time",
     ]  # fmt: skip
+    assert header == [f.name for f in dataclasses.fields(StepRecord)]  # one schema
     assert len(rows) == len(records)
     back = read_metrics_csv(path)
     assert back == records  # exact: ints stay ints, floats round-trip bit for bit
     assert no_temp_files(path.parent)
+
+
+def test_csv_takes_step_records_and_reads_back_into_them(tmp_path: Path) -> None:
+    records = make_step_records(4)
+    path = write_metrics_csv(records, tmp_path / "typed.csv")
+    assert [StepRecord.from_dict(row) for row in read_metrics_csv(path)] == records
 
 
 def test_csv_ignores_extra_keys_and_blanks_missing(tmp_path: Path) -> None:

@@ -1,0 +1,290 @@
+"""Every private Ray API raytrain_hetero uses, in one place, each with why and what would replace it.
+
+Ray Train V2 (2.60) has no public hook for a per-slot elastic policy, a backend that places
+workers itself, or aborting a Train run from a Tune trial. What the package needs from Ray's
+internals is reached *only* here; every other module imports the names below. Each entry of
+:data:`PRIVATE_APIS` says why it is needed and which public API would let us drop it, and
+:func:`check_ray_compat` verifies that the installed Ray is the pinned version and that every
+listed name still resolves, failing with a message naming the private API that moved.
+
+Upgrading Ray: bump :data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the
+integration tests ``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+# Base class of our torch backend. Why: Ray Train's Backend plugin point is the private
+# _TorchBackend (process-group setup on every worker-group start); we subclass it to place,
+# lease and configure each heterogeneous worker before the process group forms.
+# Public replacement: a public TorchConfig/Backend hook with per-worker setup.
+from ray.train.torch.config import _TorchBackend as TorchBackendBase
+
+# Why: to hand the controller the stock failure policy while we replace the scaling policy
+# (mirror of DataParallelTrainer.fit below). Public replacement: a TorchTrainer argument
+# taking a scaling policy.
+from ray.train.v2._internal.execution.failure_handling import create_failure_policy
+
+# Base of HeteroElasticScalingPolicy. Why: Ray's elastic policy sizes groups from one
+# resources dict and ignores label selectors; we override its private
+# _get_reserved_resources/_count_possible_workers to size slot by slot.
+# Public replacement: heterogeneous ScalingConfig.resources_per_worker (Ray's own TODO).
+from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy
+
+# Why: the controller takes the train function wrapped in this (mirror of fit below).
+from ray.train.v2._internal.util import ObjectRefWrapper
+
+from raytrain_hetero.errors import HeteroError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PINNED_RAY_VERSION",
+    "PRIVATE_APIS",
+    "ElasticScalingPolicy",
+    "PrivateRayAPI",
+    "RayCompatError",
+    "TorchBackendBase",
+    "abort_train_controller",
+    "available_resources_per_node",
+    "check_ray_compat",
+    "mark_trainable_mixins",
+    "run_backend_config",
+    "run_controller_with_scaling_policy",
+    "train_env_passthrough",
+]
+
+#: The Ray version every private name below was checked against.
+PINNED_RAY_VERSION = "2.60.0"
+
+#: Ray Train reads this environment variable (not a documented setting) for how often the
+#: controller polls workers; every ``report`` blocks up to one interval, so tests and
+#: benchmarks set it small (0.2 s) and the driver passes it on to workers.
+#: Public replacement: a RunConfig/ScalingConfig field for the health-check interval.
+HEALTH_CHECK_ENV_VAR = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
+class RayCompatError(HeteroError):
+    """The installed Ray is not the pinned version, or a private Ray API we use has moved."""
+
+
+@dataclass(frozen=True)
+class PrivateRayAPI:
+    """One private Ray name the package depends on.
+
+    Attributes:
+        module: Module that holds it (``ray.train.torch.config``).
+        attribute: Dotted path inside the module (``_TorchBackend.on_start``); empty for
+            the module itself.
+        why: What the package needs it for.
+        replacement: The public API that would replace it.
+    """
+
+    module: str
+    attribute: str
+    why: str
+    replacement: str
+
+    @property
+    def name(self) -> str:
+        """Fully dotted name, as an error message shows it."""
+        return f"{self.module}.{self.attribute}" if self.attribute else self.module
+
+
+_CONTROLLER = "ray.train.v2._internal.execution.controller.controller"
+_TRAINER = "ray.train.v2.api.data_parallel_trainer"
+_SCALING = "ray.train.v2._internal.execution.scaling_policy"
+
+#: Every private Ray API the package uses (checked by :func:`check_ray_compat`).
+PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
+    PrivateRayAPI(
+        "ray._private.state", "available_resources_per_node",
+        "live per-node available resources for slot-by-slot elastic sizing",
+        "a public per-node available-resources call (ray.available_resources is cluster-wide)",
+    ),
+    PrivateRayAPI(
+        "ray.train.torch.config", "_TorchBackend.on_start",
+        "base of HeteroTorchBackend: per-worker placement, leases and context before the "
+        "process group forms", "a public per-worker Backend hook",
+    ),
+    PrivateRayAPI(
+        "ray.train.torch.config", "_TorchBackend.on_shutdown",
+        "HeteroTorchBackend releases its resource leases there", "a public Backend hook",
+    ),
+    PrivateRayAPI(
+        _SCALING, "ElasticScalingPolicy._get_reserved_resources",
+        "overridden: read the live per-node view instead of the coordinator's 20 s tick",
+        "heterogeneous ScalingConfig.resources_per_worker",
+    ),
+    PrivateRayAPI(
+        _SCALING, "ElasticScalingPolicy._count_possible_workers",
+        "overridden: count the placeable slot prefix (resources + label selectors)",
+        "heterogeneous ScalingConfig.resources_per_worker",
+    ),
+    PrivateRayAPI(
+        _SCALING, "ElasticScalingPolicy.make_decision_for_running_worker_group",
+        "overridden: remember what the running group holds per node", "as above",
+    ),
+    PrivateRayAPI(
+        _SCALING, "ElasticScalingPolicy.make_decision_for_non_running_worker_group",
+        "overridden: keep counting the old group until its placement group is gone",
+        "as above",
+    ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.execution.failure_handling", "create_failure_policy",
+        "the stock failure policy for the controller we start ourselves",
+        "a TorchTrainer argument taking a scaling policy",
+    ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.util", "ObjectRefWrapper",
+        "wraps the train function for the controller we start ourselves", "as above",
+    ),
+    PrivateRayAPI(
+        _TRAINER, "DataParallelTrainer._initialize_and_run_controller",
+        "mirror of DataParallelTrainer.fit with our scaling policy", "as above",
+    ),
+    PrivateRayAPI(
+        _TRAINER, "DataParallelTrainer._get_train_func",
+        "mirror of DataParallelTrainer.fit", "as above",
+    ),
+    PrivateRayAPI(
+        _TRAINER, "DataParallelTrainer._create_default_callbacks",
+        "mirror of DataParallelTrainer.fit", "as above",
+    ),
+    PrivateRayAPI(
+        _CONTROLLER, "TrainController.abort",
+        "a Tune trial stopped early (ASHA) aborts its Train run so its placement group is "
+        "removed at once", "Tune/Train integration that aborts the run on trial stop",
+    ),
+    PrivateRayAPI(
+        "ray.tune.trainable.function_trainable", "wrap_function",
+        "reads a function trainable's __mixins__ (our cleanup mixin aborts the Train run)",
+        "a public cleanup hook for function trainables",
+    ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.execution.context", "TrainRunContext.backend_config",
+        "callbacks read run_context.backend_config (our setup, naming the scheduler actor)",
+        "public run metadata on TuneReportCallback",
+    ),
+)
+
+
+def _resolve(api: PrivateRayAPI, modules: Mapping[str, Any] | None) -> Any:
+    module = (modules or {}).get(api.module)
+    if module is None:
+        module = importlib.import_module(api.module)
+    target = module
+    for part in filter(None, api.attribute.split(".")):
+        fields = getattr(target, "__dataclass_fields__", {})
+        # A dataclass field without a default is not a class attribute: look it up as a field.
+        target = fields[part] if part in fields else getattr(target, part)
+    return target
+
+
+def check_ray_compat(
+    apis: Sequence[PrivateRayAPI] = PRIVATE_APIS,
+    *,
+    modules: Mapping[str, Any] | None = None,
+    installed_version: str | None = None,
+) -> None:
+    """Check that the installed Ray is the pinned one and every private name resolves.
+
+    Args:
+        apis: The lookup table (default :data:`PRIVATE_APIS`).
+        modules: Module objects to use instead of importing (by module name); for tests.
+        installed_version: Ray version to check (default: ``ray.__version__``).
+
+    Raises:
+        RayCompatError: Names the installed version and every private API that is missing.
+    """
+    version = installed_version if installed_version is not None else ray.__version__
+    problems: list[str] = []
+    if version != PINNED_RAY_VERSION:
+        problems.append(
+            f"installed Ray is {version} but raytrain_hetero is pinned to {PINNED_RAY_VERSION}"
+        )
+    for api in apis:
+        try:
+            _resolve(api, modules)
+        except (ImportError, AttributeError) as exc:
+            problems.append(
+                f"private Ray API {api.name} is missing ({type(exc).__name__}: {exc}); "
+                f"needed for: {api.why}"
+            )
+    if problems:
+        raise RayCompatError(
+            f"Ray {version} is not compatible with raytrain_hetero: " + "; ".join(problems)
+            + f". Fix: install ray=={PINNED_RAY_VERSION}, or port "
+            "raytrain_hetero/driver/_ray_compat.py to this Ray and update PINNED_RAY_VERSION."
+        )
+
+
+# ----------------------------------------------------------------------------- accessors
+
+
+def available_resources_per_node() -> dict[str, dict[str, float]]:
+    """Available resources of every alive node, by node id (``ray._private.state``)."""
+    from ray._private import state
+
+    return state.available_resources_per_node()
+
+
+def run_controller_with_scaling_policy(trainer: Any, scaling_policy: Any) -> Any:
+    """``DataParallelTrainer.fit`` (Ray 2.60) with ``scaling_policy`` in place of Ray's own.
+
+    Why: the controller's scaling policy is chosen inside ``fit`` by
+    ``create_scaling_policy(scaling_config)``; no argument lets a caller pass another.
+
+    Returns:
+        Ray Train's Result. Raises the run's error like ``fit`` does.
+    """
+    result = trainer._initialize_and_run_controller(
+        train_fn_ref=ObjectRefWrapper(trainer._get_train_func()),
+        scaling_policy=scaling_policy,
+        failure_policy=create_failure_policy(trainer.run_config.failure_config),
+        train_run_context=trainer.train_run_context,
+        callbacks=trainer._create_default_callbacks(),
+        validation_config=trainer.validation_config,
+    )
+    if result.error:
+        raise result.error
+    return result
+
+
+def run_backend_config(run_context: Any) -> Any:
+    """The run's backend config (our ``HeteroTorchConfig``) from a Train callback's context."""
+    return getattr(run_context, "backend_config", None)
+
+
+def abort_train_controller(controller: Any, timeout_s: float) -> None:
+    """Abort a Train run through its controller actor (removes its placement group at once).
+
+    Ends the controller actor: the ``RayActorError`` that follows is the expected outcome.
+    """
+    try:
+        ray.get(controller.abort.remote(), timeout=timeout_s)
+    except ray.exceptions.RayActorError:
+        pass
+
+
+def mark_trainable_mixins(trainable: Callable[..., Any], *mixins: type) -> None:
+    """Mix ``mixins`` into the class Tune wraps a function trainable in (``__mixins__``).
+
+    Why: Tune ends a stopped trial's actor without a hook in the function trainable; a mixin
+    overriding ``cleanup`` is the only place to act first.
+    """
+    trainable.__mixins__ = tuple(mixins)  # type: ignore[attr-defined]
+
+
+def train_env_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
+    """The undocumented Ray Train settings (env vars) of ``environ`` to pass to workers."""
+    return {HEALTH_CHECK_ENV_VAR: environ[HEALTH_CHECK_ENV_VAR]} if (
+        HEALTH_CHECK_ENV_VAR in environ
+    ) else {}

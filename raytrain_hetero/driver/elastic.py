@@ -1,0 +1,143 @@
+"""Elastic sizing per worker slot: Ray Train's elastic policy, counting what each slot needs.
+
+:class:`HeteroElasticScalingPolicy` sizes a worker group slot by slot, with each slot's full
+resources and label selector, from the live per-node view (a joining node is used at the next
+monitor check instead of the autoscaling coordinator's 20 s tick).
+:class:`HeteroRayTorchTrainer` is the ``TorchTrainer`` that hands the controller this policy.
+Both reach Ray's internals only through :mod:`raytrain_hetero.driver._ray_compat`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from raytrain_hetero.core.placement import (
+    NodeCapacity,
+    SlotDemand,
+    count_placeable_prefix,
+)
+from raytrain_hetero.driver._ray_compat import (
+    ElasticScalingPolicy,
+    available_resources_per_node,
+    run_controller_with_scaling_policy,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HeteroElasticScalingPolicy", "HeteroRayTorchTrainer"]
+
+
+class HeteroElasticScalingPolicy(ElasticScalingPolicy):
+    """Ray Train's elastic policy, sized by what each worker slot really needs and where.
+
+    Ray's own policy counts workers from the autoscaling coordinator's reservations, which
+    (a) use one ``resources_per_worker`` for all and ignore label selectors, so a node no
+    slot may use counts as room, and (b) refresh on the coordinator's 20 s tick, so a node
+    that joins waits up to 20 s before anyone sees it. This policy keeps Ray's behaviour for
+    everything else (the resource requests that drive the autoscaler, the monitor interval,
+    min/max workers) and answers "how many workers fit" from the live per-node view: each
+    node's *available* resources plus what this run's own group holds there, matched slot by
+    slot (full resources and label selector) with :func:`count_placeable_prefix`.
+    """
+
+    NODE_VIEW_INTERVAL_S = 1.0
+
+    def __init__(self, scaling_config: ScalingConfig, slots: Sequence[SlotDemand]) -> None:
+        super().__init__(scaling_config)
+        self._slots = tuple(slots)
+        self._held: dict[str, dict[str, float]] = {}
+        self._held_placement_group: Any = None
+        self._view_time = float("-inf")
+        self._view: dict[str, NodeCapacity] | None = None
+
+    def make_decision_for_running_worker_group(
+        self, worker_group_state: Any, worker_group_status: Any
+    ) -> Any:
+        self._held = self._holdings(worker_group_state)
+        handle = worker_group_state.placement_group_handle
+        self._held_placement_group = getattr(handle, "placement_group", None)
+        return super().make_decision_for_running_worker_group(
+            worker_group_state, worker_group_status
+        )
+
+    def make_decision_for_non_running_worker_group(self) -> Any:
+        # After a failure Ray Train decides the new size *before* it tears the old group down,
+        # so the old group's resources still count as ours until its placement group is gone.
+        if self._held and not self._old_group_still_holds():
+            self._held = {}
+            self._held_placement_group = None
+            self._view = None
+        return super().make_decision_for_non_running_worker_group()
+
+    def _old_group_still_holds(self) -> bool:
+        if self._held_placement_group is None:
+            return False
+        try:
+            table = ray.util.placement_group_table(self._held_placement_group)
+        except Exception:  # noqa: BLE001 - unknown: assume it is gone, count afresh
+            return False
+        return table.get("state") not in (None, "REMOVED")
+
+    def _holdings(self, worker_group_state: Any) -> dict[str, dict[str, float]]:
+        """Resources this run's workers hold, per node (placement bundle plus lease)."""
+        held: dict[str, dict[str, float]] = {}
+        for rank, worker in enumerate(worker_group_state.workers):
+            index = worker.placement_group_bundle_index
+            slot = self._slots[index if index is not None else rank]
+            node = held.setdefault(worker.metadata.node_id, {})
+            for key, amount in slot.resources.items():
+                node[key] = node.get(key, 0.0) + amount
+        return held
+
+    def _get_reserved_resources(self) -> Any:
+        now = time.monotonic()
+        if now - self._view_time < self.NODE_VIEW_INTERVAL_S and self._view is not None:
+            return self._view
+        self._view_time = now
+        try:
+            available = available_resources_per_node()
+            labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in ray.nodes() if n["Alive"]}
+        except Exception:
+            logger.warning("Could not read per-node resources; keeping the group size.",
+                           exc_info=True)
+            self._view = None
+            return None
+        view: dict[str, NodeCapacity] = {}
+        for node_id, node_labels in labels.items():
+            resources = dict(available.get(node_id, {}))
+            for key, amount in self._held.get(node_id, {}).items():
+                resources[key] = resources.get(key, 0.0) + amount
+            view[node_id] = NodeCapacity(resources=resources, labels=node_labels)
+        self._view = view
+        return view
+
+    def _count_possible_workers(self, reserved_resources: Any) -> int:
+        return count_placeable_prefix(
+            self._slots, reserved_resources, self.scaling_config.max_workers
+        )
+
+
+class HeteroRayTorchTrainer(TorchTrainer):
+    """Ray Train V2 ``TorchTrainer`` whose elastic sizing is :class:`HeteroElasticScalingPolicy`.
+
+    Only ``fit`` differs from the parent: it hands the controller this policy where Ray's
+    ``create_scaling_policy`` would give the stock one (fixed-size groups keep Ray's).
+    """
+
+    def __init__(self, *args: Any, slots: Sequence[SlotDemand], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hetero_slots = tuple(slots)
+
+    def fit(self) -> Any:
+        if self.running_in_local_mode or not self.scaling_config.elasticity_enabled:
+            return super().fit()
+        return run_controller_with_scaling_policy(
+            self, HeteroElasticScalingPolicy(self.scaling_config, self._hetero_slots)
+        )

@@ -1,0 +1,116 @@
+"""The driver's side of the run's telemetry: draining the scheduler actor while a run trains.
+
+:class:`RecordCollector` drains the scheduler actor (:meth:`HeteroScheduler.drain
+<raytrain_hetero.driver.scheduler.HeteroScheduler.drain>`) with a cursor, so the actor can drop
+what the driver holds, and keeps every :class:`~raytrain_hetero.core.records.StepRecord` once
+(by key: a record delivered twice, e.g. resent to a restarted actor, is kept once).
+:meth:`RecordCollector.run_draining` trains on a worker thread and drains on the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import ray
+
+from raytrain_hetero.core.records import StepRecord
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RecordCollector"]
+
+T = TypeVar("T")
+
+#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans}``.
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+class RecordCollector:
+    """Everything the driver learned from the run's scheduler actor.
+
+    Args:
+        scheduler: Handle of the run's scheduler actor.
+        progress: Called with ``{"records": new records, "plans": all plans}`` after each
+            drain that brought something (on the thread that drains).
+        timeout_s: Seconds to wait for one drain.
+
+    Attributes:
+        records: Every step record, each once, in arrival order.
+        plans: Every plan installed so far (a restarted actor's are merged in).
+        decisions: Every live re-plan decided so far.
+    """
+
+    def __init__(
+        self, scheduler: Any, progress: ProgressCallback | None = None, timeout_s: float = 30.0
+    ) -> None:
+        self.scheduler = scheduler
+        self.progress = progress
+        self.timeout_s = timeout_s
+        self.records: list[StepRecord] = []
+        self.plans: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
+        self._keys: set[tuple[str, int, int]] = set()
+        self._cursor = 0
+        self._incarnation: str | None = None
+
+    def drain(self) -> list[StepRecord]:
+        """Drain the actor once; returns the records new to the driver (never raises)."""
+        try:
+            drained = ray.get(
+                self.scheduler.drain.remote(self._cursor, self._incarnation),
+                timeout=self.timeout_s,
+            )
+        except Exception as exc:  # noqa: BLE001 - telemetry is best effort; training goes on
+            logger.warning("could not drain the scheduler: %s", exc)
+            return []
+        if self._incarnation not in (None, drained.incarnation):
+            logger.info("the scheduler actor was restarted; draining its new incarnation")
+        self._cursor, self._incarnation = drained.cursor, drained.incarnation
+        new = [r for r in drained.records if r.key not in self._keys]
+        self._keys.update(r.key for r in new)
+        self.records.extend(new)
+        _merge(self.plans, drained.plans)
+        _merge(self.decisions, drained.decisions)
+        if self.progress is not None and (new or drained.plans):
+            try:
+                self.progress({"records": new, "plans": list(self.plans)})
+            except Exception:
+                logger.exception("progress callback failed")
+        return new
+
+    def run_draining(self, fit: Callable[[], T], interval_s: float) -> T:
+        """Run ``fit`` on a worker thread and drain every ``interval_s`` on this one.
+
+        The progress callback thus runs on the calling thread (a callback may need the main
+        thread, e.g. to add a node to a ``ray.cluster_utils.Cluster``). One last drain after
+        ``fit`` returns collects the workers' final pushes.
+
+        Returns:
+            What ``fit`` returned; re-raises what it raised.
+        """
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["result"] = fit()
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="hetero-fit", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(interval_s)
+            self.drain()
+        self.drain()
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+
+def _merge(into: list[dict[str, Any]], items: tuple[dict[str, Any], ...]) -> None:
+    for item in items:
+        if item not in into:
+            into.append(item)

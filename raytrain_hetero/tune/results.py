@@ -1,0 +1,201 @@
+"""Results of a Tune search: one row per trial (``trials.csv``), the plot, the printed best."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from raytrain_hetero.app.config import JobConfig
+from raytrain_hetero.atomic import atomic_write
+from raytrain_hetero.tune.trial import _plain
+
+__all__ = ["TRIAL_COLUMNS", "format_best", "plot_trials", "trial_rows", "write_trials_csv"]
+
+#: Columns every row of ``trials.csv`` starts with (then ``config/...`` and ``workers/...``).
+TRIAL_COLUMNS: tuple[str, ...] = (
+    "trial_id",
+    "status",
+    "epochs",
+    "val_accuracy",
+    "best_val_accuracy",
+    "samples_per_s",
+    "slices",
+    "error",
+)
+
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def trial_rows(grid: Any, job: JobConfig) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Flatten a Tune ``ResultGrid`` into table rows and per-trial metric histories."""
+    assert job.tune is not None
+    keys = list(job.tune.search_space)
+    rows: list[dict[str, Any]] = []
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for result in grid:
+        metrics = dict(result.metrics or {})
+        trial_id = str(metrics.get("trial_id") or Path(str(result.path)).name)
+        frame = result.metrics_dataframe
+        history = frame.to_dict("records") if frame is not None else []
+        histories[trial_id] = history
+        accuracies = [h.get("val_accuracy") for h in history if _finite(h.get("val_accuracy"))]
+        workers = _workers_from_metrics(metrics)
+        epochs = int(metrics.get("training_iteration") or 0)
+        status = "error" if result.error else (
+            "stopped early" if epochs < job.train.epochs else "completed"
+        )
+        row: dict[str, Any] = {
+            "trial_id": trial_id,
+            "status": status,
+            "epochs": epochs,
+            "val_accuracy": metrics.get("val_accuracy"),
+            "best_val_accuracy": max(accuracies) if accuracies else None,
+            "samples_per_s": metrics.get("samples_per_s"),
+            "slices": " ".join(f"{n}:{w['slice']}" for n, w in workers.items()),  # rank order
+            "error": _first_line(result.error) if result.error else "",
+        }
+        config = dict(result.config or {})
+        for key in keys:
+            row[f"config/{key}"] = _plain(config.get(key))
+        for name, w in workers.items():
+            row[f"workers/{name}/slice"] = w["slice"]
+            row[f"workers/{name}/samples_per_s"] = w["samples_per_s"]
+        row["_workers"] = workers
+        rows.append(row)
+    rows.sort(key=lambda r: r["trial_id"])
+    return rows, histories
+
+
+def _workers_from_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    nested = metrics.get("workers")
+    workers: dict[str, dict[str, Any]] = defaultdict(dict)
+    if isinstance(nested, Mapping):
+        workers.update({str(k): dict(v) for k, v in nested.items()})
+    else:
+        for key, value in metrics.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "workers":
+                workers[parts[1]][parts[2]] = value
+    return dict(sorted(workers.items(), key=lambda item: (item[1].get("rank", 0), item[0])))
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def write_trials_csv(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write one row per trial: :data:`TRIAL_COLUMNS`, then ``config/...``, ``workers/...``."""
+    rows = list(rows)
+    extra: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in TRIAL_COLUMNS and not key.startswith("_") and key not in extra:
+                extra.append(key)
+    columns = list(TRIAL_COLUMNS) + sorted(extra, key=lambda k: (not k.startswith("config/"), k))
+
+    def write(fh: IO[str]) -> None:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+
+    return atomic_write(path, write)
+
+
+def plot_trials(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    metric: str = "val_accuracy",
+    title: str = "Trials",
+) -> Path:
+    """Left: ``metric`` per epoch of every trial (early-stopped trials end early).
+    Right: each trial's per-worker samples/s, stacked, with the run's samples/s marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(12, 5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_metric, ax_tp = fig.subplots(1, 2)
+    fig.suptitle(title)
+    for trial_id, history in sorted(histories.items()):
+        points = [
+            (int(h["training_iteration"]), float(h[metric]))
+            for h in history
+            if _finite(h.get(metric)) and h.get("training_iteration") is not None
+        ]
+        if points:
+            xs, ys = zip(*points)
+            ax_metric.plot(xs, ys, marker="o", lw=1.2, label=trial_id)
+    ax_metric.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_metric.set_xlabel("epoch")
+    ax_metric.set_ylabel(metric)
+    ax_metric.grid(alpha=0.3)
+    if histories:
+        ax_metric.legend(fontsize=8)
+    names = sorted({n for r in rows for n in r.get("_workers", {})})
+    bottoms = [0.0] * len(rows)
+    xs = list(range(len(rows)))
+    for name in names:
+        heights = [
+            float(r["_workers"][name]["samples_per_s"])
+            if name in r.get("_workers", {}) and _finite(r["_workers"][name]["samples_per_s"])
+            else 0.0
+            for r in rows
+        ]
+        ax_tp.bar(xs, heights, bottom=bottoms, label=name)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    totals = [float(r["samples_per_s"]) if _finite(r.get("samples_per_s")) else math.nan for r in rows]
+    ax_tp.plot(xs, totals, "k_", markersize=30, mew=2, label="run samples/s")
+    ax_tp.set_xticks(xs, [str(r["trial_id"]) for r in rows], rotation=30, ha="right", fontsize=8)
+    # Per worker: samples over its own busy time; the run: samples over each step's wall time.
+    ax_tp.set_ylabel("samples / s (per worker, stacked)")
+    ax_tp.grid(alpha=0.3, axis="y")
+    if names:
+        ax_tp.legend(fontsize=8)
+
+    def write(fh: IO[bytes]) -> None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        fh.write(buf.getvalue())
+
+    return atomic_write(path, write, binary=True)
+
+
+def format_best(summary: Mapping[str, Any]) -> str:
+    """Human-readable lines about the best trial (what ``raytrain-hetero tune`` prints)."""
+    from raytrain_hetero.app.outputs import format_worker_table
+
+    best = summary["best"]
+    config = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+    lines = [
+        (
+            f"best trial {best['trial_id']}: {summary['metric']}={best[summary['metric']]:.4f} "
+            f"after {best['epochs']} epoch(s), "
+            f"samples/s={float(best['samples_per_s'] or 'nan'):.1f}"
+        ),
+        f"best config: {config}",
+    ]
+    rows = [
+        {"rank": w.get("rank"), "worker": name, "device": w.get("device"),
+         "samples_per_s": w.get("samples_per_s"), "slice": w.get("slice"), "weight": w.get("weight")}
+        for name, w in sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
+    ]
+    if rows:
+        lines.append(format_worker_table(rows))
+    return "\n".join(lines)
+

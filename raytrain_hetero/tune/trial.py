@@ -1,0 +1,239 @@
+"""The Tune trial side: one function trainable per trial, and what it reports to Tune.
+
+Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): every trial is a
+*function trainable*, :func:`run_trial`, that merges its sampled values over the job, builds a
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` whose ``RunConfig`` carries
+:class:`HeteroTuneReportCallback`, and calls ``fit()``. The callback forwards rank 0's
+per-epoch report (``val_accuracy``) to Tune and adds what this package measures: the run's
+samples/s and each worker's slice, weight and samples/s (from the run's scheduler actor), so
+ASHA, the result table and the plot see them.
+
+Early stopping: when Tune stops a trial (ASHA), the trial first aborts its Train run through
+the Train controller (:func:`abort_active_train_run`), which removes the run's placement group
+at once; otherwise the freed workers would depend on Ray Train's cleaner actor, which needs the
+dashboard's state API and an unambiguous cluster address.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import ray
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from raytrain_hetero.app.config import (
+    JobConfig,
+    dotted_to_nested,
+    merge_overrides,
+    validate_config,
+)
+from raytrain_hetero.core.records import (
+    StepRecord,
+    run_samples_per_s,
+    summarize_workers,
+)
+from raytrain_hetero.driver._ray_compat import (
+    abort_train_controller,
+    mark_trainable_mixins,
+    run_backend_config,
+)
+
+__all__ = [
+    "ControllerMailbox",
+    "HeteroTuneReportCallback",
+    "abort_active_train_run",
+    "run_trial",
+    "throughput_metrics",
+    "trial_job",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (Tune samples with numpy) as plain Python values."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (list, dict)) else value
+
+
+def trial_job(base: JobConfig, params: Mapping[str, Any]) -> JobConfig:
+    """The job one trial runs: ``params`` (dotted keys) merged over ``base``, ``tune`` dropped.
+
+    Raises:
+        ConfigError: The merged job is invalid (names the trial's values).
+    """
+    values = {key: _plain(value) for key, value in params.items()}
+    merged = merge_overrides(base.model_dump(mode="json", exclude={"tune"}), dotted_to_nested(values))
+    shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    return validate_config(merged, source="trial config", note=f" (trial values: {shown})")
+
+
+
+def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
+    """Samples/s of the whole run and per worker over ``records`` (one per rank per step).
+
+    Both come from the one aggregation of step records
+    (:func:`~raytrain_hetero.core.records.summarize_workers`,
+    :func:`~raytrain_hetero.core.records.run_samples_per_s`).
+
+    Returns:
+        ``{"samples_per_s": float, "workers": {name: {"rank", "slice", "weight",
+        "samples_per_s", "device"}}}``; the global rate is the samples of every step over the
+        sum of each step's slowest wall time, a worker's rate the median of its per-step
+        rates, its slice and weight those of its full steps under the latest plan. A worker
+        seen at several ranks (elastic restarts) is shown at its latest.
+    """
+    records = list(records)
+    latest: dict[str, Any] = {}
+    for summary in summarize_workers(records):
+        known = latest.get(summary.worker)
+        if known is None or summary.last_step > known.last_step:
+            latest[summary.worker] = summary
+    workers = {
+        name: {
+            "rank": w.rank,
+            "slice": w.slice,
+            "weight": w.weight,
+            "samples_per_s": w.samples_per_s,
+            "device": w.device,
+        }
+        for name, w in latest.items()
+    }
+    return {"samples_per_s": run_samples_per_s(records), "workers": workers}
+
+
+class HeteroTuneReportCallback(TuneReportCallback):
+    """``TuneReportCallback`` that adds throughput and per-worker slices to every report.
+
+    Runs in the Ray Train controller. On each report it reads the latest step records of
+    every rank from the run's scheduler actor (``recent_records``: a bounded window per rank;
+    the trial's driver drains the full stream) and adds ``samples_per_s`` (the run's, over
+    that window) and ``workers/<name>/{rank, slice, weight, samples_per_s}`` to rank 0's
+    metrics before they go to Tune. Build it inside the Tune
+    trial (it connects to the trial's session on construction).
+
+    Args:
+        controller_mailbox: A :class:`ControllerMailbox` actor; the callback puts the Train
+            controller's handle there on the first report, so the trial can abort the run
+            (releasing its placement group) when Tune stops the trial early.
+    """
+
+    def __init__(self, controller_mailbox: Any = None) -> None:
+        super().__init__()
+        self._controller_mailbox = controller_mailbox
+        self._controller_announced = False
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        if self._controller_mailbox is not None and not self._controller_announced:
+            # Lets the trial abort this run cleanly if Tune stops the trial (ASHA).
+            self._controller_mailbox.put.remote(ray.get_runtime_context().current_actor)
+            self._controller_announced = True
+        enriched = [dict(m) for m in metrics]
+        if enriched:
+            try:
+                enriched[0].update(self._throughput(run_context))
+            except Exception as exc:  # noqa: BLE001 - metrics must still reach Tune
+                logger.warning("no throughput for this report: %s", exc)
+        super().after_report(run_context=run_context, metrics=enriched, checkpoint=checkpoint)
+
+    def _throughput(self, run_context: Any) -> dict[str, Any]:
+        from raytrain_hetero.driver.scheduler import lookup_scheduler
+
+        setup = getattr(run_backend_config(run_context), "setup", None)
+        scheduler = lookup_scheduler(setup.run_id) if setup is not None else None
+        if scheduler is None:
+            return {}
+        records = ray.get(scheduler.recent_records.remote(), timeout=30)
+        return throughput_metrics(records) if records else {}
+
+
+@ray.remote(num_cpus=0)
+class ControllerMailbox:
+    """Holds one actor handle: the Train controller of the trial that owns this actor."""
+
+    def __init__(self) -> None:
+        self._controller: Any = None
+
+    def put(self, controller: Any) -> None:
+        """Store the controller's handle."""
+        self._controller = controller
+
+    def get(self) -> Any:
+        """The stored controller handle, or ``None``."""
+        return self._controller
+
+
+def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str) -> None:
+    """Tune function trainable: train ``base_job`` with ``params`` merged over it.
+
+    Args:
+        params: This trial's sampled values (dotted job keys).
+        base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
+        storage_path: Where Ray Train keeps this trial's run (checkpoints).
+    """
+    from ray import tune
+    from ray.train import CheckpointConfig, RunConfig
+
+    from raytrain_hetero.app.job import build_trainer, classification_loop
+
+    job = trial_job(JobConfig.model_validate(base_job), params)
+    context = tune.get_context()
+    global _ACTIVE_MAILBOX
+    _ACTIVE_MAILBOX = ControllerMailbox.remote()
+    trainer = build_trainer(
+        job,
+        classification_loop,
+        RunConfig(
+            name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
+            storage_path=storage_path,
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+            callbacks=[HeteroTuneReportCallback(_ACTIVE_MAILBOX)],
+        ),
+    )
+    trainer.fit()
+
+
+class _AbortTrainOnStop:
+    """Mixin for Tune's function trainable (see ``mark_trainable_mixins``): when Tune stops
+    the trial (ASHA, time budget), abort the trial's Train run first.
+
+    Tune ends a stopped trial's actor, and with it the Train controller; a controller that
+    dies this way leaves its placement group to Ray Train's cleaner actor, which needs the
+    dashboard's state API and an unambiguous cluster address. Aborting through the
+    controller removes the placement group at once, so the next trial gets the workers.
+    """
+
+    def cleanup(self) -> None:
+        try:
+            abort_active_train_run()
+        finally:
+            super().cleanup()  # type: ignore[misc]
+
+
+mark_trainable_mixins(run_trial, _AbortTrainOnStop)
+
+#: This trial process's mailbox (set by :func:`run_trial`, read when Tune stops the trial).
+_ACTIVE_MAILBOX: Any = None
+
+
+def abort_active_train_run(timeout_s: float = 60.0) -> bool:
+    """Abort the Train run of this trial process, if one is running; True if aborted."""
+    mailbox = _ACTIVE_MAILBOX
+    if mailbox is None:
+        return False
+    try:
+        controller = ray.get(mailbox.get.remote(), timeout=10)
+    except Exception as exc:  # noqa: BLE001 - the mailbox died with a finished run
+        logger.debug("no controller to abort: %s", exc)
+        return False
+    if controller is None:
+        return False
+    try:
+        abort_train_controller(controller, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - best effort; Ray's cleaner remains
+        logger.warning("could not abort the trial's Train run: %s", exc)
+        return False
+    logger.info("aborted the stopped trial's Train run")
+    return True
+

@@ -1,0 +1,79 @@
+"""driver/_ray_compat.py: the installed Ray is the pinned one and every private name resolves."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from raytrain_hetero.driver._ray_compat import (
+    PINNED_RAY_VERSION,
+    PRIVATE_APIS,
+    PrivateRayAPI,
+    RayCompatError,
+    check_ray_compat,
+)
+from raytrain_hetero.errors import HeteroError
+
+
+def test_installed_ray_is_pinned_and_every_private_api_resolves() -> None:
+    check_ray_compat()  # raises RayCompatError naming the moved API otherwise
+
+
+def test_every_entry_says_why_and_what_would_replace_it() -> None:
+    assert len({api.name for api in PRIVATE_APIS}) == len(PRIVATE_APIS)
+    for api in PRIVATE_APIS:
+        assert api.module.startswith("ray.") and api.why and api.replacement
+
+
+def test_a_moved_private_api_is_named_with_the_installed_version() -> None:
+    fake_state = types.SimpleNamespace()  # the module lost available_resources_per_node
+    api = PrivateRayAPI("ray._private.state", "available_resources_per_node", "sizing", "none")
+    with pytest.raises(RayCompatError) as info:
+        check_ray_compat(
+            [api], modules={"ray._private.state": fake_state}, installed_version=PINNED_RAY_VERSION
+        )
+    message = str(info.value)
+    assert "ray._private.state.available_resources_per_node is missing" in message
+    assert f"Ray {PINNED_RAY_VERSION}" in message and "sizing" in message
+    assert "Fix:" in message
+    assert isinstance(info.value, HeteroError)
+
+
+def test_a_nested_attribute_that_moved_is_found_missing() -> None:
+    base = type("ElasticScalingPolicy", (), {"make_decision_for_running_worker_group": None})
+    module = types.SimpleNamespace(ElasticScalingPolicy=base)
+    api = PrivateRayAPI("fake.scaling", "ElasticScalingPolicy._count_possible_workers", "w", "r")
+    with pytest.raises(RayCompatError, match=r"fake\.scaling\.ElasticScalingPolicy\."
+                       r"_count_possible_workers is missing"):
+        check_ray_compat([api], modules={"fake.scaling": module},
+                         installed_version=PINNED_RAY_VERSION)
+    present = PrivateRayAPI("fake.scaling", "ElasticScalingPolicy", "w", "r")
+    check_ray_compat([present], modules={"fake.scaling": module},
+                     installed_version=PINNED_RAY_VERSION)
+
+
+def test_another_ray_version_is_refused_with_both_versions() -> None:
+    with pytest.raises(RayCompatError) as info:
+        check_ray_compat([], installed_version="2.61.0")
+    assert "installed Ray is 2.61.0" in str(info.value)
+    assert f"pinned to {PINNED_RAY_VERSION}" in str(info.value)
+
+
+def test_no_private_ray_name_outside_the_compat_module() -> None:
+    import re
+    from pathlib import Path
+
+    import raytrain_hetero
+
+    pattern = re.compile(
+        r"ray\._private|ray\.train\.v2\._internal|ray\.train\._internal|_TorchBackend"
+        r"|__mixins__|controller\.abort|_initialize_and_run_controller"
+    )
+    root = Path(raytrain_hetero.__file__).parent
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "compat" not in path.name and pattern.search(path.read_text())
+    ]
+    assert offenders == [], f"private Ray names outside driver/_ray_compat.py: {offenders}"

@@ -1,0 +1,89 @@
+"""The scheduler actor's state, as a plain object: de-duplication, bounded memory, draining."""
+
+from __future__ import annotations
+
+import math
+
+from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.driver.scheduler import HeteroScheduler
+
+
+def record(step: int, rank: int = 0, group: str = "g", busy_s: float = 0.1, **over) -> StepRecord:
+    rate = 10 / busy_s if busy_s else math.nan
+    fields = {
+        "step": step, "epoch": 0, "rank": rank, "worker": f"w{rank}", "device": "cpu",
+        "slice": 10, "weight": 0.5, "compute_s": busy_s, "load_s": 0.0, "busy_s": busy_s,
+        "samples_per_s": rate, "loss": 1.0, "global_samples_per_s": 200.0, "plan_version": 1,
+        "group": group, "world_size": 2, "wall_s": busy_s, "time": 1000.0 + step,
+    }
+    fields.update(over)
+    return StepRecord(**fields)
+
+
+def scheduler(**kwargs) -> HeteroScheduler:
+    return HeteroScheduler("run", live=False, clock=lambda: 0.0, **kwargs)
+
+
+def test_a_resent_batch_is_kept_once() -> None:
+    sched = scheduler()
+    batch = [record(s, r) for s in range(3) for r in range(2)]
+    assert sched.record_steps(batch) == 6
+    assert sched.record_steps(batch) == 0  # a worker's resend after a failed push
+    assert sched.record_steps([record(3, 0), *batch[:2]]) == 1
+    drained = sched.drain()
+    assert [r.key for r in drained.records] == [r.key for r in batch] + [("g", 0, 3)]
+    assert drained.counters.received == 15 and drained.counters.duplicates == 8
+    assert drained.counters.kept == 7
+
+
+def test_a_resend_arriving_after_later_steps_is_still_kept() -> None:
+    sched = scheduler()
+    sched.record_steps([record(5), record(6)])  # pushed after the failed push of 3 and 4
+    assert sched.record_steps([record(3), record(4)]) == 2
+
+
+def test_same_step_of_another_group_is_not_a_duplicate() -> None:
+    sched = scheduler()
+    sched.record_steps([record(0, group="a")])
+    assert sched.record_steps([record(0, group="b")]) == 1
+
+
+def test_absurd_timings_are_rejected_and_counted() -> None:
+    sched = scheduler()
+    assert sched.record_steps([record(0, busy_s=0.0), record(1, busy_s=math.nan)]) == 0
+    assert sched.drain().counters.rejected == 2
+
+
+def test_mappings_are_taken_as_step_records() -> None:
+    sched = scheduler()
+    assert sched.record_steps([record(0).to_dict()]) == 1
+    assert sched.drain().records == (record(0),)
+
+
+def test_drain_with_cursor_drops_what_the_driver_holds() -> None:
+    sched = scheduler()
+    sched.record_steps([record(s) for s in range(4)])
+    first = sched.drain()
+    assert len(first.records) == 4
+    sched.record_steps([record(4)])
+    second = sched.drain(first.cursor, first.incarnation)
+    assert [r.step for r in second.records] == [4]
+    assert sched.memory_footprint()["undrained"] == 1
+    # A cursor from another incarnation (before a restart) acknowledges nothing here.
+    third = sched.drain(second.cursor, "other-incarnation")
+    assert [r.step for r in third.records] == [4]
+    assert sched.drain(third.cursor, third.incarnation).records == ()
+    assert sched.memory_footprint()["undrained"] == 0
+
+
+def test_memory_stays_bounded_however_long_the_run() -> None:
+    sched = scheduler(max_undrained=50, recent_per_rank=8, max_seen_keys=100)
+    for start in range(0, 2000, 20):
+        sched.record_steps([record(s, r) for s in range(start, start + 10) for r in range(2)])
+    sizes = sched.memory_footprint()
+    assert sizes["undrained"] == 50 and sizes["recent"] == 16 and sizes["seen_keys"] == 100
+    drained = sched.drain()
+    assert drained.counters.kept == 2000 and drained.counters.dropped == 1950
+    # The newest records are the ones kept for the driver and for live summaries.
+    assert drained.records[-1].step == 1989
+    assert {r.step for r in sched.recent_records()} == set(range(1982, 1990))
