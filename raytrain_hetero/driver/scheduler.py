@@ -33,6 +33,7 @@ import ray
 from raytrain_hetero.config import SlowdownInjection
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.policy import PolicyConfig, PolicyState, Replan, StepSample, decide
+from raytrain_hetero.core.records import StepRecord
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class HeteroScheduler:
 
     # ------------------------------------------------------------------ measurements
 
-    def record_steps(self, records: list[dict[str, Any]]) -> int:
+    def record_steps(self, records: list[StepRecord | dict[str, Any]]) -> int:
         """Store finished-step records; absurd timings are rejected with a log line.
 
         Returns:
@@ -172,6 +173,8 @@ class HeteroScheduler:
         """
         kept = 0
         for record in records:
+            if isinstance(record, StepRecord):  # workers push typed records
+                record = record.to_dict()
             busy = record.get("busy_s", record.get("compute_s"))
             if not isinstance(busy, (int, float)) or not math.isfinite(busy) or busy <= 0:
                 self._rejected += 1
