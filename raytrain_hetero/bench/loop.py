@@ -12,12 +12,13 @@ logging are identical for all contenders; only the data-parallel plumbing differ
   :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (carved slices, count-weighted gradients,
   global-batch BatchNorm; probing happens at the first iteration of the loader).
 
-Emulated slowdown applies to both the same way: a worker with factor k sleeps (k - 1) times
-its own compute (thread CPU time on one torch thread) before every collective of the step.
-raytrain_hetero does it inside its hooks (:func:`raytrain_hetero.worker.probe.stretch_compute`); for
-stock, :class:`StockEmulation` does it with a forward pre-hook on the inner module (start of
-the step's compute, after DDP's buffer broadcast) and a DDP communication hook that stretches
-before each gradient bucket's all-reduce, then runs DDP's default all-reduce.
+Emulated slowdown applies to both the same way, through the one EMULATION helper
+(:class:`raytrain_hetero.worker.emulation.SlowdownEmulator`): a worker with factor k sleeps
+(k - 1) times its own compute (thread CPU time on one torch thread) before every collective of
+the step. raytrain_hetero does it inside its hooks (:class:`raytrain_hetero.worker.timing.StepTiming`);
+for stock, :class:`StockEmulation` does it with a forward pre-hook on the inner module (start
+of the step's compute, after DDP's buffer broadcast) and a DDP communication hook that
+stretches before each gradient bucket's all-reduce, then runs DDP's default all-reduce.
 
 Every rank appends one JSON line per step to ``<out>/rank<r>_<pid>.jsonl``: step, epoch, world
 size, its slice, the wall time the step ended; rank 0 evaluates every ``eval_every`` steps
@@ -41,14 +42,11 @@ __all__ = ["StockEmulation", "bench_loop", "measure_alone", "slowdown_at"]
 def slowdown_at(base: float, schedule: Sequence[dict[str, Any]], step: int, *, rank: int | None = None,
                 worker: str | None = None) -> float:
     """Emulated factor at ``step``: ``base`` times every injection targeting this worker."""
-    factor = float(base)
-    for injection in schedule:
-        targets = (injection.get("rank") is not None and injection.get("rank") == rank) or (
-            injection.get("worker") is not None and injection.get("worker") == worker
-        )
-        if targets and step >= int(injection.get("from_step", 0)):
-            factor *= float(injection["factor"])
-    return factor
+    from raytrain_hetero.config import SlowdownInjection
+    from raytrain_hetero.worker.emulation import slowdown_factor
+
+    injections = [SlowdownInjection(**injection) for injection in schedule]
+    return slowdown_factor(base, injections, worker=worker, rank=rank, step=step)
 
 
 class StockEmulation:
@@ -63,14 +61,14 @@ class StockEmulation:
 
     def __init__(self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]],
                  device: Any) -> None:
-        from raytrain_hetero.worker.probe import ComputeClock
+        from raytrain_hetero.worker.emulation import SlowdownEmulator
+        from raytrain_hetero.worker.timing import ComputeClock
 
         self.rank = rank
         self.base_factor = float(base_factor)
         self.schedule = [dict(i) for i in schedule]
-        self.clock = ComputeClock(device)
+        self.emulator = SlowdownEmulator(ComputeClock(device))
         self.step = 0
-        self.mark = self.clock.now()
 
     @property
     def factor(self) -> float:
@@ -79,16 +77,11 @@ class StockEmulation:
 
     def start(self, *_: Any) -> None:
         """Forward pre-hook: the step's compute starts now (loading is not stretched)."""
-        self.mark = self.clock.now()
+        self.emulator.mark()
 
     def stretch(self) -> None:
         """Before a collective: sleep (k - 1) x the compute since the last mark."""
-        now = self.clock.now()
-        factor = self.factor
-        interval = max(0.0, now - self.mark)
-        if factor > 1.0 and interval > 0.0:
-            time.sleep(interval * (factor - 1.0))
-        self.mark = self.clock.now()
+        self.emulator.stretch(self.factor)
 
     def install(self, ddp_model: Any) -> None:
         """Register the pre-hook on the inner module and the stretching comm hook on DDP."""
@@ -276,11 +269,11 @@ def bench_loop(config: dict[str, Any]) -> None:
             names = config.get("worker_names") or []
             record["worker"] = names[rank] if rank < len(names) else str(rank)
         else:
-            from raytrain_hetero.worker.context import get_worker_context
+            from raytrain_hetero.worker.context import get_runtime
 
-            hetero_context = get_worker_context()  # read-only: this step's emulated factor
-            record["factor"] = hetero_context.slowdown
-            record["worker"] = hetero_context.spec.name
+            hetero = get_runtime()  # read-only: this step's emulated factor
+            record["factor"] = hetero.timing.slowdown()
+            record["worker"] = hetero.identity.spec.name
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -358,14 +351,15 @@ def measure_alone(data: dict[str, Any], width: int, seed: int,
     from torch.utils.data import default_collate
 
     from raytrain_hetero.bench.data import ArrayDataset, BenchData
-    from raytrain_hetero.worker.probe import ComputeClock
+    from raytrain_hetero.worker.emulation import SlowdownEmulator
+    from raytrain_hetero.worker.timing import ComputeClock
 
     torch.set_num_threads(max(1, int(threads)))
     dev = torch.device(device)
     bench = BenchData(**data)
     train = ArrayDataset(bench.path("train_x"), bench.path("train_y"))
     rng = np.random.default_rng(seed)
-    clock = ComputeClock(dev)
+    emulator = SlowdownEmulator(ComputeClock(dev))
     results: list[float] = []
     # A fresh process runs its first steps slowly (lazy kernel set-up): warm it up once.
     warmup = [{"slice": max(int(j["slice"]) for j in jobs), "factor": 1.0, "warmup": True}] if jobs else []
@@ -379,13 +373,11 @@ def measure_alone(data: dict[str, Any], width: int, seed: int,
             indices = rng.integers(0, len(train), size=b)
             item = default_collate([train[int(i)] for i in indices])
             x, y = item["image"].to(dev), item["label"].to(dev)
-            mark = clock.now()
+            emulator.mark()
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            interval = clock.now() - mark
-            if factor > 1.0:
-                time.sleep(interval * (factor - 1.0))
+            emulator.stretch(factor)
             optimizer.step()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)

@@ -32,11 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytrain_hetero.driver._ray_compat import TorchBackendBase
 from raytrain_hetero.errors import PlacementError
-from raytrain_hetero.worker.context import (
-    HeteroSetup,
-    WorkerContext,
-    install_worker_context,
-)
+from raytrain_hetero.worker.context import HeteroSetup
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +84,11 @@ def _install_on_worker(
     gpu_ids: list[str],
     group_id: str,
 ) -> str:
-    """Runs in each worker process: choose its device, threads and install its context."""
+    """Runs in each worker process: choose its device, threads and install its runtime."""
     import torch
+
+    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.identity import RankIdentity
 
     spec = setup.specs[spec_index]
     device = "cpu"
@@ -112,16 +111,15 @@ def _install_on_worker(
         torch.cuda.set_device(index)
     threads = max(1, int(spec.resources.get("CPU", 1)))
     torch.set_num_threads(threads)
-    install_worker_context(
-        WorkerContext(
-            setup=setup,
-            spec_index=spec_index,
-            rank=rank,
-            world_size=world_size,
-            device=device,
-            group_id=group_id,
-        )
+    identity = RankIdentity(
+        setup=setup,
+        slot=spec_index,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        group_id=group_id,
     )
+    install_runtime(WorkerRuntime.start(identity))
     return device
 
 

@@ -23,8 +23,9 @@ How the work is divided (``mode="proportional"``, the default):
 ``mode="equal"`` gives every actor the same batch size and the same share (speed-unaware,
 the usual setup) and ``mode="single"`` runs one actor of the fastest group: the two
 baselines the proportional plan is compared with. ``emulated_slowdown`` of a worker group is
-EMULATION for CPU-only machines: an actor sleeps (factor - 1) x the process CPU time of each
-batch, imitating a slower device.
+EMULATION for CPU-only machines: an actor sleeps (factor - 1) x its own compute time of each
+batch (the one worker emulator, :class:`raytrain_hetero.worker.emulation.SlowdownEmulator`),
+imitating a slower device.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ class ModelPredictor:
         import torch
 
         from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+        from raytrain_hetero.worker.emulation import SlowdownEmulator
+        from raytrain_hetero.worker.timing import ComputeClock
         from raytrain_hetero.workloads.models import build_model
 
         torch.set_num_threads(max(1, int(threads)))
@@ -222,6 +225,7 @@ class ModelPredictor:
         self.model = model.to(self.device).eval()
         self.worker = worker
         self.slowdown = float(slowdown)
+        self._emulator = SlowdownEmulator(ComputeClock(self.device))
         self.sample_id = _sample_ids(self.dataset)
 
     def _images(self, indices: np.ndarray) -> tuple[Any, Any]:
@@ -238,16 +242,14 @@ class ModelPredictor:
         import torch
 
         started = time.time()
-        cpu0 = time.process_time()
+        self._emulator.mark()
         images, labels = self._images(indices)
         with torch.inference_mode():
             logits = self.model(images.to(self.device, non_blocking=True))
             probs = torch.softmax(logits.float(), dim=1)
             confidence, prediction = probs.max(dim=1)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        if self.slowdown > 1.0:  # EMULATION: stretch this actor's own compute
-            time.sleep((self.slowdown - 1.0) * (time.process_time() - cpu0))
+        # EMULATION: stretch this actor's own compute (the clock synchronises a CUDA device).
+        self._emulator.stretch(self.slowdown)
         ended = time.time()
         n = len(indices)
         return {

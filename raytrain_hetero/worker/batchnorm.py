@@ -10,11 +10,17 @@ Gradients stay exact under the count-weighted gradient sync: rank r's gradient i
 by w_r = n_r/N, so the backward of the statistics all-reduce returns
 ``sum_j w_j * g_j / w_r`` (g_j: gradient arriving at the statistics on rank j). After the
 weighting, each rank contributes its share of the true derivative through the statistics.
+
+The layer reads nothing global: what it needs from the training step (this rank's weight w_r,
+and what to do around each statistics exchange, e.g. account and emulate compute) is a
+:class:`BatchNormBinding` passed in by :func:`convert_batchnorm`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +32,34 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 from raytrain_hetero.errors import ModelPreparationError
 
 logger = logging.getLogger(__name__)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _no_weight() -> float | None:
+    return None
+
+
+@dataclass(frozen=True)
+class BatchNormBinding:
+    """What HeteroBatchNorm layers need from the training step, injected at conversion.
+
+    Attributes:
+        rank_weight: This rank's gradient weight w_r in the current step, or None outside a
+            step (then 1/world, the weight of plain averaging).
+        before_exchange: Called right before each statistics all-reduce (the rank's compute
+            up to here is accounted, and stretched under EMULATION).
+        after_exchange: Called right after it (the wait is not compute).
+    """
+
+    rank_weight: Callable[[], float | None] = _no_weight
+    before_exchange: Callable[[], None] = _nothing
+    after_exchange: Callable[[], None] = _nothing
+
+
+UNBOUND = BatchNormBinding()
 
 
 def _layout(input: torch.Tensor) -> tuple[int, list[int], list[int]]:
@@ -50,7 +84,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         input: torch.Tensor,
         weight: torch.Tensor | None,
         bias: torch.Tensor | None,
-        layer: "HeteroBatchNorm",
+        layer: HeteroBatchNorm,
         rank_weight: float,
     ) -> torch.Tensor:
         channels, reduce_dims, shape = _layout(input)
@@ -69,7 +103,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             stats[:channels] = local_mean * local_count
             stats[channels : 2 * channels] = local_m2 + local_count * local_mean * local_mean
             stats[-1] = float(local_count)
-        _all_reduce_sum(stats, layer.process_group)
+        _all_reduce_sum(stats, layer.process_group, layer.binding)
         total = stats[-1]
         mean = stats[:channels] / total
         var = (stats[channels : 2 * channels] / total - mean * mean).clamp_min(0.0)
@@ -90,6 +124,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         ctx.total = total
         ctx.rank_weight = rank_weight
         ctx.group = layer.process_group
+        ctx.binding = layer.binding
         return output
 
     @staticmethod
@@ -116,7 +151,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         # Rank r's gradients are scaled by w_r later, so the statistics' share of the input
         # gradient is sum_j w_j g_j / w_r (see the module docstring).
         weighted = torch.cat([local_sum_dy, local_sum_dy_xmu]) * ctx.rank_weight
-        reduced = _all_reduce_sum(weighted, ctx.group)
+        reduced = _all_reduce_sum(weighted, ctx.group, ctx.binding)
         if ctx.rank_weight > 0:  # a rank without samples has no input gradient to form
             reduced = reduced / ctx.rank_weight
         sum_dy, sum_dy_xmu = reduced[:channels], reduced[channels:]
@@ -129,29 +164,21 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         return buffer, grad_weight, grad_bias, None, None
 
 
-def _all_reduce_sum(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+def _all_reduce_sum(
+    tensor: torch.Tensor, group: Any, binding: BatchNormBinding
+) -> torch.Tensor:
     """In-place SUM all-reduce; stages CUDA tensors through the CPU on gloo groups.
 
-    The worker's compute up to here is accounted (and stretched under emulated slowdown)
-    first, and the wait inside the collective is excluded from its compute.
+    The binding's hooks run around it: the worker's compute up to here is accounted (and
+    stretched under emulated slowdown) first, and the wait inside the collective is excluded.
     """
     if group is None or dist.get_world_size(group) == 1:
         return tensor
-    from raytrain_hetero.worker.context import _context
-    from raytrain_hetero.worker.probe import resume_compute, stretch_compute
-
-    clock = _context.compute_clock if _context is not None else None
-    if clock is not None and clock.device.type == "cuda" and _context.slowdown <= 1.0:
-        # Reading a CUDA clock synchronises the device: without emulation to apply, account
-        # compute at the gradient hooks only and keep BatchNorm layers asynchronous.
-        clock = None
-    if clock is not None:
-        stretch_compute(_context, clock)
+    binding.before_exchange()
     try:
         return _all_reduce_sum_now(tensor, group)
     finally:
-        if clock is not None:
-            resume_compute(_context, clock)
+        binding.after_exchange()
 
 
 def _all_reduce_sum_now(tensor: torch.Tensor, group: Any) -> torch.Tensor:
@@ -174,6 +201,7 @@ class HeteroBatchNorm(_BatchNorm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.process_group: Any = None
+        self.binding: BatchNormBinding = UNBOUND
         self.sync_enabled = True
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -182,34 +210,21 @@ class HeteroBatchNorm(_BatchNorm):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
-        from raytrain_hetero.worker.context import _context  # lazy: avoid a cycle at import
-
         use_batch_stats = self.training or not self.track_running_stats
-        synced = (
-            use_batch_stats
-            and self.sync_enabled
-            and self.process_group is not None
-            and (_context is None or _context.bn_sync_enabled)
-        )
+        synced = use_batch_stats and self.sync_enabled and self.process_group is not None
         if not synced:
             return super().forward(input)
 
-        local_count = input.numel() // input.shape[1]
         return _GlobalBatchNormFunction.apply(
-            input, self.weight, self.bias, self, self._rank_weight(local_count)
+            input, self.weight, self.bias, self, self._rank_weight()
         )
 
-    def _rank_weight(self, local_count: int) -> float:
+    def _rank_weight(self) -> float:
         """This rank's gradient weight w_r in the current step (n_r/N, or 1/world)."""
-        from raytrain_hetero.worker.context import _context
-        from raytrain_hetero.core.weighting import gradient_scale
-
-        if _context is None or _context.current_step is None:
+        weight = self.binding.rank_weight()
+        if weight is None:
             return 1.0 / dist.get_world_size(self.process_group)
-        step = _context.current_step
-        return gradient_scale(
-            step.local_count, step.global_count, len(step.counts), _context.setup.weighting
-        )
+        return float(weight)
 
     @torch.no_grad()
     def _update_running_stats(
@@ -226,7 +241,9 @@ class HeteroBatchNorm(_BatchNorm):
         self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype), alpha=factor)
 
 
-def convert_batchnorm(module: nn.Module, process_group: Any) -> nn.Module:
+def convert_batchnorm(
+    module: nn.Module, process_group: Any, binding: BatchNormBinding = UNBOUND
+) -> nn.Module:
     """Replace every BatchNorm layer of ``module`` by a :class:`HeteroBatchNorm` (in place).
 
     Parameters and running statistics are carried over. Layers whose training statistics
@@ -235,6 +252,8 @@ def convert_batchnorm(module: nn.Module, process_group: Any) -> nn.Module:
     Args:
         module: The model.
         process_group: Group over which statistics are reduced.
+        binding: What the layers need from the training step (default: weights 1/world,
+            nothing around the exchanges).
 
     Returns:
         The module, or its replacement if it is itself a BatchNorm layer.
@@ -243,10 +262,12 @@ def convert_batchnorm(module: nn.Module, process_group: Any) -> nn.Module:
         ModelPreparationError: For lazy BatchNorm layers and InstanceNorm layers that track
             running statistics (both named in the message).
     """
-    return _convert(module, process_group, "model")
+    return _convert(module, process_group, binding, "model")
 
 
-def _convert(module: nn.Module, process_group: Any, path: str) -> nn.Module:
+def _convert(
+    module: nn.Module, process_group: Any, binding: BatchNormBinding, path: str
+) -> nn.Module:
     if isinstance(module, _LazyNormBase) and module.has_uninitialized_params():
         raise ModelPreparationError(
             f"Layer '{path}' ({type(module).__name__}) is lazy and not yet initialised: run one "
@@ -274,13 +295,15 @@ def _convert(module: nn.Module, process_group: Any, path: str) -> nn.Module:
             converted.running_var = module.running_var
             converted.num_batches_tracked = module.num_batches_tracked
         converted.process_group = process_group
+        converted.binding = binding
         converted.train(module.training)
         return converted
     if isinstance(module, HeteroBatchNorm):
         module.process_group = process_group
+        module.binding = binding
         return module
     for name, child in module.named_children():
-        replaced = _convert(child, process_group, f"{path}.{name}")
+        replaced = _convert(child, process_group, binding, f"{path}.{name}")
         if replaced is not child:
             module.add_module(name, replaced)
     return module

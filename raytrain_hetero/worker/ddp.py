@@ -20,11 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from raytrain_hetero.worker.batchnorm import convert_batchnorm
-from raytrain_hetero.worker.context import WorkerContext
-from raytrain_hetero.core.weighting import gradient_scale
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.probe import ComputeClock, stretch_compute
+from raytrain_hetero.worker.batchnorm import BatchNormBinding, convert_batchnorm
+from raytrain_hetero.worker.timing import StepTiming
 
 logger = logging.getLogger(__name__)
 
@@ -34,33 +32,29 @@ class WeightedSyncState:
     """State of the communication hook of one rank.
 
     Attributes:
-        context: The worker context (current step, weighting, emulated slowdown).
+        timing: The worker's step timing (the step in progress, compute accounting).
+        weighting: "proportional" or "uniform".
         process_group: Group the gradients are reduced over.
-        clock: Compute clock of this worker's device.
     """
 
-    context: WorkerContext
+    timing: StepTiming
+    weighting: str
     process_group: Any
-    clock: ComputeClock
 
 
 def weighted_allreduce_hook(
     state: WeightedSyncState, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: scale by the rank's weight, SUM all-reduce, no division."""
-    context = state.context
-    step = context.current_step
+    step = state.timing.current
     if step is None:
         raise HeteroError(
             "Gradients were synchronised outside a step of the prepared data loader: iterate "
             "the loader returned by prepare_data_loader and call backward once per batch."
         )
-    stretch_compute(context, state.clock)
-    scale = gradient_scale(
-        step.local_count, step.global_count, len(step.counts), context.setup.weighting
-    )
+    state.timing.before_collective()
     tensor = bucket.buffer()
-    tensor.mul_(scale)
+    tensor.mul_(step.weight(state.weighting))
     group = state.process_group
     if tensor.is_cuda and dist.get_backend(group) == dist.Backend.GLOO:
         # Mixed CPU/GPU groups run gloo; stage through host memory.
@@ -84,10 +78,32 @@ weighted_allreduce_hook.__annotations__ = {
 }
 
 
+def batchnorm_binding(timing: StepTiming, weighting: str) -> BatchNormBinding:
+    """What HeteroBatchNorm layers need from ``timing``: weights and exchange accounting.
+
+    Closures, not bound methods: a deep copy of the model then shares them instead of
+    copying the worker's timing.
+    """
+
+    def rank_weight() -> float | None:
+        step = timing.current
+        return None if step is None else step.weight(weighting)
+
+    def before_exchange() -> None:
+        timing.before_collective(optional=True)
+
+    def after_exchange() -> None:
+        timing.after_collective(optional=True)
+
+    return BatchNormBinding(rank_weight, before_exchange, after_exchange)
+
+
 def wrap_model(
     model: torch.nn.Module,
-    context: WorkerContext,
     *,
+    device: torch.device | str,
+    timing: StepTiming,
+    weighting: str,
     sync_batchnorm: bool = True,
     ddp_kwargs: dict[str, Any] | None = None,
 ) -> DistributedDataParallel:
@@ -95,7 +111,9 @@ def wrap_model(
 
     Args:
         model: The user's model.
-        context: This worker's context.
+        device: This worker's device.
+        timing: This worker's step timing (step weights, compute accounting, EMULATION).
+        weighting: "proportional" (exact) or "uniform".
         sync_batchnorm: Replace BatchNorm layers by global-statistics HeteroBatchNorm. Turning
             it off keeps per-slice statistics, which is inexact under uneven slices.
         ddp_kwargs: Extra keyword arguments for DistributedDataParallel.
@@ -108,11 +126,11 @@ def wrap_model(
             "torch.distributed is not initialised: prepare_model must run inside a "
             "HeteroTrainer worker."
         )
-    device = torch.device(context.device)
+    device = torch.device(device)
     if sync_batchnorm:
         # A dedicated group keeps statistics collectives from interleaving with DDP buckets.
         bn_group = dist.new_group(backend=dist.get_backend())
-        model = convert_batchnorm(model, bn_group)
+        model = convert_batchnorm(model, bn_group, batchnorm_binding(timing, weighting))
     else:
         logger.warning(
             "sync_batchnorm=False: BatchNorm uses per-slice statistics, so updates are not the "
@@ -125,8 +143,6 @@ def wrap_model(
         kwargs["device_ids"] = [device.index if device.index is not None else 0]
     kwargs.update(ddp_kwargs or {})
     ddp_model = DistributedDataParallel(model, **kwargs)
-    clock = ComputeClock(device)
-    context.compute_clock = clock
-    state = WeightedSyncState(context=context, process_group=dist.group.WORLD, clock=clock)
+    state = WeightedSyncState(timing=timing, weighting=weighting, process_group=dist.group.WORLD)
     ddp_model.register_comm_hook(state, weighted_allreduce_hook)
     return ddp_model

@@ -1,16 +1,11 @@
-"""Timed forward/backward probes and the compute clock behind every step measurement.
+"""Timed forward/backward probes of one worker, alone (no communication).
 
-Compute is measured as this worker's *own* work, not wall time, so workers that share cores
-(three workers on a two-core box) do not distort each other's figures:
-
-* CPU devices: CPU time of the calling thread when torch runs one intra-op thread (forward and
-  CPU backward both run on the caller's thread), else CPU time of the whole process.
-* CUDA devices: wall time after ``torch.cuda.synchronize`` (kernel time on the device).
-
-Emulated slowdown (``WorkerSpec.emulated_slowdown``) multiplies every measured compute interval
-by its factor and, during training, sleeps the extra time before the gradient exchange, so a
-worker with factor k behaves like hardware k times slower. This is emulation, for CPU-only
-testing and demos; real heterogeneous clusters use factor 1.
+Compute is this worker's own work read on its
+:class:`~raytrain_hetero.worker.timing.ComputeClock`. Under EMULATION the compute part of each
+probe step is stretched by the worker's factor through the one
+:class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept: a probe's
+timings only need to say how slow the worker is). Node rounds and calibration, which need the
+whole group, live in :mod:`raytrain_hetero.worker.calibration`.
 """
 
 from __future__ import annotations
@@ -18,73 +13,18 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ProbeError
+from raytrain_hetero.worker.emulation import SlowdownEmulator
+from raytrain_hetero.worker.timing import ComputeClock
 
 logger = logging.getLogger(__name__)
-
-
-class ComputeClock:
-    """Reads seconds of this worker's own compute on ``device``."""
-
-    def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
-
-    def now(self) -> float:
-        """Current reading; differences are compute seconds."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return time.perf_counter()
-        if torch.get_num_threads() == 1:
-            return time.thread_time()
-        return time.process_time()
-
-
-def stretch_compute(context: Any, clock: ComputeClock) -> None:
-    """Account this worker's compute since the last mark; under emulation, stretch it.
-
-    Called right before every collective of a step (BatchNorm statistics in forward and
-    backward, each gradient bucket). With emulated slowdown k, a compute interval d costs k*d:
-    the extra (k-1)*d is slept, so the rank reaches *each* synchronisation point as late as a
-    k-times slower device would, without taking CPU from other workers (as a separate slower
-    machine would not). Stretching only at the final gradient exchange would let a slow rank
-    run fast between mid-step synchronisations and then add its whole stretch serially.
-    """
-    if context.current_step is None:
-        return
-    now = clock.now()
-    interval = max(0.0, now - context.compute_mark)
-    slowdown = context.slowdown
-    if slowdown > 1.0 and interval > 0.0:
-        time.sleep(interval * (slowdown - 1.0))
-    context.compute_s += interval * slowdown
-    context.compute_mark = clock.now()
-    # Wall-clock busy time: what the step really costs this rank on a shared machine
-    # (preemption by co-located workers included), still excluding waits in collectives.
-    wall = time.perf_counter()
-    context.busy_s += wall - context.busy_mark
-    context.busy_mark = wall
-
-
-def resume_compute(context: Any, clock: ComputeClock) -> None:
-    """Restart compute accounting after a blocking collective (its wait is not compute)."""
-    if context.current_step is not None:
-        context.compute_mark = clock.now()
-        context.busy_mark = time.perf_counter()
-
-
-def restart_accounting(context: Any, clock: ComputeClock) -> None:
-    """Zero the step's compute and busy accounting; marks start now."""
-    context.compute_s = 0.0
-    context.busy_s = 0.0
-    context.compute_mark = clock.now()
-    context.busy_mark = time.perf_counter()
 
 
 def default_probe_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
@@ -186,6 +126,7 @@ def probe_step_costs(
     if repeats < 1:
         raise ProbeError(f"Probe repeats must be >= 1, got {repeats}.")
     clock = ComputeClock(device)
+    emulator = SlowdownEmulator(clock)
     saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
     was_training = model.training
@@ -194,13 +135,13 @@ def probe_step_costs(
     def one_step(batch_size: int) -> float:
         start = clock.now()
         batch = make_batch(batch_size)
-        loaded = clock.now()
+        loaded = emulator.mark()
+        loading = loaded - start if time_loading else 0.0
         loss = loss_fn(model, batch)
         loss.backward()
-        done = clock.now()
+        compute = emulator.stretch(slowdown, sleep=False)
         model.zero_grad(set_to_none=True)
-        loading = loaded - start if time_loading else 0.0
-        return loading + (done - loaded) * slowdown
+        return loading + compute
 
     sizes = sorted(set(batch_sizes))
     try:

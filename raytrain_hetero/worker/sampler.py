@@ -3,30 +3,51 @@
 :class:`CarvingBatchSampler` yields, for one epoch from a start step, this rank's index list
 of every global step under the plan that governs that step. :class:`HeteroDataLoader` wraps a
 torch ``DataLoader`` built on it: each iteration is one epoch (resuming mid-epoch after a
-restart), and as it hands out the batch of step s it publishes the step's per-rank counts to
-the worker context, which the gradient hook and BatchNorm use for their weights. The counts are
-recomputed from the same pure carving rather than taken from the sampler, so prefetching by
-DataLoader workers cannot make them disagree.
+restart), and as it hands out the batch of step s it begins the step on the worker's
+:class:`~raytrain_hetero.worker.timing.StepTiming` with the step's per-rank counts, which the
+gradient hook and BatchNorm use for their weights. The counts are recomputed from the same pure
+carving rather than taken from the sampler, so prefetching by DataLoader workers cannot make
+them disagree. At the end of every step it builds the step's
+:class:`~raytrain_hetero.core.records.StepRecord`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from raytrain_hetero.worker.context import StepInfo, WorkerContext
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import PlanSchedule
-from raytrain_hetero.core.weighting import gradient_scale
-from raytrain_hetero.worker.probe import ComputeClock, restart_accounting
+from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+
+if TYPE_CHECKING:
+    from raytrain_hetero.worker.context import Telemetry
 
 logger = logging.getLogger(__name__)
 
 _FORBIDDEN_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+@dataclass
+class LoaderState:
+    """Carving state of a worker (the cursor is advanced only by the loader).
+
+    Attributes:
+        carver: The run's epoch carver.
+        cursor: Next step to run.
+    """
+
+    carver: EpochCarver
+    cursor: Cursor
 
 
 class CarvingBatchSampler(Sampler[list[int]]):
@@ -85,9 +106,13 @@ class HeteroDataLoader:
 
     Args:
         dataset: Map-style dataset; items pass through the collate function unchanged.
-        context: This worker's context (carver, schedule and cursor must be set).
+        state: Carver and cursor (restored from the checkpoint already).
+        schedule: Plans of the worker group.
+        identity: This rank.
+        timing: The worker's step timing (the loader begins and ends every step on it).
+        telemetry: Metrics the loop logs during a step.
         ensure_plan: Called before each epoch; makes sure a plan exists (probing if needed).
-        on_step_end: Called with the finished step's record (measurements).
+        on_step_end: Called with the finished step's record.
         move_to_device: Move each batch to the worker's device.
         dataloader_kwargs: Other ``torch.utils.data.DataLoader`` arguments.
     """
@@ -95,60 +120,61 @@ class HeteroDataLoader:
     def __init__(
         self,
         dataset: Dataset,
-        context: WorkerContext,
         *,
+        state: LoaderState,
+        schedule: PlanSchedule,
+        identity: RankIdentity,
+        timing: StepTiming,
+        telemetry: Telemetry,
         ensure_plan: Callable[[], None],
-        on_step_end: Callable[[dict[str, Any]], None],
+        on_step_end: Callable[[StepRecord], None],
         move_to_device: bool = True,
         **dataloader_kwargs: Any,
     ) -> None:
         bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
         if bad:
-            from raytrain_hetero.errors import ConfigError
-
             raise ConfigError(
                 f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
                 "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
             )
-        if context.carver is None or context.cursor is None:
-            raise RuntimeError("HeteroDataLoader needs the context's carver and cursor set.")
         self.dataset = dataset
-        self.context = context
+        self.state = state
+        self.schedule = schedule
+        self.identity = identity
+        self.timing = timing
+        self.telemetry = telemetry
         self._ensure_plan = ensure_plan
         self._on_step_end = on_step_end
         self._move = move_to_device
-        self._device = torch.device(context.device)
+        self._device = torch.device(identity.device)
         self._clock = ComputeClock(self._device)
-        self.batch_sampler = CarvingBatchSampler(context.carver, context.schedule, context.rank)
+        self.batch_sampler = CarvingBatchSampler(state.carver, schedule, identity.rank)
         self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
-        self._load_s = 0.0
-        self._load_wall_s = 0.0
 
     @property
     def epoch(self) -> int:
         """Epoch the next iteration covers."""
-        return self.context.cursor.epoch
+        return self.state.cursor.epoch
 
     @property
     def steps_per_epoch(self) -> int:
         """Global steps in a whole epoch."""
-        return self.context.carver.steps_per_epoch
+        return self.state.carver.steps_per_epoch
 
     def __len__(self) -> int:
-        return self.steps_per_epoch - self.context.cursor.step_in_epoch
+        return self.steps_per_epoch - self.state.cursor.step_in_epoch
 
     def ensure_plan(self) -> None:
         """Probe and agree the first plan now (a collective), instead of at the first epoch."""
         self._ensure_plan()
 
     def __iter__(self) -> Iterator[Any]:
-        ctx = self.context
-        carver = ctx.carver
+        state = self.state
         self._ensure_plan()
-        epoch, start = ctx.cursor.epoch, ctx.cursor.step_in_epoch
+        epoch, start = state.cursor.epoch, state.cursor.step_in_epoch
         self.batch_sampler.set_position(epoch, start)
-        steps = carver.steps_per_epoch
+        steps = state.carver.steps_per_epoch
         step = start
         batches = iter(self.loader)
         try:
@@ -162,69 +188,57 @@ class HeteroDataLoader:
                 if self._move:
                     batch = move_to_device(batch, self._device, self._non_blocking)
                 load_s = self._clock.now() - load_started
-                self._load_wall_s = time.perf_counter() - load_wall_started
-                self._begin_step(epoch, step, load_s)
-                ctx.cursor = (
-                    Cursor(epoch, step + 1) if step + 1 < steps else Cursor(epoch + 1, 0)
-                )
-                self._restart_compute_clock()
+                load_wall_s = time.perf_counter() - load_wall_started
+                self.telemetry.take()  # metrics logged between steps belong to no step
+                # Begun after the batch is on the device: loading is accounted separately.
+                self.timing.begin(self._step_info(epoch, step))
+                state.cursor = Cursor(epoch, step + 1) if step + 1 < steps else Cursor(epoch + 1, 0)
                 yield batch
-                self._end_step()
+                if self.timing.current is not None:
+                    self._on_step_end(self._record(load_s, load_wall_s))
                 step += 1
         finally:
-            ctx.current_step = None
+            self.timing.abandon()
 
-    def _begin_step(self, epoch: int, step_in_epoch: int, load_s: float) -> None:
-        ctx = self.context
-        global_step = epoch * ctx.carver.steps_per_epoch + step_in_epoch
-        plan = ctx.schedule.plan_for(global_step)
-        ctx.schedule.mark_carved(global_step)
-        ctx.current_step = StepInfo(
+    def _step_info(self, epoch: int, step_in_epoch: int) -> StepInfo:
+        carver = self.state.carver
+        global_step = epoch * carver.steps_per_epoch + step_in_epoch
+        plan = self.schedule.plan_for(global_step)
+        self.schedule.mark_carved(global_step)
+        return StepInfo(
             global_step=global_step,
             epoch=epoch,
             step_in_epoch=step_in_epoch,
-            counts=ctx.carver.step_counts(step_in_epoch, plan),
-            rank=ctx.rank,
+            counts=carver.step_counts(step_in_epoch, plan),
+            rank=self.identity.rank,
             plan_version=plan.version,
         )
-        ctx.step_metrics = {}
-        ctx.step_wall_start = time.perf_counter()
-        self._load_s = load_s
 
-    def _restart_compute_clock(self) -> None:
-        # Started after the batch is on the device: loading is accounted separately.
-        restart_accounting(self.context, self._clock)
-
-    def _end_step(self) -> None:
-        ctx = self.context
-        step = ctx.current_step
-        if step is None:
-            return
-        wall = time.perf_counter() - ctx.step_wall_start
-        compute = ctx.compute_s
+    def _record(self, load_s: float, load_wall_s: float) -> StepRecord:
+        """End the step in progress and build its record."""
+        step = self.timing.current
+        times = self.timing.end()
+        identity = self.identity
         # Reading/decoding in this process is on the step's critical path too.
-        busy = compute + self._load_s
-        record = {
-            "step": step.global_step,
-            "epoch": step.epoch,
-            "rank": ctx.rank,
-            "worker": ctx.spec.name,
-            "device": ctx.device,
-            "slice": step.local_count,
-            "weight": gradient_scale(
-                step.local_count, step.global_count, len(step.counts), ctx.setup.weighting
-            ),
-            "compute_s": compute,
-            "load_s": self._load_s,
-            "busy_s": ctx.busy_s + self._load_wall_s,
-            "samples_per_s": step.local_count / busy if busy > 0 else float("nan"),
-            "loss": ctx.step_metrics.get("loss", float("nan")),
-            "global_samples_per_s": step.global_count / wall if wall > 0 else float("nan"),
-            "plan_version": step.plan_version,
-            "group": ctx.group_id,
-            "world_size": ctx.world_size,
-            "wall_s": wall,
-            "time": time.time(),
-        }
-        ctx.current_step = None
-        self._on_step_end(record)
+        busy = times.compute_s + load_s
+        wall = times.wall_s
+        return StepRecord(
+            step=step.global_step,
+            epoch=step.epoch,
+            rank=identity.rank,
+            worker=identity.spec.name,
+            device=identity.device,
+            slice=step.local_count,
+            weight=step.weight(identity.setup.weighting),
+            compute_s=times.compute_s,
+            load_s=load_s,
+            busy_s=times.busy_s + load_wall_s,
+            samples_per_s=step.local_count / busy if busy > 0 else float("nan"),
+            loss=self.telemetry.take().get("loss", float("nan")),
+            global_samples_per_s=step.global_count / wall if wall > 0 else float("nan"),
+            plan_version=step.plan_version,
+            group=identity.group_id,
+            world_size=identity.world_size,
+            wall_s=wall,
+            time=time.time(),
+        )

@@ -3,12 +3,15 @@
 Each rank holds an uneven slice of one batch whose channels have a large mean (the case where a
 naive float32 sum of squares cancels). The synchronized result must equal native ``BatchNorm2d``
 on the whole batch for the loss ``sum_r w_r * mean(loss on slice r)`` with w_r = 1/world, the
-weights HeteroBatchNorm uses without a training context: outputs, parameter gradients (after
-the weighted all-reduce), input gradients and running statistics.
+weights HeteroBatchNorm uses without a binding: outputs, parameter gradients (after the
+weighted all-reduce), input gradients and running statistics. With a binding injected at
+conversion, the count weights w_r = n_r/N it supplies make the same equality hold for the
+whole-batch mean loss, and its exchange hooks run around every statistics all-reduce.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 
@@ -17,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from raytrain_hetero.worker.batchnorm import HeteroBatchNorm, convert_batchnorm
+from raytrain_hetero.worker.batchnorm import BatchNormBinding, HeteroBatchNorm, convert_batchnorm
 
 SLICES = (5, 2, 9)
 CHANNELS = 4
@@ -45,7 +48,14 @@ def _model(dtype: torch.dtype) -> torch.nn.Module:
     return model.to(dtype)
 
 
-def _rank_main(rank: int, port: int, dtype: torch.dtype, queue) -> None:  # noqa: ANN001
+def _weights(bound: bool) -> list[float]:
+    """Per-rank loss / gradient weights: 1/world unbound, n_r/N through a binding."""
+    if bound:
+        return [n / sum(SLICES) for n in SLICES]
+    return [1.0 / len(SLICES)] * len(SLICES)
+
+
+def _rank_main(rank: int, port: int, dtype: torch.dtype, bound: bool, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=len(SLICES))
     try:
@@ -53,19 +63,32 @@ def _rank_main(rank: int, port: int, dtype: torch.dtype, queue) -> None:  # noqa
         x, target = _batch(dtype)
         start = sum(SLICES[:rank])
         part = slice(start, start + SLICES[rank])
-        model = convert_batchnorm(_model(dtype), dist.group.WORLD)
+        weight = _weights(bound)[rank]
+        exchanges = {"before": 0, "after": 0}
+
+        def count(key: str):
+            return lambda: exchanges.__setitem__(key, exchanges[key] + 1)
+
+        if bound:
+            binding = BatchNormBinding(lambda: weight, count("before"), count("after"))
+            model = convert_batchnorm(_model(dtype), dist.group.WORLD, binding)
+        else:
+            model = convert_batchnorm(_model(dtype), dist.group.WORLD)
         inputs = x[part].clone().requires_grad_()
         out = model(inputs)
         loss = ((out - target[part]) ** 2).mean()
         loss.backward()
-        weight = 1.0 / len(SLICES)
         grads = []
         for param in model.parameters():
             grad = param.grad * weight
             dist.all_reduce(grad)
             grads.append(grad)
         buffers = [model[1].running_mean, model[1].running_var, model[4].running_var]
-        queue.put((rank, out.detach(), inputs.grad, grads, [b.clone() for b in buffers]))
+        payload = (out.detach(), inputs.grad, grads, [b.clone() for b in buffers], exchanges)
+        # As bytes: tensors shared through torch's queue vanish if this process exits first.
+        blob = io.BytesIO()
+        torch.save(payload, blob)
+        queue.put((rank, blob.getvalue()))
     finally:
         dist.destroy_process_group()
 
@@ -76,18 +99,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.parametrize("bound", [False, True], ids=["unbound", "bound"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 2e-5)])
-def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance):
+def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance, bound):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, dtype, queue)) for r in range(3)]
+    procs = [ctx.Process(target=_rank_main, args=(r, port, dtype, bound, queue)) for r in range(3)]
     for proc in procs:
         proc.start()
     results = {}
     for _ in procs:
-        rank, *payload = queue.get(timeout=120)
-        results[rank] = payload
+        rank, blob = queue.get(timeout=120)
+        results[rank] = torch.load(io.BytesIO(blob), weights_only=True)
     for proc in procs:
         proc.join(timeout=60)
         assert proc.exitcode == 0
@@ -97,11 +121,12 @@ def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance):
     model = _model(torch.float64)
     inputs = x.clone().requires_grad_()
     out = model(inputs)
+    weights = _weights(bound)
     loss = 0.0
     start = 0
-    for count in SLICES:
+    for count, w in zip(SLICES, weights):
         part = slice(start, start + count)
-        loss = loss + ((out[part] - target[part]) ** 2).mean() / len(SLICES)
+        loss = loss + ((out[part] - target[part]) ** 2).mean() * w
         start += count
     loss.backward()
 
@@ -109,9 +134,8 @@ def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance):
         return float((got.double() - want).norm() / want.norm())
 
     got_out = torch.cat([results[r][0] for r in range(3)])
-    got_dx = torch.cat([results[r][1] for r in range(3)])
     # Rank r's input gradient is for its own loss term; the one-device one carries w_r.
-    got_dx = got_dx / len(SLICES)
+    got_dx = torch.cat([results[r][1] * weights[r] for r in range(3)])
     assert rel(got_out, out.detach()) <= tolerance
     assert rel(got_dx, inputs.grad) <= tolerance
     # Flattened: the conv bias feeding a BatchNorm has a zero gradient (rounding noise only).
@@ -122,4 +146,9 @@ def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance):
     for r in range(3):
         for got, want in zip(results[r][3], want_buffers):
             assert rel(got, want) <= tolerance
+    # A bound layer calls the injected hooks around each of its 4 exchanges (2 layers x
+    # forward + backward); an unbound one calls none.
+    for r in range(3):
+        expected = 4 if bound else 0
+        assert results[r][4] == {"before": expected, "after": expected}
     assert isinstance(convert_batchnorm(_model(dtype), None)[1], HeteroBatchNorm)

@@ -1,0 +1,226 @@
+"""Measuring a worker group before its first plan: node-round probes and calibration.
+
+Collectives, run on every rank at the same point (the first iteration of the loader):
+
+1. :func:`probe_in_node_rounds`: the ranks that need it probe alone; those sharing a node take
+   turns so they do not contend, ranks on different nodes probe at the same time.
+2. :func:`calibrate`: a few real synchronous steps at the planned slices refit each rank's
+   per-sample cost under the group's real contention and communication.
+
+:func:`measure_costs` runs both and returns one cost model per rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset
+
+from raytrain_hetero.core.allocation import CostModel, allocate
+from raytrain_hetero.errors import HeteroError
+from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
+from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.probe import ProbeResult, default_probe_batch_sizes, probe_step_costs
+from raytrain_hetero.worker.sampler import move_to_device
+from raytrain_hetero.worker.timing import StepInfo, StepTiming
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ProbeInputs", "calibrate", "measure_costs", "probe_in_node_rounds"]
+
+PROBE_SALT = 7919
+CALIBRATION_SALT = 104729
+
+
+@dataclass(frozen=True)
+class ProbeInputs:
+    """What probing and calibration run on.
+
+    Attributes:
+        dataset: The training dataset (random samples of it; the carving is untouched).
+        collate_fn: Collates a list of items into a batch.
+        loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
+        time_loading: Count building a batch as step cost (no DataLoader processes).
+    """
+
+    dataset: Dataset
+    collate_fn: Callable[[list[Any]], Any]
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]
+    time_loading: bool
+
+
+def measure_costs(
+    identity: RankIdentity,
+    model: Any,
+    timing: StepTiming,
+    inputs: ProbeInputs,
+    *,
+    rank_slots: tuple[int, ...],
+    known: dict[int, CostModel],
+) -> tuple[list[CostModel], str]:
+    """One cost model per rank: probed (or reused) and then calibrated; a collective.
+
+    Args:
+        identity: This rank.
+        model: The prepared (DDP) model.
+        timing: The worker's step timing (calibration runs pseudo-steps on it).
+        inputs: Dataset and loss to measure with.
+        rank_slots: Worker slot of every rank.
+        known: Cost models of slots a previous group measured; those slots skip the probe.
+
+    Returns:
+        The costs and how they were obtained (for the plan's reason).
+    """
+    probe_cfg = identity.setup.probe
+    probing = rank_slots[identity.rank] not in known
+    result = probe_in_node_rounds(identity, model, timing, inputs, probing=probing)
+    gathered: list[Any] = [None] * identity.world_size
+    dist.all_gather_object(
+        gathered, (result.batch_sizes, result.seconds) if result is not None else None
+    )
+    costs = [
+        ProbeResult(tuple(g[0]), tuple(g[1])).cost_model() if g is not None else known[slot]
+        for g, slot in zip(gathered, rank_slots)
+    ]
+    reused = sum(g is None for g in gathered)
+    how = "probe" if not reused else f"probe of {identity.world_size - reused} new slot(s)"
+    if probe_cfg.calibration_steps > 0 and probe_cfg.calibration_rounds > 0:
+        costs = calibrate(identity, model, timing, inputs, costs, rank_slots=rank_slots)
+        how += " + calibration"
+    return costs, how
+
+
+def probe_in_node_rounds(
+    identity: RankIdentity,
+    model: Any,
+    timing: StepTiming,
+    inputs: ProbeInputs,
+    *,
+    probing: bool = True,
+) -> ProbeResult | None:
+    """Probe the workers that need it; those sharing a node take turns so they do not contend.
+
+    Workers on different nodes probe at the same time (round r runs the r-th probing worker
+    of every node), so a large cluster spends only (max probing workers per node) probe
+    durations. Returns ``None`` on a rank that does not probe.
+    """
+    nodes: list[Any] = [None] * identity.world_size
+    dist.all_gather_object(nodes, (ray.get_runtime_context().get_node_id(), probing))
+    probing_nodes = [node for node, wants in nodes if wants]
+    my_node = nodes[identity.rank][0]
+    my_round = [node for node, wants in nodes[: identity.rank] if wants].count(my_node)
+    rounds = max((probing_nodes.count(n) for n in set(probing_nodes)), default=0)
+    result: ProbeResult | None = None
+    for round_index in range(rounds):
+        if probing and round_index == my_round:
+            result = _probe_this_worker(identity, model, timing, inputs)
+        dist.barrier()
+    return result
+
+
+def _probe_this_worker(
+    identity: RankIdentity, model: Any, timing: StepTiming, inputs: ProbeInputs
+) -> ProbeResult:
+    if model is None:
+        raise HeteroError(
+            "Probing needs the model: call prepare_model(model) before iterating the loader "
+            "returned by prepare_data_loader (or pass fixed_shares to HeteroTrainer)."
+        )
+    setup, spec = identity.setup, identity.spec
+    sizes = setup.probe.batch_sizes or default_probe_batch_sizes(
+        setup.global_batch_size, identity.world_size, spec.max_batch
+    )
+    if spec.max_batch is not None:
+        sizes = sorted({min(b, spec.max_batch) for b in sizes})
+    module = getattr(model, "module", model)
+    set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
+    try:
+        return probe_step_costs(
+            module,
+            _batch_maker(identity, inputs, salt=PROBE_SALT),
+            sizes,
+            device=torch.device(identity.device),
+            loss_fn=inputs.loss_fn,
+            warmup=setup.probe.warmup,
+            repeats=setup.probe.repeats,
+            slowdown=timing.slowdown(),
+            time_loading=inputs.time_loading,
+        )
+    finally:
+        set_batchnorm_sync(module, True)
+
+
+def calibrate(
+    identity: RankIdentity,
+    model: Any,
+    timing: StepTiming,
+    inputs: ProbeInputs,
+    costs: list[CostModel],
+    *,
+    rank_slots: tuple[int, ...],
+) -> list[CostModel]:
+    """Refit per-rank costs from a few real synchronous steps at the planned slices.
+
+    Every rank runs forward+backward through the DDP model (BatchNorm and gradient exchange
+    included) on random samples at its slice; gradients are discarded and parameters and
+    buffers restored, so training and the epoch's carving are untouched. Each rank's
+    wall-clock busy time (collective waits excluded) replaces its per-sample cost; the
+    probe's fixed cost alpha is kept.
+    """
+    setup = identity.setup
+    module = getattr(model, "module", model)
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    caps = [setup.specs[slot].max_batch for slot in rank_slots]
+    make_batch = _batch_maker(identity, inputs, salt=CALIBRATION_SALT)
+    try:
+        for _ in range(setup.probe.calibration_rounds):
+            slices = allocate(setup.global_batch_size, costs, caps=caps, min_slice=setup.min_slice)
+            busy: list[float] = []
+            for k in range(setup.probe.calibration_steps + 1):
+                loaded_at = time.perf_counter()
+                batch = make_batch(slices[identity.rank])
+                load_wall = time.perf_counter() - loaded_at if inputs.time_loading else 0.0
+                timing.begin(StepInfo(-1, -1, -1, tuple(slices), identity.rank, 0))
+                loss = inputs.loss_fn(model, batch)
+                loss.backward()
+                times = timing.end()
+                if k > 0:  # the first step sets DDP's buckets up: not timed
+                    busy.append(times.busy_s + load_wall)
+                model.zero_grad(set_to_none=True)
+            measured: list[Any] = [None] * identity.world_size
+            dist.all_gather_object(measured, statistics.median(busy))
+            costs = [
+                CostModel(alpha=c.alpha, beta=max(m - c.alpha, 1e-9 * m) / b)
+                for c, m, b in zip(costs, measured, slices)
+            ]
+            logger.info(
+                "calibration at slices %s: busy %s s", slices, [round(m, 4) for m in measured]
+            )
+    finally:
+        timing.abandon()
+        module.load_state_dict(saved)
+        model.zero_grad(set_to_none=True)
+    return costs
+
+
+def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Callable[[int], Any]:
+    """Random batches of this rank's choosing, on its device (probing never uses the carving)."""
+    device = torch.device(identity.device)
+    dataset = inputs.dataset
+    size = len(dataset)  # type: ignore[arg-type]
+    rng = np.random.default_rng([identity.setup.seed, salt, identity.rank])
+
+    def make_batch(batch_size: int) -> Any:
+        indices = rng.integers(0, size, size=batch_size)
+        return move_to_device(inputs.collate_fn([dataset[int(i)] for i in indices]), device)
+
+    return make_batch

@@ -1,0 +1,177 @@
+"""The versioned resume state a worker writes into every checkpoint.
+
+``raytrain_hetero_state.json`` carries the carving cursor, the carving parameters it is only
+valid for, the plan history and which worker slot each rank filled, so a restarted group
+resumes at exactly the next unseen step of the epoch and reuses the cost models of the slots
+it already measured. Written atomically; reading checks the format version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.carving import Cursor, EpochCarver
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["STATE_FILE", "STATE_FORMAT", "CheckpointState", "read_state", "slot_costs",
+           "write_state"]
+
+STATE_FILE = "raytrain_hetero_state.json"
+STATE_FORMAT = 1
+_CARVING_KEYS = ("dataset_size", "global_batch_size", "seed", "min_step_size")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What a worker group needs to resume exactly.
+
+    Attributes:
+        cursor: Next step to run.
+        global_step: Global step of the cursor.
+        dataset_size: Samples per epoch of the carving the cursor is valid for.
+        global_batch_size: Samples per full step of that carving.
+        seed: Seed of its permutations.
+        min_step_size: Its smallest step (these four must match on resume).
+        world_size: World size of the group that wrote it.
+        plans: Every plan of the run so far.
+        rank_slots: Worker slot of each rank of that group (None if never gathered).
+    """
+
+    cursor: Cursor
+    global_step: int
+    dataset_size: int
+    global_batch_size: int
+    seed: int
+    min_step_size: int
+    world_size: int
+    plans: tuple[Plan, ...]
+    rank_slots: tuple[int, ...] | None
+
+    @classmethod
+    def capture(
+        cls,
+        carver: EpochCarver,
+        cursor: Cursor,
+        world_size: int,
+        plans: Sequence[Plan],
+        rank_slots: Sequence[int] | None,
+    ) -> CheckpointState:
+        """The state of a worker now."""
+        return cls(
+            cursor=cursor,
+            global_step=carver.global_step(cursor),
+            dataset_size=carver.dataset_size,
+            global_batch_size=carver.global_batch_size,
+            seed=carver.seed,
+            min_step_size=carver.min_step_size,
+            world_size=world_size,
+            plans=tuple(plans),
+            rank_slots=tuple(rank_slots) if rank_slots is not None else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, tagged with the format version."""
+        return {
+            "format": STATE_FORMAT,
+            "cursor": {"epoch": self.cursor.epoch, "step_in_epoch": self.cursor.step_in_epoch},
+            "global_step": self.global_step,
+            "dataset_size": self.dataset_size,
+            "global_batch_size": self.global_batch_size,
+            "seed": self.seed,
+            "min_step_size": self.min_step_size,
+            "world_size": self.world_size,
+            "plans": [p.to_dict() for p in self.plans],
+            # Which slot each rank filled: lets a restarted group reuse their cost models.
+            "rank_slots": list(self.rank_slots) if self.rank_slots is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "checkpoint state") -> CheckpointState:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ConfigError: For a format version this release does not know.
+        """
+        version = data.get("format")
+        if version != STATE_FORMAT:
+            raise ConfigError(
+                f"{source} has format version {version!r}; this raytrain_hetero reads version "
+                f"{STATE_FORMAT}. Resume with the release that wrote it, or start a new run "
+                "(new RunConfig name)."
+            )
+        slots = data.get("rank_slots")
+        return cls(
+            cursor=Cursor(int(data["cursor"]["epoch"]), int(data["cursor"]["step_in_epoch"])),
+            global_step=int(data["global_step"]),
+            dataset_size=int(data["dataset_size"]),
+            global_batch_size=int(data["global_batch_size"]),
+            seed=int(data["seed"]),
+            min_step_size=int(data["min_step_size"]),
+            world_size=int(data["world_size"]),
+            plans=tuple(Plan.from_dict(p) for p in data.get("plans", [])),
+            rank_slots=tuple(int(s) for s in slots) if slots else None,
+        )
+
+    def check_carving(self, carver: EpochCarver) -> None:
+        """Refuse to resume under a different carving (the cursor would mean other samples).
+
+        Raises:
+            ConfigError: Naming every mismatched parameter.
+        """
+        mismatched = {
+            key: (getattr(self, key), getattr(carver, key))
+            for key in _CARVING_KEYS
+            if getattr(self, key) != getattr(carver, key)
+        }
+        if mismatched:
+            detail = ", ".join(f"{k}: checkpoint {a} vs now {b}" for k, (a, b) in mismatched.items())
+            raise ConfigError(
+                f"Cannot resume exactly: the checkpoint was carved differently ({detail}). "
+                "Resume with the same dataset, global batch, seed and maximum worker count, or "
+                "start a new run (new RunConfig name)."
+            )
+
+    def slot_costs(self) -> dict[int, CostModel]:
+        """Cost model per worker slot measured by the group that wrote the state."""
+        return slot_costs(self.plans, self.rank_slots)
+
+
+def write_state(directory: Path, state: CheckpointState) -> Path:
+    """Write ``state`` into a checkpoint directory (atomically); returns the file."""
+    return atomic_write_json(Path(directory) / STATE_FILE, state.to_dict())
+
+
+def read_state(directory: Path) -> CheckpointState | None:
+    """The state in a checkpoint directory, or None if it has none.
+
+    Raises:
+        ConfigError: For an unknown format version or an unreadable file.
+    """
+    path = Path(directory) / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); start a new run.") from exc
+    return CheckpointState.from_dict(data, source=str(path))
+
+
+def slot_costs(plans: Sequence[Plan], rank_slots: Sequence[int] | None) -> dict[int, CostModel]:
+    """Cost model per worker slot from the newest plan of the group that wrote a checkpoint."""
+    if not plans or not rank_slots:
+        return {}
+    newest = max(plans, key=lambda p: p.version)
+    if newest.costs is None or newest.world_size != len(rank_slots):
+        return {}
+    return {int(slot): cost for slot, cost in zip(rank_slots, newest.costs)}

@@ -1,0 +1,125 @@
+"""EMULATION: the one way a worker is made k times slower than its hardware.
+
+For CPU-only testing and demos, a worker with slowdown factor k must behave like a device k
+times slower. Every place that emulates slowdown (training steps and BatchNorm exchanges, the
+probe, the stock benchmark contender, the "alone" benchmark measurement, inference actors)
+uses :class:`SlowdownEmulator`: it measures the worker's *own* compute since a mark with a
+:class:`~raytrain_hetero.worker.timing.ComputeClock` (thread or process CPU time, so
+co-located workers contending for cores do not compound the stretch) and, for an interval d,
+sleeps (k - 1)·d, so the worker reaches its next synchronisation point as late as the slower
+device would, without taking CPU from others. Real heterogeneous clusters use k = 1.
+
+:func:`slowdown_factor` is the one rule for the factor at a step: the worker's base
+``emulated_slowdown`` times every injection targeting it from that step on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raytrain_hetero.config import SlowdownInjection
+    from raytrain_hetero.worker.timing import ComputeClock
+
+__all__ = ["SlowdownEmulator", "SlowdownSchedule", "slowdown_factor"]
+
+
+def slowdown_factor(
+    base: float,
+    injections: Iterable[SlowdownInjection],
+    *,
+    worker: str,
+    rank: int,
+    step: int,
+) -> float:
+    """EMULATION factor of ``worker``/``rank`` at global ``step`` (1.0 = real speed).
+
+    Args:
+        base: The worker's ``emulated_slowdown``.
+        injections: Injected slowdowns (each targets a worker name or a rank from a step on).
+        worker: The worker's slot name.
+        rank: Its world rank.
+        step: The global step (-1 outside training steps: probes, calibration).
+
+    Returns:
+        ``base`` times the factor of every injection that applies.
+    """
+    factor = float(base)
+    for injection in injections:
+        if injection.applies_to(worker, rank, step):
+            factor *= float(injection.factor)
+    return factor
+
+
+class SlowdownEmulator:
+    """Stretches this worker's compute intervals by a factor (EMULATION).
+
+    Args:
+        clock: Reads this worker's own compute seconds.
+    """
+
+    def __init__(self, clock: ComputeClock) -> None:
+        self.clock = clock
+        self._mark = clock.now()
+
+    def mark(self) -> float:
+        """A compute interval starts now (waits before it are not compute); returns the reading."""
+        self._mark = self.clock.now()
+        return self._mark
+
+    def stretch(self, factor: float, *, sleep: bool = True) -> float:
+        """End the interval since the last mark, stretched by ``factor``; a new one starts.
+
+        Args:
+            factor: Slowdown factor k >= 1.
+            sleep: Sleep the extra (k - 1)·d now (a worker in a step). False only accounts
+                it (a probe, whose timings are scaled without spending the time).
+
+        Returns:
+            The stretched compute seconds k·d of the interval.
+        """
+        interval = max(0.0, self.clock.now() - self._mark)
+        if sleep and factor > 1.0 and interval > 0.0:
+            time.sleep(interval * (factor - 1.0))
+        self._mark = self.clock.now()
+        return interval * float(factor)
+
+
+class SlowdownSchedule:
+    """EMULATION factors of one worker over the run: its base factor and every injection.
+
+    Injections known from the start are fixed; those the scheduler hands out during the run
+    are replaced as a whole by the scheduler sync (their one writer).
+
+    Args:
+        base: The worker's ``emulated_slowdown``.
+        worker: Its slot name.
+        rank: Its world rank.
+        planned: Injections known from the start (the run's slowdown schedule).
+    """
+
+    def __init__(
+        self,
+        base: float,
+        *,
+        worker: str,
+        rank: int,
+        planned: Iterable[SlowdownInjection] = (),
+    ) -> None:
+        self.base = float(base)
+        self.worker = worker
+        self.rank = rank
+        self._planned = tuple(planned)
+        self._live: tuple[SlowdownInjection, ...] = ()
+
+    def set_live(self, injections: Iterable[SlowdownInjection]) -> None:
+        """Replace the injections received from the scheduler during the run."""
+        self._live = tuple(injections)
+
+    def factor_at(self, step: int) -> float:
+        """The factor at global ``step`` (-1 outside training steps)."""
+        return slowdown_factor(
+            self.base, (*self._planned, *self._live), worker=self.worker, rank=self.rank, step=step
+        )

@@ -1,0 +1,90 @@
+"""Who a training-worker process is: the run's settings and its immutable rank identity.
+
+Both are frozen and built once per worker-group start by the backend; nothing in a worker
+writes them afterwards, so every part of the worker can hold them without copies going stale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from raytrain_hetero.errors import ConfigError
+
+if TYPE_CHECKING:
+    from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
+
+
+@dataclass(frozen=True)
+class HeteroSetup:
+    """Run-wide settings the trainer hands to every worker (picklable, identical on all ranks).
+
+    Attributes:
+        run_id: Unique id of this run (names the scheduler actor).
+        specs: One WorkerSpec per worker slot, in worker order (counts expanded).
+        global_batch_size: Samples per global step.
+        weighting: "proportional" (exact) or "uniform" (the seed papers' HDP baseline).
+        fixed_shares: One share per worker slot, or None to probe.
+        min_slice: Smallest per-rank slice.
+        max_world_size: Largest world the run may reach (fixes step boundaries).
+        probe: Probe settings.
+        seed: Seed of the carving permutations.
+        scheduler_name: Ray actor name of the run's scheduler, or None.
+        scheduler_namespace: Ray namespace of that actor.
+        flush_every: Steps between pushes of step records to the scheduler.
+        live: Re-plan from live measurements (the scheduler's policy).
+        policy: PolicyConfig fields for the scheduler.
+        plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
+        slowdown_schedule: EMULATION: injected slowdowns known from the start.
+    """
+
+    run_id: str
+    specs: tuple[WorkerSpec, ...]
+    global_batch_size: int
+    weighting: Literal["proportional", "uniform"]
+    fixed_shares: tuple[float, ...] | None
+    min_slice: int
+    max_world_size: int
+    probe: ProbeConfig
+    seed: int = 0
+    scheduler_name: str | None = None
+    scheduler_namespace: str | None = None
+    flush_every: int = 5
+    live: bool = True
+    policy: dict[str, Any] | None = None
+    plan_sync_every: int = 5
+    slowdown_schedule: tuple[SlowdownInjection, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    """This process's place in the current worker group (immutable for the group's life).
+
+    Attributes:
+        setup: Run-wide settings.
+        slot: Which worker slot of ``setup.specs`` this process fills.
+        rank: World rank.
+        world_size: World size.
+        device: Device string this worker computes on ("cpu" or "cuda:N").
+        group_id: Id of the worker group (changes on every restart).
+    """
+
+    setup: HeteroSetup
+    slot: int
+    rank: int
+    world_size: int
+    device: str = "cpu"
+    group_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"Rank {self.rank} is outside a world of {self.world_size} ranks.")
+        if not 0 <= self.slot < len(self.setup.specs):
+            raise ConfigError(
+                f"Worker slot {self.slot} is outside the run's {len(self.setup.specs)} slots."
+            )
+
+    @property
+    def spec(self) -> WorkerSpec:
+        """The WorkerSpec this worker was started for."""
+        return self.setup.specs[self.slot]

@@ -1,0 +1,148 @@
+"""Plan state of a worker and the ONE way plans are built and switched.
+
+Every plan of a run (the first one, a manual :func:`~raytrain_hetero.worker.api.update_plan`,
+a live re-plan from the scheduler) is built by :func:`build_plan` and installed by
+:func:`install_plan`; a switch during training takes effect at :func:`next_free_step`, the
+first step no rank has carved yet, so every rank switches at the same step (a collective).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.plan import Plan, PlanSchedule
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.identity import RankIdentity
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PlanState", "build_plan", "gather_rank_slots", "install_plan", "next_free_step"]
+
+
+@dataclass
+class PlanState:
+    """Plans of this worker (written only through :func:`install_plan` and :meth:`restore`).
+
+    Attributes:
+        schedule: Plans of the current worker group, by effective step.
+        history: Every plan of the run so far (restored from checkpoints too).
+        rank_slots: Worker slot of every rank, once gathered.
+        restored_slot_costs: Worker slot -> cost model of the group that wrote the checkpoint
+            this group resumed from (slots it measured); those slots may skip the probe.
+    """
+
+    schedule: PlanSchedule = field(default_factory=PlanSchedule)
+    history: list[Plan] = field(default_factory=list)
+    rank_slots: tuple[int, ...] | None = None
+    restored_slot_costs: dict[int, CostModel] = field(default_factory=dict)
+
+    @property
+    def current(self) -> Plan | None:
+        """The newest plan of this worker group."""
+        return self.schedule.current
+
+    def restore(self, history: Sequence[Plan], slot_costs: dict[int, CostModel]) -> None:
+        """Adopt the plan history and slot costs of the checkpoint this group resumes from."""
+        self.history = list(history)
+        self.restored_slot_costs = dict(slot_costs)
+
+    def next_version(self) -> int:
+        """Version number of the next plan of the run."""
+        return max((p.version for p in self.history), default=0) + 1
+
+
+def gather_rank_slots(identity: RankIdentity, plans: PlanState) -> tuple[int, ...]:
+    """Worker slot of every rank (a collective the first time, then remembered)."""
+    if plans.rank_slots is None:
+        gathered: list[Any] = [None] * identity.world_size
+        dist.all_gather_object(gathered, identity.slot)
+        plans.rank_slots = tuple(int(s) for s in gathered)
+    return plans.rank_slots
+
+
+def build_plan(
+    identity: RankIdentity,
+    plans: PlanState,
+    *,
+    shares: Sequence[float] | None = None,
+    costs: Sequence[CostModel] | None = None,
+    slices: Sequence[int] | None = None,
+    effective_step: int,
+    reason: str,
+) -> Plan:
+    """The next plan of the run, for the ranks of this worker group.
+
+    Args:
+        identity: This rank.
+        plans: Its plan state (the version and the rank slots come from it).
+        shares: Fixed shares per rank, or
+        costs: cost models per rank (exactly one of the two).
+        slices: With ``costs``, slices already decided from them (the scheduler's live
+            re-plan); None lets the allocation decide.
+        effective_step: First global step the plan governs.
+        reason: Why the plan is made (logged and recorded).
+
+    Returns:
+        The plan, versioned after every plan of the run so far.
+
+    Raises:
+        ConfigError: Unless exactly one of ``shares`` and ``costs`` is given.
+    """
+    if (shares is None) == (costs is None):
+        raise ConfigError("A plan needs exactly one of shares= or costs=.")
+    setup = identity.setup
+    caps = tuple(setup.specs[slot].max_batch for slot in gather_rank_slots(identity, plans))
+    common: dict[str, Any] = {
+        "version": plans.next_version(),
+        "effective_step": effective_step,
+        "caps": caps,
+        "min_slice": setup.min_slice,
+        "reason": reason,
+    }
+    if shares is not None:
+        return Plan.from_shares(setup.global_batch_size, list(shares), **common)
+    costs = tuple(costs)
+    if slices is None:
+        return Plan.from_costs(setup.global_batch_size, costs, **common)
+    return Plan(slices=tuple(int(b) for b in slices), costs=costs, **common)
+
+
+def next_free_step(plans: PlanState) -> int:
+    """First global step no rank has carved yet (a collective: call it on every rank)."""
+    carved = torch.tensor([plans.schedule.carved_through], dtype=torch.int64)
+    dist.all_reduce(carved, op=dist.ReduceOp.MAX)
+    return int(carved.item()) + 1
+
+
+def install_plan(
+    plans: PlanState, plan: Plan, *, announce: Callable[[Plan], None] | None = None
+) -> Plan:
+    """Make ``plan`` govern its steps on this rank and remember it in the history.
+
+    Args:
+        plans: This rank's plan state.
+        plan: The plan (built by :func:`build_plan`, identical on every rank).
+        announce: Told about the plan (rank 0 tells the scheduler).
+
+    Returns:
+        The plan.
+    """
+    plans.schedule.add(plan)
+    plans.history.append(plan)
+    logger.info(
+        "plan v%d from step %d: slices %s (%s)",
+        plan.version,
+        plan.effective_step,
+        list(plan.slices),
+        plan.reason,
+    )
+    if announce is not None:
+        announce(plan)
+    return plan

@@ -1,0 +1,173 @@
+"""The compute clock, the step in progress, and its timing accounting.
+
+Compute is measured as this worker's *own* work, not wall time, so workers that share cores
+(three workers on a two-core box) do not distort each other's figures:
+
+* CPU devices: CPU time of the calling thread when torch runs one intra-op thread (forward and
+  CPU backward both run on the caller's thread), else CPU time of the whole process.
+* CUDA devices: wall time after ``torch.cuda.synchronize`` (kernel time on the device).
+
+:class:`StepTiming` owns the step in progress: the loader (or calibration) begins a step, the
+gradient hook and BatchNorm layers call :meth:`StepTiming.before_collective` /
+:meth:`StepTiming.after_collective` around each exchange (stretching compute under EMULATION
+through the one :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`), and the loader
+ends the step and reads its :class:`StepTimes`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from raytrain_hetero.core.weighting import gradient_scale
+from raytrain_hetero.worker.emulation import SlowdownEmulator
+
+__all__ = ["ComputeClock", "StepInfo", "StepTimes", "StepTiming"]
+
+
+class ComputeClock:
+    """Reads seconds of this worker's own compute on ``device``."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+
+    def now(self) -> float:
+        """Current reading; differences are compute seconds."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return time.perf_counter()
+        if torch.get_num_threads() == 1:
+            return time.thread_time()
+        return time.process_time()
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What this rank knows about the step it is running.
+
+    Attributes:
+        global_step: Optimizer steps since the run began (-1 for calibration steps).
+        epoch: Epoch of the step.
+        step_in_epoch: Index within the epoch.
+        counts: Samples per rank this step (identical on every rank).
+        rank: This rank.
+        plan_version: Version of the plan that carved the step.
+    """
+
+    global_step: int
+    epoch: int
+    step_in_epoch: int
+    counts: tuple[int, ...]
+    rank: int
+    plan_version: int
+
+    @property
+    def local_count(self) -> int:
+        """Samples this rank processes."""
+        return self.counts[self.rank]
+
+    @property
+    def global_count(self) -> int:
+        """Samples all ranks process together."""
+        return sum(self.counts)
+
+    def weight(self, weighting: str) -> float:
+        """This rank's gradient weight in the step (n_r/N, or 1/world for "uniform")."""
+        return gradient_scale(self.local_count, self.global_count, len(self.counts), weighting)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Accounting of one finished step.
+
+    Attributes:
+        compute_s: Seconds of own compute up to the last exchange (stretched under EMULATION).
+        busy_s: Wall seconds busy up to the last exchange, collective waits excluded.
+        wall_s: Wall seconds since the step began.
+    """
+
+    compute_s: float
+    busy_s: float
+    wall_s: float
+
+
+class StepTiming:
+    """The step in progress and the accounting of its compute (one per worker process).
+
+    Args:
+        clock: This worker's compute clock.
+        slowdown: EMULATION factor at a global step (1.0 = none).
+    """
+
+    def __init__(self, clock: ComputeClock, slowdown: Callable[[int], float]) -> None:
+        self.clock = clock
+        self._slowdown = slowdown
+        self._emulator = SlowdownEmulator(clock)
+        self._current: StepInfo | None = None
+        self._compute_s = 0.0
+        self._busy_s = 0.0
+        self._busy_mark = 0.0
+        self._wall_start = 0.0
+
+    @property
+    def current(self) -> StepInfo | None:
+        """The step in progress, or None between steps."""
+        return self._current
+
+    def slowdown(self) -> float:
+        """EMULATION factor now (at the step in progress, or -1 between steps)."""
+        step = self._current.global_step if self._current is not None else -1
+        return self._slowdown(step)
+
+    def begin(self, step: StepInfo) -> None:
+        """Start ``step``: accounting is zeroed and its compute starts now."""
+        self._current = step
+        self._compute_s = 0.0
+        self._busy_s = 0.0
+        self._wall_start = self._busy_mark = time.perf_counter()
+        self._emulator.mark()
+
+    def before_collective(self, *, optional: bool = False) -> None:
+        """Account this worker's compute since the last mark; under EMULATION, stretch it.
+
+        Called right before every collective of a step (BatchNorm statistics in forward and
+        backward, each gradient bucket). With slowdown k the extra (k - 1)·d of an interval d
+        is slept, so the rank reaches *each* synchronisation point as late as a k-times slower
+        device would. Stretching only at the final gradient exchange would let a slow rank run
+        fast between mid-step synchronisations and then add its whole stretch serially.
+
+        Args:
+            optional: The exchange may skip accounting (BatchNorm layers): on CUDA without
+                emulation, reading the clock would synchronise the device for nothing.
+        """
+        if self._current is None or self._skips(optional):
+            return
+        self._compute_s += self._emulator.stretch(self.slowdown())
+        # Wall-clock busy time: what the step really costs this rank on a shared machine
+        # (preemption by co-located workers included), still excluding waits in collectives.
+        wall = time.perf_counter()
+        self._busy_s += wall - self._busy_mark
+        self._busy_mark = wall
+
+    def after_collective(self, *, optional: bool = False) -> None:
+        """Restart accounting after a blocking collective (its wait is not compute)."""
+        if self._current is None or self._skips(optional):
+            return
+        self._emulator.mark()
+        self._busy_mark = time.perf_counter()
+
+    def end(self) -> StepTimes:
+        """Finish the step in progress and return its accounting."""
+        times = StepTimes(self._compute_s, self._busy_s, time.perf_counter() - self._wall_start)
+        self._current = None
+        return times
+
+    def abandon(self) -> None:
+        """Forget the step in progress (the loop left the loader mid-step)."""
+        self._current = None
+
+    def _skips(self, optional: bool) -> bool:
+        return optional and self.clock.device.type == "cuda" and self.slowdown() <= 1.0

@@ -1,0 +1,78 @@
+"""The worker's scheduler client against a real scheduler actor (restarted by Ray)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.driver.scheduler import (
+    SCHEDULER_NAMESPACE,
+    create_scheduler,
+    scheduler_actor_name,
+)
+from raytrain_hetero.worker.scheduler_client import SchedulerClient
+
+
+def _record(step: int, rank: int = 0, group: str = "g") -> StepRecord:
+    return StepRecord(
+        step=step, epoch=0, rank=rank, worker="a", device="cpu", slice=8, weight=0.5,
+        compute_s=0.01, load_s=0.0, busy_s=0.01, samples_per_s=800.0, loss=1.0,
+        global_samples_per_s=1000.0, plan_version=1, group=group, world_size=2, wall_s=0.02,
+        time=time.time(),
+    )
+
+
+def _drain(actor):
+    import ray
+
+    return ray.get(actor.drain.remote(0), timeout=60)
+
+
+def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
+    import ray
+
+    run_id = uuid.uuid4().hex[:8]
+    actor = create_scheduler(run_id)
+    ray.get(actor.register_group.remote("g", 2))
+    client = SchedulerClient(scheduler_actor_name(run_id), SCHEDULER_NAMESPACE,
+                             group_id="g", world_size=2)
+    for step in range(3):
+        client.add(_record(step))
+    client.flush(wait=True)
+    assert client.buffered == 0
+    assert [r.step for r in _drain(actor).records] == [0, 1, 2]
+    plan = Plan.from_shares(16, [1.0, 1.0])
+    assert client.poll(plan)["known_group"] is True
+
+    # Ray restarts the actor (the driver owns its lifecycle); its state starts empty.
+    incarnation = _drain(actor).incarnation
+    ray.kill(actor, no_restart=False)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if _drain(actor).incarnation != incarnation:
+                break
+        except ray.exceptions.RayActorError:
+            pass  # restarting
+        time.sleep(0.2)
+    payload = client.poll(plan)
+    assert payload is not None and payload["known_group"] is False
+    # The client registered the group again, with its current plan.
+    assert client.poll(plan)["known_group"] is True
+    client.add(_record(3))
+    client.flush(wait=True)
+    drained = _drain(ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE))
+    assert [r.step for r in drained.records] == [3]
+    ray.kill(actor)
+
+
+def test_without_an_actor_records_stay_buffered_within_the_bound(ray_local):
+    client = SchedulerClient("raytrain_hetero_scheduler:absent", SCHEDULER_NAMESPACE,
+                             group_id="g", world_size=2, max_buffer=3)
+    for step in range(5):
+        client.add(_record(step))
+    client.flush(wait=True)
+    assert client.buffered == 3
+    assert client.poll(None) is None

@@ -1,0 +1,82 @@
+"""The versioned resume state written into checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.carving import Cursor, EpochCarver
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.checkpoint_state import (
+    STATE_FILE,
+    STATE_FORMAT,
+    CheckpointState,
+    read_state,
+    write_state,
+)
+
+CARVER = EpochCarver(dataset_size=470, global_batch_size=48, seed=3, min_step_size=3)
+
+
+def _state() -> CheckpointState:
+    plans = [
+        Plan.from_shares(48, [1.0, 1.0, 1.0]),
+        Plan.from_costs(48, [CostModel(0.001, 0.01)] * 3, version=2, effective_step=6),
+    ]
+    return CheckpointState.capture(CARVER, Cursor(1, 4), 3, plans, [2, 0, 1])
+
+
+def test_round_trip_through_a_checkpoint_directory(tmp_path):
+    state = _state()
+    path = write_state(tmp_path, state)
+    assert path == tmp_path / STATE_FILE
+    assert json.loads(path.read_text())["format"] == STATE_FORMAT
+    assert not [p for p in tmp_path.iterdir() if p.name != STATE_FILE]  # no temporary left
+    restored = read_state(tmp_path)
+    assert restored == state
+    assert restored.global_step == CARVER.global_step(Cursor(1, 4))
+    assert restored.slot_costs() == {2: CostModel(0.001, 0.01), 0: CostModel(0.001, 0.01),
+                                     1: CostModel(0.001, 0.01)}
+
+
+def test_a_directory_without_state_reads_as_none(tmp_path):
+    assert read_state(tmp_path) is None
+
+
+def test_an_unknown_format_version_is_refused_with_a_fix(tmp_path):
+    data = _state().to_dict()
+    data["format"] = STATE_FORMAT + 1
+    (tmp_path / STATE_FILE).write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"format version 2.*reads version 1.*new run"):
+        read_state(tmp_path)
+
+
+def test_a_format_1_file_of_the_previous_release_still_reads(tmp_path):
+    # Exactly what the previous worker API wrote (same keys, format 1).
+    legacy = {
+        "format": 1,
+        "cursor": {"epoch": 0, "step_in_epoch": 7},
+        "global_step": 7,
+        "dataset_size": 470,
+        "global_batch_size": 48,
+        "seed": 3,
+        "min_step_size": 3,
+        "world_size": 2,
+        "plans": [Plan.from_shares(48, [1.0, 2.0]).to_dict()],
+        "rank_slots": None,
+    }
+    (tmp_path / STATE_FILE).write_text(json.dumps(legacy))
+    state = read_state(tmp_path)
+    assert state.cursor == Cursor(0, 7) and state.rank_slots is None
+    assert state.slot_costs() == {}
+
+
+def test_resuming_under_another_carving_names_what_differs():
+    state = _state()
+    state.check_carving(CARVER)
+    other = EpochCarver(dataset_size=470, global_batch_size=64, seed=4, min_step_size=3)
+    with pytest.raises(ConfigError, match=r"global_batch_size: checkpoint 48 vs now 64, seed"):
+        state.check_carving(other)

@@ -1,0 +1,95 @@
+"""Rank identity, the one plan builder and plan installation (a real 1-rank gloo group)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch.distributed as dist
+
+from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.planning import (
+    PlanState,
+    build_plan,
+    gather_rank_slots,
+    install_plan,
+    next_free_step,
+)
+
+SETUP = HeteroSetup(
+    run_id="r",
+    specs=(WorkerSpec(name="a", max_batch=20), WorkerSpec(name="b"), WorkerSpec(name="c")),
+    global_batch_size=48,
+    weighting="proportional",
+    fixed_shares=None,
+    min_slice=2,
+    max_world_size=3,
+    probe=ProbeConfig(),
+)
+
+
+def _identity(**changes) -> RankIdentity:
+    return RankIdentity(**{"setup": SETUP, "slot": 1, "rank": 0, "world_size": 3, **changes})
+
+
+def test_identity_is_immutable_and_checked():
+    identity = _identity()
+    assert identity.spec.name == "b"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        identity.rank = 1  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="Rank 3 is outside a world of 3"):
+        _identity(rank=3)
+    with pytest.raises(ConfigError, match="slot 5 is outside the run's 3 slots"):
+        _identity(slot=5)
+
+
+def test_one_builder_for_shares_costs_and_decided_slices():
+    plans = PlanState(rank_slots=(0, 1, 2))  # gathered already: no collective
+    identity = _identity()
+    by_shares = build_plan(identity, plans, shares=[1, 1, 1], effective_step=0, reason="fixed")
+    assert by_shares.slices == (16, 16, 16) and by_shares.caps == (20, None, None)
+    assert by_shares.version == 1 and by_shares.min_slice == 2
+    install_plan(plans, by_shares)
+    costs = [CostModel(0.0, 0.001), CostModel(0.0, 0.004), CostModel(0.0, 0.004)]
+    by_costs = build_plan(identity, plans, costs=costs, effective_step=5, reason="probe")
+    assert by_costs.version == 2
+    assert by_costs.slices[0] == 20  # the fastest rank is held at its memory cap
+    # The scheduler's live re-plan: its slices are kept as decided, costs recorded.
+    live = build_plan(identity, plans, costs=costs, slices=[10, 19, 19], effective_step=9,
+                      reason="live")
+    assert live.slices == (10, 19, 19) and live.costs == tuple(costs)
+    with pytest.raises(ConfigError, match="exactly one of shares= or costs="):
+        build_plan(identity, plans, shares=[1, 1, 1], costs=costs, effective_step=0, reason="x")
+
+
+def test_install_announces_and_restore_continues_the_versions():
+    plans = PlanState(rank_slots=(0, 1, 2))
+    announced = []
+    plan = build_plan(_identity(), plans, shares=[1, 2, 3], effective_step=4, reason="x")
+    install_plan(plans, plan, announce=announced.append)
+    assert announced == [plan] and plans.current == plan and plans.history == [plan]
+    resumed = PlanState(rank_slots=(2, 0, 1))
+    resumed.restore([plan.with_version(7, 4)], {0: CostModel(0.0, 0.01)})
+    assert resumed.next_version() == 8 and resumed.current is None
+    assert resumed.restored_slot_costs == {0: CostModel(0.0, 0.01)}
+
+
+def test_collectives_on_a_one_rank_group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        setup = dataclasses.replace(SETUP, max_world_size=1)
+        identity = RankIdentity(setup=setup, slot=2, rank=0, world_size=1)
+        plans = PlanState()
+        assert gather_rank_slots(identity, plans) == (2,)
+        plan = build_plan(identity, plans, shares=[1.0], effective_step=0, reason="one")
+        install_plan(plans, plan)
+        assert next_free_step(plans) == 0  # nothing carved yet
+        plans.schedule.mark_carved(0)
+        plans.schedule.mark_carved(1)
+        assert next_free_step(plans) == 2
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,122 @@
+"""The one slowdown emulator, the slowdown schedule and the step timing (no Ray)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from raytrain_hetero.config import SlowdownInjection
+from raytrain_hetero.worker.emulation import SlowdownEmulator, SlowdownSchedule, slowdown_factor
+from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _burn(seconds: float) -> None:
+    """Spend about ``seconds`` of this thread's CPU time."""
+    start = time.thread_time()
+    a = torch.randn(200, 200)
+    while time.thread_time() - start < seconds:
+        a = torch.tanh(a @ a.T / 200)
+
+
+def test_emulator_sleeps_k_minus_one_times_the_compute_and_returns_k_times(one_thread):
+    emulator = SlowdownEmulator(ComputeClock("cpu"))
+    emulator.mark()
+    _burn(0.2)
+    before = time.perf_counter()
+    stretched = emulator.stretch(3.0)
+    slept = time.perf_counter() - before
+    assert 0.55 <= stretched <= 0.9  # 3 x ~0.2 s of own compute
+    assert slept >= 0.95 * (stretched * 2 / 3)
+    assert slept <= stretched * 2 / 3 + 0.3
+
+
+def test_emulator_excludes_waits_and_can_account_without_sleeping(one_thread):
+    emulator = SlowdownEmulator(ComputeClock("cpu"))
+    emulator.mark()
+    time.sleep(0.3)  # a wait (e.g. a collective) is not compute
+    assert emulator.stretch(4.0) < 0.05
+    emulator.mark()
+    _burn(0.1)
+    before = time.perf_counter()
+    stretched = emulator.stretch(4.0, sleep=False)
+    assert time.perf_counter() - before < 0.05
+    assert stretched >= 0.38
+
+
+def test_slowdown_factor_multiplies_every_injection_that_applies():
+    injections = [
+        SlowdownInjection(factor=3.0, rank=0, from_step=5),
+        SlowdownInjection(factor=2.0, worker="slow"),
+    ]
+    assert slowdown_factor(1.0, injections, worker="fast", rank=0, step=4) == 1.0
+    assert slowdown_factor(2.0, injections, worker="fast", rank=0, step=5) == 6.0
+    assert slowdown_factor(4.0, injections, worker="slow", rank=2, step=0) == 8.0
+    # Outside training steps (-1) only the base factor applies to step-bound injections.
+    assert slowdown_factor(1.0, injections[:1], worker="x", rank=0, step=-1) == 1.0
+
+
+def test_schedule_live_injections_replace_each_other_and_add_to_planned():
+    schedule = SlowdownSchedule(
+        2.0, worker="a", rank=1, planned=[SlowdownInjection(factor=1.5, rank=1, from_step=10)]
+    )
+    assert schedule.factor_at(9) == 2.0
+    assert schedule.factor_at(10) == 3.0
+    schedule.set_live([SlowdownInjection(factor=2.0, worker="a", from_step=3)])
+    assert schedule.factor_at(3) == 4.0
+    assert schedule.factor_at(10) == 6.0
+    schedule.set_live([])
+    assert schedule.factor_at(10) == 3.0
+
+
+def _step(global_step: int = 0) -> StepInfo:
+    return StepInfo(global_step, 0, global_step, (3, 1), rank=0, plan_version=1)
+
+
+def test_step_info_weights():
+    step = _step()
+    assert step.local_count == 3 and step.global_count == 4
+    assert step.weight("proportional") == pytest.approx(0.75)
+    assert step.weight("uniform") == pytest.approx(0.5)
+
+
+def test_step_timing_accounts_compute_up_to_the_last_exchange_stretched(one_thread):
+    factors = {0: 2.0}
+    timing = StepTiming(ComputeClock("cpu"), lambda step: factors.get(step, 1.0))
+    assert timing.current is None and timing.slowdown() == 1.0
+    timing.before_collective()  # between steps: nothing happens
+    timing.begin(_step(0))
+    assert timing.current == _step(0) and timing.slowdown() == 2.0
+    _burn(0.1)
+    timing.before_collective()  # stretched: sleeps ~0.1 s more
+    time.sleep(0.2)  # the collective's wait
+    timing.after_collective()
+    _burn(0.05)
+    timing.before_collective()
+    times = timing.end()
+    assert timing.current is None
+    assert 0.28 <= times.compute_s <= 0.45  # 2 x ~0.15 s
+    # Busy (wall clock, so co-located load may lengthen it): own compute plus the stretch,
+    # without the 0.2 s wait.
+    assert times.busy_s >= 0.24
+    assert times.wall_s >= times.busy_s + 0.19
+
+
+def test_optional_exchanges_are_accounted_on_cpu(one_thread):
+    timing = StepTiming(ComputeClock("cpu"), lambda step: 1.0)
+    timing.begin(_step(3))
+    _burn(0.05)
+    timing.before_collective(optional=True)
+    assert timing.end().compute_s >= 0.04
+    timing.begin(_step(4))
+    timing.abandon()
+    assert timing.current is None
