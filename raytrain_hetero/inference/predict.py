@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from raytrain_hetero.app.config import JobConfig, WorkerSpec
+from raytrain_hetero.core.allocation import largest_remainder
 from raytrain_hetero.errors import ConfigError, DataError
 
 __all__ = [
@@ -347,10 +348,7 @@ def plan_actor_pools(
     else:
         weights = [float(spec.count) for spec in specs]
         batches = [batch_size] * len(specs)
-    raw = np.asarray(weights) / sum(weights) * total
-    shares = np.floor(raw).astype(int)
-    for i in np.argsort(-(raw - shares))[: total - int(shares.sum())]:
-        shares[i] += 1
+    shares = largest_remainder(np.asarray(weights) / sum(weights) * total, total)
     return [
         ActorPlan(spec.name, spec.count, int(b), int(n), float(s), spec)
         for spec, s, b, n in zip(specs, speeds, batches, shares)
