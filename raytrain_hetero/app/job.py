@@ -42,6 +42,7 @@ def classification_loop(config: dict[str, Any]) -> None:
     import raytrain_hetero as rh
     from raytrain_hetero.workloads import build_model
     from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+    from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
     # driver (pydantic's errors with custom types do not).
@@ -85,7 +86,9 @@ def classification_loop(config: dict[str, Any]) -> None:
             rh.log_step_metrics(loss=loss.item())
         metrics: dict[str, Any] = {"epoch": epoch}
         if rank == 0:
-            metrics["val_accuracy"] = evaluate(model.module, datasets["val"], rh.get_device())
+            metrics["val_accuracy"] = dataset_accuracy(
+                model.module, datasets["val"], rh.get_device()
+            )
             with tempfile.TemporaryDirectory() as directory:
                 torch.save(
                     {
@@ -104,23 +107,6 @@ def classification_loop(config: dict[str, Any]) -> None:
                 rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
         else:
             rh.report(metrics)
-
-
-def evaluate(model: Any, dataset: Any, device: Any, batch_size: int = 256) -> float:
-    """Top-1 accuracy of ``model`` on ``dataset`` (evaluation mode, no gradient)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    was_training = model.training
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for batch in DataLoader(dataset, batch_size=batch_size):
-            logits = model(batch["image"].to(device))
-            correct += int((logits.argmax(1).cpu() == batch["label"]).sum())
-            total += int(batch["label"].numel())
-    model.train(was_training)
-    return correct / max(total, 1)
 
 
 # ----------------------------------------------------------------------------- driver side

@@ -18,7 +18,7 @@ from raytrain_hetero.workloads.eurosat import (
     EUROSAT_RGB_BANDS,
     EUROSAT_SPLITS,
     EUROSAT_STD,
-    EuroSATNormalize,
+    eurosat_band_stats,
     eurosat_datasets,
     generate_eurosat,
     resolve_eurosat_bands,
@@ -51,7 +51,11 @@ from raytrain_hetero.workloads.multimodal import (
     generate_multimodal,
     multimodal_datasets,
 )
-from raytrain_hetero.workloads.normalization import BandStats, Standardize, cached_band_stats
+from raytrain_hetero.workloads.normalization import (
+    BandStats,
+    Standardize,
+    cached_band_stats,
+)
 from raytrain_hetero.workloads.uc_merced import (
     UCMERCED_CLASSES,
     generate_uc_merced,
@@ -72,7 +76,6 @@ __all__ = [
     "UCMERCED_CLASSES",
     "BandStats",
     "CheckedLoader",
-    "EuroSATNormalize",
     "HyperspectralPatches",
     "HyperspectralScene",
     "MultimodalPatches",
@@ -83,6 +86,7 @@ __all__ = [
     "build_model",
     "cached_band_stats",
     "check_input_channels",
+    "eurosat_band_stats",
     "eurosat_datasets",
     "expected_input_channels",
     "find_scene_files",

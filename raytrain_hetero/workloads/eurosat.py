@@ -23,7 +23,8 @@ Two halves, deliberately independent:
 
 * :func:`eurosat_datasets` builds torchgeo's own ``EuroSAT`` datasets over any root in that
   layout -- a generated one or the real downloaded dataset, through the same code path --
-  with a fixed per-band standardisation (:class:`EuroSATNormalize`).
+  with a fixed per-band standardisation (:func:`eurosat_band_stats` through the package's one
+  normaliser, :class:`~raytrain_hetero.workloads.normalization.Standardize`).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.file_checks import CheckedLoader
+from raytrain_hetero.workloads.generated_tree import MARKER_NAME, generate_tree
+from raytrain_hetero.workloads.normalization import BandStats, Standardize
 
 __all__ = [
     "EUROSAT_BANDS",
@@ -46,8 +48,8 @@ __all__ = [
     "EUROSAT_RGB_BANDS",
     "EUROSAT_SPLITS",
     "EUROSAT_STD",
-    "EuroSATNormalize",
     "MARKER_NAME",
+    "eurosat_band_stats",
     "eurosat_datasets",
     "generate_eurosat",
     "resolve_eurosat_bands",
@@ -79,7 +81,7 @@ EUROSAT_SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 #: Per-band mean / std of the real EuroSAT (raw DN = reflectance * 10000), copied from
 #: ``torchgeo.datamodules.eurosat.MEAN`` / ``STD`` (torchgeo 0.8.1) so that importing this
-#: module does not pull in Lightning. :class:`EuroSATNormalize` standardises with them.
+#: module does not pull in Lightning. :func:`eurosat_band_stats` hands them to ``Standardize``.
 EUROSAT_MEAN: dict[str, float] = {
     "B01": 1354.40546513, "B02": 1118.24399958, "B03": 1042.92983953,
     "B04": 947.62620298, "B05": 1199.47283961, "B06": 1999.79090914,
@@ -95,7 +97,6 @@ EUROSAT_STD: dict[str, float] = {
     "B8A": 1231.58581042,
 }  # fmt: skip
 
-MARKER_NAME = ".raytrain_hetero_generated.json"
 _BASE_DIR = os.path.join("ds", "images", "remote_sensing", "otherDatasets", "sentinel_2", "tif")
 _SPLIT_FILE = "eurosat-{split}.txt"
 # Bump whenever the generated pixels or layout change, so stale caches are regenerated.
@@ -338,8 +339,8 @@ def _marker_params(samples_per_class: int, seed: int, size: int, fr: Sequence[fl
 
 def _write_tree(tmp: Path, params: Mapping[str, Any], counts: Mapping[str, int]) -> None:
     import rasterio
-    from rasterio.crs import CRS
     from affine import Affine
+    from rasterio.crs import CRS
 
     spc, seed, size = params["samples_per_class"], params["seed"], params["size"]
     base = tmp / _BASE_DIR
@@ -446,29 +447,18 @@ def resolve_eurosat_bands(bands: str | Sequence[str]) -> tuple[str, ...]:
     return resolved
 
 
-class EuroSATNormalize:
-    """torchgeo-style sample transform: per-band standardisation with fixed constants.
+def eurosat_band_stats(bands: Sequence[str]) -> BandStats:
+    """The fixed EuroSAT statistics of ``bands``, for :class:`Standardize`.
 
-    ``image <- (image - EUROSAT_MEAN[band]) / EUROSAT_STD[band]`` for the selected bands, on
-    raw DN (reflectance * 10000); the constants are the real EuroSAT statistics torchgeo's
-    ``EuroSATDataModule`` uses, so real and synthetic data are scaled the same way (values
-    roughly in [-3, 3]). ``label`` passes through. Picklable (for DataLoader workers / Ray).
+    ``image <- (image - EUROSAT_MEAN[band]) / EUROSAT_STD[band]`` on raw DN (reflectance *
+    10000); the constants are the real EuroSAT statistics torchgeo's ``EuroSATDataModule``
+    uses, so real and synthetic data are scaled the same way (values roughly in [-3, 3]).
     """
-
-    def __init__(self, bands: Sequence[str]) -> None:
-        import torch
-
-        self.bands = tuple(bands)
-        self.mean = torch.tensor([EUROSAT_MEAN[b] for b in self.bands]).view(-1, 1, 1)
-        self.std = torch.tensor([EUROSAT_STD[b] for b in self.bands]).view(-1, 1, 1)
-
-    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        out = dict(sample)
-        out["image"] = (sample["image"] - self.mean) / self.std
-        return out
-
-    def __repr__(self) -> str:
-        return f"EuroSATNormalize(bands={list(self.bands)})"
+    return BandStats(
+        mean=tuple(EUROSAT_MEAN[b] for b in bands),
+        std=tuple(EUROSAT_STD[b] for b in bands),
+        count=0,  # published constants, not counted from this data
+    )
 
 
 def _missing_root_message(root: Path, detail: str) -> str:
@@ -492,7 +482,7 @@ def eurosat_datasets(
     Returns ``{split: torchgeo.datasets.EuroSAT(root, split, bands, download=False, ...)}``.
     Items are torchgeo's dicts ``{"image": float32 (C, H, W), "label": int64 scalar}`` and
     pass through ``torch.utils.data.default_collate`` unchanged. With ``normalize=True`` (the
-    default) images are standardised by :class:`EuroSATNormalize`; with False they are raw
+    default) images are standardised by :func:`eurosat_band_stats`; with False they are raw
     DN (reflectance * 10000). ``bands``: see :func:`resolve_eurosat_bands`; ``C`` is its
     length. The same call works for the real dataset (``EuroSATallBands.zip`` extracted, or
     the zip itself, which torchgeo extracts on first use).
@@ -517,7 +507,7 @@ def eurosat_datasets(
     if not root_path.is_dir():
         raise DataError(_missing_root_message(root_path, "the directory does not exist"))
 
-    transforms = EuroSATNormalize(band_tuple) if normalize else None
+    transforms = Standardize(eurosat_band_stats(band_tuple)) if normalize else None
     out: dict[str, Any] = {}
     for split in split_tuple:
         try:
