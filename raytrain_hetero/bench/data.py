@@ -1,7 +1,7 @@
 """Benchmark data: a synthetic EuroSAT read once through torchgeo's loader, kept as arrays.
 
 Every contender of a benchmark trains on exactly the same samples: the synthetic EuroSAT in
-torchgeo's on-disk layout (:func:`~raytrain_hetero.workloads.eurosat.generate_eurosat`) is
+torchgeo's on-disk layout (:func:`~raytrain_hetero.workloads.synthetic.eurosat.generate_eurosat`) is
 decoded once, on the driver, through torchgeo's ``EuroSAT`` dataset with the package's
 per-band standardisation, and saved as ``.npy`` arrays. Workers memory-map them, so three
 workers on one machine share one copy in the page cache and nobody decodes TIFFs inside a
@@ -112,8 +112,9 @@ def prepare_bench_data(
     ``root/arrays_spc<n>_seed<s>``; both are reused when present and complete. Arrays are
     published like a generated tree (temporary sibling renamed into place).
     """
-    from raytrain_hetero.workloads.eurosat import eurosat_datasets, generate_eurosat
+    from raytrain_hetero.workloads.eurosat import eurosat_datasets
     from raytrain_hetero.workloads.generated_tree import generate_tree
+    from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
     base = Path(root).expanduser().absolute()
     tag = f"spc{samples_per_class}_seed{seed}"

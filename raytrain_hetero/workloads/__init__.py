@@ -20,7 +20,6 @@ from raytrain_hetero.workloads.eurosat import (
     EUROSAT_STD,
     eurosat_band_stats,
     eurosat_datasets,
-    generate_eurosat,
     resolve_eurosat_bands,
 )
 from raytrain_hetero.workloads.file_checks import CheckedLoader, find_unreadable_files
@@ -28,7 +27,6 @@ from raytrain_hetero.workloads.hyperspectral import (
     HyperspectralPatches,
     HyperspectralScene,
     find_scene_files,
-    generate_hyperspectral_scene,
     hyperspectral_datasets,
     load_hyperspectral_scene,
     split_scene_pixels,
@@ -48,7 +46,6 @@ from raytrain_hetero.workloads.multimodal import (
     S1_BANDS,
     S2_BANDS,
     MultimodalPatches,
-    generate_multimodal,
     multimodal_datasets,
 )
 from raytrain_hetero.workloads.normalization import (
@@ -56,9 +53,14 @@ from raytrain_hetero.workloads.normalization import (
     Standardize,
     cached_band_stats,
 )
+from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
+from raytrain_hetero.workloads.synthetic.hyperspectral import (
+    generate_hyperspectral_scene,
+)
+from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
+from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 from raytrain_hetero.workloads.uc_merced import (
     UCMERCED_CLASSES,
-    generate_uc_merced,
     uc_merced_datasets,
 )
 
