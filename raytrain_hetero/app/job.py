@@ -126,27 +126,24 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
-    from raytrain_hetero.app.datasets import (
-        check_model_fits_data,
-        generate_configured_dataset,
-        open_configured_datasets,
-    )
+    from raytrain_hetero.app.datasets import check_model_fits_data, data_source
+    from raytrain_hetero.workloads.data import generate_dataset, open_datasets
+    from raytrain_hetero.workloads.registry import dataset_adapter
 
     root = Path(job.data.root)
-    generate_configured_dataset(job.data)
+    source = data_source(job.data)
+    adapter = dataset_adapter(source.dataset)  # an unknown name fails here, listing the known
+    generate_dataset(source)
     check_data_root(job.data)
-    workload = open_configured_datasets(job.data, ("train", "val"))
+    workload = open_datasets(source, ("train", "val"))
     datasets = workload.datasets
     bands = workload.in_channels
-    if job.data.dataset == "eurosat":
-        expected = len(job.data.bands) if isinstance(job.data.bands, list) else (
-            3 if job.data.bands == "rgb" else 13
+    expected = adapter.expected_bands(source)
+    if expected is not None and bands != expected:
+        raise DataError(
+            f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
+            f"{expected}; fix data.bands or the dataset."
         )
-        if bands != expected:
-            raise DataError(
-                f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
-                f"{expected}; fix data.bands or the dataset."
-            )
     check_model_fits_data(job.model, workload, source=root)
     sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
     need = job.total_workers * job.train.min_slice

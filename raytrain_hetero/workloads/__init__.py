@@ -1,6 +1,10 @@
 """Remote-sensing workloads: torchgeo datasets, models, and generators of data in the real
 on-disk formats (so the loaders stay torchgeo's own where torchgeo has one).
 
+Datasets are looked up by name in :mod:`~raytrain_hetero.workloads.registry` (one module per
+dataset registers its adapter); :mod:`~raytrain_hetero.workloads.data` reads a
+:class:`DataSource` through it. Generators live in :mod:`raytrain_hetero.workloads.synthetic`.
+
 * EuroSAT (Sentinel-2, 13 bands or a subset): :func:`generate_eurosat`, :func:`eurosat_datasets`.
 * UC Merced (aerial RGB, 21 classes): :func:`generate_uc_merced`, :func:`uc_merced_datasets`.
 * Hyperspectral scenes (Indian Pines / Pavia / Houston style, ``.mat`` or GeoTIFF):
@@ -53,6 +57,14 @@ from raytrain_hetero.workloads.normalization import (
     Standardize,
     cached_band_stats,
 )
+from raytrain_hetero.workloads.registry import (
+    DatasetAdapter,
+    DataSource,
+    WorkloadData,
+    dataset_adapter,
+    dataset_names,
+    register_dataset,
+)
 from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 from raytrain_hetero.workloads.synthetic.hyperspectral import (
     generate_hyperspectral_scene,
@@ -78,6 +90,8 @@ __all__ = [
     "UCMERCED_CLASSES",
     "BandStats",
     "CheckedLoader",
+    "DataSource",
+    "DatasetAdapter",
     "HyperspectralPatches",
     "HyperspectralScene",
     "MultimodalPatches",
@@ -85,9 +99,12 @@ __all__ = [
     "SpectralSpatial3DCNN",
     "Standardize",
     "TwoBranchFusionCNN",
+    "WorkloadData",
     "build_model",
     "cached_band_stats",
     "check_input_channels",
+    "dataset_adapter",
+    "dataset_names",
     "eurosat_band_stats",
     "eurosat_datasets",
     "expected_input_channels",
@@ -100,6 +117,7 @@ __all__ = [
     "hyperspectral_datasets",
     "load_hyperspectral_scene",
     "multimodal_datasets",
+    "register_dataset",
     "resolve_eurosat_bands",
     "split_scene_pixels",
     "uc_merced_datasets",

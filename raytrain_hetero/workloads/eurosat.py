@@ -35,9 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.file_checks import CheckedLoader
+from raytrain_hetero.workloads.file_checks import CheckedLoader, drop_samples
 from raytrain_hetero.workloads.generated_tree import MARKER_NAME
 from raytrain_hetero.workloads.normalization import BandStats, Standardize
+from raytrain_hetero.workloads.registry import (
+    BadFileScan,
+    DatasetAdapter,
+    DataSource,
+    GenerateOptions,
+    WorkloadData,
+    register_dataset,
+)
 
 __all__ = [
     "EUROSAT_BANDS",
@@ -204,3 +212,42 @@ def eurosat_datasets(
         # A corrupt or truncated TIFF raises a DataError naming the file (no extra reads).
         out[split].loader = CheckedLoader(out[split].loader, "EuroSAT image")
     return out
+
+
+# ------------------------------------------------------------------------------ adapter
+
+
+def _generate(source: DataSource) -> Path:
+    from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
+
+    gen = source.generate or GenerateOptions()
+    return generate_eurosat(source.root, samples_per_class=gen.samples_per_class, seed=gen.seed,
+                            size=gen.size or 64)
+
+
+def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
+    datasets = eurosat_datasets(source.root, bands=source.bands, splits=splits)
+    for dataset in datasets.values():
+        drop_samples(dataset, exclude)
+    channels = int(next(iter(datasets.values()))[0]["image"].shape[0])
+    return WorkloadData(datasets, len(EUROSAT_CLASSES), channels, class_names=EUROSAT_CLASSES,
+                        excluded_files=list(exclude))
+
+
+def _scan_files(source: DataSource) -> BadFileScan:
+    opened = eurosat_datasets(source.root, splits=EUROSAT_SPLITS, normalize=False)
+    files = sorted({path for ds in opened.values() for path, _ in ds.samples})
+    return BadFileScan(files, next(iter(opened.values())).loader)
+
+
+#: EuroSAT in the registry. No up-front file check unless asked (``on_bad_file``).
+EUROSAT = register_dataset(DatasetAdapter(
+    name="eurosat",
+    title="EuroSAT",
+    generate=_generate,
+    open=_open,
+    splits=EUROSAT_SPLITS,
+    default_on_bad_file=None,
+    scan_files=_scan_files,
+    expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
+))

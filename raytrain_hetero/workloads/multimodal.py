@@ -56,6 +56,14 @@ from raytrain_hetero.workloads.normalization import (
     cached_band_stats,
     file_identity,
 )
+from raytrain_hetero.workloads.registry import (
+    BadFileScan,
+    DatasetAdapter,
+    DataSource,
+    GenerateOptions,
+    WorkloadData,
+    register_dataset,
+)
 
 __all__ = [
     "MULTIMODAL_CLASSES",
@@ -313,3 +321,54 @@ def multimodal_band_stats(
         return acc.result()
 
     return cached_band_stats(key, compute, cache_dir)
+
+
+# ------------------------------------------------------------------------------ adapter
+
+
+def _generate(source: DataSource) -> Path:
+    from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
+
+    gen = source.generate or GenerateOptions()
+    kwargs: dict[str, Any] = {}
+    if gen.cloud_fraction is not None:
+        kwargs["cloud_fraction"] = gen.cloud_fraction
+    return generate_multimodal(source.root, samples_per_class=gen.samples_per_class,
+                               seed=gen.seed, size=gen.size or 32, **kwargs)
+
+
+def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
+    datasets = multimodal_datasets(source.root, splits=splits, exclude=exclude)
+    first = next(iter(datasets.values()))
+    channels = int(first[0]["image"].shape[0])
+    return WorkloadData(datasets, int(first.num_classes), channels,
+                        s1_channels=int(first.s1_channels),
+                        class_names=tuple(getattr(first, "classes", ())),
+                        excluded_files=list(exclude))
+
+
+def _scan_files(source: DataSource) -> BadFileScan:
+    root = Path(source.root)
+    if (root / _SO2SAT_FILES["train"]).is_file():  # So2Sat HDF5: no per-sample files to check
+        return BadFileScan([], None)
+    splits = [MultimodalPatches(root, split) for split in MULTIMODAL_SPLITS]
+    first = splits[0]
+    # A pair is checked through its SAR file's path; a bad SAR or optical file drops the pair.
+    by_path = {ds.paths(i)[0]: i for ds in splits for i in ds.ids}
+
+    def read(path: str) -> Any:
+        return first.read_pair(by_path[path])
+
+    return BadFileScan(sorted(by_path), read, by_path)
+
+
+#: Sentinel-1 + Sentinel-2 pairs in the registry (every pair checked by default).
+MULTIMODAL = register_dataset(DatasetAdapter(
+    name="multimodal",
+    title="multimodal (So2Sat-style) dataset",
+    generate=_generate,
+    open=_open,
+    splits=MULTIMODAL_SPLITS,
+    generate_keys=("samples_per_class", "seed", "size", "cloud_fraction"),
+    scan_files=_scan_files,
+))

@@ -50,6 +50,14 @@ from raytrain_hetero.workloads.normalization import (
     cached_band_stats,
     file_identity,
 )
+from raytrain_hetero.workloads.registry import (
+    BadFileScan,
+    DatasetAdapter,
+    DataSource,
+    GenerateOptions,
+    WorkloadData,
+    register_dataset,
+)
 
 __all__ = [
     "UCMERCED_CLASSES",
@@ -218,3 +226,40 @@ def uc_merced_band_stats(
         return acc.result()
 
     return cached_band_stats(key, compute, cache_dir)
+
+
+# ------------------------------------------------------------------------------ adapter
+
+
+def _generate(source: DataSource) -> Path:
+    from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
+
+    gen = source.generate or GenerateOptions()
+    return generate_uc_merced(source.root, samples_per_class=gen.samples_per_class,
+                              seed=gen.seed, size=gen.size or 256)
+
+
+def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
+    datasets = uc_merced_datasets(source.root, splits=splits, image_size=source.image_size,
+                                  exclude_files=exclude)
+    return WorkloadData(datasets, len(UCMERCED_CLASSES), 3, class_names=UCMERCED_CLASSES,
+                        excluded_files=list(exclude))
+
+
+def _scan_files(source: DataSource) -> BadFileScan:
+    root = Path(source.root).absolute()
+    opened = {split: _open_split(root, split, None) for split in UCMERCED_SPLITS}
+    files = sorted({path for ds in opened.values() for path, _ in ds.samples})
+    return BadFileScan(files, next(iter(opened.values())).loader)
+
+
+#: UC Merced in the registry (aerial RGB, every file checked before training by default).
+UC_MERCED = register_dataset(DatasetAdapter(
+    name="uc_merced",
+    title="UC Merced",
+    generate=_generate,
+    open=_open,
+    splits=UCMERCED_SPLITS,
+    scan_files=_scan_files,
+    expected_bands=lambda source: 3,
+))
