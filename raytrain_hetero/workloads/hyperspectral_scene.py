@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from raytrain_hetero.atomic import atomic_write_bytes
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.file_checks import unreadable_message
 
@@ -212,7 +213,8 @@ def write_class_map(
     *,
     profile: dict[str, Any] | None = None,
 ) -> Path:
-    """Write an ``(H, W)`` class map (1..K, 0 = none) as a one-band uint8/uint16 GeoTIFF.
+    """Write an ``(H, W)`` class map (1..K, 0 = none) as a one-band uint8/uint16 GeoTIFF,
+    atomically.
 
     With the ``profile`` of a GeoTIFF scene the map keeps the scene's CRS and transform.
     """
@@ -232,11 +234,16 @@ def write_class_map(
                 meta[key] = profile[key]
     import warnings
 
+    from rasterio.io import MemoryFile
+
     with warnings.catch_warnings():
         # A .mat scene has no georeference; the map is then written in pixel coordinates.
         warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-        with rasterio.open(path, "w", **meta) as dst:
-            dst.write(class_map.astype(dtype)[None])
-    return path
+        with MemoryFile() as memory:
+            with memory.open(**meta) as dst:
+                dst.write(class_map.astype(dtype)[None])
+            encoded = memory.read()
+    # Rendered in memory, then published atomically: a reader never sees half a GeoTIFF.
+    return atomic_write_bytes(path, encoded)
 
 
