@@ -74,7 +74,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     file = find_checkpoint_file(path)
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:
+    except Exception as exc:  # corrupt, truncated, or not a torch file
         raise DataError(f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "
                         "Fix: point --checkpoint at a model.pt written by raytrain-hetero train.") from exc
     meta: dict[str, Any] = {}

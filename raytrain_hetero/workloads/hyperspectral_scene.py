@@ -78,7 +78,7 @@ def _load_mat_array(path: Path, key: str | None, ndim: int, what: str) -> np.nda
             f"{path}: MATLAB v7.3 (HDF5) file, which scipy cannot read ({exc}). Fix: re-save it "
             "in MATLAB as v7 (save(..., '-v7')), or convert it to GeoTIFF."
         ) from exc
-    except Exception as exc:
+    except Exception as exc:  # any parser error: corrupt or truncated file
         raise DataError(unreadable_message(path, exc, f"{what} (.mat)")) from exc
     arrays = {k: v for k, v in contents.items() if not k.startswith("__") and isinstance(v, np.ndarray)}
     if key is not None:
@@ -109,7 +109,7 @@ def _load_tif_array(path: Path, what: str) -> tuple[np.ndarray, dict[str, Any]]:
         with rasterio.open(path) as src:
             array = src.read()
             profile = dict(src.profile)
-    except Exception as exc:
+    except Exception as exc:  # rasterio raises RasterioIOError and others
         raise DataError(unreadable_message(path, exc, f"{what} (GeoTIFF)")) from exc
     return array, profile
 

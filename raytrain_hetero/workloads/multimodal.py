@@ -170,7 +170,7 @@ class MultimodalPatches:
         for path in (s1_path, s2_path):
             try:
                 arrays.append(_read_raster(path))
-            except Exception as exc:
+            except Exception as exc:  # any decoder error: bad file
                 raise DataError(unreadable_message(path, exc, "patch")) from exc
         s1, s2 = arrays
         if s1.shape[1:] != s2.shape[1:]:

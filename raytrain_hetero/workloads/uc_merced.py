@@ -261,5 +261,4 @@ UC_MERCED = register_dataset(DatasetAdapter(
     open=_open,
     splits=UCMERCED_SPLITS,
     scan_files=_scan_files,
-    expected_bands=lambda source: 3,
 ))
