@@ -38,7 +38,12 @@ def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> flo
             for images, labels in batches:
                 logits = model(images.to(device)).cpu()
                 if metric is None:  # the class count is the model's, known at the first batch
-                    metric = MulticlassAccuracy(num_classes=int(logits.shape[1]), average="micro")
+                    # Local only: torchmetrics would otherwise all-gather over any initialised
+                    # process group, and a rank evaluating alone (rank 0) would deadlock.
+                    metric = MulticlassAccuracy(
+                        num_classes=int(logits.shape[1]), average="micro",
+                        sync_on_compute=False, dist_sync_on_step=False,
+                    )
                 metric.update(logits, torch.as_tensor(labels, dtype=torch.int64).cpu())
     finally:
         model.train(was_training)
