@@ -122,15 +122,18 @@ def run_predict(
     )
     from raytrain_hetero.workloads.hyperspectral import write_class_map
     from raytrain_hetero.workloads.models import build_model
+    from raytrain_hetero.workloads.registry import dataset_adapter, dataset_names
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     if mode not in PREDICT_MODES:
         raise ConfigError(f"--mode must be one of {list(PREDICT_MODES)}, got {mode!r}")
-    is_scene = job.data.dataset == "hyperspectral"
+    is_scene = dataset_adapter(job.data.dataset).whole_scene
     split = split or ("scene" if is_scene else "test")
     if split == "scene" and not is_scene:
-        raise ConfigError("split 'scene' (every pixel) applies to dataset hyperspectral only")
+        scenes = [name for name in dataset_names() if dataset_adapter(name).whole_scene]
+        raise ConfigError(f"split 'scene' (every pixel) applies to scene datasets "
+                          f"({', '.join(scenes)}) only, not {job.data.dataset!r}")
     if split not in _SPLITS:
         raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
     checkpoint_file = find_checkpoint_file(checkpoint).resolve()

@@ -424,6 +424,7 @@ HYPERSPECTRAL = register_dataset(DatasetAdapter(
     generate=_generate,
     open=_open,
     splits=HYPERSPECTRAL_SPLITS,
+    whole_scene=True,
     generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
     default_on_bad_file=None,
 ))

@@ -163,7 +163,9 @@ class DatasetAdapter:
         generate: Writes the synthetic copy described by ``source.generate``; returns the root.
         open: ``open(source, splits, exclude) -> WorkloadData``; ``exclude`` lists files
             (or sample ids) to leave out.
-        splits: Splits it can open (besides any extra ones ``open`` accepts).
+        splits: The dataset's labelled splits.
+        whole_scene: ``open`` also accepts the split ``"scene"`` (every pixel of a scene,
+            unlabelled ones included; predictions then make a class map).
         generate_keys: Fields of :class:`GenerateOptions` its generator takes.
         default_on_bad_file: Bad-file policy when the source sets none (``None``: no
             up-front check).
@@ -177,6 +179,7 @@ class DatasetAdapter:
     generate: Callable[[DataSource], Path]
     open: Callable[[DataSource, tuple[str, ...], list[str]], WorkloadData]
     splits: tuple[str, ...] = ("train", "val", "test")
+    whole_scene: bool = False
     generate_keys: tuple[str, ...] = ("samples_per_class", "seed", "size")
     default_on_bad_file: str | None = "error"
     scan_files: Callable[[DataSource], BadFileScan] | None = None
