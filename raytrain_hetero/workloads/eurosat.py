@@ -2,7 +2,8 @@
 
 Two halves, deliberately independent:
 
-* :func:`generate_eurosat` writes a *synthetic* EuroSAT in torchgeo's real on-disk layout
+* :func:`~raytrain_hetero.workloads.synthetic.eurosat.generate_eurosat` writes a *synthetic*
+  EuroSAT in torchgeo's real on-disk layout
   (the layout ``EuroSATallBands.zip`` extracts to), so that
   ``torchgeo.datasets.EuroSAT(root, split=..., bands=..., download=False)`` loads it unchanged::
 

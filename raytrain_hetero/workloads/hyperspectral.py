@@ -6,7 +6,8 @@ A *scene* is one image cube ``H x W x C`` (C narrow bands) plus a label map ``H 
 pixel's class (``label - 1``, so classes are ``0..K-1``). This is the spectral-spatial setup
 of the seed group's hyperspectral CNNs.
 
-On disk (what the public scenes ship as, and what :func:`generate_hyperspectral_scene` writes):
+On disk (what the public scenes ship as, and what
+:func:`~raytrain_hetero.workloads.synthetic.hyperspectral.generate_hyperspectral_scene` writes):
 
 * MATLAB ``.mat`` (v5/v7, read with ``scipy.io.loadmat``): ``Indian_pines_corrected.mat``
   holding the cube under ``indian_pines_corrected`` and ``Indian_pines_gt.mat`` holding the

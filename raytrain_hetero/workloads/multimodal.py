@@ -8,8 +8,9 @@ generated data.
 * Real data: a So2Sat root (``training.h5`` / ``validation.h5`` / ``testing.h5``, version 2)
   is read through ``torchgeo.datasets.So2Sat``; that needs h5py (not installed here, so this
   path is untested on this machine; a missing h5py is a clear DataError).
-* Generated data (:func:`generate_multimodal`), a documented GeoTIFF layout, one co-registered
-  pair of patches per sample (HDF5 cannot be written here without h5py)::
+* Generated data
+  (:func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`), a documented
+  GeoTIFF layout, one co-registered pair of patches per sample (HDF5 cannot be written here without h5py)::
 
       root/
         .raytrain_hetero_generated.json        marker: generator parameters (written last)
@@ -106,7 +107,8 @@ class MultimodalPatches:
     dB) then the S2 bands, like torchgeo's So2Sat; ``s1_channels`` says where S1 ends.
 
     Args:
-        root: Dataset root in the layout of :func:`generate_multimodal`.
+        root: Dataset root in the layout of
+            :func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`.
         split: ``"train"``, ``"val"`` or ``"test"``.
         transforms: Sample transform (e.g. standardisation), applied last.
         exclude: Sample ids to leave out (unreadable pairs found earlier).
@@ -250,8 +252,9 @@ def multimodal_datasets(
     """SAR + multispectral datasets over ``root``, one per split.
 
     ``root`` is either a So2Sat copy (``training.h5`` present: torchgeo's ``So2Sat``, needs
-    h5py) or the generated layout of :func:`generate_multimodal`. Every dataset has
-    ``s1_channels`` and ``num_classes`` attributes. With ``normalize=True`` every band is
+    h5py) or the generated layout of
+    :func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`. Every dataset
+    has ``s1_channels`` and ``num_classes`` attributes. With ``normalize=True`` every band is
     standardised with the training split's mean/std (cached JSON under ``cache_dir``;
     ``"auto"``: ``root/.raytrain_hetero_cache``). ``check_files`` decodes every pair up front
     and applies ``on_bad_file``; ``exclude`` leaves out sample ids found bad earlier.

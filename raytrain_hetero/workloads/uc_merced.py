@@ -1,6 +1,7 @@
 """UC Merced Land Use (aerial RGB, 21 classes): a synthetic generator and torchgeo loaders.
 
-* :func:`generate_uc_merced` writes a *synthetic* UC Merced in torchgeo's real on-disk layout
+* :func:`~raytrain_hetero.workloads.synthetic.uc_merced.generate_uc_merced` writes a
+  *synthetic* UC Merced in torchgeo's real on-disk layout
   (what ``UCMerced_LandUse.zip`` extracts to, plus torchgeo's split files), so that
   ``torchgeo.datasets.UCMerced(root, split=..., download=False)`` loads it unchanged::
 
