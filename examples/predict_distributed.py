@@ -18,11 +18,8 @@ from pathlib import Path
 from raytrain_hetero.app.config import load_config
 from raytrain_hetero.app.datasets import configured_bad_files
 from raytrain_hetero.app.job import init_ray, run_job
-from raytrain_hetero.inference.predict import (
-    find_checkpoint_file,
-    measure_worker_speeds,
-    run_predict,
-)
+from raytrain_hetero.app.predict import measure_worker_speeds, run_predict
+from raytrain_hetero.inference.checkpoints import find_checkpoint_file
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "hyperspectral_local.yaml"
 

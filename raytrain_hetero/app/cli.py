@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from raytrain_hetero.errors import HeteroError
 
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "predict":
             from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.inference.predict import run_predict
+            from raytrain_hetero.app.predict import run_predict
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             run_predict(job, args.checkpoint, output_dir=args.output, split=args.split,

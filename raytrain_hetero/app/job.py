@@ -45,6 +45,7 @@ def classification_loop(config: dict[str, Any]) -> None:
     import raytrain_hetero as rh
     from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
     from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
     # driver (pydantic's errors with custom types do not).
@@ -88,7 +89,9 @@ def classification_loop(config: dict[str, Any]) -> None:
             rh.log_step_metrics(loss=loss.item())
         metrics: dict[str, Any] = {"epoch": epoch}
         if rank == 0:
-            metrics["val_accuracy"] = evaluate(model.module, datasets["val"], rh.get_device())
+            metrics["val_accuracy"] = dataset_accuracy(
+                model.module, datasets["val"], rh.get_device()
+            )
             with tempfile.TemporaryDirectory() as directory:
                 torch.save(
                     {
@@ -109,23 +112,6 @@ def classification_loop(config: dict[str, Any]) -> None:
             rh.report(metrics)
 
 
-def evaluate(model: Any, dataset: Any, device: Any, batch_size: int = 256) -> float:
-    """Top-1 accuracy of ``model`` on ``dataset`` (evaluation mode, no gradient)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    was_training = model.training
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for batch in DataLoader(dataset, batch_size=batch_size):
-            logits = model(batch["image"].to(device))
-            correct += int((logits.argmax(1).cpu() == batch["label"]).sum())
-            total += int(batch["label"].numel())
-    model.train(was_training)
-    return correct / max(total, 1)
-
-
 # ----------------------------------------------------------------------------- driver side
 
 
@@ -143,27 +129,24 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
-    from raytrain_hetero.app.datasets import (
-        check_model_fits_data,
-        generate_configured_dataset,
-        open_configured_datasets,
-    )
+    from raytrain_hetero.app.datasets import check_model_fits_data, data_source
+    from raytrain_hetero.workloads.data import generate_dataset, open_datasets
+    from raytrain_hetero.workloads.registry import dataset_adapter
 
     root = Path(job.data.root)
-    generate_configured_dataset(job.data)
+    source = data_source(job.data)
+    adapter = dataset_adapter(source.dataset)  # an unknown name fails here, listing the known
+    generate_dataset(source)
     check_data_root(job.data)
-    workload = open_configured_datasets(job.data, ("train", "val"))
+    workload = open_datasets(source, ("train", "val"))
     datasets = workload.datasets
     bands = workload.in_channels
-    if job.data.dataset == "eurosat":
-        expected = len(job.data.bands) if isinstance(job.data.bands, list) else (
-            3 if job.data.bands == "rgb" else 13
+    expected = adapter.expected_bands(source)
+    if expected is not None and bands != expected:
+        raise DataError(
+            f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
+            f"{expected}; fix data.bands or the dataset."
         )
-        if bands != expected:
-            raise DataError(
-                f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
-                f"{expected}; fix data.bands or the dataset."
-            )
     check_model_fits_data(job.model, workload, source=root)
     sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
     need = job.total_workers * job.train.min_slice

@@ -1,9 +1,8 @@
 """Run outputs: per-step metrics CSV, summary JSON, throughput plot and a text table.
 
-Pure Python plus matplotlib (through its Agg canvas directly: no pyplot, no display, no
-change to the process-wide backend); no Ray, no torch. Every file is written to a temporary
-file in the destination directory and moved into place with :func:`os.replace`, so a reader
-never sees a half-written output.
+Pure Python plus rich (the table) and matplotlib (through its Agg canvas directly: no pyplot,
+no display, no change to the process-wide backend); no Ray, no torch. Every file is written through
+:func:`raytrain_hetero.atomic.atomic_write`, so a reader never sees a half-written output.
 
 A *step record* is a :class:`~raytrain_hetero.core.records.StepRecord`, one per rank per
 step; the metrics CSV has one column per StepRecord field (:data:`METRICS_COLUMNS`, derived
@@ -19,12 +18,16 @@ import json
 import logging
 import math
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
+from rich.box import Box
+from rich.console import Console
+from rich.table import Table
+
+from raytrain_hetero.atomic import atomic_write, atomic_write_text
 from raytrain_hetero.core.records import StepRecord
 
 __all__ = [
@@ -48,29 +51,6 @@ _STR_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("str",
 
 def _as_row(record: StepRecord | Mapping[str, Any]) -> Mapping[str, Any]:
     return record.to_dict() if isinstance(record, StepRecord) else record
-
-
-def _atomic_write(
-    path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool
-) -> Path:
-    """Call ``write(fh)`` on a temp file next to ``path``, then move it over ``path``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        if binary:
-            fh: IO[Any] = os.fdopen(fd, "wb")
-        else:
-            fh = os.fdopen(fd, "w", encoding="utf-8", newline="")
-        with fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
 
 
 # ------------------------------------------------------------------------------ CSV
@@ -101,7 +81,7 @@ def write_metrics_csv(
         for rec in rows:
             writer.writerow({k: "" if rec.get(k) is None else rec[k] for k in METRICS_COLUMNS})
 
-    out = _atomic_write(path, write, binary=False)
+    out = atomic_write(path, write)
     logger.debug("wrote %d metric rows to %s", len(rows), out)
     return out
 
@@ -177,7 +157,7 @@ def write_summary(summary: Mapping[str, Any], path: str | os.PathLike[str]) -> P
     if bad:
         logger.warning("summary: non-finite values written as null: %s", ", ".join(bad))
     text = json.dumps(clean, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    return _atomic_write(path, lambda fh: fh.write(text), binary=False)
+    return atomic_write_text(path, text)
 
 
 # ------------------------------------------------------------------------------ plot
@@ -288,7 +268,7 @@ def plot_worker_throughput(
         fig.savefig(buf, format="png")
         fh.write(buf.getvalue())
 
-    out = _atomic_write(path, write, binary=True)
+    out = atomic_write(path, write, binary=True)
     logger.debug("wrote throughput plot %s (%d workers)", out, len(by_worker))
     return out
 
@@ -327,8 +307,22 @@ def _cell(key: str, value: Any) -> str:
     return text if text else "-"
 
 
+# Header, a dashed rule under every column (spaces between columns), rows; nothing else.
+_RULED_HEAD = Box(
+    "    \n"
+    "    \n"
+    " -  \n"
+    "    \n"
+    "    \n"
+    "    \n"
+    "    \n"
+    "    \n",
+    ascii=True,
+)
+
+
 def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Render workers as a fixed-width text table.
+    """Render workers as a fixed-width plain-text table (a :class:`rich.table.Table`).
 
     Columns: rank, worker, device, samples/s (one decimal), slice, weight (three
     decimals). Missing, ``None`` or non-finite values print as ``-``. Text columns are
@@ -341,17 +335,14 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
     Returns:
         The table (header, rule, one line per row), without a trailing newline.
     """
-    cells = [[_cell(key, row.get(key)) for _, key, _ in _TABLE_COLUMNS] for row in rows]
-    widths = [
-        max([len(header)] + [len(r[i]) for r in cells])
-        for i, (header, _, _) in enumerate(_TABLE_COLUMNS)
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(
-            f"{v:{align}{w}}" for v, w, (_, _, align) in zip(values, widths, _TABLE_COLUMNS)
-        ).rstrip()
-
-    out = [line([h for h, _, _ in _TABLE_COLUMNS]), "  ".join("-" * w for w in widths)]
-    out.extend(line(r) for r in cells)
-    return "\n".join(out)
+    table = Table(box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0,
+                  header_style="", safe_box=True)
+    for header, _, align in _TABLE_COLUMNS:
+        table.add_column(header, justify="right" if align == ">" else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(_cell(key, row.get(key)) for _, key, _ in _TABLE_COLUMNS))
+    # Plain text: no colour, no terminal width limit (rows are never wrapped or cut).
+    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False,
+                      highlight=False, markup=False, emoji=False)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())

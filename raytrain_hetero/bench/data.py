@@ -1,7 +1,7 @@
 """Benchmark data: a synthetic EuroSAT read once through torchgeo's loader, kept as arrays.
 
 Every contender of a benchmark trains on exactly the same samples: the synthetic EuroSAT in
-torchgeo's on-disk layout (:func:`~raytrain_hetero.workloads.eurosat.generate_eurosat`) is
+torchgeo's on-disk layout (:func:`~raytrain_hetero.workloads.synthetic.eurosat.generate_eurosat`) is
 decoded once, on the driver, through torchgeo's ``EuroSAT`` dataset with the package's
 per-band standardisation, and saved as ``.npy`` arrays. Workers memory-map them, so three
 workers on one machine share one copy in the page cache and nobody decodes TIFFs inside a
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,9 +110,11 @@ def prepare_bench_data(
 
     The TIFF tree goes to ``root/eurosat_spc<n>_seed<s>`` and the arrays to
     ``root/arrays_spc<n>_seed<s>``; both are reused when present and complete. Arrays are
-    written into a temporary sibling and renamed into place.
+    published like a generated tree (temporary sibling renamed into place).
     """
-    from raytrain_hetero.workloads.eurosat import eurosat_datasets, generate_eurosat
+    from raytrain_hetero.workloads.eurosat import eurosat_datasets
+    from raytrain_hetero.workloads.generated_tree import generate_tree
+    from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
     base = Path(root).expanduser().absolute()
     tag = f"spc{samples_per_class}_seed{seed}"
@@ -128,16 +128,15 @@ def prepare_bench_data(
     tree = generate_eurosat(base / f"eurosat_{tag}", samples_per_class=samples_per_class,
                             seed=seed)
     datasets = eurosat_datasets(tree, bands="all", splits=("train", "val"))
-    tmp = base / f".arrays_{tag}.{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir(parents=True)
-    try:
+
+    def write(directory: Path) -> None:
         sizes: dict[str, int] = {}
         bands = 0
         for split, dataset in datasets.items():
             n = len(dataset)
             first = dataset[0]["image"].numpy()
             bands = int(first.shape[0])
-            images = np.lib.format.open_memmap(tmp / f"{split}_x.npy", mode="w+",
+            images = np.lib.format.open_memmap(directory / f"{split}_x.npy", mode="w+",
                                                dtype=np.float32, shape=(n, *first.shape))
             labels = np.empty(n, dtype=np.int64)
             for i in range(n):
@@ -146,18 +145,17 @@ def prepare_bench_data(
                 labels[i] = int(item["label"])
             images.flush()
             del images
-            np.save(tmp / f"{split}_y.npy", labels)
+            np.save(directory / f"{split}_y.npy", labels)
             sizes[split] = n
         meta = {"format": _FORMAT, "train_size": sizes["train"], "val_size": sizes["val"],
                 "bands": bands, "num_classes": 10, "samples_per_class": samples_per_class,
                 "seed": seed}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        try:
-            os.replace(tmp, arrays)
-        except OSError:  # a concurrent caller (or a stale copy) is there: keep the complete one
-            if not marker.exists():
-                shutil.rmtree(arrays, ignore_errors=True)
-                os.replace(tmp, arrays)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return BenchData(str(arrays), sizes["train"], sizes["val"], bands, 10)
+        (directory / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    # The one directory-publish mechanism: written in a temporary sibling, renamed into place.
+    params = {"generator": "bench_arrays", "format": _FORMAT,
+              "samples_per_class": samples_per_class, "seed": seed}
+    generate_tree(arrays, params, write, what="prepare_bench_data")
+    meta = json.loads(marker.read_text())
+    return BenchData(str(arrays), meta["train_size"], meta["val_size"], meta["bands"],
+                     meta["num_classes"])

@@ -33,8 +33,9 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["StockEmulation", "bench_loop", "measure_alone", "slowdown_at"]
 
@@ -141,23 +142,6 @@ def _build_model(width: int, bands: int, classes: int, seed: int) -> Any:
     return build_model("small_cnn", in_channels=bands, num_classes=classes, width=width)
 
 
-def evaluate(model: Any, images: Any, labels: Any, device: Any, batch_size: int = 256) -> float:
-    """Top-1 accuracy on arrays (evaluation mode, no gradient)."""
-    import numpy as np
-    import torch
-
-    was_training = model.training
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(labels), batch_size):
-            x = torch.from_numpy(np.asarray(images[start:start + batch_size], dtype=np.float32))
-            y = torch.from_numpy(np.asarray(labels[start:start + batch_size]))
-            correct += int((model(x.to(device)).argmax(1).cpu() == y).sum())
-    model.train(was_training)
-    return correct / max(1, len(labels))
-
-
 def bench_loop(config: dict[str, Any]) -> None:
     """Train one contender; see the module docstring. Config keys:
 
@@ -172,6 +156,7 @@ def bench_loop(config: dict[str, Any]) -> None:
     from torch.utils.data import DataLoader
 
     from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from raytrain_hetero.workloads.evaluation import arrays_accuracy
 
     loop_started = time.time()
     mode = config["mode"]
@@ -287,7 +272,9 @@ def bench_loop(config: dict[str, Any]) -> None:
                 last = True
         if rank == 0 and (last or (eval_every and done % eval_every == 0)):
             record["eval_start"] = time.time()
-            record["val_accuracy"] = evaluate(getattr(model, "module", model), val_x, val_y, device)
+            record["val_accuracy"] = arrays_accuracy(
+                getattr(model, "module", model), val_x, val_y, device
+            )
             record["eval_end"] = time.time()
         log.write(json.dumps(record) + "\n")
         if checkpoint_every and done % checkpoint_every == 0 and not last:

@@ -30,9 +30,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from raytrain_hetero.atomic import atomic_write_text
 from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
 
 __all__ = ["EXIT_UNAVAILABLE", "add_arguments", "format_table", "main", "run_from_args",
@@ -276,7 +278,7 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
     if ray.is_initialized():
         ray.shutdown()
     # address="local": always a new Ray of our own, never a cluster someone left running.
-    ray.init(address="local", num_cpus=int(math.ceil(cpus)) + 2, include_dashboard=False,
+    ray.init(address="local", num_cpus=math.ceil(cpus) + 2, include_dashboard=False,
              log_to_driver=False,
              runtime_env=_ray_env())
     contenders = options["contenders"]
@@ -350,7 +352,7 @@ def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pat
             ray.init(address=cluster.address, log_to_driver=False, runtime_env=_ray_env())
             joined: dict[str, float] = {}
 
-            def add_node() -> None:
+            def add_node(cluster: Any = cluster, joined: dict[str, float] = joined) -> None:
                 cluster.add_node(num_cpus=total - start)
                 joined["time"] = time.time()
 
@@ -406,10 +408,10 @@ def format_table(result: dict[str, Any]) -> str:
     machine = result["machine"]
     lines = [
         f"scenario {result['scenario']}: {result['description']}",
-        f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
-        f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}",
-        f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
-        f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}",
+        (f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
+         f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}"),
+        (f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
+         f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}"),
         "",
     ]
     join = any("join_latency_s" in f for f in result["fits"])
@@ -506,19 +508,21 @@ def _json_default(value: Any) -> Any:
 
 def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
     """bench.json, COMMAND and the plots."""
-    from raytrain_hetero.bench.plots import plot_accuracy, plot_throughput, plot_timeline
+    from raytrain_hetero.bench.plots import (
+        plot_accuracy,
+        plot_throughput,
+        plot_timeline,
+    )
 
     output.mkdir(parents=True, exist_ok=True)
     written = []
     path = output / "bench.json"
-    tmp = output / ".bench.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2, default=_json_default, allow_nan=True))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(result, indent=2, default=_json_default, allow_nan=True))
     written.append(path)
-    (output / "COMMAND").write_text(result["command"] + "\n")
+    atomic_write_text(output / "COMMAND", result["command"] + "\n")
     written.append(output / "COMMAND")
     if not result.get("skipped"):
-        (output / "table.txt").write_text(format_table(result) + "\n")
+        atomic_write_text(output / "table.txt", format_table(result) + "\n")
         written.append(output / "table.txt")
     if result.get("skipped"):
         return written

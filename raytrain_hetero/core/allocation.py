@@ -17,8 +17,8 @@ import heapq
 import logging
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ __all__ = [
     "CostModel",
     "allocate",
     "fit_cost_model",
+    "largest_remainder",
     "makespan",
     "proportional_slices",
 ]
@@ -79,7 +80,7 @@ class CostModel:
         object.__setattr__(self, "alpha", alpha)
         object.__setattr__(self, "beta", beta)
 
-    def time(self, batch: int | float) -> float:
+    def time(self, batch: float) -> float:
         """Predicted seconds for one step on ``batch`` samples."""
         return self.alpha + self.beta * batch
 
@@ -258,6 +259,38 @@ def _cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
     return alpha, beta
 
 
+def largest_remainder(
+    exact: Sequence[float] | np.ndarray, total: int, *, upper: Sequence[float] | np.ndarray | None = None
+) -> tuple[int, ...]:
+    """Round non-negative reals summing to ``total`` to integers summing to ``total``.
+
+    Every entry gets ``floor(exact_i)``; the leftover units go one each to the largest
+    fractional parts, ties to the lower index. Entries already at ``upper`` take no unit.
+    The one rounding of the package (slices, inference pool shares).
+
+    Args:
+        exact: The real-valued split (``sum(exact) == total`` up to float rounding).
+        total: The integer sum wanted.
+        upper: Optional per-entry maximum.
+
+    Returns:
+        One integer per entry, summing to ``total``.
+    """
+    values = np.asarray(exact, dtype=np.float64).reshape(-1)
+    rounded = np.floor(values).astype(np.int64)
+    leftover = int(total) - int(rounded.sum())
+    if leftover > 0:
+        remainder = values - rounded
+        if upper is not None:
+            remainder[rounded >= np.asarray(upper)] = -1.0  # at the cap: cannot take another unit
+        # Stable sort on the negated remainder: largest first, ties to the lower index.
+        order = np.argsort(-remainder, kind="stable")[:leftover]
+        rounded[order] += 1
+    elif leftover < 0:  # pragma: no cover - float sums are far more accurate than one unit
+        raise AssertionError(f"largest-remainder rounding overshot by {-leftover}")
+    return tuple(int(b) for b in rounded)
+
+
 def proportional_slices(
     total: int,
     shares: Sequence[float],
@@ -308,18 +341,7 @@ def proportional_slices(
         else:
             scale_high = mid
 
-    exact = filled(scale_low)
-    slices = np.floor(exact).astype(np.int64)
-    leftover = total - int(slices.sum())
-    if leftover > 0:
-        remainder = exact - slices
-        remainder[slices >= upper] = -1.0  # at the cap: cannot take another unit
-        # Stable sort on the negated remainder: largest first, ties to the lower index.
-        order = np.argsort(-remainder, kind="stable")[:leftover]
-        slices[order] += 1
-    elif leftover < 0:  # pragma: no cover - float sums are far more accurate than one unit
-        raise AssertionError(f"proportional rounding overshot by {-leftover}")
-    result = tuple(int(b) for b in slices)
+    result = largest_remainder(filled(scale_low), total, upper=upper)
     logger.debug("proportional_slices(total=%d) -> %s", total, result)
     return result
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from raytrain_hetero.core.allocation import CostModel, allocate, proportional_slices
 from raytrain_hetero.errors import AllocationError, HeteroError
@@ -143,19 +144,6 @@ class Plan:
             caps=caps_t,
             min_slice=min_slice,
             reason=reason,
-        )
-
-    def with_version(self, version: int, effective_step: int) -> Plan:
-        """Copy of this plan renumbered to apply from ``effective_step``."""
-        return Plan(
-            version=version,
-            effective_step=effective_step,
-            slices=self.slices,
-            shares=self.shares,
-            costs=self.costs,
-            caps=self.caps,
-            min_slice=self.min_slice,
-            reason=self.reason,
         )
 
     def to_dict(self) -> dict[str, Any]:

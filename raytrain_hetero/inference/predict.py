@@ -1,7 +1,10 @@
 """Distributed inference on heterogeneous workers: Ray Data ``map_batches`` over actor pools.
 
-``raytrain-hetero predict --config JOB.yaml --checkpoint DIR`` classifies a split of the job's
-dataset (or, for a hyperspectral scene, every pixel) with a trained checkpoint.
+The library half of prediction: the predictor actor, speed measurement, actor-pool planning
+and the Ray Data run. It knows a dataset only as a
+:class:`~raytrain_hetero.workloads.registry.DataSource` and a model only as a name plus
+keyword arguments (:class:`PredictorSpec`); reading a job config and writing the outputs is
+:mod:`raytrain_hetero.app.predict` (``raytrain-hetero predict``).
 
 How the work is divided (``mode="proportional"``, the default):
 
@@ -30,10 +33,10 @@ imitating a slower device.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,139 +45,54 @@ from typing import Any, Literal
 
 import numpy as np
 
-from raytrain_hetero.app.config import JobConfig, WorkerSpec
+from raytrain_hetero.config import WorkerSpec
+from raytrain_hetero.core.allocation import largest_remainder
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.inference.checkpoints import load_checkpoint_state
+from raytrain_hetero.workloads.registry import DataSource
 
 __all__ = [
+    "PREDICT_MODES",
     "ActorPlan",
     "ModelPredictor",
     "PredictMode",
-    "find_checkpoint_file",
-    "load_checkpoint",
-    "load_checkpoint_state",
+    "PredictorSpec",
+    "format_summary",
+    "measure_worker_speeds",
     "plan_actor_pools",
-    "run_predict",
+    "run_actor_pools",
+    "scene_class_map",
+    "summarise",
 ]
 
 logger = logging.getLogger(__name__)
 
 PredictMode = Literal["proportional", "equal", "single"]
 PREDICT_MODES: tuple[str, ...] = ("proportional", "equal", "single")
-CHECKPOINT_FILE = "model.pt"
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def find_checkpoint_file(path: str | os.PathLike[str]) -> Path:
-    """Resolve ``path`` to a ``model.pt``: the file itself, a checkpoint directory holding
-    one, or a run/output directory (the newest ``checkpoint_*/model.pt`` below it).
-
-    Raises:
-        DataError: Nothing usable at ``path`` (the message says what was looked for).
-    """
-    p = Path(path).expanduser()
-    if p.is_file():
-        return p
-    if (p / CHECKPOINT_FILE).is_file():
-        return p / CHECKPOINT_FILE
-    if p.is_dir():
-        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_FILE}"), key=lambda f: f.stat().st_mtime)
-        if found:
-            logger.info("using the newest checkpoint under %s: %s", p, found[-1])
-            return found[-1]
-    raise DataError(
-        f"no checkpoint at {p}: expected a {CHECKPOINT_FILE} file, a checkpoint directory "
-        f"holding one, or a training output directory with checkpoint_*/{CHECKPOINT_FILE}. "
-        "Fix: pass --checkpoint pointing at one (raytrain-hetero train writes them under "
-        "<output>/ray_results/)."
-    )
-
-
-def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The model ``state_dict`` of a trainer checkpoint (``{"model": ..., "optimizer": ...}``)
-    or of a bare state dict file, loaded with ``weights_only=True``.
-
-    Raises:
-        DataError: Unreadable or foreign file (naming it).
-    """
-    return load_checkpoint(path)[0]
-
-
-def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(state_dict, meta)`` of a checkpoint; ``meta`` is the ``"meta"`` entry the training
-    job writes (dataset, in_channels, num_classes, s1_channels), or ``{}``.
-
-    Raises:
-        DataError: Unreadable or foreign file (naming it).
-    """
-    import torch
-
-    file = find_checkpoint_file(path)
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - corrupt, truncated, or not a torch file
-        raise DataError(f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "
-                        "Fix: point --checkpoint at a model.pt written by raytrain-hetero train.") from exc
-    meta: dict[str, Any] = {}
-    if isinstance(state, dict) and isinstance(state.get("model"), dict):
-        meta = dict(state.get("meta") or {})
-        state = state["model"]
-    if not isinstance(state, dict) or not all(hasattr(v, "shape") for v in state.values()):
-        raise DataError(f"{file}: not a model checkpoint (expected {{'model': state_dict}})")
-    return state, meta
-
-
-def check_meta_fits(meta: dict[str, Any], *, checkpoint: str, data: Any) -> None:
-    """Raise a DataError if the checkpoint's recorded data shape differs from ``data``'s
-    (catches band changes that leave parameter shapes alone, e.g. the 3-D CNN's bands)."""
-    bands = meta.get("in_channels")
-    if bands is not None and int(bands) != data.in_channels:
-        raise DataError(
-            f"band-count mismatch: {checkpoint} was trained on {bands} band(s) per sample but the "
-            f"data has {data.in_channels}. Fix: predict on data with the bands the model was "
-            "trained on (data.bands / dataset / scene), or retrain."
-        )
-    classes = meta.get("num_classes")
-    if classes is not None and int(classes) != data.num_classes:
-        raise DataError(
-            f"{checkpoint} was trained for {classes} classes but the data has {data.num_classes}. "
-            "Fix: use the dataset the model was trained on."
-        )
-
-
-def check_state_fits(model: Any, state: dict[str, Any], *, checkpoint: str, data_bands: int) -> None:
-    """Raise a DataError naming the mismatch if ``state`` cannot load into ``model``.
-
-    A different first-layer input width is reported as a band-count mismatch (the
-    checkpoint was trained on other bands than the data has)."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    wrong = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
-             if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if wrong:
-        key, theirs, ours = wrong[0]
-        if len(theirs) >= 2 and len(ours) >= 2 and theirs[0] == ours[0] and theirs[1] != ours[1] \
-                and key == next(k for k, v in own.items() if getattr(v, "ndim", 0) >= 2):
-            raise DataError(
-                f"band-count mismatch: {checkpoint} was trained on {theirs[1]} input band(s) "
-                f"(layer {key} {theirs}) but the data has {data_bands}. Fix: predict on data "
-                "with the bands the model was trained on (data.bands / dataset), or retrain."
-            )
-        raise DataError(
-            f"{checkpoint} does not fit the configured model: {key} is {theirs} in the "
-            f"checkpoint but {ours} in the model ({len(wrong)} such layer(s)). Fix: use the "
-            "config the checkpoint was trained with (model.name, model.width, classes)."
-        )
-    if missing or unexpected:
-        raise DataError(
-            f"{checkpoint} does not fit the configured model: missing {missing[:3]}, unexpected "
-            f"{unexpected[:3]}. Fix: use the config the checkpoint was trained with."
-        )
 
 
 # ----------------------------------------------------------------------------- the actor
+
+
+@dataclass(frozen=True)
+class PredictorSpec:
+    """What every predictor actor needs to build its model and open its data (picklable).
+
+    Attributes:
+        source: The dataset to read.
+        model_name: :func:`~raytrain_hetero.workloads.models.build_model` name.
+        model_kwargs: Its keyword arguments (as for training).
+        checkpoint: Path of the ``model.pt`` to load.
+        split: Dataset split to read (hyperspectral: also ``"scene"``).
+        exclude: Files / sample ids to leave out (as the driver found them).
+    """
+
+    source: DataSource
+    model_name: str
+    model_kwargs: dict[str, Any]
+    checkpoint: str
+    split: str
+    exclude: tuple[str, ...] = ()
 
 
 class ModelPredictor:
@@ -185,43 +103,34 @@ class ModelPredictor:
     the model and returns one row per sample.
 
     Args:
-        job: ``JobConfig.model_dump(mode="json")``.
-        checkpoint: Path of the ``model.pt`` to load.
-        split: Dataset split to read (hyperspectral: also ``"scene"``).
+        spec: Model, checkpoint and data of the prediction.
         worker: Name of the worker group (recorded with every prediction).
         slowdown: EMULATION factor >= 1 (see the module docstring).
         device: ``"cpu"`` or ``"cuda"``.
         threads: torch intra-op threads (the actor's CPUs).
-        exclude: Files / sample ids to leave out (as the driver found them).
     """
 
     def __init__(
         self,
-        job: dict[str, Any],
-        checkpoint: str,
-        split: str,
+        spec: PredictorSpec,
         worker: str,
         slowdown: float = 1.0,
         device: str = "cpu",
         threads: int = 1,
-        exclude: Sequence[str] = (),
     ) -> None:
         import torch
 
-        from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+        from raytrain_hetero.workloads.data import open_datasets
         from raytrain_hetero.worker.emulation import SlowdownEmulator
         from raytrain_hetero.worker.timing import ComputeClock
         from raytrain_hetero.workloads.models import build_model
 
         torch.set_num_threads(max(1, int(threads)))
-        from raytrain_hetero.app.config import validate_config
-
-        cfg = validate_config(job, source="job config on a predictor")
-        self.workload = open_configured_datasets(cfg.data, (split,), exclude=list(exclude))
-        self.dataset = self.workload.datasets[split]
+        self.workload = open_datasets(spec.source, (spec.split,), exclude=list(spec.exclude))
+        self.dataset = self.workload.datasets[spec.split]
         self.device = torch.device(device)
-        model = build_model(cfg.model.name, **model_arguments(cfg.model, self.workload))
-        model.load_state_dict(load_checkpoint_state(checkpoint))
+        model = build_model(spec.model_name, **spec.model_kwargs)
+        model.load_state_dict(load_checkpoint_state(spec.checkpoint))
         self.model = model.to(self.device).eval()
         self.worker = worker
         self.slowdown = float(slowdown)
@@ -349,10 +258,7 @@ def plan_actor_pools(
     else:
         weights = [float(spec.count) for spec in specs]
         batches = [batch_size] * len(specs)
-    raw = np.asarray(weights) / sum(weights) * total
-    shares = np.floor(raw).astype(int)
-    for i in np.argsort(-(raw - shares))[: total - int(shares.sum())]:
-        shares[i] += 1
+    shares = largest_remainder(np.asarray(weights) / sum(weights) * total, total)
     return [
         ActorPlan(spec.name, spec.count, int(b), int(n), float(s), spec)
         for spec, s, b, n in zip(specs, speeds, batches, shares)
@@ -376,31 +282,26 @@ def _remote_options(spec: WorkerSpec) -> dict[str, Any]:
     return options
 
 
-def _predictor_kwargs(job: JobConfig, checkpoint: Path, split: str, spec: WorkerSpec,
-                      exclude: Sequence[str]) -> dict[str, Any]:
+def _predictor_kwargs(predictor: PredictorSpec, spec: WorkerSpec) -> dict[str, Any]:
     return {
-        "job": job.model_dump(mode="json"),
-        "checkpoint": str(checkpoint),
-        "split": split,
+        "spec": predictor,
         "worker": spec.name,
         "slowdown": spec.emulated_slowdown,
         "device": spec.resolved_device(),
         "threads": max(1, int(spec.resources.get("CPU", 1))),
-        "exclude": list(exclude),
     }
 
 
 def measure_worker_speeds(
-    job: JobConfig, checkpoint: Path, split: str, batch_size: int, exclude: Sequence[str],
-    repeats: int = 3,
+    predictor: PredictorSpec, workers: Sequence[WorkerSpec], batch_size: int, repeats: int = 3,
 ) -> list[float]:
     """Samples/s of one predictor actor of each worker group, probed one group at a time."""
     import ray
 
     speeds = []
-    for spec in job.workers:
+    for spec in workers:
         actor_cls = ray.remote(ModelPredictor).options(**_remote_options(spec))
-        actor = actor_cls.remote(**_predictor_kwargs(job, checkpoint, split, spec, exclude))
+        actor = actor_cls.remote(**_predictor_kwargs(predictor, spec))
         try:
             speed = ray.get(actor.measure.remote(batch_size, repeats=repeats), timeout=600)
         finally:
@@ -410,93 +311,19 @@ def measure_worker_speeds(
     return speeds
 
 
-def run_predict(
-    job: JobConfig,
-    checkpoint: str | os.PathLike[str],
-    *,
-    output_dir: str | os.PathLike[str] | None = None,
-    split: str | None = None,
-    mode: PredictMode = "proportional",
-    batch_size: int = 128,
-    speeds: Sequence[float] | None = None,
-    probe_repeats: int = 3,
-    quiet: bool = False,
-) -> dict[str, Any]:
-    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it.
+def run_actor_pools(
+    predictor: PredictorSpec, plans: Sequence[ActorPlan], predictions_dir: str | os.PathLike[str],
+) -> float:
+    """Predict with one Ray Data actor pool per plan and write the rows as Parquet.
 
-    Args:
-        job: The job config the checkpoint was trained with (data, model, workers).
-        checkpoint: ``model.pt``, a checkpoint directory, or a training output directory.
-        output_dir: Where ``predictions/`` (Parquet), ``class_map.tif`` (scenes) and
-            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``).
-        split: ``train`` / ``val`` / ``test``, or ``scene`` (hyperspectral only).
-        mode: ``proportional`` (default), ``equal`` or ``single``; see the module docstring.
-        batch_size: Batch of the fastest actor (proportional) or of every actor.
-        speeds: Per-group samples/s to use instead of probing (e.g. from an earlier run).
-        probe_repeats: Timed batches per probe.
-        quiet: Do not print the result lines.
-
-    Returns:
-        The summary (also written as ``predict_summary.json``): samples, wall time,
-        samples/s, the actor plan, per-worker rows and accuracy on labelled samples.
-
-    Raises:
-        DataError: Missing/unreadable checkpoint or data; checkpoint trained on other bands.
-        ConfigError: Invalid mode/split/batch size.
+    Pool ``i`` predicts the next ``plans[i].samples`` sample indices. ``predictions_dir`` is
+    replaced. Returns the wall time of the run (actor start-up included).
     """
-    import pyarrow.parquet as pq
-    import ray
+    import pandas as pd
     import ray.data
 
-    from raytrain_hetero.app.config import check_data_root
-    from raytrain_hetero.app.datasets import (
-        configured_bad_files,
-        model_arguments,
-        open_configured_datasets,
-    )
-    from raytrain_hetero.workloads.models import build_model
-
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if mode not in PREDICT_MODES:
-        raise ConfigError(f"--mode must be one of {list(PREDICT_MODES)}, got {mode!r}")
-    is_scene = job.data.dataset == "hyperspectral"
-    split = split or ("scene" if is_scene else "test")
-    if split == "scene" and not is_scene:
-        raise ConfigError("split 'scene' (every pixel) applies to dataset hyperspectral only")
-    if split not in ("train", "val", "test", "scene"):
-        raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
-    checkpoint_file = find_checkpoint_file(checkpoint).resolve()
-    out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
-
-    # Everything checkable happens here, before any actor starts.
-    check_data_root(job.data)
-    exclude = configured_bad_files(job.data)
-    workload = open_configured_datasets(job.data, (split,), exclude=exclude)
-    total = len(workload.datasets[split])
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
-    state, meta = load_checkpoint(checkpoint_file)
-    check_meta_fits(meta, checkpoint=str(checkpoint_file), data=workload)
-    check_state_fits(model, state, checkpoint=str(checkpoint_file), data_bands=workload.in_channels)
-    del model, state
-
-    if not ray.is_initialized():
-        from raytrain_hetero.driver.session import init_ray
-
-        init_ray(
-            address=job.ray.address,
-            num_cpus=job.ray.num_cpus,
-            dashboard_host=job.ray.dashboard_host,
-        )
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
-
-    if speeds is None:
-        speeds = measure_worker_speeds(job, checkpoint_file, split, batch_size, exclude, probe_repeats)
-    plans = plan_actor_pools(job.workers, list(speeds), total, batch_size, mode)
-
-    import pandas as pd
-
     parts = []
     start = 0
     for plan in plans:
@@ -507,7 +334,7 @@ def run_predict(
                   for i in range(0, len(indices), per_block)]
         part = ray.data.from_pandas(frames).map_batches(
             ModelPredictor,
-            fn_constructor_kwargs=_predictor_kwargs(job, checkpoint_file, split, plan.spec, exclude),
+            fn_constructor_kwargs=_predictor_kwargs(predictor, plan.spec),
             batch_size=plan.batch_size,
             compute=ray.data.ActorPoolStrategy(size=plan.count),
             batch_format="numpy",
@@ -515,29 +342,22 @@ def run_predict(
         )
         parts.append(part)
     dataset = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-    predictions_dir = out / "predictions"
-    if predictions_dir.exists():
-        import shutil
-
-        shutil.rmtree(predictions_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    target = Path(predictions_dir)
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    dataset.write_parquet(str(predictions_dir))
-    wall = time.perf_counter() - began
-
-    table = pq.read_table(predictions_dir).to_pandas()
-    summary = _summarise(table, plans, wall, mode, split, checkpoint_file, total)
-    if is_scene and split == "scene":
-        summary["class_map"] = str(_write_scene_map(workload, table, out / "class_map.tif"))
-    (out / "predict_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if not quiet:
-        print(_format_summary(summary))
-        print(f"outputs: {out}")
-    return summary
+    dataset.write_parquet(str(target))
+    return time.perf_counter() - began
 
 
-def _summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split: str,
-               checkpoint: Path, total: int) -> dict[str, Any]:
+def summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split: str,
+              checkpoint: Path, total: int) -> dict[str, Any]:
+    """Samples, wall time, samples/s, the plan and per-worker rows of a finished prediction.
+
+    Raises:
+        DataError: The predictions do not cover every sample exactly once.
+    """
     if len(table) != total or table["index"].nunique() != total:
         raise DataError(f"prediction returned {len(table)} rows for {total} samples "
                         f"({table['index'].nunique()} distinct)")
@@ -550,8 +370,8 @@ def _summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split
         busy = float((batches["batch_end"] - batches["batch_start"]).sum())
         workers.append({
             "worker": name,
-            "samples": int(len(rows)),
-            "batches": int(len(batches)),
+            "samples": len(rows),
+            "batches": len(batches),
             "batch_size": int(batches["batch_size"].mode().iloc[0]),
             "busy_s": busy,
             "samples_per_busy_s": float(len(rows) / busy) if busy > 0 else float("nan"),
@@ -567,7 +387,7 @@ def _summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split
         "compute_span_s": span,
         "samples_per_s_compute_span": total / span if span > 0 else float("nan"),
         "accuracy_on_labelled": accuracy,
-        "labelled_samples": int(len(labelled)),
+        "labelled_samples": len(labelled),
         "plan": [
             {"worker": p.worker, "actors": p.count, "batch_size": p.batch_size,
              "samples": p.samples, "measured_samples_per_s": p.speed}
@@ -577,11 +397,12 @@ def _summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split
     }
 
 
-def _format_summary(summary: dict[str, Any]) -> str:
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as the lines ``raytrain-hetero predict`` prints."""
     lines = [
-        f"predict ({summary['mode']}): {summary['samples']} samples in {summary['wall_s']:.2f} s "
+        (f"predict ({summary['mode']}): {summary['samples']} samples in {summary['wall_s']:.2f} s "
         f"= {summary['samples_per_s']:.1f} samples/s (incl. actor start-up); compute span "
-        f"{summary['compute_span_s']:.2f} s = {summary['samples_per_s_compute_span']:.1f} samples/s",
+        f"{summary['compute_span_s']:.2f} s = {summary['samples_per_s_compute_span']:.1f} samples/s")
     ]
     for p, w in zip(summary["plan"], sorted(summary["workers"], key=lambda r: r["worker"])):
         lines.append(
@@ -598,14 +419,12 @@ def _format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_scene_map(workload: Any, table: Any, path: Path) -> Path:
+def scene_class_map(workload: Any, table: Any) -> np.ndarray:
     """Predicted class map (1..K; every pixel predicted) of a hyperspectral scene."""
-    from raytrain_hetero.workloads.hyperspectral import write_class_map
-
     scene = workload.scene
     dataset = next(iter(workload.datasets.values()))
     centres = dataset.centres.numpy()
     class_map = np.zeros(scene.shape, dtype=np.int64)
     order = table["index"].to_numpy()
     class_map[centres[order, 0], centres[order, 1]] = table["prediction"].to_numpy() + 1
-    return write_class_map(class_map, path, profile=scene.profile)
+    return class_map

@@ -1,6 +1,10 @@
 """Remote-sensing workloads: torchgeo datasets, models, and generators of data in the real
 on-disk formats (so the loaders stay torchgeo's own where torchgeo has one).
 
+Datasets are looked up by name in :mod:`~raytrain_hetero.workloads.registry` (one module per
+dataset registers its adapter); :mod:`~raytrain_hetero.workloads.data` reads a
+:class:`DataSource` through it. Generators live in :mod:`raytrain_hetero.workloads.synthetic`.
+
 * EuroSAT (Sentinel-2, 13 bands or a subset): :func:`generate_eurosat`, :func:`eurosat_datasets`.
 * UC Merced (aerial RGB, 21 classes): :func:`generate_uc_merced`, :func:`uc_merced_datasets`.
 * Hyperspectral scenes (Indian Pines / Pavia / Houston style, ``.mat`` or GeoTIFF):
@@ -18,9 +22,8 @@ from raytrain_hetero.workloads.eurosat import (
     EUROSAT_RGB_BANDS,
     EUROSAT_SPLITS,
     EUROSAT_STD,
-    EuroSATNormalize,
+    eurosat_band_stats,
     eurosat_datasets,
-    generate_eurosat,
     resolve_eurosat_bands,
 )
 from raytrain_hetero.workloads.file_checks import CheckedLoader, find_unreadable_files
@@ -28,7 +31,6 @@ from raytrain_hetero.workloads.hyperspectral import (
     HyperspectralPatches,
     HyperspectralScene,
     find_scene_files,
-    generate_hyperspectral_scene,
     hyperspectral_datasets,
     load_hyperspectral_scene,
     split_scene_pixels,
@@ -48,13 +50,29 @@ from raytrain_hetero.workloads.multimodal import (
     S1_BANDS,
     S2_BANDS,
     MultimodalPatches,
-    generate_multimodal,
     multimodal_datasets,
 )
-from raytrain_hetero.workloads.normalization import BandStats, Standardize, cached_band_stats
+from raytrain_hetero.workloads.normalization import (
+    BandStats,
+    Standardize,
+    cached_band_stats,
+)
+from raytrain_hetero.workloads.registry import (
+    DatasetAdapter,
+    DataSource,
+    WorkloadData,
+    dataset_adapter,
+    dataset_names,
+    register_dataset,
+)
+from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
+from raytrain_hetero.workloads.synthetic.hyperspectral import (
+    generate_hyperspectral_scene,
+)
+from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
+from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 from raytrain_hetero.workloads.uc_merced import (
     UCMERCED_CLASSES,
-    generate_uc_merced,
     uc_merced_datasets,
 )
 
@@ -72,7 +90,8 @@ __all__ = [
     "UCMERCED_CLASSES",
     "BandStats",
     "CheckedLoader",
-    "EuroSATNormalize",
+    "DataSource",
+    "DatasetAdapter",
     "HyperspectralPatches",
     "HyperspectralScene",
     "MultimodalPatches",
@@ -80,9 +99,13 @@ __all__ = [
     "SpectralSpatial3DCNN",
     "Standardize",
     "TwoBranchFusionCNN",
+    "WorkloadData",
     "build_model",
     "cached_band_stats",
     "check_input_channels",
+    "dataset_adapter",
+    "dataset_names",
+    "eurosat_band_stats",
     "eurosat_datasets",
     "expected_input_channels",
     "find_scene_files",
@@ -94,6 +117,7 @@ __all__ = [
     "hyperspectral_datasets",
     "load_hyperspectral_scene",
     "multimodal_datasets",
+    "register_dataset",
     "resolve_eurosat_bands",
     "split_scene_pixels",
     "uc_merced_datasets",

@@ -70,7 +70,7 @@ class CheckedLoader:
             return result
         except DataError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any decoder error means an unreadable file
+        except Exception as exc:  # any decoder error means an unreadable file
             raise DataError(unreadable_message(path, exc, self.what)) from exc
 
     def __repr__(self) -> str:

@@ -6,7 +6,8 @@ A *scene* is one image cube ``H x W x C`` (C narrow bands) plus a label map ``H 
 pixel's class (``label - 1``, so classes are ``0..K-1``). This is the spectral-spatial setup
 of the seed group's hyperspectral CNNs.
 
-On disk (what the public scenes ship as, and what :func:`generate_hyperspectral_scene` writes):
+On disk (what the public scenes ship as, and what
+:func:`~raytrain_hetero.workloads.synthetic.hyperspectral.generate_hyperspectral_scene` writes):
 
 * MATLAB ``.mat`` (v5/v7, read with ``scipy.io.loadmat``): ``Indian_pines_corrected.mat``
   holding the cube under ``indian_pines_corrected`` and ``Indian_pines_gt.mat`` holding the
@@ -39,20 +40,31 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.file_checks import unreadable_message
-from raytrain_hetero.workloads.generated_tree import generate_tree
+from raytrain_hetero.workloads.hyperspectral_scene import (
+    HyperspectralScene,
+    find_scene_files,
+    load_hyperspectral_scene,
+    write_class_map,
+)
 from raytrain_hetero.workloads.normalization import (
     BandStats,
     BandStatsAccumulator,
     cached_band_stats,
     file_identity,
+)
+from raytrain_hetero.workloads.registry import (
+    DatasetAdapter,
+    DataSource,
+    GenerateOptions,
+    SceneOptions,
+    WorkloadData,
+    register_dataset,
 )
 
 __all__ = [
@@ -61,7 +73,6 @@ __all__ = [
     "HyperspectralScene",
     "SplitMethod",
     "find_scene_files",
-    "generate_hyperspectral_scene",
     "hyperspectral_datasets",
     "load_hyperspectral_scene",
     "split_scene_pixels",
@@ -72,182 +83,6 @@ logger = logging.getLogger(__name__)
 
 SplitMethod = Literal["block", "random"]
 HYPERSPECTRAL_SPLITS: tuple[str, ...] = ("train", "val", "test")
-_GENERATOR_VERSION = 1
-_SCENE_SUFFIXES = (".mat", ".tif", ".tiff")
-
-
-# ================================================================================ loading
-
-
-@dataclass(frozen=True)
-class HyperspectralScene:
-    """A loaded scene.
-
-    Attributes:
-        cube: ``(H, W, C)`` float32 image.
-        labels: ``(H, W)`` int64 map, 0 = unlabelled, 1..K = classes.
-        image_path: File the cube came from. label_path: File the labels came from.
-        profile: rasterio profile of a GeoTIFF cube (CRS, transform), else ``None``.
-    """
-
-    cube: np.ndarray
-    labels: np.ndarray
-    image_path: Path
-    label_path: Path
-    profile: dict[str, Any] | None = None
-
-    @property
-    def num_bands(self) -> int:
-        """C."""
-        return int(self.cube.shape[2])
-
-    @property
-    def num_classes(self) -> int:
-        """K: the largest label value."""
-        return int(self.labels.max())
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(H, W)."""
-        return int(self.labels.shape[0]), int(self.labels.shape[1])
-
-
-def _load_mat_array(path: Path, key: str | None, ndim: int, what: str) -> np.ndarray:
-    import scipy.io
-
-    try:
-        contents = scipy.io.loadmat(str(path))
-    except NotImplementedError as exc:  # scipy: "Please use HDF reader for matlab v7.3 files"
-        raise DataError(
-            f"{path}: MATLAB v7.3 (HDF5) file, which scipy cannot read ({exc}). Fix: re-save it "
-            "in MATLAB as v7 (save(..., '-v7')), or convert it to GeoTIFF."
-        ) from exc
-    except Exception as exc:  # noqa: BLE001 - any parser error: corrupt or truncated file
-        raise DataError(unreadable_message(path, exc, f"{what} (.mat)")) from exc
-    arrays = {k: v for k, v in contents.items() if not k.startswith("__") and isinstance(v, np.ndarray)}
-    if key is not None:
-        if key not in arrays:
-            raise DataError(
-                f"{path}: no variable {key!r}; it holds {sorted(arrays)}. Fix: set the key to "
-                "one of those."
-            )
-        array = arrays[key]
-    else:
-        candidates = {k: v for k, v in arrays.items() if v.ndim == ndim}
-        if len(candidates) != 1:
-            raise DataError(
-                f"{path}: cannot tell which variable is the {what}: {ndim}-D variables "
-                f"{sorted(candidates) or 'none'} among {sorted(arrays)}. Fix: name it "
-                f"explicitly ({'image_key' if ndim == 3 else 'label_key'})."
-            )
-        array = next(iter(candidates.values()))
-    if array.ndim != ndim:
-        raise DataError(f"{path}: the {what} must be {ndim}-D, got shape {array.shape}")
-    return array
-
-
-def _load_tif_array(path: Path, what: str) -> tuple[np.ndarray, dict[str, Any]]:
-    import rasterio
-
-    try:
-        with rasterio.open(path) as src:
-            array = src.read()
-            profile = dict(src.profile)
-    except Exception as exc:  # noqa: BLE001 - rasterio raises RasterioIOError and others
-        raise DataError(unreadable_message(path, exc, f"{what} (GeoTIFF)")) from exc
-    return array, profile
-
-
-def find_scene_files(root: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Find ``(image, labels)`` in ``root`` by the public scenes' naming.
-
-    The label file is the one whose stem ends in ``_gt`` (``Indian_pines_gt.mat``,
-    ``PaviaU_gt.mat``); the image is the other scene file whose stem starts with the label
-    file's prefix, preferring ``<prefix>_corrected`` (``Indian_pines_corrected.mat``).
-
-    Raises:
-        DataError: No unique pair; the message lists the candidates and says to set
-            ``image`` / ``labels`` explicitly.
-    """
-    root = Path(root)
-    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in _SCENE_SUFFIXES)
-    gts = [p for p in files if p.stem.lower().endswith("_gt")]
-    if len(gts) != 1:
-        raise DataError(
-            f"{root}: expected exactly one label map named '*_gt.mat' or '*_gt.tif', found "
-            f"{[p.name for p in gts] or 'none'} among {[p.name for p in files] or 'no scene files'}. "
-            "Fix: set data.hyperspectral.image and data.hyperspectral.labels explicitly."
-        )
-    gt = gts[0]
-    prefix = gt.stem[: -len("_gt")].lower()
-    images = [p for p in files if p != gt and p.stem.lower().startswith(prefix)]
-    preferred = [p for p in images if p.stem.lower() == f"{prefix}_corrected"]
-    if preferred:
-        images = preferred
-    if len(images) != 1:
-        raise DataError(
-            f"{root}: cannot tell which file is the image for {gt.name}: candidates "
-            f"{[p.name for p in images] or 'none'}. Fix: set data.hyperspectral.image explicitly."
-        )
-    return images[0], gt
-
-
-def load_hyperspectral_scene(
-    image_path: str | os.PathLike[str],
-    label_path: str | os.PathLike[str],
-    *,
-    image_key: str | None = None,
-    label_key: str | None = None,
-) -> HyperspectralScene:
-    """Read a scene from ``.mat`` (scipy) or GeoTIFF (rasterio) files.
-
-    ``.mat`` cubes are ``H x W x C`` (as the public files are); GeoTIFF cubes are read as
-    ``C x H x W`` and transposed. Without a key, the only 3-D (image) / 2-D (labels) variable
-    of a ``.mat`` file is used.
-
-    Raises:
-        DataError: Missing, corrupt, truncated or unsupported files (naming the file and the
-            fix); image and labels of different height/width; labels that are not
-            non-negative integers; no labelled pixel.
-    """
-    image_path, label_path = Path(image_path), Path(label_path)
-    for path in (image_path, label_path):
-        if not path.is_file():
-            raise DataError(
-                f"hyperspectral scene file not found: {path}. Fix: check data.root and "
-                "data.hyperspectral.image / labels, or set data.generate to create a synthetic scene."
-            )
-    profile: dict[str, Any] | None = None
-    if image_path.suffix.lower() == ".mat":
-        cube = _load_mat_array(image_path, image_key, 3, "image cube")
-    else:
-        raw, profile = _load_tif_array(image_path, "image cube")
-        cube = np.transpose(raw, (1, 2, 0))
-    if label_path.suffix.lower() == ".mat":
-        labels = _load_mat_array(label_path, label_key, 2, "label map")
-    else:
-        raw, _ = _load_tif_array(label_path, "label map")
-        if raw.shape[0] != 1:
-            raise DataError(f"{label_path}: a label map must have one band, it has {raw.shape[0]}")
-        labels = raw[0]
-    if cube.shape[:2] != labels.shape:
-        raise DataError(
-            f"{image_path} is {cube.shape[0]}x{cube.shape[1]} pixels but {label_path} is "
-            f"{labels.shape[0]}x{labels.shape[1]}: image and labels must cover the same grid. "
-            "Fix: pair the right files."
-        )
-    if not np.issubdtype(labels.dtype, np.integer):
-        if not np.all(np.isfinite(labels)) or np.any(labels != np.round(labels)):
-            raise DataError(f"{label_path}: labels must be integers (0 = unlabelled)")
-    labels = labels.astype(np.int64)
-    if labels.min() < 0:
-        raise DataError(f"{label_path}: labels must be >= 0 (0 = unlabelled), found {labels.min()}")
-    if labels.max() == 0:
-        raise DataError(f"{label_path}: no labelled pixel (every label is 0)")
-    cube = np.ascontiguousarray(cube, dtype=np.float32)
-    if not np.all(np.isfinite(cube)):
-        raise DataError(f"{image_path}: the image holds NaN or infinite values")
-    return HyperspectralScene(cube, labels, image_path, label_path, profile)
 
 
 # ================================================================================ splits
@@ -330,8 +165,8 @@ def split_scene_pixels(
         for c in np.unique(labels[labels > 0]):
             flat = np.flatnonzero(labels.ravel() == c)
             flat = flat[rng.permutation(flat.size)]
-            n_train = max(1, int(round(fr[0] * flat.size)))
-            n_val = int(round(fr[1] * flat.size))
+            n_train = max(1, round(fr[0] * flat.size))
+            n_val = round(fr[1] * flat.size)
             for s, part in enumerate((flat[:n_train], flat[n_train:n_train + n_val],
                                       flat[n_train + n_val:])):
                 split_id.ravel()[part] = s
@@ -534,224 +369,63 @@ def hyperspectral_datasets(
     return out
 
 
-def write_class_map(
-    class_map: np.ndarray,
-    path: str | os.PathLike[str],
-    *,
-    profile: dict[str, Any] | None = None,
-) -> Path:
-    """Write an ``(H, W)`` class map (1..K, 0 = none) as a one-band uint8/uint16 GeoTIFF.
+# ------------------------------------------------------------------------------ adapter
 
-    With the ``profile`` of a GeoTIFF scene the map keeps the scene's CRS and transform.
-    """
-    import rasterio
-    import rasterio.errors
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    dtype = "uint8" if int(class_map.max(initial=0)) < 256 else "uint16"
-    meta: dict[str, Any] = {
-        "driver": "GTiff", "height": int(class_map.shape[0]), "width": int(class_map.shape[1]),
-        "count": 1, "dtype": dtype,
+def scene_files(source: DataSource) -> tuple[Path, Path]:
+    """The (image, labels) files a source names, or the ones found in its root."""
+    root = Path(source.root)
+    options = source.scene or SceneOptions()
+    if options.image is not None and options.labels is not None:
+        return root / options.image, root / options.labels
+    if not root.is_dir():
+        raise DataError(f"hyperspectral scene directory {root} does not exist. Fix: set "
+                        "data.root, or data.generate to create a synthetic scene")
+    image, labels = find_scene_files(root)
+    if options.image is not None:
+        image = root / options.image
+    if options.labels is not None:
+        labels = root / options.labels
+    return image, labels
+
+
+def _generate(source: DataSource) -> Path:
+    from raytrain_hetero.workloads.synthetic.hyperspectral import (
+        generate_hyperspectral_scene,
+    )
+
+    gen = source.generate or GenerateOptions()
+    kwargs = {
+        key: value for key, value in (
+            ("height", gen.height), ("width", gen.width), ("bands", gen.spectral_bands),
+            ("classes", gen.classes), ("file_format", gen.file_format),
+        ) if value is not None
     }
-    if profile is not None:
-        for key in ("crs", "transform"):
-            if profile.get(key) is not None:
-                meta[key] = profile[key]
-    import warnings
-
-    with warnings.catch_warnings():
-        # A .mat scene has no georeference; the map is then written in pixel coordinates.
-        warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-        with rasterio.open(path, "w", **meta) as dst:
-            dst.write(class_map.astype(dtype)[None])
-    return path
+    return generate_hyperspectral_scene(source.root, seed=gen.seed, **kwargs)
 
 
-# ================================================================================ generator
+def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
+    options = source.scene or SceneOptions()
+    image, labels = scene_files(source)
+    out = hyperspectral_datasets(
+        image, labels, splits=splits, patch_size=options.patch_size, method=options.split,
+        fractions=options.fractions, block_size=options.block_size, guard=options.guard,
+        image_key=options.image_key, label_key=options.label_key, cache_dir=source.cache_dir,
+        include_scene=True,
+    )
+    scene = out.pop("_scene")
+    names = tuple(f"class_{k}" for k in range(1, scene.num_classes + 1))
+    return WorkloadData(out, scene.num_classes, scene.num_bands, class_names=names, scene=scene)
 
 
-def _wavelengths(bands: int) -> np.ndarray:
-    return np.linspace(400.0, 2500.0, bands, dtype=np.float64)
-
-
-def _gauss(lam: np.ndarray, centre: float, width: float) -> np.ndarray:
-    return np.exp(-0.5 * ((lam - centre) / width) ** 2)
-
-
-def _endmembers(lam: np.ndarray) -> np.ndarray:
-    """Reflectance of 5 base materials, (5, C): green vegetation, dry vegetation, soil,
-    water, man-made (asphalt/concrete)."""
-    water_abs = 1 - 0.55 * _gauss(lam, 1450, 60) - 0.7 * _gauss(lam, 1940, 80) - 0.2 * _gauss(lam, 970, 30)
-    green = (0.04 + 0.05 * _gauss(lam, 550, 35) + 0.45 / (1 + np.exp(-(lam - 715) / 14))
-             - 0.15 * np.clip((lam - 1300) / 1200, 0, 1)) * water_abs
-    dry = (0.12 + 0.25 * np.clip((lam - 400) / 900, 0, 1) - 0.08 * _gauss(lam, 2100, 60)) * (
-        1 - 0.3 * _gauss(lam, 1940, 80))
-    soil = (0.08 + 0.22 * np.clip((lam - 400) / 1800, 0, 1) - 0.05 * _gauss(lam, 2200, 40)) * (
-        1 - 0.25 * _gauss(lam, 1450, 60) - 0.35 * _gauss(lam, 1940, 80))
-    water = 0.07 * np.exp(-(lam - 400) / 250) + 0.005
-    manmade = 0.12 + 0.04 * np.clip((lam - 400) / 2100, 0, 1) - 0.02 * _gauss(lam, 1700, 80)
-    return np.clip(np.stack([green, dry, soil, water, manmade]), 0.002, 1.0)
-
-
-def _class_spectra(lam: np.ndarray, num_classes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Abundances (K+1, 5) of each class (row 0 = background) and a multiplicative class
-    signature (K+1, C): a shifted red edge and one narrow absorption feature per class."""
-    dominant = rng.permutation(np.resize(np.array([0, 0, 1, 2, 3, 4, 0, 2]), num_classes + 1))
-    abundances = rng.dirichlet(np.full(5, 0.6), size=num_classes + 1)
-    abundances[np.arange(num_classes + 1), dominant] += 1.5
-    abundances /= abundances.sum(axis=1, keepdims=True)
-    signature = np.ones((num_classes + 1, lam.size))
-    for c in range(num_classes + 1):
-        centre = rng.uniform(450, 2400)
-        signature[c] *= 1 - rng.uniform(0.04, 0.12) * _gauss(lam, centre, rng.uniform(15, 40))
-        signature[c] *= 1 + rng.uniform(-0.06, 0.06) * np.clip((lam - 700) / 300, 0, 1)
-    return abundances, signature
-
-
-def _smooth(rng: np.random.Generator, h: int, w: int, scale: float) -> np.ndarray:
-    from scipy.ndimage import gaussian_filter
-
-    field = gaussian_filter(rng.standard_normal((h, w)), scale, mode="wrap")
-    return (field - field.mean()) / (field.std() + 1e-9)
-
-
-def _scene_layout(
-    rng: np.random.Generator, h: int, w: int, num_classes: int, region_px: float, unlabelled: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Warped-Voronoi fields: (region id map, class of each region; 0 = background)."""
-    n_regions = max(2 * num_classes + 2, int(round(h * w / region_px**2)))
-    seeds = rng.uniform([0, 0], [h, w], size=(n_regions, 2))
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
-    yy = yy + 0.25 * region_px * _smooth(rng, h, w, region_px / 2)
-    xx = xx + 0.25 * region_px * _smooth(rng, h, w, region_px / 2)
-    from scipy.spatial import cKDTree
-
-    _, nearest = cKDTree(seeds).query(np.stack([yy.ravel(), xx.ravel()], axis=1))
-    region = nearest.reshape(h, w).astype(np.int64)
-    n_bg = int(round(unlabelled * n_regions))
-    classes = np.concatenate([
-        np.zeros(n_bg, dtype=np.int64),
-        np.tile(np.arange(1, num_classes + 1), 2),
-    ])
-    rest = n_regions - classes.size
-    if rest > 0:  # imbalanced class frequencies, as in the real scenes
-        weights = rng.dirichlet(np.full(num_classes, 1.0))
-        classes = np.concatenate([classes, rng.choice(np.arange(1, num_classes + 1), size=rest, p=weights)])
-    return region, rng.permutation(classes[:n_regions])
-
-
-def _render_scene(params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(cube (H, W, C) uint16 DN = reflectance * 10000, labels (H, W) uint8)."""
-    from scipy.ndimage import gaussian_filter
-
-    h, w, c, k = params["height"], params["width"], params["bands"], params["classes"]
-    rng = np.random.default_rng([params["seed"], 31337])
-    lam = _wavelengths(c)
-    ends = _endmembers(lam)
-    class_abund, class_sig = _class_spectra(lam, k, rng)
-    region, region_class = _scene_layout(rng, h, w, k, params["region_size"], params["unlabelled_fraction"])
-    # Background regions get spectra of "other" cover types (not any labelled class).
-    bg_abund = rng.dirichlet(np.full(5, 0.8), size=region_class.size)
-    abund_r = np.where((region_class > 0)[:, None], class_abund[region_class], bg_abund)
-    # Field-to-field variability (soil moisture, growth stage): same class, different field.
-    abund_r = abund_r * np.exp(0.25 * rng.standard_normal(abund_r.shape))
-    abund_r /= abund_r.sum(axis=1, keepdims=True)
-    bright_r = rng.uniform(0.9, 1.1, size=region_class.size)
-    abund = abund_r[region]  # (H, W, 5)
-    # Within-field texture: smooth variation of every abundance.
-    for e in range(5):
-        abund[:, :, e] *= np.exp(0.2 * _smooth(rng, h, w, 2.0))
-    abund /= abund.sum(axis=2, keepdims=True)
-    cube = abund @ ends  # (H, W, C)
-    cube *= class_sig[np.where(region_class > 0, region_class, 0)[region]]
-    cube *= bright_r[region][:, :, None]
-    cube = gaussian_filter(cube, sigma=(0.6, 0.6, 0))  # sensor PSF: mixed pixels at edges
-    # Noise: low SNR in the atmospheric water-vapour bands.
-    sigma = 0.004 + 0.02 * (_gauss(lam, 1400, 50) + _gauss(lam, 1900, 60))
-    cube += rng.standard_normal(cube.shape) * sigma[None, None, :]
-    dn = np.clip(np.rint(cube * 10000), 1, 65535).astype(np.uint16)
-    labels = region_class[region].astype(np.uint8)
-    # Field borders are not labelled in the public ground truths.
-    from scipy.ndimage import maximum_filter, minimum_filter
-
-    border = maximum_filter(region, size=3) != minimum_filter(region, size=3)
-    labels[border] = 0
-    return dn, labels
-
-
-def generate_hyperspectral_scene(
-    root: str | os.PathLike[str],
-    *,
-    name: str = "Synthetic_pines",
-    height: int = 145,
-    width: int = 145,
-    bands: int = 200,
-    classes: int = 16,
-    file_format: Literal["mat", "tif"] = "mat",
-    seed: int = 0,
-    region_size: float = 14.0,
-    unlabelled_fraction: float = 0.3,
-) -> Path:
-    """Write a synthetic hyperspectral scene in a public scene's on-disk format; return ``root``.
-
-    ``file_format="mat"`` writes ``<name>_corrected.mat`` (variable ``<name lower>_corrected``,
-    ``H x W x C`` uint16) and ``<name>_gt.mat`` (``<name lower>_gt``, ``H x W`` uint8), like
-    ``Indian_pines_corrected.mat`` / ``Indian_pines_gt.mat``; ``"tif"`` writes
-    ``<name>.tif`` (C-band uint16 GeoTIFF, UTM 15N, 2.5 m pixels like Houston 2013) and
-    ``<name>_gt.tif``. :func:`find_scene_files` finds both layouts.
-
-    The scene is a mosaic of warped-Voronoi fields (about ``region_size`` px across), each
-    of one class or unlabelled background (``unlabelled_fraction`` of the fields, plus all
-    field borders, are 0). A class is a mixture of five base materials (green and dry
-    vegetation, soil, water, man-made) with its own narrow absorption feature and red-edge
-    tilt; every field perturbs the mixture and brightness (so fields of one class differ),
-    with smooth within-field texture, a sensor blur and band-dependent noise (noisy
-    water-vapour bands). Spatially blocked evaluation is therefore harder than random
-    pixels, as on the real scenes. Cached and atomic like every generator here.
-
-    Raises:
-        ConfigError: Invalid arguments.
-        DataError: ``root`` is a file or a foreign non-empty directory.
-    """
-    for arg, value, lo in (("height", height, 8), ("width", width, 8), ("bands", bands, 4),
-                           ("classes", classes, 2), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_hyperspectral_scene: {arg} must be an integer >= {lo}, got {value!r}")
-    if classes > 255:
-        raise ConfigError("generate_hyperspectral_scene: classes must be <= 255 (uint8 labels)")
-    if file_format not in ("mat", "tif"):
-        raise ConfigError(f"generate_hyperspectral_scene: file_format must be 'mat' or 'tif', got {file_format!r}")
-    if not name or any(ch in name for ch in "/\\. "):
-        raise ConfigError(f"generate_hyperspectral_scene: name must be a plain file stem, got {name!r}")
-    if not 0 <= unlabelled_fraction < 1 or region_size < 2:
-        raise ConfigError("generate_hyperspectral_scene: need 0 <= unlabelled_fraction < 1 and region_size >= 2")
-    params = {
-        "generator": "raytrain_hetero.workloads.hyperspectral",
-        "version": _GENERATOR_VERSION,
-        "name": name, "height": int(height), "width": int(width), "bands": int(bands),
-        "classes": int(classes), "file_format": file_format, "seed": int(seed),
-        "region_size": float(region_size), "unlabelled_fraction": float(unlabelled_fraction),
-    }
-
-    def write(tmp: Path) -> None:
-        dn, labels = _render_scene(params)
-        if file_format == "mat":
-            import scipy.io
-
-            scipy.io.savemat(tmp / f"{name}_corrected.mat", {f"{name.lower()}_corrected": dn})
-            scipy.io.savemat(tmp / f"{name}_gt.mat", {f"{name.lower()}_gt": labels})
-        else:
-            import rasterio
-            from affine import Affine
-            from rasterio.crs import CRS
-
-            common = {"driver": "GTiff", "height": int(height), "width": int(width),
-                      "crs": CRS.from_epsg(32615),
-                      "transform": Affine(2.5, 0.0, 268_000.0, 0.0, -2.5, 3_290_000.0)}
-            with rasterio.open(tmp / f"{name}.tif", "w", count=int(bands), dtype="uint16", **common) as dst:
-                dst.write(np.ascontiguousarray(dn.transpose(2, 0, 1)))
-            with rasterio.open(tmp / f"{name}_gt.tif", "w", count=1, dtype="uint8", **common) as dst:
-                dst.write(labels[None])
-
-    return generate_tree(root, params, write, what="generate_hyperspectral_scene")
+#: One hyperspectral scene in the registry; its files are checked when read (no skipping).
+HYPERSPECTRAL = register_dataset(DatasetAdapter(
+    name="hyperspectral",
+    title="hyperspectral scene",
+    generate=_generate,
+    open=_open,
+    splits=HYPERSPECTRAL_SPLITS,
+    whole_scene=True,
+    generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
+    default_on_bad_file=None,
+))

@@ -237,7 +237,7 @@ def _load_pretrained_resnet(name: str, weights_name: str, in_channels: int, num_
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - a truncated download, wrong file...
+    except Exception as exc:  # a truncated download, wrong file...
         raise DataError(f"{path}: cannot load pretrained weights ({exc}). Fix: download it again.") from exc
     model = timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from raytrain_hetero.atomic import atomic_write_json
+
 __all__ = [
     "BandStats",
     "BandStatsAccumulator",
     "Standardize",
-    "band_stats_of_dataset",
     "cached_band_stats",
     "cached_json",
     "file_identity",
@@ -107,16 +107,6 @@ class BandStatsAccumulator:
         return BandStats(tuple(self.mean.tolist()), tuple(std.tolist()), self.count)
 
 
-def band_stats_of_dataset(dataset: Any, key: str = "image", limit: int | None = None) -> BandStats:
-    """Statistics of ``dataset[i][key]`` (band-first tensors) over its items (or the first
-    ``limit``)."""
-    acc = BandStatsAccumulator()
-    n = len(dataset) if limit is None else min(limit, len(dataset))
-    for i in range(n):
-        acc.update(dataset[i][key], band_axis=0)
-    return acc.result()
-
-
 def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{path, size, mtime_ns}`` of a file: changes when the file is replaced or edited."""
     st = os.stat(path)
@@ -159,11 +149,8 @@ def cached_json(
         pass
     value = compute()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{prefix}", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": _STATS_FORMAT, "key": normal_key, "value": value}, f)
-        os.replace(tmp, path)
+        atomic_write_json(path, {"format": _STATS_FORMAT, "key": normal_key, "value": value},
+                          indent=None)
         logger.info("cached %s in %s", prefix, path)
     except OSError as exc:
         logger.info("%s not cached (%s is not writable: %s)", prefix, directory, exc)

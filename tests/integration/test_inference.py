@@ -12,14 +12,15 @@ import yaml
 
 from raytrain_hetero.app.cli import main
 from raytrain_hetero.app.config import JobConfig, WorkerSpec
-from raytrain_hetero.errors import DataError
-from raytrain_hetero.inference.predict import plan_actor_pools, run_predict
-from raytrain_hetero.workloads import build_model
 from raytrain_hetero.app.datasets import (
     generate_configured_dataset,
     model_arguments,
     open_configured_datasets,
 )
+from raytrain_hetero.app.predict import run_predict
+from raytrain_hetero.errors import DataError
+from raytrain_hetero.inference.predict import plan_actor_pools
+from raytrain_hetero.workloads import build_model
 
 SCENE = {"height": 24, "width": 28, "spectral_bands": 12, "classes": 4}
 

@@ -72,7 +72,7 @@ def test_install_announces_and_restore_continues_the_versions():
     install_plan(plans, plan, announce=announced.append)
     assert announced == [plan] and plans.current == plan and plans.history == [plan]
     resumed = PlanState(rank_slots=(2, 0, 1))
-    resumed.restore([plan.with_version(7, 4)], {0: CostModel(0.0, 0.01)})
+    resumed.restore([dataclasses.replace(plan, version=7)], {0: CostModel(0.0, 0.01)})
     assert resumed.next_version() == 8 and resumed.current is None
     assert resumed.restored_slot_costs == {0: CostModel(0.0, 0.01)}
 

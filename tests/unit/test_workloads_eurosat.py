@@ -23,6 +23,7 @@ from raytrain_hetero.workloads import (
     generate_eurosat,
 )
 from raytrain_hetero.workloads import eurosat as eurosat_mod
+from raytrain_hetero.workloads.synthetic import eurosat as synthetic_eurosat
 
 BASE = Path("ds/images/remote_sensing/otherDatasets/sentinel_2/tif")
 SPC = 20  # samples per class of the shared fixture (14 train / 3 val / 3 test)
@@ -120,7 +121,7 @@ def test_deterministic_and_seed_dependent(tmp_path: Path) -> None:
     b = generate_eurosat(tmp_path / "b", samples_per_class=3, size=16, seed=7)
     c = generate_eurosat(tmp_path / "c", samples_per_class=3, size=16, seed=8)
     rel = BASE / "River" / "River_2.tif"
-    read = lambda r: rasterio.open(r / rel).read()  # noqa: E731
+    read = lambda r: rasterio.open(r / rel).read()
     assert np.array_equal(read(a), read(b)) and not np.array_equal(read(a), read(c))
     assert (a / "eurosat-train.txt").read_text() == (b / "eurosat-train.txt").read_text()
 
@@ -154,13 +155,13 @@ def test_foreign_non_empty_directory_is_refused_and_untouched(tmp_path: Path) ->
 def test_interrupted_generation_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = eurosat_mod._write_tree
+    real = synthetic_eurosat._write_tree
 
     def crash(tmp: Path, *args: object) -> None:
         real(tmp, *args)  # every file written, the completion marker not yet
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(eurosat_mod, "_write_tree", crash)
+    monkeypatch.setattr(synthetic_eurosat, "_write_tree", crash)
     with pytest.raises(KeyboardInterrupt):
         generate_eurosat(tmp_path / "x", samples_per_class=3, size=16)
     assert list(tmp_path.iterdir()) == []

@@ -151,3 +151,20 @@ def test_bad_scene_files_fail_clearly(mat_root: Path, tmp_path: Path) -> None:
         find_scene_files(two)
     with pytest.raises(ConfigError, match="odd"):
         hyperspectral_datasets(image, labels, patch_size=4)
+
+
+def test_class_map_is_written_atomically_and_reads_back(tmp_path: Path) -> None:
+    from raytrain_hetero.workloads.hyperspectral import write_class_map
+
+    class_map = np.arange(12, dtype=np.int64).reshape(3, 4) % 5
+    target = tmp_path / "out" / "class_map.tif"
+    assert write_class_map(class_map, target) == target
+    with rasterio.open(target) as src:
+        assert src.read(1).tolist() == class_map.tolist() and src.dtypes[0] == "uint8"
+    assert [p.name for p in target.parent.iterdir()] == ["class_map.tif"]  # no temp file left
+    # Replacing an existing map is all or nothing: a failing write leaves the old one intact.
+    with pytest.raises(ValueError):  # a 3-D array is no class map
+        write_class_map(np.zeros((2, 2, 2)), target)
+    with rasterio.open(target) as src:
+        assert src.read(1).tolist() == class_map.tolist()
+    assert [p.name for p in target.parent.iterdir()] == ["class_map.tif"]

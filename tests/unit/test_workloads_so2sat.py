@@ -13,7 +13,7 @@ from torchgeo.datasets import So2Sat
 
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES, multimodal_datasets
-from raytrain_hetero.workloads.so2sat import (
+from raytrain_hetero.workloads.synthetic.so2sat import (
     SO2SAT_CLASSES,
     SO2SAT_FILES,
     SO2SAT_LABELS,

@@ -35,8 +35,8 @@ import numpy as np
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.generated_tree import generate_tree
-from raytrain_hetero.workloads.multimodal import (
-    MULTIMODAL_CLASSES,
+from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES
+from raytrain_hetero.workloads.synthetic.multimodal import (
     _clouds,
     _noisy,
     _optical_and_radar,
@@ -168,7 +168,7 @@ def generate_so2sat(
     n_val, n_test = round(fr[1] * spc), round(fr[2] * spc)
     per_split = {"train": spc - n_val - n_test, "validation": n_val, "test": n_test}
     params = {
-        "generator": "raytrain_hetero.workloads.so2sat",
+        "generator": "raytrain_hetero.workloads.synthetic.so2sat",
         "version": _GENERATOR_VERSION,
         "samples_per_class": spc,
         "seed": int(seed),

@@ -1,0 +1,186 @@
+"""``raytrain-hetero predict``: classify a split of a job's dataset with a trained checkpoint.
+
+Reads the :class:`~raytrain_hetero.app.config.JobConfig` the checkpoint was trained with,
+checks everything checkable on the driver (data root, unreadable files, checkpoint against
+model and data) before any actor starts, then runs the library's actor pools
+(:mod:`raytrain_hetero.inference.predict`: measure, size, run) and writes the outputs:
+``predictions/`` (Parquet, one row per sample), ``predict_summary.json`` and, for a
+hyperspectral scene, ``class_map.tif``; the files are written atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.app.config import JobConfig, check_data_root
+from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.inference.checkpoints import (
+    check_meta_fits,
+    check_state_fits,
+    find_checkpoint_file,
+    load_checkpoint,
+)
+from raytrain_hetero.inference.predict import (
+    PREDICT_MODES,
+    PredictMode,
+    PredictorSpec,
+    format_summary,
+    plan_actor_pools,
+    run_actor_pools,
+    scene_class_map,
+    summarise,
+)
+from raytrain_hetero.inference.predict import (
+    measure_worker_speeds as measure_pool_speeds,
+)
+
+__all__ = ["measure_worker_speeds", "predictor_spec", "run_predict"]
+
+logger = logging.getLogger(__name__)
+
+_SPLITS = ("train", "val", "test", "scene")
+
+
+def predictor_spec(
+    job: JobConfig, checkpoint: Path, split: str, exclude: Sequence[str], workload: Any = None
+) -> PredictorSpec:
+    """The library's description of a prediction of ``job``'s data and model."""
+    from raytrain_hetero.app.datasets import (
+        data_source,
+        model_arguments,
+        open_configured_datasets,
+    )
+
+    if workload is None:
+        workload = open_configured_datasets(job.data, (split,), exclude=list(exclude))
+    return PredictorSpec(
+        source=data_source(job.data),
+        model_name=job.model.name,
+        model_kwargs=model_arguments(job.model, workload),
+        checkpoint=str(checkpoint),
+        split=split,
+        exclude=tuple(exclude),
+    )
+
+
+def measure_worker_speeds(
+    job: JobConfig, checkpoint: Path, split: str, batch_size: int, exclude: Sequence[str],
+    repeats: int = 3,
+) -> list[float]:
+    """Samples/s of one predictor actor of each of ``job``'s worker groups (one at a time)."""
+    spec = predictor_spec(job, Path(checkpoint), split, exclude)
+    return measure_pool_speeds(spec, job.workers, batch_size, repeats)
+
+
+def run_predict(
+    job: JobConfig,
+    checkpoint: str | os.PathLike[str],
+    *,
+    output_dir: str | os.PathLike[str] | None = None,
+    split: str | None = None,
+    mode: PredictMode = "proportional",
+    batch_size: int = 128,
+    speeds: Sequence[float] | None = None,
+    probe_repeats: int = 3,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it.
+
+    Args:
+        job: The job config the checkpoint was trained with (data, model, workers).
+        checkpoint: ``model.pt``, a checkpoint directory, or a training output directory.
+        output_dir: Where ``predictions/`` (Parquet), ``class_map.tif`` (scenes) and
+            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``).
+        split: ``train`` / ``val`` / ``test``, or ``scene`` (hyperspectral only).
+        mode: ``proportional`` (default), ``equal`` or ``single``; see
+            :mod:`raytrain_hetero.inference.predict`.
+        batch_size: Batch of the fastest actor (proportional) or of every actor.
+        speeds: Per-group samples/s to use instead of probing (e.g. from an earlier run).
+        probe_repeats: Timed batches per probe.
+        quiet: Do not print the result lines.
+
+    Returns:
+        The summary (also written as ``predict_summary.json``): samples, wall time,
+        samples/s, the actor plan, per-worker rows and accuracy on labelled samples.
+
+    Raises:
+        DataError: Missing/unreadable checkpoint or data; checkpoint trained on other bands.
+        ConfigError: Invalid mode/split/batch size.
+    """
+    import pyarrow.parquet as pq
+    import ray
+
+    from raytrain_hetero.app.datasets import (
+        configured_bad_files,
+        open_configured_datasets,
+    )
+    from raytrain_hetero.workloads.hyperspectral import write_class_map
+    from raytrain_hetero.workloads.models import build_model
+    from raytrain_hetero.workloads.registry import dataset_adapter, dataset_names
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if mode not in PREDICT_MODES:
+        raise ConfigError(f"--mode must be one of {list(PREDICT_MODES)}, got {mode!r}")
+    is_scene = dataset_adapter(job.data.dataset).whole_scene
+    split = split or ("scene" if is_scene else "test")
+    if split == "scene" and not is_scene:
+        scenes = [name for name in dataset_names() if dataset_adapter(name).whole_scene]
+        raise ConfigError(f"split 'scene' (every pixel) applies to scene datasets "
+                          f"({', '.join(scenes)}) only, not {job.data.dataset!r}")
+    if split not in _SPLITS:
+        raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
+    checkpoint_file = find_checkpoint_file(checkpoint).resolve()
+    out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
+
+    # Everything checkable happens here, before any actor starts.
+    check_data_root(job.data)
+    exclude = configured_bad_files(job.data)
+    workload = open_configured_datasets(job.data, (split,), exclude=exclude)
+    total = len(workload.datasets[split])
+    spec = predictor_spec(job, checkpoint_file, split, exclude, workload)
+    model = build_model(spec.model_name, **spec.model_kwargs)
+    state, meta = load_checkpoint(checkpoint_file)
+    check_meta_fits(meta, checkpoint=str(checkpoint_file), data=workload)
+    check_state_fits(model, state, checkpoint=str(checkpoint_file), data_bands=workload.in_channels)
+    del model, state
+
+    if not ray.is_initialized():
+        # Until the driver owns Ray sessions, the job's own start-up (address or local Ray).
+        from raytrain_hetero.app.job import init_ray
+
+        init_ray(job)
+    if speeds is None:
+        speeds = measure_pool_speeds(spec, job.workers, batch_size, probe_repeats)
+    plans = plan_actor_pools(job.workers, list(speeds), total, batch_size, mode)
+    predictions_dir = out / "predictions"
+    wall = run_actor_pools(spec, plans, predictions_dir)
+
+    table = pq.read_table(predictions_dir).to_pandas()
+    summary = summarise(table, plans, wall, mode, split, checkpoint_file, total)
+    if is_scene and split == "scene":
+        class_map = scene_class_map(workload, table)
+        written = write_class_map(class_map, out / "class_map.tif", profile=workload.scene.profile)
+        summary["class_map"] = str(written)
+    atomic_write_json(out / "predict_summary.json", _json_ready(summary))
+    if not quiet:
+        print(format_summary(summary))
+        print(f"outputs: {out}")
+    return summary
+
+
+def _json_ready(value: Any) -> Any:
+    """NaN (no labelled sample, an idle pool) is not JSON: written as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return value

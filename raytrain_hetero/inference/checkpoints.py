@@ -1,0 +1,135 @@
+"""Trainer checkpoints for prediction: find one, load it, check it fits the model and data.
+
+Every check runs on the driver before any actor starts, so a wrong checkpoint stops with a
+message naming the file, the mismatch and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.errors import DataError
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "check_meta_fits",
+    "check_state_fits",
+    "find_checkpoint_file",
+    "load_checkpoint",
+    "load_checkpoint_state",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "model.pt"
+
+
+def find_checkpoint_file(path: str | os.PathLike[str]) -> Path:
+    """Resolve ``path`` to a ``model.pt``: the file itself, a checkpoint directory holding
+    one, or a run/output directory (the newest ``checkpoint_*/model.pt`` below it).
+
+    Raises:
+        DataError: Nothing usable at ``path`` (the message says what was looked for).
+    """
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    if (p / CHECKPOINT_FILE).is_file():
+        return p / CHECKPOINT_FILE
+    if p.is_dir():
+        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_FILE}"), key=lambda f: f.stat().st_mtime)
+        if found:
+            logger.info("using the newest checkpoint under %s: %s", p, found[-1])
+            return found[-1]
+    raise DataError(
+        f"no checkpoint at {p}: expected a {CHECKPOINT_FILE} file, a checkpoint directory "
+        f"holding one, or a training output directory with checkpoint_*/{CHECKPOINT_FILE}. "
+        "Fix: pass --checkpoint pointing at one (raytrain-hetero train writes them under "
+        "<output>/ray_results/)."
+    )
+
+
+def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The model ``state_dict`` of a trainer checkpoint (``{"model": ..., "optimizer": ...}``)
+    or of a bare state dict file, loaded with ``weights_only=True``.
+
+    Raises:
+        DataError: Unreadable or foreign file (naming it).
+    """
+    return load_checkpoint(path)[0]
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(state_dict, meta)`` of a checkpoint; ``meta`` is the ``"meta"`` entry the training
+    job writes (dataset, in_channels, num_classes, s1_channels), or ``{}``.
+
+    Raises:
+        DataError: Unreadable or foreign file (naming it).
+    """
+    import torch
+
+    file = find_checkpoint_file(path)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt, truncated, or not a torch file
+        raise DataError(f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "
+                        "Fix: point --checkpoint at a model.pt written by raytrain-hetero train.") from exc
+    meta: dict[str, Any] = {}
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        meta = dict(state.get("meta") or {})
+        state = state["model"]
+    if not isinstance(state, dict) or not all(hasattr(v, "shape") for v in state.values()):
+        raise DataError(f"{file}: not a model checkpoint (expected {{'model': state_dict}})")
+    return state, meta
+
+
+def check_meta_fits(meta: dict[str, Any], *, checkpoint: str, data: Any) -> None:
+    """Raise a DataError if the checkpoint's recorded data shape differs from ``data``'s
+    (catches band changes that leave parameter shapes alone, e.g. the 3-D CNN's bands)."""
+    bands = meta.get("in_channels")
+    if bands is not None and int(bands) != data.in_channels:
+        raise DataError(
+            f"band-count mismatch: {checkpoint} was trained on {bands} band(s) per sample but the "
+            f"data has {data.in_channels}. Fix: predict on data with the bands the model was "
+            "trained on (data.bands / dataset / scene), or retrain."
+        )
+    classes = meta.get("num_classes")
+    if classes is not None and int(classes) != data.num_classes:
+        raise DataError(
+            f"{checkpoint} was trained for {classes} classes but the data has {data.num_classes}. "
+            "Fix: use the dataset the model was trained on."
+        )
+
+
+def check_state_fits(model: Any, state: dict[str, Any], *, checkpoint: str, data_bands: int) -> None:
+    """Raise a DataError naming the mismatch if ``state`` cannot load into ``model``.
+
+    A different first-layer input width is reported as a band-count mismatch (the
+    checkpoint was trained on other bands than the data has)."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
+             if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if wrong:
+        key, theirs, ours = wrong[0]
+        if len(theirs) >= 2 and len(ours) >= 2 and theirs[0] == ours[0] and theirs[1] != ours[1] \
+                and key == next(k for k, v in own.items() if getattr(v, "ndim", 0) >= 2):
+            raise DataError(
+                f"band-count mismatch: {checkpoint} was trained on {theirs[1]} input band(s) "
+                f"(layer {key} {theirs}) but the data has {data_bands}. Fix: predict on data "
+                "with the bands the model was trained on (data.bands / dataset), or retrain."
+            )
+        raise DataError(
+            f"{checkpoint} does not fit the configured model: {key} is {theirs} in the "
+            f"checkpoint but {ours} in the model ({len(wrong)} such layer(s)). Fix: use the "
+            "config the checkpoint was trained with (model.name, model.width, classes)."
+        )
+    if missing or unexpected:
+        raise DataError(
+            f"{checkpoint} does not fit the configured model: missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}. Fix: use the config the checkpoint was trained with."
+        )

@@ -1,0 +1,106 @@
+"""Read a :class:`~raytrain_hetero.workloads.registry.DataSource` through its dataset's adapter.
+
+The training job, the predictor and the loader benchmark all read data through these
+functions, so they read it the same way and never dispatch on the dataset name.
+
+Bad files are found once, on the driver, by :func:`bad_files`; the result is cached as JSON
+keyed by the identities (path, size, mtime) of every file, so the Ray workers that call it
+again read the list instead of decoding the dataset a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.workloads.registry import DataSource, WorkloadData, dataset_adapter
+
+__all__ = ["bad_files", "generate_dataset", "model_arguments", "open_datasets"]
+
+logger = logging.getLogger(__name__)
+
+
+def generate_dataset(source: DataSource) -> Path | None:
+    """Run the dataset's generator if ``source.generate`` is set (cached); return the root."""
+    if source.generate is None:
+        return None
+    return dataset_adapter(source.dataset).generate(source)
+
+
+def bad_files(source: DataSource) -> list[str]:
+    """Find unreadable files per the source's bad-file policy (cached); return what to leave out.
+
+    For datasets whose samples are not single files (multimodal pairs) the entries are sample
+    ids. Returns ``[]`` when no check applies (no policy, or a dataset without per-file
+    checks such as a hyperspectral scene, whose files are checked when read).
+
+    Raises:
+        DataError: The policy is ``"error"`` and some file is unreadable; the message lists
+            them.
+    """
+    from raytrain_hetero.workloads.file_checks import (
+        apply_bad_file_policy,
+        find_unreadable_files,
+    )
+    from raytrain_hetero.workloads.normalization import cached_json, file_identity
+
+    adapter = dataset_adapter(source.dataset)
+    policy = source.on_bad_file if source.on_bad_file is not None else adapter.default_on_bad_file
+    if policy is None or adapter.scan_files is None:
+        return []
+    scan = adapter.scan_files(source)
+    if not scan.files:
+        return []
+    key = {"kind": f"bad-files-{source.dataset}", "files": [file_identity(f) for f in scan.files]}
+
+    def compute() -> list[list[str]]:
+        return [list(item) for item in find_unreadable_files(scan.files, scan.read)]
+
+    found = cached_json(key, compute, source.cache_dir, prefix="bad_files")
+    bad = [tuple(item) for item in found]
+    skipped = apply_bad_file_policy(bad, policy, dataset_name=f"{source.dataset} at {source.root}")
+    if scan.sample_ids is None:
+        return skipped
+    return [scan.sample_ids[path] for path in skipped]
+
+
+def open_datasets(
+    source: DataSource,
+    splits: Sequence[str] = ("train", "val"),
+    *,
+    exclude: Sequence[str] | None = None,
+) -> WorkloadData:
+    """Open the source's splits (with its normalisation).
+
+    Args:
+        source: What to read.
+        splits: Splits to open (a hyperspectral scene also accepts ``"scene"``: every pixel).
+        exclude: Files (multimodal: sample ids) to leave out; ``None`` asks
+            :func:`bad_files` (cached).
+    """
+    adapter = dataset_adapter(source.dataset)
+    excluded = list(bad_files(source) if exclude is None else exclude)
+    return adapter.open(source, tuple(splits), excluded)
+
+
+def model_arguments(
+    data: WorkloadData,
+    model_name: str,
+    *,
+    width: int,
+    pretrained: Any = None,
+    modalities: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of :func:`~raytrain_hetero.workloads.models.build_model` for ``data``."""
+    kwargs: dict[str, Any] = {
+        "in_channels": data.in_channels,
+        "num_classes": data.num_classes,
+        "width": width,
+        "pretrained": pretrained,
+    }
+    if model_name == "fusion_cnn":
+        kwargs["s1_channels"] = data.s1_channels
+        kwargs["modalities"] = tuple(modalities or ("s1", "s2"))
+    return kwargs

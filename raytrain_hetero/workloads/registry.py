@@ -1,0 +1,228 @@
+"""Dataset registry: a dataset name -> the adapter that knows how to generate, check and open it.
+
+Everything that depends on *which* dataset is read lives in that dataset's module (one module
+per dataset), which registers a :class:`DatasetAdapter` when imported. Callers describe what to
+read with a :class:`DataSource` (a frozen, picklable library object; the YAML layer converts
+its ``data:`` section into one) and never dispatch on the dataset name themselves::
+
+    source = DataSource("eurosat", root, bands="rgb", generate=GenerateOptions())
+    generate_dataset(source)
+    workload = open_datasets(source, ("train", "val"))
+
+The built-in datasets are imported on first look-up, so importing this module costs nothing
+(no torch, no torchgeo). A third-party dataset registers its own adapter with
+:func:`register_dataset`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.errors import ConfigError
+
+__all__ = [
+    "BadFileScan",
+    "DataSource",
+    "DatasetAdapter",
+    "GenerateOptions",
+    "SceneOptions",
+    "WorkloadData",
+    "dataset_adapter",
+    "dataset_names",
+    "register_dataset",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the per-root cache directory (band statistics, bad-file lists).
+CACHE_DIR_NAME = ".raytrain_hetero_cache"
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Parameters of a dataset's synthetic generator (which apply: its adapter's
+    ``generate_keys``). ``None`` means the generator's default (the real dataset's size)."""
+
+    samples_per_class: int = 100
+    seed: int = 0
+    size: int | None = None
+    height: int | None = None
+    width: int | None = None
+    spectral_bands: int | None = None
+    classes: int | None = None
+    file_format: str | None = None
+    cloud_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class SceneOptions:
+    """Which scene files to read and how to cut a hyperspectral scene into patch samples.
+
+    Attributes:
+        image: Cube file relative to the root (or absolute); ``None`` finds it by name.
+        labels: Label-map file, likewise.
+        image_key: ``.mat`` variable of the cube (``None``: the only 3-D one).
+        label_key: ``.mat`` variable of the labels (``None``: the only 2-D one).
+        patch_size: k of the k x k patches (odd).
+        split: ``"block"`` (spatially disjoint blocks) or ``"random"`` pixels.
+        block_size: Side of the split blocks in pixels.
+        guard: Drop centres whose patch reaches into another split's block.
+        fractions: Train/val/test fractions of the labelled pixels.
+    """
+
+    image: str | None = None
+    labels: str | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    patch_size: int = 9
+    split: str = "block"
+    block_size: int = 16
+    guard: bool = True
+    fractions: tuple[float, ...] = (0.6, 0.2, 0.2)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """What to read: a registered dataset name, its root and the options that apply to it.
+
+    Attributes:
+        dataset: Registered dataset name (see :func:`dataset_names`).
+        root: Dataset root directory (absolute paths travel safely to Ray workers).
+        bands: EuroSAT only: ``"all"``, ``"rgb"`` or band names.
+        image_size: UC Merced only: resize images to this side.
+        on_bad_file: ``"error"``, ``"skip"`` or ``None`` (the dataset's default).
+        scene: Hyperspectral only: scene files and patch/split settings.
+        generate: Generate a synthetic copy at ``root`` (cached) before reading, if set.
+    """
+
+    dataset: str
+    root: Path
+    bands: str | tuple[str, ...] = "all"
+    image_size: int | None = None
+    on_bad_file: str | None = None
+    scene: SceneOptions | None = None
+    generate: GenerateOptions | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where cached statistics and bad-file lists of this root go."""
+        return Path(self.root) / CACHE_DIR_NAME
+
+
+@dataclass
+class WorkloadData:
+    """Opened datasets of a source and what a model needs to know about them.
+
+    Attributes:
+        datasets: ``{split: dataset}``; items are ``{"image": (C, ...), "label": int64}``.
+        num_classes: Number of classes.
+        in_channels: Bands (channels) of one sample.
+        s1_channels: Multimodal only: how many leading channels are SAR.
+        class_names: Class names, label order.
+        scene: Hyperspectral only: the loaded scene (for class maps).
+        excluded_files: Files left out as unreadable (``on_bad_file: skip``).
+    """
+
+    datasets: dict[str, Any]
+    num_classes: int
+    in_channels: int
+    s1_channels: int | None = None
+    class_names: tuple[str, ...] = ()
+    scene: Any = None
+    excluded_files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BadFileScan:
+    """Every file of a dataset, a reader that fully decodes one, and (for datasets whose
+    samples are not files) a file -> sample id map.
+
+    Attributes:
+        files: Paths to check, sorted.
+        read: Decodes one path completely (raises on a corrupt file).
+        sample_ids: ``None`` when samples are the files themselves; otherwise path -> id.
+    """
+
+    files: list[str]
+    read: Callable[[str], Any] | None
+    sample_ids: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class DatasetAdapter:
+    """How one dataset is generated, checked and opened.
+
+    Attributes:
+        name: Registry name (``data.dataset`` in a job config).
+        title: Human name for messages (e.g. ``"EuroSAT"``).
+        generate: Writes the synthetic copy described by ``source.generate``; returns the root.
+        open: ``open(source, splits, exclude) -> WorkloadData``; ``exclude`` lists files
+            (or sample ids) to leave out.
+        splits: The dataset's labelled splits.
+        whole_scene: ``open`` also accepts the split ``"scene"`` (every pixel of a scene,
+            unlabelled ones included; predictions then make a class map).
+        generate_keys: Fields of :class:`GenerateOptions` its generator takes.
+        default_on_bad_file: Bad-file policy when the source sets none (``None``: no
+            up-front check).
+        scan_files: Lists the files to check and how to read them; ``None`` when no
+            per-file check applies (a single scene file is checked when it is read).
+        expected_bands: Bands per sample the source's options ask for, if they fix it.
+    """
+
+    name: str
+    title: str
+    generate: Callable[[DataSource], Path]
+    open: Callable[[DataSource, tuple[str, ...], list[str]], WorkloadData]
+    splits: tuple[str, ...] = ("train", "val", "test")
+    whole_scene: bool = False
+    generate_keys: tuple[str, ...] = ("samples_per_class", "seed", "size")
+    default_on_bad_file: str | None = "error"
+    scan_files: Callable[[DataSource], BadFileScan] | None = None
+    expected_bands: Callable[[DataSource], int | None] = field(default=lambda source: None)
+
+
+_REGISTRY: dict[str, DatasetAdapter] = {}
+
+# Built-in datasets: imported (and so registered) on first look-up.
+_BUILTIN_MODULES: dict[str, str] = {
+    "eurosat": "raytrain_hetero.workloads.eurosat",
+    "uc_merced": "raytrain_hetero.workloads.uc_merced",
+    "hyperspectral": "raytrain_hetero.workloads.hyperspectral",
+    "multimodal": "raytrain_hetero.workloads.multimodal",
+}
+
+
+def register_dataset(adapter: DatasetAdapter) -> DatasetAdapter:
+    """Add ``adapter`` under ``adapter.name`` (replacing an earlier one of that name)."""
+    if adapter.name in _REGISTRY and _REGISTRY[adapter.name] is not adapter:
+        logger.info("dataset %r re-registered", adapter.name)
+    _REGISTRY[adapter.name] = adapter
+    return adapter
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every registered dataset name, built-ins included, sorted."""
+    return tuple(sorted(set(_REGISTRY) | set(_BUILTIN_MODULES)))
+
+
+def dataset_adapter(name: str) -> DatasetAdapter:
+    """The adapter registered under ``name``.
+
+    Raises:
+        ConfigError: No dataset of that name (the message lists the registered names).
+    """
+    if name not in _REGISTRY and name in _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES[name])
+    adapter = _REGISTRY.get(name)
+    if adapter is None:
+        raise ConfigError(
+            f"unknown dataset {name!r}; registered datasets: {', '.join(dataset_names())}. "
+            "Fix: use one of them (data.dataset), or register an adapter with "
+            "raytrain_hetero.workloads.registry.register_dataset."
+        )
+    return adapter
