@@ -30,11 +30,17 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, default=None)
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args()
-    job = load_config(args.config, {"workers": [
-        # EMULATION: the slow worker stretches its compute 3x.
-        {"name": "fast", "resources": {"CPU": 1}, "emulated_slowdown": 1},
-        {"name": "slow", "resources": {"CPU": 1}, "emulated_slowdown": 3},
-    ], "train": {"epochs": 2}})
+    job = load_config(
+        args.config,
+        {
+            "workers": [
+                # EMULATION: the slow worker stretches its compute 3x.
+                {"name": "fast", "resources": {"CPU": 1}, "emulated_slowdown": 1},
+                {"name": "slow", "resources": {"CPU": 1}, "emulated_slowdown": 3},
+            ],
+            "train": {"epochs": 2},
+        },
+    )
     init_ray(job)
     if args.checkpoint is None:
         run_job(job, progress=False)
@@ -42,15 +48,26 @@ def main() -> None:
     checkpoint = find_checkpoint_file(args.checkpoint)
     split = "scene" if job.data.dataset == "hyperspectral" else "test"
     # Measure once and reuse the speeds, so the three runs differ only in the plan.
-    speeds = measure_worker_speeds(job, checkpoint, split, args.batch_size, configured_bad_files(job.data))
+    speeds = measure_worker_speeds(
+        job, checkpoint, split, args.batch_size, configured_bad_files(job.data)
+    )
     print("measured samples/s per actor:", dict(zip((w.name for w in job.workers), speeds)))
     for mode in ("proportional", "equal", "single"):
-        summary = run_predict(job, checkpoint, mode=mode, batch_size=args.batch_size, speeds=speeds,
-                              output_dir=Path(job.output_dir) / f"predict-{mode}", quiet=True)
-        print(f"{mode:>12}: {summary['samples_per_s']:8.1f} samples/s end to end, "
-              f"{summary['samples_per_s_compute_span']:8.1f} samples/s over the compute span; "
-              f"plan {[(p['worker'], p['batch_size'], p['samples']) for p in summary['plan']]}",
-              flush=True)
+        summary = run_predict(
+            job,
+            checkpoint,
+            mode=mode,
+            batch_size=args.batch_size,
+            speeds=speeds,
+            output_dir=Path(job.output_dir) / f"predict-{mode}",
+            quiet=True,
+        )
+        print(
+            f"{mode:>12}: {summary['samples_per_s']:8.1f} samples/s end to end, "
+            f"{summary['samples_per_s_compute_span']:8.1f} samples/s over the compute span; "
+            f"plan {[(p['worker'], p['batch_size'], p['samples']) for p in summary['plan']]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

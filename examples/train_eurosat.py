@@ -28,7 +28,9 @@ def train_loop(config: dict) -> None:
     train = InMemoryDataset(datasets["train"])
     channels = int(train[0]["image"].shape[0])
     torch.manual_seed(0)
-    model = rh.prepare_model(build_model("small_cnn", in_channels=channels, num_classes=10, width=16))
+    model = rh.prepare_model(
+        build_model("small_cnn", in_channels=channels, num_classes=10, width=16)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     loader = rh.prepare_data_loader(train)
     for epoch in range(loader.epoch, config["epochs"]):
@@ -42,8 +44,16 @@ def train_loop(config: dict) -> None:
         if rh.get_rank_info()["rank"] == 0:
             model.eval()
             with torch.no_grad():
-                batch = next(iter(torch.utils.data.DataLoader(datasets["val"], batch_size=len(datasets["val"]))))
-                metrics["val_accuracy"] = float((model.module(batch["image"]).argmax(1) == batch["label"]).float().mean())
+                batch = next(
+                    iter(
+                        torch.utils.data.DataLoader(
+                            datasets["val"], batch_size=len(datasets["val"])
+                        )
+                    )
+                )
+                metrics["val_accuracy"] = float(
+                    (model.module(batch["image"]).argmax(1) == batch["label"]).float().mean()
+                )
             print(f"epoch {epoch}: val accuracy {metrics['val_accuracy']:.4f}", flush=True)
         rh.report(metrics)
 
@@ -62,8 +72,11 @@ def main() -> None:
         train_loop,
         train_loop_config={"root": str(args.root.resolve()), "bands": bands, "epochs": args.epochs},
         # EMULATION: slowdowns 1, 2, 4 imitate three devices of unequal speed.
-        workers=[WorkerSpec(name="fast"), WorkerSpec(name="medium", emulated_slowdown=2.0),
-                 WorkerSpec(name="slow", emulated_slowdown=4.0)],
+        workers=[
+            WorkerSpec(name="fast"),
+            WorkerSpec(name="medium", emulated_slowdown=2.0),
+            WorkerSpec(name="slow", emulated_slowdown=4.0),
+        ],
         batch=BatchConfig(global_batch_size=192),
     )
     result = trainer.fit()

@@ -39,8 +39,9 @@ def split_args(config: dict) -> dict:
 
 def train_loop(config: dict) -> None:
     """Every worker: the same patches (one scene), its slice of every global batch."""
-    data = hyperspectral_datasets(config["image"], config["labels"], splits=("train", "val"),
-                                  **split_args(config))
+    data = hyperspectral_datasets(
+        config["image"], config["labels"], splits=("train", "val"), **split_args(config)
+    )
     bands, classes = data["train"].num_bands, data["train"].num_classes
     torch.manual_seed(0)
     model = rh.prepare_model(build_model("cnn3d", in_channels=bands, num_classes=classes, width=8))
@@ -56,16 +57,20 @@ def train_loop(config: dict) -> None:
         if rh.get_rank_info()["rank"] == 0:
             with tempfile.TemporaryDirectory() as directory:
                 torch.save({"model": model.module.state_dict()}, Path(directory) / "model.pt")
-                rh.report({"epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(directory))
+                rh.report(
+                    {"epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(directory)
+                )
         else:
             rh.report({"epoch": epoch})
 
 
 def test_accuracy(checkpoint: ray.train.Checkpoint, config: dict) -> float:
-    data = hyperspectral_datasets(config["image"], config["labels"], splits=("train", "test"),
-                                  **split_args(config))
-    model = build_model("cnn3d", in_channels=data["test"].num_bands,
-                        num_classes=data["test"].num_classes, width=8)
+    data = hyperspectral_datasets(
+        config["image"], config["labels"], splits=("train", "test"), **split_args(config)
+    )
+    model = build_model(
+        "cnn3d", in_channels=data["test"].num_bands, num_classes=data["test"].num_classes, width=8
+    )
     with checkpoint.as_directory() as directory:
         model.load_state_dict(torch.load(Path(directory) / "model.pt", weights_only=True)["model"])
     model.eval()
@@ -84,14 +89,20 @@ def main() -> None:
     parser.add_argument("--patch-size", type=int, default=7)
     args = parser.parse_args()
     if args.image is None or args.labels is None:
-        root = generate_hyperspectral_scene("data/hyperspectral_example", height=96, width=96,
-                                            bands=64, classes=8)
+        root = generate_hyperspectral_scene(
+            "data/hyperspectral_example", height=96, width=96, bands=64, classes=8
+        )
         args.image, args.labels = find_scene_files(root)
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     results = {}
     for split in ("block", "random"):
-        config = {"image": str(Path(args.image).resolve()), "labels": str(Path(args.labels).resolve()),
-                  "split": split, "patch_size": args.patch_size, "epochs": args.epochs}
+        config = {
+            "image": str(Path(args.image).resolve()),
+            "labels": str(Path(args.labels).resolve()),
+            "split": split,
+            "patch_size": args.patch_size,
+            "epochs": args.epochs,
+        }
         trainer = HeteroTrainer(
             train_loop,
             train_loop_config=config,
@@ -101,7 +112,9 @@ def main() -> None:
         )
         result = trainer.fit()
         results[split] = test_accuracy(result.checkpoint, config)
-        print(f"{split:>6} split: test accuracy {results[split]:.4f} (slices {trainer.plans[-1]['slices']})")
+        print(
+            f"{split:>6} split: test accuracy {results[split]:.4f} (slices {trainer.plans[-1]['slices']})"
+        )
     print(f"random-pixel split overstates accuracy by {results['random'] - results['block']:+.4f}")
     ray.shutdown()
 

@@ -32,8 +32,14 @@ from raytrain_hetero.workloads.cache import InMemoryDataset
 
 def make_model(dataset, modalities) -> torch.nn.Module:
     channels = int(dataset[0]["image"].shape[0])
-    return build_model("fusion_cnn", in_channels=channels, num_classes=dataset.num_classes,
-                       width=16, s1_channels=dataset.s1_channels, modalities=modalities)
+    return build_model(
+        "fusion_cnn",
+        in_channels=channels,
+        num_classes=dataset.num_classes,
+        width=16,
+        s1_channels=dataset.s1_channels,
+        modalities=modalities,
+    )
 
 
 def train_loop(config: dict) -> None:
@@ -53,7 +59,9 @@ def train_loop(config: dict) -> None:
         if rh.get_rank_info()["rank"] == 0:
             with tempfile.TemporaryDirectory() as directory:
                 torch.save({"model": model.module.state_dict()}, Path(directory) / "model.pt")
-                rh.report({"epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(directory))
+                rh.report(
+                    {"epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(directory)
+                )
         else:
             rh.report({"epoch": epoch})
 
@@ -81,8 +89,11 @@ def main() -> None:
     root = str(args.root.resolve())
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     rows = []
-    for name, modalities in (("SAR only (s1)", ["s1"]), ("optical only (s2)", ["s2"]),
-                             ("late fusion (s1+s2)", ["s1", "s2"])):
+    for name, modalities in (
+        ("SAR only (s1)", ["s1"]),
+        ("optical only (s2)", ["s2"]),
+        ("late fusion (s1+s2)", ["s1", "s2"]),
+    ):
         trainer = HeteroTrainer(
             train_loop,
             train_loop_config={"root": root, "modalities": modalities, "epochs": args.epochs},

@@ -31,10 +31,14 @@ from raytrain_hetero.workloads import (
 
 def train_loop(config: dict) -> None:
     """Runs on every worker: its slice of every global batch, count-weighted gradient sync."""
-    datasets = uc_merced_datasets(config["root"], splits=("train", "val"), image_size=config["image_size"])
+    datasets = uc_merced_datasets(
+        config["root"], splits=("train", "val"), image_size=config["image_size"]
+    )
     torch.manual_seed(0)
     model = rh.prepare_model(build_model(config["model"], in_channels=3, num_classes=21, width=16))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9, weight_decay=5e-4)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=config["lr"], momentum=0.9, weight_decay=5e-4
+    )
     loader = rh.prepare_data_loader(datasets["train"])
     for epoch in range(loader.epoch, config["epochs"]):
         model.train()
@@ -48,8 +52,10 @@ def train_loop(config: dict) -> None:
             accuracy = accuracy_of(model.module, datasets["val"])
             with tempfile.TemporaryDirectory() as directory:
                 torch.save({"model": model.module.state_dict()}, Path(directory) / "model.pt")
-                rh.report({"epoch": epoch, "val_accuracy": accuracy},
-                          checkpoint=ray.train.Checkpoint.from_directory(directory))
+                rh.report(
+                    {"epoch": epoch, "val_accuracy": accuracy},
+                    checkpoint=ray.train.Checkpoint.from_directory(directory),
+                )
         else:
             rh.report({"epoch": epoch})
 
@@ -68,7 +74,9 @@ def accuracy_of(model: torch.nn.Module, dataset) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("data/uc_merced_synth"))
-    parser.add_argument("--model", default="small_cnn", choices=["small_cnn", "resnet18", "resnet50"])
+    parser.add_argument(
+        "--model", default="small_cnn", choices=["small_cnn", "resnet18", "resnet50"]
+    )
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=6)
     args = parser.parse_args()
@@ -77,8 +85,13 @@ def main() -> None:
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     trainer = HeteroTrainer(
         train_loop,
-        train_loop_config={"root": str(args.root.resolve()), "model": args.model, "lr": 0.05,
-                           "epochs": args.epochs, "image_size": args.image_size},
+        train_loop_config={
+            "root": str(args.root.resolve()),
+            "model": args.model,
+            "lr": 0.05,
+            "epochs": args.epochs,
+            "image_size": args.image_size,
+        },
         # EMULATION: the slow worker stretches its compute 3x (use real devices in practice).
         workers=[WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=3.0)],
         batch=BatchConfig(global_batch_size=96),

@@ -144,12 +144,24 @@ def job_dict(state_dir: Path, address: str, epochs: int) -> dict[str, Any]:
         "model": {"name": "small_cnn", "width": 16},
         "train": {"epochs": epochs, "global_batch_size": 64, "lr": 0.05, "fixed_shares": [1, 2, 1]},
         "workers": [
-            {"name": "local", "resources": {"CPU": 1}, "device": "cpu",
-             "label_selector": {"pool": "head"}},
-            {"name": "fast", "resources": {"CPU": 2}, "device": "cpu",
-             "label_selector": {"pool": "fast"}},
-            {"name": "slow", "resources": {"CPU": 1}, "device": "cpu",
-             "label_selector": {"pool": "slow"}},
+            {
+                "name": "local",
+                "resources": {"CPU": 1},
+                "device": "cpu",
+                "label_selector": {"pool": "head"},
+            },
+            {
+                "name": "fast",
+                "resources": {"CPU": 2},
+                "device": "cpu",
+                "label_selector": {"pool": "fast"},
+            },
+            {
+                "name": "slow",
+                "resources": {"CPU": 1},
+                "device": "cpu",
+                "label_selector": {"pool": "slow"},
+            },
         ],
         "elastic": {"min_workers": 1, "resize_monitor_interval_s": 2},
         "ray": {"address": address, "storage_path": str(state_dir / "ray_results")},
@@ -179,12 +191,18 @@ class NodeWatcher(threading.Thread):
             for node in self.cluster.alive_nodes():
                 if node["node_id"] not in seen:
                     seen.add(node["node_id"])
-                    labels = {k: v for k, v in node.get("labels", {}).items()
-                              if not k.startswith("ray.io/")}
+                    labels = {
+                        k: v
+                        for k, v in node.get("labels", {}).items()
+                        if not k.startswith("ray.io/")
+                    }
                     event = (time.monotonic() - self.started, "…" + node["node_id"][-6:], labels)
                     self.events.append(event)
-                    print(f"[{event[0]:6.1f}s] node {event[1]} joined, labels {labels}, "
-                          f"resources {node.get('resources_total')}", flush=True)
+                    print(
+                        f"[{event[0]:6.1f}s] node {event[1]} joined, labels {labels}, "
+                        f"resources {node.get('resources_total')}",
+                        flush=True,
+                    )
 
 
 def worker_group_events(temp_dir: Path) -> list[tuple[str, str]]:
@@ -243,8 +261,12 @@ def group_sizes(metrics_csv: Path) -> tuple[list[tuple[int, int, list[str]]], li
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--state-dir", type=Path, default=None,
-                        help="state/logs/temp dir (default: a new /tmp/rh-autoscale-* dir)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="state/logs/temp dir (default: a new /tmp/rh-autoscale-* dir)",
+    )
     parser.add_argument("--epochs", type=int, default=60)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -252,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     # This process becomes the job's driver: it must use the cluster's token. Ray reads the
     # auth mode when it is first imported, so set it before anything imports ray.
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(state_dir / "auth_token"),
-                      RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.2")
+    os.environ.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(state_dir / "auth_token"),
+        RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.2",
+    )
     for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
         os.environ.pop(key, None)
     lc = load_local_cluster()
@@ -263,22 +288,33 @@ def main(argv: list[str] | None = None) -> int:
     def write_config(gcs_address: str) -> Path:
         config_path.write_text(json.dumps(fake_autoscaling_config(gcs_address), indent=2))
         return config_path
+
     started = time.monotonic()
     watcher = NodeWatcher(cluster, started)
     grew = False
     try:
-        cluster.start_head(num_cpus=HEAD_CPUS, autoscaling_config=write_config,
-                           env=head_environment(), labels=HEAD_LABELS)
-        print(f"head up at {cluster.address} (dashboard {cluster.dashboard_url}); node types "
-              f"{ {n: (c, l) for n, (c, l, _) in NODE_TYPES.items()} }, none running", flush=True)
+        cluster.start_head(
+            num_cpus=HEAD_CPUS,
+            autoscaling_config=write_config,
+            env=head_environment(),
+            labels=HEAD_LABELS,
+        )
+        print(
+            f"head up at {cluster.address} (dashboard {cluster.dashboard_url}); node types "
+            f"{ {n: (cpus, labels) for n, (cpus, labels, _) in NODE_TYPES.items()} }, none running",
+            flush=True,
+        )
         watcher.start()
         assert cluster.token_path == state_dir / "auth_token"
         from raytrain_hetero.app.config import validate_config
         from raytrain_hetero.app.job import run_job
 
         job = validate_config(job_dict(state_dir, cluster.address, args.epochs), "autoscaling-demo")
-        print(f"[{time.monotonic() - started:6.1f}s] training: slots "
-              f"{[w.name for w in job.workers]}, min_workers {job.elastic.min_workers}", flush=True)
+        print(
+            f"[{time.monotonic() - started:6.1f}s] training: slots "
+            f"{[w.name for w in job.workers]}, min_workers {job.elastic.min_workers}",
+            flush=True,
+        )
         summary = run_job(job, progress=False)
         events = worker_group_events(cluster.temp_dir)
         print("Ray Train's worker group:")
@@ -290,13 +326,17 @@ def main(argv: list[str] | None = None) -> int:
         for step, size, workers in runs:
             print(f"  from step {step:4d}: {size} worker(s) {workers}")
         if repeated:
-            print(f"  steps {repeated[0]}-{repeated[-1]} ran in both groups: the resize "
-                  "restarted from the last checkpoint (end of the previous epoch)")
+            print(
+                f"  steps {repeated[0]}-{repeated[-1]} ran in both groups: the resize "
+                "restarted from the last checkpoint (end of the previous epoch)"
+            )
         grew = len(sizes) > 1 and sizes[-1] > sizes[0]
         joined = Counter(tuple(sorted(e[2].items())) for e in watcher.events)
         print(f"nodes that joined: {dict(joined)}")
-        print(f"final validation accuracy {summary['final_val_accuracy']:.3f}, "
-              f"{summary['steps']} steps, {time.monotonic() - started:.0f}s in all")
+        print(
+            f"final validation accuracy {summary['final_val_accuracy']:.3f}, "
+            f"{summary['steps']} steps, {time.monotonic() - started:.0f}s in all"
+        )
         print("RESULT:", "the worker group grew" if grew else "the worker group did NOT grow")
     finally:
         watcher.stop_event.set()

@@ -28,6 +28,7 @@ Importable too (the tests use :class:`LocalCluster` directly).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -40,9 +41,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 logger = logging.getLogger("local_cluster")
 
@@ -151,11 +153,17 @@ class LocalCluster:
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_hex(32))
 
-    def _launch(self, name: str, args: list[str], labels: dict[str, str],
-                resources: dict[str, float], env: dict[str, str] | None = None) -> NodeProcess:
+    def _launch(
+        self,
+        name: str,
+        args: list[str],
+        labels: dict[str, str],
+        resources: dict[str, float],
+        env: dict[str, str] | None = None,
+    ) -> NodeProcess:
         log = self.state_dir / f"{name}.log"
         with open(log, "ab") as out:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            proc = subprocess.Popen(
                 [_ray_executable(), "start", "--block", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -210,14 +218,19 @@ class LocalCluster:
         self._ensure_token()
         for attempt in range(1, attempts + 1):
             try:
-                return self._start_head_once(num_cpus, dashboard_port, autoscaling_config, env,
-                                             labels)
+                return self._start_head_once(
+                    num_cpus, dashboard_port, autoscaling_config, env, labels
+                )
             except RuntimeError as exc:
                 self.stop()
                 self.gcs_port = self.dashboard_port = 0
-                if attempt == attempts or "already in use" not in str(exc) and "Failed to start" not in str(exc):
+                if attempt == attempts or (
+                    "already in use" not in str(exc) and "Failed to start" not in str(exc)
+                ):
                     raise
-                logger.warning("head start %d/%d failed on a port clash; retrying", attempt, attempts)
+                logger.warning(
+                    "head start %d/%d failed on a port clash; retrying", attempt, attempts
+                )
         raise AssertionError("unreachable")
 
     def _start_head_once(
@@ -268,11 +281,18 @@ class LocalCluster:
             if not _pid_alive(node.pid):
                 raise RuntimeError(f"node '{node.name}' exited; see {node.log}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"node '{node.name}': nothing listens on {port} after {timeout_s:.0f}s")
+                raise TimeoutError(
+                    f"node '{node.name}': nothing listens on {port} after {timeout_s:.0f}s"
+                )
             time.sleep(0.5)
 
-    def add_pool(self, name: str, num_cpus: float, num_gpus: int = 0,
-                 resources: dict[str, float] | None = None) -> NodeProcess:
+    def add_pool(
+        self,
+        name: str,
+        num_cpus: float,
+        num_gpus: int = 0,
+        resources: dict[str, float] | None = None,
+    ) -> NodeProcess:
         """Start a worker node labelled ``pool=<name>`` and wait until it has joined."""
         labels = {POOL_LABEL: name}
         args = [
@@ -287,7 +307,9 @@ class LocalCluster:
         if resources:
             args.append(f"--resources={json.dumps(resources)}")
         expected = len(self.alive_nodes()) + 1
-        node = self._launch(name, args, labels, {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})})
+        node = self._launch(
+            name, args, labels, {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}
+        )
         self.wait_for_nodes(expected, timeout_s=120)
         return node
 
@@ -295,7 +317,7 @@ class LocalCluster:
 
     def _api(self, path: str, timeout_s: float = 10) -> Any:
         request = urllib.request.Request(self.dashboard_url + path, headers=self.auth_headers())
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read().decode())
 
     def alive_nodes(self) -> list[dict[str, Any]]:
@@ -337,7 +359,9 @@ class LocalCluster:
             pid = int(entry.name)
             try:
                 in_group = os.getpgid(pid) in pgids
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                cmdline = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
             except (OSError, ProcessLookupError):
                 continue
             if pid != os.getpid() and (in_group or marker in cmdline) and _pid_alive(pid):
@@ -354,10 +378,8 @@ class LocalCluster:
             time.sleep(0.5)
         killed = self.cluster_pids()
         for pid in killed:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if killed:
             logger.warning("SIGKILLed %d leftover process(es): %s", len(killed), killed)
             time.sleep(0.5)
@@ -369,10 +391,9 @@ class LocalCluster:
     def _reap(self) -> None:
         """Collect exit statuses of node processes this process started (no zombies)."""
         for node in self.nodes:
-            try:
+            # Not our child (started by an earlier 'start' command), or already reaped.
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(node.pid, os.WNOHANG)
-            except ChildProcessError:
-                pass  # not our child (started by an earlier 'start' command), or reaped
 
     # ----------------------------------------------------------------------- state
 
@@ -419,10 +440,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def parse_pool(text: str) -> tuple[str, float, int]:
@@ -437,13 +456,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: start, status, stop."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("start", "status", "stop"))
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help=f"state, token, logs, Ray temp dir (default {DEFAULT_STATE_DIR})")
-    parser.add_argument("--pool", action="append", type=parse_pool, default=None,
-                        metavar="NAME:CPUS[:GPUS]",
-                        help="a worker node labelled pool=NAME (repeatable; default fast:2 slow:1)")
-    parser.add_argument("--head-cpus", type=float, default=0,
-                        help="CPUs of the head (default 0: the head runs no training)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help=f"state, token, logs, Ray temp dir (default {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--pool",
+        action="append",
+        type=parse_pool,
+        default=None,
+        metavar="NAME:CPUS[:GPUS]",
+        help="a worker node labelled pool=NAME (repeatable; default fast:2 slow:1)",
+    )
+    parser.add_argument(
+        "--head-cpus",
+        type=float,
+        default=0,
+        help="CPUs of the head (default 0: the head runs no training)",
+    )
     parser.add_argument("--dashboard-port", type=int, default=8265)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -451,7 +483,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "start":
         if (state_dir / STATE_FILE).exists() and LocalCluster.load(state_dir).nodes:
-            print(f"a cluster is already recorded in {state_dir}: run 'stop' first", file=sys.stderr)
+            print(
+                f"a cluster is already recorded in {state_dir}: run 'stop' first", file=sys.stderr
+            )
             return 1
         cluster = LocalCluster(state_dir)
         port = args.dashboard_port if _port_free(args.dashboard_port) else None
@@ -464,13 +498,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.stop()
             raise
         env = cluster.client_env()
-        print(f"cluster up: {len(cluster.nodes)} nodes, GCS {cluster.address}, "
-              f"dashboard {cluster.dashboard_url} (127.0.0.1 only, token auth)")
+        print(
+            f"cluster up: {len(cluster.nodes)} nodes, GCS {cluster.address}, "
+            f"dashboard {cluster.dashboard_url} (127.0.0.1 only, token auth)"
+        )
         print("use it from this shell with:")
         for key, value in env.items():
             print(f"  export {key}={value}")
-        print("  ray job submit --working-dir . -- raytrain-hetero train "
-              "--config examples/configs/eurosat_local_cluster.yaml")
+        print(
+            "  ray job submit --working-dir . -- raytrain-hetero train "
+            "--config examples/configs/eurosat_local_cluster.yaml"
+        )
         print(f"stop it with: python deploy/local/local_cluster.py stop --state-dir {state_dir}")
         return 0
 
@@ -481,8 +519,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.command == "status":
         for node in cluster.nodes:
-            print(f"{node.name:8s} pid {node.pid:7d} {'alive' if _pid_alive(node.pid) else 'gone':5s} "
-                  f"labels {node.labels} resources {node.resources}")
+            print(
+                f"{node.name:8s} pid {node.pid:7d} {'alive' if _pid_alive(node.pid) else 'gone':5s} "
+                f"labels {node.labels} resources {node.resources}"
+            )
         alive = cluster.alive_nodes()
         print(f"{len(alive)} node(s) alive per the dashboard at {cluster.dashboard_url}")
         return 0

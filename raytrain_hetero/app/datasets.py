@@ -53,15 +53,31 @@ def data_source(data: DataConfig) -> DataSource:
         bands=tuple(data.bands) if isinstance(data.bands, list) else data.bands,
         image_size=data.image_size,
         on_bad_file=data.on_bad_file,
-        scene=None if hs is None else SceneOptions(
-            image=hs.image, labels=hs.labels, image_key=hs.image_key, label_key=hs.label_key,
-            patch_size=hs.patch_size, split=hs.split, block_size=hs.block_size, guard=hs.guard,
+        scene=None
+        if hs is None
+        else SceneOptions(
+            image=hs.image,
+            labels=hs.labels,
+            image_key=hs.image_key,
+            label_key=hs.label_key,
+            patch_size=hs.patch_size,
+            split=hs.split,
+            block_size=hs.block_size,
+            guard=hs.guard,
             fractions=tuple(hs.fractions),
         ),
-        generate=None if gen is None else GenerateOptions(
-            samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size,
-            height=gen.height, width=gen.width, spectral_bands=gen.spectral_bands,
-            classes=gen.classes, file_format=gen.file_format, cloud_fraction=gen.cloud_fraction,
+        generate=None
+        if gen is None
+        else GenerateOptions(
+            samples_per_class=gen.samples_per_class,
+            seed=gen.seed,
+            size=gen.size,
+            height=gen.height,
+            width=gen.width,
+            spectral_bands=gen.spectral_bands,
+            classes=gen.classes,
+            file_format=gen.file_format,
+            cloud_fraction=gen.cloud_fraction,
         ),
     )
 
@@ -96,11 +112,18 @@ def open_configured_datasets(
 
 def model_arguments(model: ModelConfig, data: WorkloadData) -> dict[str, Any]:
     """Keyword arguments of :func:`~raytrain_hetero.workloads.models.build_model`."""
-    return workload_model_arguments(data, model.name, width=model.width,
-                                    pretrained=model.pretrained, modalities=model.modalities)
+    return workload_model_arguments(
+        data,
+        model.name,
+        width=model.width,
+        pretrained=model.pretrained,
+        modalities=model.modalities,
+    )
 
 
-def check_model_fits_data(model_cfg: ModelConfig, data: WorkloadData, source: str | os.PathLike[str]) -> Any:
+def check_model_fits_data(
+    model_cfg: ModelConfig, data: WorkloadData, source: str | os.PathLike[str]
+) -> Any:
     """Build the configured model once and check its input bands against the data.
 
     Run on the driver before training, so a band-count mismatch (``model.in_channels``,

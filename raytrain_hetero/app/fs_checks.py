@@ -42,5 +42,3 @@ def check_data_root(cfg: DataConfig) -> None:
             f"downloaded {what}."
         )
     logger.debug("data root %s: exists=%s generate=%s", root, root.exists(), cfg.generate)
-
-

@@ -178,8 +178,14 @@ class ProgressView:
         from tqdm import tqdm
 
         self.stream = stream
-        self.bar = tqdm(total=total_steps, desc="train", unit="step", file=stream,
-                        dynamic_ncols=True, mininterval=0.5)
+        self.bar = tqdm(
+            total=total_steps,
+            desc="train",
+            unit="step",
+            file=stream,
+            dynamic_ncols=True,
+            mininterval=0.5,
+        )
         self.steps_done = -1
         self.plan_versions: set[int] = set()
         self.tabled_versions: set[int] = set()
@@ -320,8 +326,9 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     trainer = build_trainer(
         job,
         probe_loop,
-        RunConfig(name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}",
-                  storage_path=str(storage)),
+        RunConfig(
+            name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage)
+        ),
         probe_only=True,
     )
     result = trainer.fit()
@@ -332,20 +339,24 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     rows = []
     for rank, slice_ in enumerate(plan["slices"]):
         _alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
-        rows.append({
-            "rank": rank,
-            "worker": workers[rank]["worker"],
-            "device": workers[rank]["device"],
-            "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
-            "slice": slice_,
-            "weight": slice_ / sum(plan["slices"]),
-        })
+        rows.append(
+            {
+                "rank": rank,
+                "worker": workers[rank]["worker"],
+                "device": workers[rank]["device"],
+                "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
+                "slice": slice_,
+                "weight": slice_ / sum(plan["slices"]),
+            }
+        )
     print(format_worker_table(rows))
     print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
     return plan
 
 
-def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = True) -> dict[str, Any]:
+def run_job(
+    job: JobConfig, *, output_dir: Path | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Run the job end to end and write its outputs; returns the summary dict."""
     from ray.train import CheckpointConfig, RunConfig
 
@@ -392,7 +403,9 @@ def run_job(job: JobConfig, *, output_dir: Path | None = None, progress: bool = 
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
     write_metrics_csv(records, out / "metrics.csv")
     write_summary(summary, out / "summary.json")
-    plot_worker_throughput(records, out / "throughput.png", title=f"{job.name}: per-worker throughput")
+    plot_worker_throughput(
+        records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
+    )
     if progress:
         print(format_worker_table(summary["workers"]))
         print(f"outputs: {out}")

@@ -29,9 +29,7 @@ __all__ = ["dump_config", "load_config", "validate_config"]
 logger = logging.getLogger(__name__)
 
 
-def validate_config(
-    data: Mapping[str, Any], source: str = "<config>", note: str = ""
-) -> JobConfig:
+def validate_config(data: Mapping[str, Any], source: str = "<config>", note: str = "") -> JobConfig:
     """Validate a plain mapping into a :class:`JobConfig`, with :func:`load_config`'s errors.
 
     Args:
@@ -157,7 +155,6 @@ def _flat_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
         else:
             keys.append(full)
     return keys
-
 
 
 def dump_config(cfg: JobConfig, path: str | os.PathLike[str]) -> Path:

@@ -12,6 +12,7 @@ those keys (a missing key gives an empty cell).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -116,10 +117,8 @@ def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def _finite(value: Any, where: str, bad: list[str]) -> Any:
     """JSON-ready copy of ``value``: non-finite floats -> ``None`` (their paths go to ``bad``)."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             value = value.item()
-        except (TypeError, ValueError):
-            pass
     if isinstance(value, float):
         if math.isfinite(value):
             return value
@@ -259,9 +258,7 @@ def plot_worker_throughput(
         ax_tp.legend(loc="best", fontsize=8, ncol=min(4, len(by_worker) + bool(changes)))
     else:
         logger.warning("plot_worker_throughput: no step records; writing an empty plot")
-        ax_tp.text(
-            0.5, 0.5, "no step records", ha="center", va="center", transform=ax_tp.transAxes
-        )
+        ax_tp.text(0.5, 0.5, "no step records", ha="center", va="center", transform=ax_tp.transAxes)
 
     def write(fh: IO[bytes]) -> None:
         buf = io.BytesIO()
@@ -309,14 +306,7 @@ def _cell(key: str, value: Any) -> str:
 
 # Header, a dashed rule under every column (spaces between columns), rows; nothing else.
 _RULED_HEAD = Box(
-    "    \n"
-    "    \n"
-    " -  \n"
-    "    \n"
-    "    \n"
-    "    \n"
-    "    \n"
-    "    \n",
+    "    \n    \n -  \n    \n    \n    \n    \n    \n",
     ascii=True,
 )
 
@@ -335,14 +325,22 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
     Returns:
         The table (header, rule, one line per row), without a trailing newline.
     """
-    table = Table(box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0,
-                  header_style="", safe_box=True)
+    table = Table(
+        box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0, header_style="", safe_box=True
+    )
     for header, _, align in _TABLE_COLUMNS:
         table.add_column(header, justify="right" if align == ">" else "left", no_wrap=True)
     for row in rows:
         table.add_row(*(_cell(key, row.get(key)) for _, key, _ in _TABLE_COLUMNS))
     # Plain text: no colour, no terminal width limit (rows are never wrapped or cut).
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False,
-                      highlight=False, markup=False, emoji=False)
+    console = Console(
+        file=io.StringIO(),
+        width=10_000,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
     console.print(table)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())

@@ -108,15 +108,27 @@ def _index(key: Any, length: int, loc: tuple[str | int, ...], source: str) -> in
     try:
         index = int(key)
     except (TypeError, ValueError):
-        raise_problems([ConfigProblem(
-            source, where, f"is a list, so {key!r} must be an item index",
-            f"address items by index, e.g. {where}.0.<key>=...",
-        )])
+        raise_problems(
+            [
+                ConfigProblem(
+                    source,
+                    where,
+                    f"is a list, so {key!r} must be an item index",
+                    f"address items by index, e.g. {where}.0.<key>=...",
+                )
+            ]
+        )
     if not -length <= index < length:
-        raise_problems([ConfigProblem(
-            source, where, f"has {length} item(s), so index {index} is out of range",
-            f"use an index from 0 to {length - 1}",
-        )])
+        raise_problems(
+            [
+                ConfigProblem(
+                    source,
+                    where,
+                    f"has {length} item(s), so index {index} is out of range",
+                    f"use an index from 0 to {length - 1}",
+                )
+            ]
+        )
     return index % length
 
 

@@ -70,7 +70,11 @@ def predictor_spec(
 
 
 def measure_worker_speeds(
-    job: JobConfig, checkpoint: Path, split: str, batch_size: int, exclude: Sequence[str],
+    job: JobConfig,
+    checkpoint: Path,
+    split: str,
+    batch_size: int,
+    exclude: Sequence[str],
     repeats: int = 3,
 ) -> list[float]:
     """Samples/s of one predictor actor of each of ``job``'s worker groups (one at a time)."""
@@ -132,8 +136,10 @@ def run_predict(
     split = split or ("scene" if is_scene else "test")
     if split == "scene" and not is_scene:
         scenes = [name for name in dataset_names() if dataset_adapter(name).whole_scene]
-        raise ConfigError(f"split 'scene' (every pixel) applies to scene datasets "
-                          f"({', '.join(scenes)}) only, not {job.data.dataset!r}")
+        raise ConfigError(
+            f"split 'scene' (every pixel) applies to scene datasets "
+            f"({', '.join(scenes)}) only, not {job.data.dataset!r}"
+        )
     if split not in _SPLITS:
         raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
     checkpoint_file = find_checkpoint_file(checkpoint).resolve()

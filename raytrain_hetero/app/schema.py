@@ -60,7 +60,10 @@ __all__ = [
 
 #: Where the library's groups sit in a job file (for the cross-section checks' messages).
 JOB_PATHS = SettingPaths(
-    workers=("workers",), batch=("train",), elastic=("elastic",), slowdowns=("emulation", "slowdowns")
+    workers=("workers",),
+    batch=("train",),
+    elastic=("elastic",),
+    slowdowns=("emulation", "slowdowns"),
 )
 
 # ------------------------------------------------------------------------------ training
@@ -337,13 +340,19 @@ class JobConfig(HeteroModel):
             section, _, rest = key.partition(".")
             if section not in TUNABLE_SECTIONS or rest not in _section_fields(section):
                 close = closest(rest or key, [t.partition(".")[2] for t in tunable])
-                guess = next((t for t in tunable if t.endswith("." + close)), None) if close else None
+                guess = (
+                    next((t for t in tunable if t.endswith("." + close)), None) if close else None
+                )
                 problems.append(
                     (
                         at,
-                        (f"{key!r} is not a tunable key; tunable keys are those of "
-                        f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width"),
-                        f"rename it to {guess!r}" if guess else "use a key such as train.lr, "
+                        (
+                            f"{key!r} is not a tunable key; tunable keys are those of "
+                            f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width"
+                        ),
+                        f"rename it to {guess!r}"
+                        if guess
+                        else "use a key such as train.lr, "
                         "train.weight_decay, train.global_batch_size or model.width",
                     )
                 )
@@ -352,8 +361,10 @@ class JobConfig(HeteroModel):
                 problems.append(
                     (
                         at,
-                        ("train.epochs cannot be searched: it is every trial's budget (ASHA "
-                        "decides how many epochs a weak trial gets)"),
+                        (
+                            "train.epochs cannot be searched: it is every trial's budget (ASHA "
+                            "decides how many epochs a weak trial gets)"
+                        ),
                         "set train.epochs in the job and remove it from tune.search_space",
                     )
                 )
@@ -377,5 +388,3 @@ class JobConfig(HeteroModel):
         if problems:
             raise multiple(problems)
         return self
-
-

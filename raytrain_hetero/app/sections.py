@@ -39,7 +39,6 @@ EUROSAT_BAND_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 
-
 class GenerateConfig(HeteroModel):
     """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
     cached).
@@ -69,7 +68,10 @@ class GenerateConfig(HeteroModel):
         None, description="hyperspectral files: mat (Indian Pines style) or tif (GeoTIFF)"
     )
     cloud_fraction: Float | None = Field(
-        None, ge=0, lt=1, allow_inf_nan=False,
+        None,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
         description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
     )
 
@@ -214,7 +216,8 @@ class DataConfig(HeteroModel):
             allowed = GENERATE_KEYS[kind]
             fields = GenerateConfig.model_fields
             extra = sorted(
-                k for k in self.generate.model_fields_set
+                k
+                for k in self.generate.model_fields_set
                 if k not in allowed and getattr(self.generate, k) != fields[k].default
             )
             if extra:
@@ -247,8 +250,9 @@ class DataConfig(HeteroModel):
             close = closest(value, ["all", "rgb"])
             raise invalid(
                 f"bands must be 'all', 'rgb' or a list of band names, got {value!r}",
-                f"use bands: {close}" if close else "use bands: all, bands: rgb, or a list "
-                "such as [B04, B03, B02]",
+                f"use bands: {close}"
+                if close
+                else "use bands: all, bands: rgb, or a list such as [B04, B03, B02]",
             )
         if isinstance(value, (list, tuple)):
             if not value:
@@ -329,7 +333,9 @@ class ModelConfig(HeteroModel):
                     ("modalities",),
                 )
             if len(set(self.modalities)) != len(self.modalities):
-                raise invalid("modalities lists a branch twice", "write [s1, s2], [s1] or [s2]",
-                               ("modalities",))
+                raise invalid(
+                    "modalities lists a branch twice",
+                    "write [s1, s2], [s1] or [s2]",
+                    ("modalities",),
+                )
         return self
-

@@ -71,7 +71,9 @@ def _committed_rank0(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return [by_step[s] for s in sorted(by_step)]
 
 
-def _counted_gaps(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[tuple[dict, float]]:
+def _counted_gaps(
+    records: Sequence[Mapping[str, Any]], skip_steps: int
+) -> list[tuple[dict, float]]:
     """(step record, seconds since the previous step end) for steady-state steps of rank 0."""
     gaps: list[tuple[dict, float]] = []
     for process in rank_timelines(records).get(0, []):
@@ -85,8 +87,9 @@ def _counted_gaps(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list
     return gaps
 
 
-def _configuration(step: int, by_rank_step: Mapping[tuple[int, int], Mapping[str, Any]],
-                   world: int) -> tuple[tuple[float, int], ...] | None:
+def _configuration(
+    step: int, by_rank_step: Mapping[tuple[int, int], Mapping[str, Any]], world: int
+) -> tuple[tuple[float, int], ...] | None:
     config = []
     for rank in range(world):
         r = by_rank_step.get((rank, step))
@@ -106,8 +109,10 @@ def alone_jobs(records: Sequence[Mapping[str, Any]], skip_steps: int = 2) -> lis
             continue
         for rank, (factor, slice_) in enumerate(config):
             worker = by_rank_step[(rank, int(cur["step"]))].get("worker", str(rank))
-            jobs.setdefault((rank, factor, slice_),
-                            {"rank": rank, "worker": worker, "factor": factor, "slice": slice_})
+            jobs.setdefault(
+                (rank, factor, slice_),
+                {"rank": rank, "worker": worker, "factor": factor, "slice": slice_},
+            )
     return list(jobs.values())
 
 
@@ -168,20 +173,33 @@ def fit_figures(
 
     out["efficiency"], out["ideal_samples_per_s"] = efficiency(gaps)
     if phase_step is not None:
-        for label, part in (("before", [g for g in gaps if g[0]["step"] < phase_step]),
-                            ("after", [g for g in gaps if g[0]["step"] >= phase_step])):
+        for label, part in (
+            ("before", [g for g in gaps if g[0]["step"] < phase_step]),
+            ("after", [g for g in gaps if g[0]["step"] >= phase_step]),
+        ):
             secs = sum(g for _, g in part)
             out[f"samples_per_s_{label}"] = (
-                global_batch_size * len(part) / secs if secs > 0 else float("nan"))
+                global_batch_size * len(part) / secs if secs > 0 else float("nan")
+            )
             out[f"efficiency_{label}"] = efficiency(part)[0]
 
     # Accuracy over training time (rank 0, committed steps only).
     steps0 = _committed_rank0(records)
-    starts = sorted(float(r["time"]) for r in records
-                    if r.get("event") == "start" and int(r.get("rank", -1)) == 0)
-    first_batch = next((float(r["first_batch_time"]) for r in sorted(
-        (r for r in records if r.get("rank") == 0 and "first_batch_time" in r),
-        key=lambda r: r["time"])), float("nan"))
+    starts = sorted(
+        float(r["time"])
+        for r in records
+        if r.get("event") == "start" and int(r.get("rank", -1)) == 0
+    )
+    first_batch = next(
+        (
+            float(r["first_batch_time"])
+            for r in sorted(
+                (r for r in records if r.get("rank") == 0 and "first_batch_time" in r),
+                key=lambda r: r["time"],
+            )
+        ),
+        float("nan"),
+    )
     loop_start = starts[0] if starts else float("nan")
     evals = [r for r in steps0 if "val_accuracy" in r]
     curve = []
@@ -190,8 +208,9 @@ def fit_figures(
     steps_to_target: int | None = None
     for r in evals:
         train_s = float(r["eval_start"]) - first_batch - eval_spent
-        curve.append({"step": int(r["step"]) + 1, "train_s": train_s,
-                      "accuracy": float(r["val_accuracy"])})
+        curve.append(
+            {"step": int(r["step"]) + 1, "train_s": train_s, "accuracy": float(r["val_accuracy"])}
+        )
         if math.isnan(tta) and float(r["val_accuracy"]) >= target_accuracy:
             tta = train_s
             tta_total = float(r["eval_start"]) - loop_start - eval_spent
@@ -228,9 +247,20 @@ def summarize(
 
     Each fit is ``{"contender", "counted", "figures": fit_figures(...), "wall_s"}``.
     """
-    keys = ("samples_per_s", "efficiency", "tta_s", "tta_total_s", "final_accuracy", "wall_s",
-            "startup_s", "samples_per_s_before", "samples_per_s_after", "efficiency_after",
-            "join_latency_s", "ideal_samples_per_s")
+    keys = (
+        "samples_per_s",
+        "efficiency",
+        "tta_s",
+        "tta_total_s",
+        "final_accuracy",
+        "wall_s",
+        "startup_s",
+        "samples_per_s_before",
+        "samples_per_s_after",
+        "efficiency_after",
+        "join_latency_s",
+        "ideal_samples_per_s",
+    )
     per: dict[str, dict[str, Any]] = {}
     for name in contenders:
         mine = [f for f in fits if f["contender"] == name and f.get("counted", True)]
@@ -248,15 +278,16 @@ def summarize(
         row["reached_target"] = sum(v is not None for v in reached)
         per[name] = row
     stock = per.get("stock")
-    for name, row in per.items():
+    for row in per.values():
         if stock is None:
             break
         row["speedup"] = _ratio(row.get("samples_per_s"), stock.get("samples_per_s"))
         row["overhead"] = _ratio(stock.get("samples_per_s"), row.get("samples_per_s")) - 1.0
         row["tta_speedup"] = _ratio(stock.get("tta_s"), row.get("tta_s"))
         row["tta_total_speedup"] = _ratio(stock.get("tta_total_s"), row.get("tta_total_s"))
-        row["accuracy_gap_pt"] = 100.0 * (row.get("final_accuracy", float("nan"))
-                                          - stock.get("final_accuracy", float("nan")))
+        row["accuracy_gap_pt"] = 100.0 * (
+            row.get("final_accuracy", float("nan")) - stock.get("final_accuracy", float("nan"))
+        )
     verdicts = []
     for target in targets:
         for name in target.contenders:
@@ -270,9 +301,18 @@ def summarize(
                 if not (math.isfinite(gap) and abs(gap) <= 0.5):
                     met = False
                 note = f"final accuracy {gap:+.1f} pt vs stock"
-            verdicts.append({"target": target.label, "metric": target.metric,
-                             "contender": name, "op": target.op, "goal": target.value,
-                             "figure": figure, "met": bool(met), "note": note})
+            verdicts.append(
+                {
+                    "target": target.label,
+                    "metric": target.metric,
+                    "contender": name,
+                    "op": target.op,
+                    "goal": target.value,
+                    "figure": figure,
+                    "met": bool(met),
+                    "note": note,
+                }
+            )
     return {"contenders": per, "targets": verdicts}
 
 

@@ -58,10 +58,17 @@ class FitSetup:
 
     def loop_config(self, mode: str, out: Path) -> dict[str, Any]:
         config = {
-            "mode": mode, "data": dict(self.data), "width": self.width, "lr": self.lr,
-            "seed": self.seed, "global_batch_size": self.global_batch_size,
-            "epochs": self.epochs, "eval_every": self.eval_every, "out": str(out),
-            "max_steps": self.max_steps, **self.extra_loop,
+            "mode": mode,
+            "data": dict(self.data),
+            "width": self.width,
+            "lr": self.lr,
+            "seed": self.seed,
+            "global_batch_size": self.global_batch_size,
+            "epochs": self.epochs,
+            "eval_every": self.eval_every,
+            "out": str(out),
+            "max_steps": self.max_steps,
+            **self.extra_loop,
         }
         if mode == "stock":
             names = [s.name for s in self.specs]
@@ -69,8 +76,14 @@ class FitSetup:
                 factors=[float(s.emulated_slowdown) for s in self.specs],
                 worker_names=names,
                 # The same injections, addressed by rank (rank i runs worker slot i).
-                schedule=[{"factor": i["factor"], "rank": names.index(i["worker"]),
-                           "from_step": i.get("from_step", 0)} for i in self.schedule],
+                schedule=[
+                    {
+                        "factor": i["factor"],
+                        "rank": names.index(i["worker"]),
+                        "from_step": i.get("from_step", 0),
+                    }
+                    for i in self.schedule
+                ],
                 devices=[_device(s) for s in self.specs],
                 threads=[max(1, int(s.resources.get("CPU", 1))) for s in self.specs],
             )
@@ -165,8 +178,10 @@ def run_fit(
 
         hetero = HeteroTrainer(
             bench_loop,
-            train_loop_config={**setup.loop_config("hetero", out),
-                               "sync_batchnorm": contender != "hetero-nobnsync"},
+            train_loop_config={
+                **setup.loop_config("hetero", out),
+                "sync_batchnorm": contender != "hetero-nobnsync",
+            },
             workers=setup.specs,
             global_batch_size=setup.global_batch_size,
             weighting="uniform" if contender == "hdp" else "proportional",
@@ -215,8 +230,10 @@ def run_fit(
     return {
         "contender": contender,
         "records": read_logs(out),
-        "plans": [{k: p.get(k) for k in ("version", "effective_step", "slices", "reason",
-                                          "world_size")} for p in plans],
+        "plans": [
+            {k: p.get(k) for k in ("version", "effective_step", "slices", "reason", "world_size")}
+            for p in plans
+        ],
         "wall_s": wall,
         "started": started,
         "triggered_at": fired_at,
@@ -247,15 +264,25 @@ def measure_alone_speeds(
     for (device, resources), group in groups.items():
         res = dict(resources)
         distinct = sorted({(float(j["factor"]), int(j["slice"])) for j in group})
-        figures = ray.get(task.options(
-            num_cpus=res.get("CPU", 1), num_gpus=res.get("GPU", 0),
-        ).remote(setup.data, setup.width, setup.seed,
-                 [{"factor": f, "slice": b} for f, b in distinct], steps,
-                 int(res.get("CPU", 1)), device))
+        figures = ray.get(
+            task.options(
+                num_cpus=res.get("CPU", 1),
+                num_gpus=res.get("GPU", 0),
+            ).remote(
+                setup.data,
+                setup.width,
+                setup.seed,
+                [{"factor": f, "slice": b} for f, b in distinct],
+                steps,
+                int(res.get("CPU", 1)),
+                device,
+            )
+        )
         measured = dict(zip(distinct, figures))
         for job in group:
             speeds[(float(job["factor"]), int(job["slice"]), job["worker"])] = measured[
-                (float(job["factor"]), int(job["slice"]))]
+                (float(job["factor"]), int(job["slice"]))
+            ]
     return speeds
 
 
@@ -292,14 +319,23 @@ def machine_description() -> dict[str, Any]:
     try:
         import torch
 
-        description["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        description["gpus"] = [
+            torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+        ]
     except Exception:  # noqa: BLE001
         description["gpus"] = []
     try:
-        description["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip() or None
+        description["git_commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+                cwd=Path(__file__).resolve().parent,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         description["git_commit"] = None
     return description

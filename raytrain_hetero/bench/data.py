@@ -123,10 +123,14 @@ def prepare_bench_data(
     if marker.exists():
         meta = json.loads(marker.read_text())
         if meta.get("format") == _FORMAT:
-            return BenchData(str(arrays), meta["train_size"], meta["val_size"], meta["bands"],
-                             meta["num_classes"])
-    tree = generate_eurosat(base / f"eurosat_{tag}", samples_per_class=samples_per_class,
-                            seed=seed)
+            return BenchData(
+                str(arrays),
+                meta["train_size"],
+                meta["val_size"],
+                meta["bands"],
+                meta["num_classes"],
+            )
+    tree = generate_eurosat(base / f"eurosat_{tag}", samples_per_class=samples_per_class, seed=seed)
     datasets = eurosat_datasets(tree, bands="all", splits=("train", "val"))
 
     def write(directory: Path) -> None:
@@ -136,8 +140,9 @@ def prepare_bench_data(
             n = len(dataset)
             first = dataset[0]["image"].numpy()
             bands = int(first.shape[0])
-            images = np.lib.format.open_memmap(directory / f"{split}_x.npy", mode="w+",
-                                               dtype=np.float32, shape=(n, *first.shape))
+            images = np.lib.format.open_memmap(
+                directory / f"{split}_x.npy", mode="w+", dtype=np.float32, shape=(n, *first.shape)
+            )
             labels = np.empty(n, dtype=np.int64)
             for i in range(n):
                 item = dataset[i]
@@ -147,15 +152,26 @@ def prepare_bench_data(
             del images
             np.save(directory / f"{split}_y.npy", labels)
             sizes[split] = n
-        meta = {"format": _FORMAT, "train_size": sizes["train"], "val_size": sizes["val"],
-                "bands": bands, "num_classes": 10, "samples_per_class": samples_per_class,
-                "seed": seed}
+        meta = {
+            "format": _FORMAT,
+            "train_size": sizes["train"],
+            "val_size": sizes["val"],
+            "bands": bands,
+            "num_classes": 10,
+            "samples_per_class": samples_per_class,
+            "seed": seed,
+        }
         (directory / "meta.json").write_text(json.dumps(meta, indent=2))
 
     # The one directory-publish mechanism: written in a temporary sibling, renamed into place.
-    params = {"generator": "bench_arrays", "format": _FORMAT,
-              "samples_per_class": samples_per_class, "seed": seed}
+    params = {
+        "generator": "bench_arrays",
+        "format": _FORMAT,
+        "samples_per_class": samples_per_class,
+        "seed": seed,
+    }
     generate_tree(arrays, params, write, what="prepare_bench_data")
     meta = json.loads(marker.read_text())
-    return BenchData(str(arrays), meta["train_size"], meta["val_size"], meta["bands"],
-                     meta["num_classes"])
+    return BenchData(
+        str(arrays), meta["train_size"], meta["val_size"], meta["bands"], meta["num_classes"]
+    )

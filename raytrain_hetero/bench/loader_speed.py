@@ -40,8 +40,13 @@ def loader_samples_per_s(
 
     pin = device.type == "cuda"
     loader = DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers, pin_memory=pin,
-        drop_last=True, generator=torch.Generator().manual_seed(seed),
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=num_workers,
+        pin_memory=pin,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(seed),
         persistent_workers=False,
     )
     iterator = iter(loader)
@@ -124,12 +129,12 @@ def run(
     import torch
 
     from raytrain_hetero.app.config import check_data_root
-    from raytrain_hetero.workloads.cache import InMemoryDataset
     from raytrain_hetero.app.datasets import (
         generate_configured_dataset,
         model_arguments,
         open_configured_datasets,
     )
+    from raytrain_hetero.workloads.cache import InMemoryDataset
     from raytrain_hetero.workloads.models import build_model
 
     if device_name == "auto":
@@ -152,8 +157,10 @@ def run(
             "threads": threads,
             **fetch_seconds(train),
             "loader": [],
-            "configured": {"source": "in-memory" if job.data.cache else "files",
-                           "num_workers": job.data.num_workers},
+            "configured": {
+                "source": "in-memory" if job.data.cache else "files",
+                "num_workers": job.data.num_workers,
+            },
         }
         if job.data.num_workers not in num_workers:
             num_workers = [*num_workers, job.data.num_workers]
@@ -162,20 +169,29 @@ def run(
             sources.append(("in-memory", InMemoryDataset(train)))
         for source, dataset in sources:
             for workers in num_workers:
-                rate = loader_samples_per_s(dataset, batch_size=batch_size, batches=batches,
-                                            num_workers=workers, device=device)
+                rate = loader_samples_per_s(
+                    dataset,
+                    batch_size=batch_size,
+                    batches=batches,
+                    num_workers=workers,
+                    device=device,
+                )
                 figures["loader"].append(
-                    {"source": source, "num_workers": workers, "samples_per_s": rate})
+                    {"source": source, "num_workers": workers, "samples_per_s": rate}
+                )
         torch.manual_seed(0)
         model = build_model(job.model.name, **model_arguments(job.model, workload))
-        loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True, drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            train, batch_size=batch_size, shuffle=True, drop_last=True
+        )
         on_device = []
         for batch in loader:
             on_device.append({k: v.to(device) for k, v in batch.items()})
             if len(on_device) == 4:
                 break
-        figures["training_samples_per_s"] = training_samples_per_s(model, on_device, device,
-                                                                   steps=max(4, batches // 2))
+        figures["training_samples_per_s"] = training_samples_per_s(
+            model, on_device, device, steps=max(4, batches // 2)
+        )
         return figures
     finally:
         torch.set_num_threads(previous_threads)
@@ -186,14 +202,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="job config YAML")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="batch size (default: the config's global_batch_size)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="batch size (default: the config's global_batch_size)",
+    )
     parser.add_argument("--batches", type=int, default=20, help="timed batches per measurement")
-    parser.add_argument("--num-workers", type=int, nargs="+", default=[0, 2],
-                        help="DataLoader worker counts to compare (default 0 2)")
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        nargs="+",
+        default=[0, 2],
+        help="DataLoader worker counts to compare (default 0 2)",
+    )
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for the training step (default 1, like a 1-CPU worker)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for the training step (default 1, like a 1-CPU worker)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -229,26 +258,39 @@ def format_figures(figures: dict[str, Any]) -> str:
     ]
     if "per_sample_getitems_s" in figures:
         lines.append(
-            f"  per-sample fetch (batched __getitems__): {figures['per_sample_getitems_s'] * 1e3:8.3f} ms")
+            f"  per-sample fetch (batched __getitems__): {figures['per_sample_getitems_s'] * 1e3:8.3f} ms"
+        )
     for row in figures["loader"]:
-        lines.append(f"  loader {row['source']:<9} num_workers={row['num_workers']}: "
-                     f"{row['samples_per_s']:10.1f} samples/s")
-    lines.append(f"  training step ({figures['model']}, {figures['threads']} thread(s)): "
-                 f"{figures['training_samples_per_s']:10.1f} samples/s")
+        lines.append(
+            f"  loader {row['source']:<9} num_workers={row['num_workers']}: "
+            f"{row['samples_per_s']:10.1f} samples/s"
+        )
+    lines.append(
+        f"  training step ({figures['model']}, {figures['threads']} thread(s)): "
+        f"{figures['training_samples_per_s']:10.1f} samples/s"
+    )
     training = figures["training_samples_per_s"]
-    configured = next(r for r in figures["loader"] if r["source"] == figures["configured"]["source"]
-                      and r["num_workers"] == figures["configured"]["num_workers"])
+    configured = next(
+        r
+        for r in figures["loader"]
+        if r["source"] == figures["configured"]["source"]
+        and r["num_workers"] == figures["configured"]["num_workers"]
+    )
     best = max(figures["loader"], key=lambda r: r["samples_per_s"])
     ratio = configured["samples_per_s"] / training
     where = f"({configured['source']}, num_workers={configured['num_workers']})"
     if ratio < 1.0:
-        lines.append(f"=> DATA-BOUND as configured {where}: the loader feeds only {ratio:.2f}x what "
-                     f"training consumes; the best measured loader ({best['source']}, num_workers="
-                     f"{best['num_workers']}) feeds {best['samples_per_s'] / training:.2f}x. Add "
-                     "DataLoader workers (data.num_workers), data.cache, or a smaller image_size.")
+        lines.append(
+            f"=> DATA-BOUND as configured {where}: the loader feeds only {ratio:.2f}x what "
+            f"training consumes; the best measured loader ({best['source']}, num_workers="
+            f"{best['num_workers']}) feeds {best['samples_per_s'] / training:.2f}x. Add "
+            "DataLoader workers (data.num_workers), data.cache, or a smaller image_size."
+        )
     else:
-        lines.append(f"=> compute-bound as configured {where}: the loader feeds {ratio:.1f}x what "
-                     "training consumes")
+        lines.append(
+            f"=> compute-bound as configured {where}: the loader feeds {ratio:.1f}x what "
+            "training consumes"
+        )
     return "\n".join(lines)
 
 

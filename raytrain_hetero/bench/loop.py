@@ -40,8 +40,14 @@ from typing import Any
 __all__ = ["StockEmulation", "bench_loop", "measure_alone", "slowdown_at"]
 
 
-def slowdown_at(base: float, schedule: Sequence[dict[str, Any]], step: int, *, rank: int | None = None,
-                worker: str | None = None) -> float:
+def slowdown_at(
+    base: float,
+    schedule: Sequence[dict[str, Any]],
+    step: int,
+    *,
+    rank: int | None = None,
+    worker: str | None = None,
+) -> float:
     """Emulated factor at ``step``: ``base`` times every injection targeting this worker."""
     from raytrain_hetero.config import SlowdownInjection
     from raytrain_hetero.worker.emulation import slowdown_factor
@@ -60,8 +66,9 @@ class StockEmulation:
         device: The model's device (the compute clock reads CUDA with a synchronize).
     """
 
-    def __init__(self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]],
-                 device: Any) -> None:
+    def __init__(
+        self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]], device: Any
+    ) -> None:
         from raytrain_hetero.worker.emulation import SlowdownEmulator
         from raytrain_hetero.worker.timing import ComputeClock
 
@@ -178,8 +185,9 @@ def bench_loop(config: dict[str, Any]) -> None:
         model = ray.train.torch.prepare_model(model, move_to_device=device)
         _hook_annotations()
         factors = config.get("factors") or [1.0] * world
-        emulation = StockEmulation(rank, factors[rank] if rank < len(factors) else 1.0,
-                                   config.get("schedule", ()), device)
+        emulation = StockEmulation(
+            rank, factors[rank] if rank < len(factors) else 1.0, config.get("schedule", ()), device
+        )
         emulation.install(model)
         loader: Any = DataLoader(train, batch_size=batch // world, shuffle=True)
         # The GPU rank of a mixed group moves its batches itself (Ray's device is the CPU).
@@ -193,9 +201,12 @@ def bench_loop(config: dict[str, Any]) -> None:
         # sync_batchnorm=False only for the ablation contender (per-slice statistics: inexact).
         model = rh.prepare_model(model, sync_batchnorm=bool(config.get("sync_batchnorm", True)))
         loader = rh.prepare_data_loader(train, pin_memory=device.type == "cuda")
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(config["lr"]),
-                                momentum=float(config.get("momentum", 0.9)),
-                                weight_decay=float(config.get("weight_decay", 5e-4)))
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=float(config["lr"]),
+        momentum=float(config.get("momentum", 0.9)),
+        weight_decay=float(config.get("weight_decay", 5e-4)),
+    )
     step, start_epoch, skip = 0, 0, 0
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -203,7 +214,11 @@ def bench_loop(config: dict[str, Any]) -> None:
             state = torch.load(Path(directory) / "bench.pt", weights_only=True, map_location="cpu")
         getattr(model, "module", model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        step, start_epoch, skip = int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"])
+        step, start_epoch, skip = (
+            int(state["step"]),
+            int(state["epoch"]),
+            int(state["step_in_epoch"]),
+        )
     out = Path(config["out"])
     log = (out / f"rank{rank}_{os.getpid()}.jsonl").open("a", buffering=1)
     val_x, val_y = val.arrays()
@@ -213,8 +228,18 @@ def bench_loop(config: dict[str, Any]) -> None:
     checkpoint_every = int(config.get("checkpoint_every", 0))
     steps_at_full = 0
     first = True
-    log.write(json.dumps({"event": "start", "rank": rank, "world": world, "time": loop_started,
-                          "resumed_at": step if checkpoint is not None else None}) + "\n")
+    log.write(
+        json.dumps(
+            {
+                "event": "start",
+                "rank": rank,
+                "world": world,
+                "time": loop_started,
+                "resumed_at": step if checkpoint is not None else None,
+            }
+        )
+        + "\n"
+    )
 
     def epochs() -> Any:
         if mode == "stock":
@@ -278,14 +303,24 @@ def bench_loop(config: dict[str, Any]) -> None:
             record["eval_end"] = time.time()
         log.write(json.dumps(record) + "\n")
         if checkpoint_every and done % checkpoint_every == 0 and not last:
-            _save_checkpoint(model, optimizer, done, epoch, step_in_epoch + 1, rank, mode,
-                             steps_per_epoch=train.size // batch)
+            _save_checkpoint(
+                model,
+                optimizer,
+                done,
+                epoch,
+                step_in_epoch + 1,
+                rank,
+                mode,
+                steps_per_epoch=train.size // batch,
+            )
         step = done
         if last:
             stop = True
             break
     stream.close()
-    log.write(json.dumps({"event": "end", "rank": rank, "time": time.time(), "stopped": stop}) + "\n")
+    log.write(
+        json.dumps({"event": "end", "rank": rank, "time": time.time(), "stopped": stop}) + "\n"
+    )
     log.close()
     if mode == "hetero":
         rh.report({"steps": step})
@@ -299,8 +334,16 @@ def _at_stop_world(config: dict[str, Any], world: int) -> bool:
     return target is not None and world >= int(target)
 
 
-def _save_checkpoint(model: Any, optimizer: Any, step: int, epoch: int, step_in_epoch: int,
-                     rank: int, mode: str, steps_per_epoch: int) -> None:
+def _save_checkpoint(
+    model: Any,
+    optimizer: Any,
+    step: int,
+    epoch: int,
+    step_in_epoch: int,
+    rank: int,
+    mode: str,
+    steps_per_epoch: int,
+) -> None:
     import ray.train
     import torch
 
@@ -309,9 +352,16 @@ def _save_checkpoint(model: Any, optimizer: Any, step: int, epoch: int, step_in_
     with tempfile.TemporaryDirectory() as directory:
         checkpoint = None
         if rank == 0:
-            torch.save({"model": getattr(model, "module", model).state_dict(),
-                        "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
-                        "step_in_epoch": step_in_epoch}, Path(directory) / "bench.pt")
+            torch.save(
+                {
+                    "model": getattr(model, "module", model).state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "epoch": epoch,
+                    "step_in_epoch": step_in_epoch,
+                },
+                Path(directory) / "bench.pt",
+            )
             checkpoint = ray.train.Checkpoint.from_directory(directory)
         if mode == "hetero":
             import raytrain_hetero as rh
@@ -321,9 +371,15 @@ def _save_checkpoint(model: Any, optimizer: Any, step: int, epoch: int, step_in_
             ray.train.report({"step": step}, checkpoint=checkpoint)
 
 
-def measure_alone(data: dict[str, Any], width: int, seed: int,
-                  jobs: Sequence[dict[str, Any]], steps: int = 5, threads: int = 1,
-                  device: str = "cpu") -> list[float]:
+def measure_alone(
+    data: dict[str, Any],
+    width: int,
+    seed: int,
+    jobs: Sequence[dict[str, Any]],
+    steps: int = 5,
+    threads: int = 1,
+    device: str = "cpu",
+) -> list[float]:
     """Samples/s of one worker computing alone: a full step (load, forward, backward with the
     emulated stretch, optimiser) at each job's ``slice`` and ``factor``, no communication.
 
@@ -349,7 +405,11 @@ def measure_alone(data: dict[str, Any], width: int, seed: int,
     emulator = SlowdownEmulator(ComputeClock(dev))
     results: list[float] = []
     # A fresh process runs its first steps slowly (lazy kernel set-up): warm it up once.
-    warmup = [{"slice": max(int(j["slice"]) for j in jobs), "factor": 1.0, "warmup": True}] if jobs else []
+    warmup = (
+        [{"slice": max(int(j["slice"]) for j in jobs), "factor": 1.0, "warmup": True}]
+        if jobs
+        else []
+    )
     for job in [*warmup, *jobs]:
         b, factor = int(job["slice"]), float(job["factor"])
         model = _build_model(width, bench.bands, bench.num_classes, seed).to(dev)

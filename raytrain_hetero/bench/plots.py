@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["plot_accuracy", "plot_throughput", "plot_timeline"]
 
-COLORS = {"stock": "#7f7f7f", "hdp": "#ff7f0e", "hetero": "#1f77b4", "hetero-live": "#2ca02c",
-          "hetero-nobnsync": "#9467bd"}
+COLORS = {
+    "stock": "#7f7f7f",
+    "hdp": "#ff7f0e",
+    "hetero": "#1f77b4",
+    "hetero-live": "#2ca02c",
+    "hetero-nobnsync": "#9467bd",
+}
 
 
 def _figure(size: tuple[float, float]) -> Any:
@@ -40,22 +47,37 @@ def plot_throughput(result: dict[str, Any], path: Path) -> Path:
     for i, name in enumerate(names):
         row = summary.get(name, {})
         ax.bar(i, row.get("samples_per_s", 0) or 0, color=COLORS.get(name, "C0"), alpha=0.8)
-        dots = [f["figures"]["samples_per_s"] for f in result["fits"]
-                if f["contender"] == name and f["counted"]]
+        dots = [
+            f["figures"]["samples_per_s"]
+            for f in result["fits"]
+            if f["contender"] == name and f["counted"]
+        ]
         ax.plot([i] * len(dots), dots, "k.", ms=6)
         ideal = row.get("ideal_samples_per_s")
         if _finite(ideal):
-            ax.hlines(ideal, i - 0.4, i + 0.4, colors="k", linestyles="--", lw=1.2,
-                      label="sum of alone speeds (physical limit)" if i == 0 else None)
+            ax.hlines(
+                ideal,
+                i - 0.4,
+                i + 0.4,
+                colors="k",
+                linestyles="--",
+                lw=1.2,
+                label="sum of alone speeds (physical limit)" if i == 0 else None,
+            )
         speedup = row.get("speedup")
         if _finite(speedup) and name != "stock":
-            ax.annotate(f"{speedup:.2f}x", (i, row.get("samples_per_s", 0)), ha="center",
-                        va="bottom", xytext=(0, 3), textcoords="offset points")
+            ax.annotate(
+                f"{speedup:.2f}x",
+                (i, row.get("samples_per_s", 0)),
+                ha="center",
+                va="bottom",
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("training samples / s (median; dots: repeats)")
     factors = ", ".join(format(w["emulated_slowdown"], "g") for w in result.get("workers") or [])
-    kind = (f"EMULATED heterogeneity (factors {factors})" if result["emulated"]
-            else "no emulation")
+    kind = f"EMULATED heterogeneity (factors {factors})" if result["emulated"] else "no emulation"
     ax.set_title(f"{result['scenario']}: {kind}")
     ax.grid(axis="y", alpha=0.3)
     if any(_finite(summary.get(n, {}).get("ideal_samples_per_s")) for n in names):
@@ -73,9 +95,15 @@ def plot_accuracy(result: dict[str, Any], path: Path) -> Path:
             continue
         curve = fit["figures"].get("curve") or []
         name = fit["contender"]
-        ax.plot([p["train_s"] for p in curve], [p["accuracy"] for p in curve], marker=".",
-                color=COLORS.get(name, None), alpha=0.8, lw=1.2,
-                label=name if name not in seen else None)
+        ax.plot(
+            [p["train_s"] for p in curve],
+            [p["accuracy"] for p in curve],
+            marker=".",
+            color=COLORS.get(name),
+            alpha=0.8,
+            lw=1.2,
+            label=name if name not in seen else None,
+        )
         seen.add(name)
     target = result["options"].get("target_accuracy")
     if _finite(target):
@@ -89,8 +117,14 @@ def plot_accuracy(result: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_timeline(result: dict[str, Any], path: Path, *, marker: float | None = None,
-                  marker_label: str = "", x: str = "step") -> Path:
+def plot_timeline(
+    result: dict[str, Any],
+    path: Path,
+    *,
+    marker: float | None = None,
+    marker_label: str = "",
+    x: str = "step",
+) -> Path:
     """Per-step samples/s of the first counted repeat of each contender against the step
     (``x="step"``, a vertical line at the ``marker`` step), or (``x="join"``) the global step
     against seconds since the join (the line at 0), with the world size on a second axis.
@@ -108,11 +142,24 @@ def plot_timeline(result: dict[str, Any], path: Path, *, marker: float | None = 
         xs = [p["step"] if x == "step" else p["since_join_s"] for p in points]
         # Join: progress (global step) over time shows the pause of the restart best.
         ys = [p["samples_per_s"] if x == "step" else p["step"] for p in points]
-        ax.plot(xs, ys, color=COLORS.get(name), lw=1.2, marker="." if x == "join" else None,
-                ms=3, label=name)
+        ax.plot(
+            xs,
+            ys,
+            color=COLORS.get(name),
+            lw=1.2,
+            marker="." if x == "join" else None,
+            ms=3,
+            label=name,
+        )
         if ax_world is not None:
-            ax_world.step(xs, [p["world"] for p in points], where="post",
-                          color=COLORS.get(name), lw=0.8, ls="--")
+            ax_world.step(
+                xs,
+                [p["world"] for p in points],
+                where="post",
+                color=COLORS.get(name),
+                lw=0.8,
+                ls="--",
+            )
     if marker is not None:
         ax.axvline(marker, color="0.3", ls=":", lw=1, label=marker_label or None)
     ax.set_xlabel("step" if x == "step" else "seconds since the node joined")
@@ -123,25 +170,35 @@ def plot_timeline(result: dict[str, Any], path: Path, *, marker: float | None = 
     if ax_world is not None:
         ax_world.set_ylabel("workers (dashed)")
         ax_world.set_ylim(0, 4)
-    ax.set_title(f"{result['scenario']}: " + (
-        "per-step throughput" if x == "step" else "training progress around the join"))
+    ax.set_title(
+        f"{result['scenario']}: "
+        + ("per-step throughput" if x == "step" else "training progress around the join")
+    )
     return _save(fig, path)
 
 
-def timeline_points(records: Sequence[dict[str, Any]], global_batch_size: int,
-                    join_time: float | None = None) -> list[dict[str, Any]]:
+def timeline_points(
+    records: Sequence[dict[str, Any]], global_batch_size: int, join_time: float | None = None
+) -> list[dict[str, Any]]:
     """Per-step samples/s of rank 0 (B over the gap to the previous step of its process)."""
     from raytrain_hetero.bench.analysis import rank_timelines
 
     points: list[dict[str, Any]] = []
     for process in rank_timelines(records).get(0, []):
-        for prev, cur in zip(process, process[1:]):
-            gap = cur["time"] - prev["time"] - (
-                prev["eval_end"] - prev["eval_start"] if "eval_start" in prev else 0.0)
+        for prev, cur in itertools.pairwise(process):
+            gap = (
+                cur["time"]
+                - prev["time"]
+                - (prev["eval_end"] - prev["eval_start"] if "eval_start" in prev else 0.0)
+            )
             if gap <= 0:
                 continue
-            point = {"step": cur["step"], "samples_per_s": global_batch_size / gap,
-                     "world": cur["world"], "time": cur["time"]}
+            point = {
+                "step": cur["step"],
+                "samples_per_s": global_batch_size / gap,
+                "world": cur["world"],
+                "time": cur["time"],
+            }
             if join_time is not None:
                 point["since_join_s"] = cur["time"] - join_time
             points.append(point)

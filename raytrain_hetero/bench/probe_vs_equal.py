@@ -28,16 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=Path("examples/configs/eurosat_local.yaml"))
     parser.add_argument("--rounds", type=int, default=2, help="A B B A repeats (default 2)")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--width", type=int, default=None,
-                        help="SmallCNN width (default: the config's)")
+    parser.add_argument(
+        "--width", type=int, default=None, help="SmallCNN width (default: the config's)"
+    )
     parser.add_argument("--output", type=Path, default=Path("outputs/bench_probe_vs_equal"))
     args = parser.parse_args(argv)
 
     import ray
 
-    from raytrain_hetero.bench.contenders import machine_description
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
+    from raytrain_hetero.bench.contenders import machine_description
 
     base: dict = {"train": {"epochs": args.epochs}}
     if args.width is not None:
@@ -54,15 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(order):
         summary = run_job(jobs[name], output_dir=args.output / f"{i:02d}-{name}", progress=False)
         counted = i > 0  # the first fit of a Ray session runs slow: not counted
-        raw.append({"fit": i, "contender": name, "counted": counted,
-                    "samples_per_s": summary["samples_per_s"],
-                    "slices": [w["slice"] for w in summary["workers"]],
-                    "val_accuracy": summary["final_val_accuracy"]})
+        raw.append(
+            {
+                "fit": i,
+                "contender": name,
+                "counted": counted,
+                "samples_per_s": summary["samples_per_s"],
+                "slices": [w["slice"] for w in summary["workers"]],
+                "val_accuracy": summary["final_val_accuracy"],
+            }
+        )
         if counted:
             figures[name].append(summary["samples_per_s"])
-        print(f"fit {i} {name:5s} {summary['samples_per_s']:8.1f} samples/s "
-              f"slices {raw[-1]['slices']}{'' if counted else ' (warm-up, not counted)'}",
-              flush=True)
+        print(
+            f"fit {i} {name:5s} {summary['samples_per_s']:8.1f} samples/s "
+            f"slices {raw[-1]['slices']}{'' if counted else ' (warm-up, not counted)'}",
+            flush=True,
+        )
     ray.shutdown()
     probe = statistics.median(figures["probe"])
     equal = statistics.median(figures["equal"])
@@ -78,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "bench.json").write_text(json.dumps(result, indent=2))
-    print(f"\nprobe-based {probe:.1f} samples/s | equal {equal:.1f} samples/s | "
-          f"ratio {probe / equal:.2f}x (target >= 1.9x, ideal {IDEAL:.2f}x)")
+    print(
+        f"\nprobe-based {probe:.1f} samples/s | equal {equal:.1f} samples/s | "
+        f"ratio {probe / equal:.2f}x (target >= 1.9x, ideal {IDEAL:.2f}x)"
+    )
     return 0
 
 

@@ -43,11 +43,11 @@ def steps_to_recover(
     """First step (relative to the injection) where a 3-step rolling median stays within tolerance."""
     steps = [s for s in sorted(throughput) if s >= injected_at]
     ok = []
-    for i, s in enumerate(steps):
-        window = [throughput[x] for x in steps[max(0, i - 2): i + 1]]
+    for i, _s in enumerate(steps):
+        window = [throughput[x] for x in steps[max(0, i - 2) : i + 1]]
         ok.append(len(window) == 3 and statistics.median(window) >= (1 - tolerance) * optimum)
     for i in range(len(steps)):
-        if all(ok[i: i + 3]) and len(ok[i: i + 3]) == 3:
+        if all(ok[i : i + 3]) and len(ok[i : i + 3]) == 3:
             return steps[i] - injected_at
     return None
 
@@ -78,15 +78,38 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     HeteroTrainer.fit = capturing_fit  # type: ignore[method-assign]
-    base = {"train": {"epochs": args.epochs, "global_batch_size": args.batch},
-            "scheduler": {"window_steps": 4, "confirm_windows": 2, "min_steps_between_replans": 4,
-                          "plan_sync_every": 2}}
-    drift = load_config(args.config, {**base, "scheduler": {
-        **base["scheduler"],
-        "slowdown_schedule": [{"factor": 3.0, "worker": "fast", "from_step": args.at}]}})
-    reference = load_config(args.config, {**base, "workers": [
-        {**w.model_dump(), "emulated_slowdown": w.emulated_slowdown * (3.0 if w.name == "fast" else 1.0)}
-        for w in drift.workers]})
+    base = {
+        "train": {"epochs": args.epochs, "global_batch_size": args.batch},
+        "scheduler": {
+            "window_steps": 4,
+            "confirm_windows": 2,
+            "min_steps_between_replans": 4,
+            "plan_sync_every": 2,
+        },
+    }
+    drift = load_config(
+        args.config,
+        {
+            **base,
+            "scheduler": {
+                **base["scheduler"],
+                "slowdown_schedule": [{"factor": 3.0, "worker": "fast", "from_step": args.at}],
+            },
+        },
+    )
+    reference = load_config(
+        args.config,
+        {
+            **base,
+            "workers": [
+                {
+                    **w.model_dump(),
+                    "emulated_slowdown": w.emulated_slowdown * (3.0 if w.name == "fast" else 1.0),
+                }
+                for w in drift.workers
+            ],
+        },
+    )
     init_ray(drift)
     run_job(reference, output_dir=args.output / "warmup", progress=False)  # not counted
     results = []
@@ -98,22 +121,31 @@ def main(argv: list[str] | None = None) -> int:
         got = per_step_throughput(captured["records"])
         live = [p for p in captured["plans"] if str(p["reason"]).startswith("live")]
         recovered = steps_to_recover(got, args.at, optimum)
-        results.append({
-            "optimum_samples_per_s": optimum,
-            "pre_drift_samples_per_s": statistics.median([v for s, v in got.items() if 3 <= s < args.at]),
-            "steps_to_recover": recovered,
-            "first_live_replan_step": live[0]["effective_step"] if live else None,
-            "live_plans": [(p["effective_step"], p["slices"]) for p in live],
-            "throughput": got,
-        })
-        print(f"repeat {repeat}: optimum {optimum:.0f} samples/s, recovered after "
-              f"{recovered} steps, live plans {results[-1]['live_plans']}", flush=True)
+        results.append(
+            {
+                "optimum_samples_per_s": optimum,
+                "pre_drift_samples_per_s": statistics.median(
+                    [v for s, v in got.items() if 3 <= s < args.at]
+                ),
+                "steps_to_recover": recovered,
+                "first_live_replan_step": live[0]["effective_step"] if live else None,
+                "live_plans": [(p["effective_step"], p["slices"]) for p in live],
+                "throughput": got,
+            }
+        )
+        print(
+            f"repeat {repeat}: optimum {optimum:.0f} samples/s, recovered after "
+            f"{recovered} steps, live plans {results[-1]['live_plans']}",
+            flush=True,
+        )
     ray.shutdown()
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "bench.json").write_text(json.dumps(results, indent=2))
     values = [r["steps_to_recover"] for r in results if r["steps_to_recover"] is not None]
-    print(f"\nsteps from a 3x slowdown to within 10% of the new optimum: "
-          f"{values} (median {statistics.median(values) if values else 'n/a'}; goal <= 30)")
+    print(
+        f"\nsteps from a 3x slowdown to within 10% of the new optimum: "
+        f"{values} (median {statistics.median(values) if values else 'n/a'}; goal <= 30)"
+    )
     return 0
 
 

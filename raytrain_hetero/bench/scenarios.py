@@ -80,12 +80,25 @@ class Scenario:
 
 
 def _cpu(name: str, slowdown: float = 1.0, count: int = 1, cpus: int = 1) -> dict[str, Any]:
-    return {"name": name, "count": count, "resources": {"CPU": cpus}, "device": "cpu",
-            "emulated_slowdown": slowdown}
+    return {
+        "name": name,
+        "count": count,
+        "resources": {"CPU": cpus},
+        "device": "cpu",
+        "emulated_slowdown": slowdown,
+    }
 
 
-_TRAIN = {"width": 32, "global_batch_size": 192, "samples_per_class": 300, "epochs": 5,
-          "eval_every": 3, "target_accuracy": 0.9, "lr": 0.05, "repeats": 2}
+_TRAIN = {
+    "width": 32,
+    "global_batch_size": 192,
+    "samples_per_class": 300,
+    "epochs": 5,
+    "eval_every": 3,
+    "target_accuracy": 0.9,
+    "lr": 0.05,
+    "repeats": 2,
+}
 
 _HETERO = ("hetero", "hetero-live")
 
@@ -98,8 +111,13 @@ SCENARIOS: dict[str, Scenario] = {
         contenders=("stock", "hdp", "hetero", "hetero-live"),
         targets=(
             Target("efficiency", ">=", 0.95, _HETERO, "efficiency >= 0.95"),
-            Target("tta_speedup", ">=", 2.1, _HETERO,
-                   "time to accuracy >= 2.1x faster than stock at equal final accuracy (±0.5 pt)"),
+            Target(
+                "tta_speedup",
+                ">=",
+                2.1,
+                _HETERO,
+                "time to accuracy >= 2.1x faster than stock at equal final accuracy (±0.5 pt)",
+            ),
         ),
         defaults=dict(_TRAIN),
     ),
@@ -129,10 +147,20 @@ SCENARIOS: dict[str, Scenario] = {
         contenders=("stock", "hetero"),
         kind="join",
         min_workers=2,
-        defaults={"width": 16, "global_batch_size": 96, "samples_per_class": 300, "epochs": 50,
-                  "eval_every": 0, "target_accuracy": 0.9, "lr": 0.05, "repeats": 2,
-                  "join_after_steps": 6, "steps_at_full": 6, "checkpoint_every": 2,
-                  "monitor_interval_s": 5.0},
+        defaults={
+            "width": 16,
+            "global_batch_size": 96,
+            "samples_per_class": 300,
+            "epochs": 50,
+            "eval_every": 0,
+            "target_accuracy": 0.9,
+            "lr": 0.05,
+            "repeats": 2,
+            "join_after_steps": 6,
+            "steps_at_full": 6,
+            "checkpoint_every": 2,
+            "monitor_interval_s": 5.0,
+        },
     ),
     "cpu-gpu": Scenario(
         name="cpu-gpu",
@@ -144,9 +172,16 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         contenders=("stock", "hdp", "hetero", "hetero-live"),
         targets=(Target("speedup", ">=", 10.0, _HETERO, "samples/s >= 10x stock"),),
-        defaults={"width": 64, "global_batch_size": 1024, "samples_per_class": 600,
-                  "epochs": 12, "eval_every": 4, "target_accuracy": 0.9, "lr": 0.1,
-                  "repeats": 3},
+        defaults={
+            "width": 64,
+            "global_batch_size": 1024,
+            "samples_per_class": 600,
+            "epochs": 12,
+            "eval_every": 4,
+            "target_accuracy": 0.9,
+            "lr": 0.1,
+            "repeats": 3,
+        },
         needs_gpu=True,
     ),
 }

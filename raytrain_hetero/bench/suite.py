@@ -37,8 +37,14 @@ from typing import Any
 from raytrain_hetero.atomic import atomic_write_text
 from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
 
-__all__ = ["EXIT_UNAVAILABLE", "add_arguments", "format_table", "main", "run_from_args",
-           "run_scenario"]
+__all__ = [
+    "EXIT_UNAVAILABLE",
+    "add_arguments",
+    "format_table",
+    "main",
+    "run_from_args",
+    "run_scenario",
+]
 
 #: Exit status when a scenario cannot run on this machine (cpu-gpu without CUDA).
 EXIT_UNAVAILABLE = 3
@@ -51,55 +57,108 @@ class ScenarioUnavailable(RuntimeError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``raytrain-hetero bench`` (also ``python -m raytrain_hetero.bench``)."""
     parser.add_argument("scenario", choices=sorted(SCENARIOS), help="scenario to run")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="output directory (default outputs/bench/<scenario>)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="counted fits per contender (default: the scenario's)")
-    parser.add_argument("--contenders", default=None,
-                        help="comma-separated subset, e.g. stock,hetero (default: the scenario's)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="output directory (default outputs/bench/<scenario>)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="counted fits per contender (default: the scenario's)",
+    )
+    parser.add_argument(
+        "--contenders",
+        default=None,
+        help="comma-separated subset, e.g. stock,hetero (default: the scenario's)",
+    )
     parser.add_argument("--epochs", type=int, default=None, help="epochs per fit")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each fit after N steps")
     parser.add_argument("--width", type=int, default=None, help="SmallCNN width")
     parser.add_argument("--batch", type=int, default=None, help="global batch size")
-    parser.add_argument("--samples-per-class", type=int, default=None,
-                        help="synthetic EuroSAT images per class")
-    parser.add_argument("--eval-every", type=int, default=None,
-                        help="steps between validations (0: only at the end)")
-    parser.add_argument("--target-accuracy", type=float, default=None,
-                        help="validation accuracy of the time-to-accuracy figure")
+    parser.add_argument(
+        "--samples-per-class", type=int, default=None, help="synthetic EuroSAT images per class"
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="steps between validations (0: only at the end)",
+    )
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        help="validation accuracy of the time-to-accuracy figure",
+    )
     parser.add_argument("--lr", type=float, default=None, help="SGD learning rate")
-    parser.add_argument("--data-root", type=Path, default=Path("data/bench"),
-                        help="where the synthetic data is generated and cached (data/bench)")
-    parser.add_argument("--no-warmup", action="store_true",
-                        help="do not run the uncounted warm-up fit (not for real figures)")
-    parser.add_argument("--alone-steps", type=int, default=5,
-                        help="timed steps of each alone measurement (default 5)")
-    parser.add_argument("--keep-logs", action="store_true",
-                        help="keep the per-step logs under OUTPUT/logs")
-    parser.add_argument("--slowdown-scale", type=float, default=1.0, metavar="S",
-                        help="multiply every emulated slowdown by S (keeps their ratios; S > 1 "
-                             "lowers the CPU demand on a small shared machine). Default 1")
-    parser.add_argument("--render-only", action="store_true",
-                        help="run nothing: recompute the summary, table and plots from the "
-                             "bench.json already in --output")
-    parser.add_argument("--wait-load", type=float, default=None, metavar="L",
-                        help="on a shared machine: before each fit, wait (at most 90 s) until "
-                             "the 1-minute load average is <= L")
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=Path("data/bench"),
+        help="where the synthetic data is generated and cached (data/bench)",
+    )
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="do not run the uncounted warm-up fit (not for real figures)",
+    )
+    parser.add_argument(
+        "--alone-steps",
+        type=int,
+        default=5,
+        help="timed steps of each alone measurement (default 5)",
+    )
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the per-step logs under OUTPUT/logs"
+    )
+    parser.add_argument(
+        "--slowdown-scale",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="multiply every emulated slowdown by S (keeps their ratios; S > 1 "
+        "lowers the CPU demand on a small shared machine). Default 1",
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: recompute the summary, table and plots from the "
+        "bench.json already in --output",
+    )
+    parser.add_argument(
+        "--wait-load",
+        type=float,
+        default=None,
+        metavar="L",
+        help="on a shared machine: before each fit, wait (at most 90 s) until "
+        "the 1-minute load average is <= L",
+    )
 
 
 def _options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     options = dict(scenario.defaults)
-    for key, arg in (("repeats", "repeats"), ("epochs", "epochs"), ("width", "width"),
-                     ("global_batch_size", "batch"), ("samples_per_class", "samples_per_class"),
-                     ("eval_every", "eval_every"), ("target_accuracy", "target_accuracy"),
-                     ("lr", "lr"), ("max_steps", "max_steps")):
+    for key, arg in (
+        ("repeats", "repeats"),
+        ("epochs", "epochs"),
+        ("width", "width"),
+        ("global_batch_size", "batch"),
+        ("samples_per_class", "samples_per_class"),
+        ("eval_every", "eval_every"),
+        ("target_accuracy", "target_accuracy"),
+        ("lr", "lr"),
+        ("max_steps", "max_steps"),
+    ):
         value = getattr(args, arg)
         if value is not None:
             options[key] = value
     options.setdefault("max_steps", None)
     options["contenders"] = (
         [c.strip() for c in args.contenders.split(",") if c.strip()]
-        if args.contenders else list(scenario.contenders)
+        if args.contenders
+        else list(scenario.contenders)
     )
     unknown = [c for c in options["contenders"] if c not in CONTENDERS]
     if unknown or not options["contenders"]:
@@ -153,8 +212,12 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     data = prepare_bench_data(args.data_root, int(options["samples_per_class"]))
     data.train_limit(int(options["global_batch_size"]))  # fails early with a clear message
     scale = float(options["slowdown_scale"])
-    specs = [s.model_copy(update={"emulated_slowdown": s.emulated_slowdown * scale})
-             if scenario.emulated else s for s in expand_worker_specs(scenario.workers)]
+    specs = [
+        s.model_copy(update={"emulated_slowdown": s.emulated_slowdown * scale})
+        if scenario.emulated
+        else s
+        for s in expand_worker_specs(scenario.workers)
+    ]
     scratch = Path(tempfile.mkdtemp(prefix=f"rh-bench-{name}-"))
     from raytrain_hetero.bench.contenders import FitSetup
 
@@ -182,9 +245,12 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "schedule": list(scenario.schedule),
         "contenders": {c: CONTENDERS[c] for c in options["contenders"]},
         "machine": machine,
-        "data": {"train_samples": data.train_size,
-                 "train_samples_used": data.train_limit(setup.global_batch_size),
-                 "val_samples": data.val_size, "bands": data.bands},
+        "data": {
+            "train_samples": data.train_size,
+            "train_samples_used": data.train_limit(setup.global_batch_size),
+            "val_samples": data.val_size,
+            "bands": data.bands,
+        },
         "fits": [],
     }
     logs = (args.output / "logs") if args.keep_logs else scratch / "logs"
@@ -200,7 +266,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     result["summary"] = summarize(result["fits"], options["contenders"], scenario.targets)
     result["elapsed_s"] = time.time() - started
-    result["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    result["machine"]["load_average_end"] = (
+        list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    )
     return result
 
 
@@ -214,8 +282,12 @@ def _time_breakdown(fit: dict[str, Any]) -> dict[str, float]:
     if not (starts and firsts and steps):
         return {}
     end = fit["started"] + fit["wall_s"]
-    return {"launch_s": min(starts) - fit["started"], "setup_s": min(firsts) - min(starts),
-            "steps_s": max(steps) - min(firsts), "finish_s": end - max(steps)}
+    return {
+        "launch_s": min(starts) - fit["started"],
+        "setup_s": min(firsts) - min(starts),
+        "steps_s": max(steps) - min(firsts),
+        "finish_s": end - max(steps),
+    }
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -246,7 +318,9 @@ def _fit_line(fit: dict[str, Any]) -> str:
     if math.isfinite(f.get("efficiency", float("nan"))):
         parts.append(f"eff {f['efficiency']:.3f}")
     if f.get("curve"):
-        parts.append(f"tta {f.get('tta_s', float('nan')):6.2f} s  final acc {f.get('final_accuracy'):.3f}")
+        parts.append(
+            f"tta {f.get('tta_s', float('nan')):6.2f} s  final acc {f.get('final_accuracy'):.3f}"
+        )
     parts.append(f"slices {f.get('slices')}")
     parts.append(f"wall {fit['wall_s']:.0f} s")
     if fit.get("load_average_1min") is not None:
@@ -266,8 +340,9 @@ def _wait_for_load(limit: float | None, most_s: float = 90.0) -> float:
     return time.time() - started
 
 
-def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Path,
-               result: dict[str, Any]) -> None:
+def _run_train(
+    scenario: Scenario, setup: Any, options: dict[str, Any], logs: Path, result: dict[str, Any]
+) -> None:
     import ray
 
     from raytrain_hetero.bench.analysis import alone_jobs, fit_figures
@@ -278,9 +353,13 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
     if ray.is_initialized():
         ray.shutdown()
     # address="local": always a new Ray of our own, never a cluster someone left running.
-    ray.init(address="local", num_cpus=math.ceil(cpus) + 2, include_dashboard=False,
-             log_to_driver=False,
-             runtime_env=_ray_env())
+    ray.init(
+        address="local",
+        num_cpus=math.ceil(cpus) + 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=_ray_env(),
+    )
     contenders = options["contenders"]
     order = [(c, r) for r in range(int(options["repeats"])) for c in contenders]
     if options["warmup"]:
@@ -301,19 +380,36 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
                 setup.max_steps = saved_steps
             records = fit["records"]
             jobs = alone_jobs(records) if counted else []
-            alone = measure_alone_speeds(setup, jobs, steps=int(options["alone_steps"])) if jobs else None
-            figures = fit_figures(records, global_batch_size=setup.global_batch_size,
-                                  target_accuracy=target, alone=alone, phase_step=phase)
+            alone = (
+                measure_alone_speeds(setup, jobs, steps=int(options["alone_steps"]))
+                if jobs
+                else None
+            )
+            figures = fit_figures(
+                records,
+                global_batch_size=setup.global_batch_size,
+                target_accuracy=target,
+                alone=alone,
+                phase_step=phase,
+            )
             entry = {
-                "index": index, "contender": contender, "repeat": repeat, "counted": counted,
-                "wall_s": fit["wall_s"], "figures": figures, "plans": fit["plans"],
-                "alone": [{"factor": k[0], "slice": k[1], "worker": k[2], "samples_per_s": v}
-                          for k, v in sorted((alone or {}).items())],
+                "index": index,
+                "contender": contender,
+                "repeat": repeat,
+                "counted": counted,
+                "wall_s": fit["wall_s"],
+                "figures": figures,
+                "plans": fit["plans"],
+                "alone": [
+                    {"factor": k[0], "slice": k[1], "worker": k[2], "samples_per_s": v}
+                    for k, v in sorted((alone or {}).items())
+                ],
                 "timeline": timeline_points(records, setup.global_batch_size),
                 "time_breakdown": _time_breakdown(fit),
                 "worker_stats": fit.get("worker_stats", []),
                 "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                "load_before": load_before, "waited_for_load_s": waited,
+                "load_before": load_before,
+                "waited_for_load_s": waited,
             }
             result["fits"].append(entry)
             print(_fit_line(entry), flush=True)
@@ -321,8 +417,9 @@ def _run_train(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pa
         ray.shutdown()
 
 
-def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Path,
-              result: dict[str, Any]) -> None:
+def _run_join(
+    scenario: Scenario, setup: Any, options: dict[str, Any], logs: Path, result: dict[str, Any]
+) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -333,9 +430,11 @@ def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pat
     total = len(setup.specs)
     start = int(scenario.min_workers or total - 1)
     join_after = int(options.get("join_after_steps", 6))
-    setup.extra_loop = {"checkpoint_every": int(options.get("checkpoint_every", 2)),
-                        "stop_at_world": total,
-                        "steps_at_full": int(options.get("steps_at_full", 6))}
+    setup.extra_loop = {
+        "checkpoint_every": int(options.get("checkpoint_every", 2)),
+        "stop_at_world": total,
+        "steps_at_full": int(options.get("steps_at_full", 6)),
+    }
     if setup.max_steps is None:
         setup.max_steps = 5000  # bounds a fit whose join is never picked up
     contenders = options["contenders"]
@@ -356,26 +455,44 @@ def _run_join(scenario: Scenario, setup: Any, options: dict[str, Any], logs: Pat
                 cluster.add_node(num_cpus=total - start)
                 joined["time"] = time.time()
 
-            fit = run_fit(setup, contender, logs / f"{index:02d}-{contender}",
-                          watch=(lambda r: r["world"] == start and r["step"] + 1 >= join_after,
-                                 add_node))
+            fit = run_fit(
+                setup,
+                contender,
+                logs / f"{index:02d}-{contender}",
+                watch=(lambda r: r["world"] == start and r["step"] + 1 >= join_after, add_node),
+            )
         finally:
             ray.shutdown()
             cluster.shutdown()
         records = fit["records"]
         join_time = joined.get("time")
-        full = sorted(float(r["time"]) for r in records
-                      if "step" in r and int(r.get("world", 0)) == total)
-        figures = fit_figures(records, global_batch_size=setup.global_batch_size,
-                              target_accuracy=float(options["target_accuracy"]))
+        full = sorted(
+            float(r["time"]) for r in records if "step" in r and int(r.get("world", 0)) == total
+        )
+        figures = fit_figures(
+            records,
+            global_batch_size=setup.global_batch_size,
+            target_accuracy=float(options["target_accuracy"]),
+        )
         latency = (full[0] - join_time) if (full and join_time) else float("nan")
         figures["join_latency_s"] = latency
-        figures["restarts"] = len({r["pid"] for r in records if r.get("rank") == 0 and "step" in r}) - 1
-        entry = {"index": index, "contender": contender, "repeat": repeat, "counted": True,
-                 "wall_s": fit["wall_s"], "figures": figures, "plans": fit["plans"],
-                 "join_latency_s": latency, "alone": [], "time_breakdown": _time_breakdown(fit),
-                 "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                 "timeline": timeline_points(records, setup.global_batch_size, join_time=join_time)}
+        figures["restarts"] = (
+            len({r["pid"] for r in records if r.get("rank") == 0 and "step" in r}) - 1
+        )
+        entry = {
+            "index": index,
+            "contender": contender,
+            "repeat": repeat,
+            "counted": True,
+            "wall_s": fit["wall_s"],
+            "figures": figures,
+            "plans": fit["plans"],
+            "join_latency_s": latency,
+            "alone": [],
+            "time_breakdown": _time_breakdown(fit),
+            "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "timeline": timeline_points(records, setup.global_batch_size, join_time=join_time),
+        }
         result["fits"].append(entry)
         print(_fit_line(entry), flush=True)
 
@@ -403,46 +520,108 @@ def format_table(result: dict[str, Any]) -> str:
     summary = result["summary"]["contenders"]
     options = result["options"]
     factors = ", ".join(format(w["emulated_slowdown"], "g") for w in result.get("workers") or [])
-    kind = (f"EMULATED heterogeneity (compute stretched by per-worker factors {factors or '?'})"
-            if result["emulated"] else "REAL hardware, no emulation")
+    kind = (
+        f"EMULATED heterogeneity (compute stretched by per-worker factors {factors or '?'})"
+        if result["emulated"]
+        else "REAL hardware, no emulation"
+    )
     machine = result["machine"]
     lines = [
         f"scenario {result['scenario']}: {result['description']}",
-        (f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
-         f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}"),
-        (f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
-         f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}"),
+        (
+            f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
+            f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}"
+        ),
+        (
+            f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
+            f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}"
+        ),
         "",
     ]
     join = any("join_latency_s" in f for f in result["fits"])
     if join:
-        columns = [("contender", 12, lambda n, r: n),
-                   ("join->first step at full size (s)", 34,
-                    lambda n, r: _num(r.get("join_latency_s"), ".1f")),
-                   ("vs stock (s)", 12, lambda n, r: _num(r.get("join_latency_s", math.nan) - summary.get(
-                       "stock", {}).get("join_latency_s", math.nan), "+.1f") if n != "stock" else ""),
-                   ("wall s", 7, lambda n, r: _num(r.get("wall_s"), ".0f"))]
+        columns = [
+            ("contender", 12, lambda n, r: n),
+            (
+                "join->first step at full size (s)",
+                34,
+                lambda n, r: _num(r.get("join_latency_s"), ".1f"),
+            ),
+            (
+                "vs stock (s)",
+                12,
+                lambda n, r: (
+                    _num(
+                        r.get("join_latency_s", math.nan)
+                        - summary.get("stock", {}).get("join_latency_s", math.nan),
+                        "+.1f",
+                    )
+                    if n != "stock"
+                    else ""
+                ),
+            ),
+            ("wall s", 7, lambda n, r: _num(r.get("wall_s"), ".0f")),
+        ]
     else:
         target = options["target_accuracy"]
         columns = [
             ("contender", 12, lambda n, r: n),
-            ("samples/s (range)", 9, lambda n, r: _num(r.get("samples_per_s"), ".1f") + (
-                f" ({r['samples_per_s_min']:.0f}-{r['samples_per_s_max']:.0f})"
-                if r.get("repeats", 0) > 1 and "samples_per_s_min" in r else "")),
-            ("x stock", 8, lambda n, r: _num(r.get("speedup"), ".2f") + _goal(result, n, "speedup")),
-            ("efficiency", 10, lambda n, r: _num(r.get("efficiency"), ".3f") + _goal(result, n, "efficiency")),
-            (f"time to {target:.2f} (s)", 16, lambda n, r: _num(r.get("tta_s"), ".1f")
-             + (f" [{r.get('reached_target')}/{r.get('repeats')} reached]"
-                if r.get("reached_target") != r.get("repeats") else "")),
+            (
+                "samples/s (range)",
+                9,
+                lambda n, r: (
+                    _num(r.get("samples_per_s"), ".1f")
+                    + (
+                        f" ({r['samples_per_s_min']:.0f}-{r['samples_per_s_max']:.0f})"
+                        if r.get("repeats", 0) > 1 and "samples_per_s_min" in r
+                        else ""
+                    )
+                ),
+            ),
+            (
+                "x stock",
+                8,
+                lambda n, r: _num(r.get("speedup"), ".2f") + _goal(result, n, "speedup"),
+            ),
+            (
+                "efficiency",
+                10,
+                lambda n, r: _num(r.get("efficiency"), ".3f") + _goal(result, n, "efficiency"),
+            ),
+            (
+                f"time to {target:.2f} (s)",
+                16,
+                lambda n, r: (
+                    _num(r.get("tta_s"), ".1f")
+                    + (
+                        f" [{r.get('reached_target')}/{r.get('repeats')} reached]"
+                        if r.get("reached_target") != r.get("repeats")
+                        else ""
+                    )
+                ),
+            ),
             ("steps", 5, lambda n, r: _num(r.get("steps_to_target"), ".0f")),
-            ("x stock", 8, lambda n, r: _num(r.get("tta_speedup"), ".2f") + _goal(result, n, "tta_speedup")),
+            (
+                "x stock",
+                8,
+                lambda n, r: _num(r.get("tta_speedup"), ".2f") + _goal(result, n, "tta_speedup"),
+            ),
             ("incl. start-up (s)", 18, lambda n, r: _num(r.get("tta_total_s"), ".1f")),
             ("final acc", 9, lambda n, r: _num(r.get("final_accuracy"), ".3f")),
             ("wall s", 6, lambda n, r: _num(r.get("wall_s"), ".0f")),
         ]
         if any(v["metric"] == "overhead" for v in result["summary"]["targets"]):
-            columns.insert(3, ("overhead", 8, lambda n, r: (
-                _num(r.get("overhead"), "+.1%") if n != "stock" else "") + _goal(result, n, "overhead")))
+            columns.insert(
+                3,
+                (
+                    "overhead",
+                    8,
+                    lambda n, r: (
+                        (_num(r.get("overhead"), "+.1%") if n != "stock" else "")
+                        + _goal(result, n, "overhead")
+                    ),
+                ),
+            )
         if any("samples_per_s_after" in r for r in summary.values()):
             columns[4:4] = [
                 ("before", 8, lambda n, r: _num(r.get("samples_per_s_before"), ".1f")),
@@ -451,19 +630,28 @@ def format_table(result: dict[str, Any]) -> str:
             ]
     rows = [[fn(name, summary[name]) for _, _, fn in columns] for name in summary]
     widths = [max(w, len(h), *(len(r[i]) for r in rows)) for i, (h, w, _) in enumerate(columns)]
-    lines.append("  ".join(f"{h:<{w}}" if i == 0 else f"{h:>{w}}"
-                           for i, ((h, _, _), w) in enumerate(zip(columns, widths))))
+    lines.append(
+        "  ".join(
+            f"{h:<{w}}" if i == 0 else f"{h:>{w}}"
+            for i, ((h, _, _), w) in enumerate(zip(columns, widths))
+        )
+    )
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
-        lines.append("  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        lines.append(
+            "  ".join(
+                f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
+        )
     if not join:
         lines.append("")
-        lines.append("samples/s: steady-state training steps only (start-up, probing and "
-                     "evaluation excluded); efficiency: ideal time / time, ideal = B / sum of each "
-                     "worker's samples/s measured alone at its slice; time to accuracy: training "
-                     "time from the first step ('steps': steps it took); 'incl. start-up' adds "
-                     "model preparation and (raytrain_hetero) probing.")
+        lines.append(
+            "samples/s: steady-state training steps only (start-up, probing and "
+            "evaluation excluded); efficiency: ideal time / time, ideal = B / sum of each "
+            "worker's samples/s measured alone at its slice; time to accuracy: training "
+            "time from the first step ('steps': steps it took); 'incl. start-up' adds "
+            "model preparation and (raytrain_hetero) probing."
+        )
     verdicts = result["summary"]["targets"]
     if verdicts:
         lines.append("")
@@ -472,8 +660,10 @@ def format_table(result: dict[str, Any]) -> str:
             figure = v["figure"]
             shown = _num(figure, "+.1%" if v["metric"] == "overhead" else ".3f")
             note = f" ({v['note']})" if v["note"] else ""
-            lines.append(f"  {v['contender']:<11} {v['target']}: {shown}{note} -> "
-                         f"{'met' if v['met'] else 'NOT MET'}")
+            lines.append(
+                f"  {v['contender']:<11} {v['target']}: {shown}{note} -> "
+                f"{'met' if v['met'] else 'NOT MET'}"
+            )
     return "\n".join(lines)
 
 
@@ -481,7 +671,9 @@ def _loads(result: dict[str, Any]) -> str:
     """The machine's 1-minute load average at the start, after each fit (range) and the end."""
     machine = result["machine"]
     start = (machine.get("load_average") or [math.nan])[0]
-    fits = [f["load_average_1min"] for f in result["fits"] if f.get("load_average_1min") is not None]
+    fits = [
+        f["load_average_1min"] for f in result["fits"] if f.get("load_average_1min") is not None
+    ]
     during = f", {min(fits):.1f}-{max(fits):.1f} after fits" if fits else ""
     return f"{_num(start, '.1f')} at start{during} (the machine is shared)"
 
@@ -532,11 +724,17 @@ def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
         written.append(plot_accuracy(result, output / "accuracy.png"))
     if result["schedule"]:
         step = min(int(i.get("from_step", 0)) for i in result["schedule"])
-        written.append(plot_timeline(result, output / "timeline.png", marker=step,
-                                     marker_label="slowdown injected"))
+        written.append(
+            plot_timeline(
+                result, output / "timeline.png", marker=step, marker_label="slowdown injected"
+            )
+        )
     if join:
-        written.append(plot_timeline(result, output / "timeline.png", marker=0.0,
-                                     marker_label="node joined", x="join"))
+        written.append(
+            plot_timeline(
+                result, output / "timeline.png", marker=0.0, marker_label="node joined", x="join"
+            )
+        )
     return written
 
 
@@ -550,12 +748,16 @@ def render_only(name: str, output: Path) -> int:
         return 2
     result = json.loads(path.read_text())
     if result.get("scenario") != name:
-        print(f"raytrain-hetero bench: error: {path} holds scenario {result.get('scenario')!r}, "
-              f"not {name!r}", file=sys.stderr)
+        print(
+            f"raytrain-hetero bench: error: {path} holds scenario {result.get('scenario')!r}, "
+            f"not {name!r}",
+            file=sys.stderr,
+        )
         return 2
     scenario = SCENARIOS[name]
     result["emulated"] = scenario.emulated and any(
-        w.get("emulated_slowdown", 1.0) != 1.0 for w in result.get("workers") or [{}])
+        w.get("emulated_slowdown", 1.0) != 1.0 for w in result.get("workers") or [{}]
+    )
     result["description"] = scenario.description
     result["summary"] = summarize(result["fits"], result["options"]["contenders"], scenario.targets)
     print(format_table(result))
@@ -586,7 +788,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m raytrain_hetero.bench SCENARIO ...``."""
-    parser = argparse.ArgumentParser(prog="python -m raytrain_hetero.bench",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m raytrain_hetero.bench", description=__doc__.splitlines()[0]
+    )
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))

@@ -45,21 +45,29 @@ class SettingPaths:
         return loc_path((*group, field))
 
 
-def _slowdown_problems(injection: SlowdownInjection, names: Sequence[str], at: Loc) -> list[Problem]:
+def _slowdown_problems(
+    injection: SlowdownInjection, names: Sequence[str], at: Loc
+) -> list[Problem]:
     if injection.worker is not None and injection.worker not in names:
         shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        return [(
-            (*at, "worker"),
-            f"names worker {injection.worker!r}, but the workers are {list(names)}",
-            (f"name one of {shown} (a group with count > 1 is <name>-0, <name>-1, ...), "
-            "or give rank instead"),
-        )]
+        return [
+            (
+                (*at, "worker"),
+                f"names worker {injection.worker!r}, but the workers are {list(names)}",
+                (
+                    f"name one of {shown} (a group with count > 1 is <name>-0, <name>-1, ...), "
+                    "or give rank instead"
+                ),
+            )
+        ]
     if injection.rank is not None and not injection.rank < len(names):
-        return [(
-            (*at, "rank"),
-            f"rank {injection.rank} is outside 0..{len(names) - 1}",
-            f"use a rank from 0 to {len(names) - 1}",
-        )]
+        return [
+            (
+                (*at, "rank"),
+                f"rank {injection.rank} is outside 0..{len(names) - 1}",
+                f"use a rank from 0 to {len(names) - 1}",
+            )
+        ]
     return []
 
 
@@ -68,24 +76,32 @@ def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> list
     first_index: dict[str, int] = {}
     for i, spec in enumerate(workers):
         if spec.name in first_index:
-            problems.append((
-                (*paths.workers, i, "name"),
-                (f"duplicate worker name {spec.name!r} "
-                f"(also {loc_path((*paths.workers, first_index[spec.name]))})"),
-                "give every worker group a unique name",
-            ))
+            problems.append(
+                (
+                    (*paths.workers, i, "name"),
+                    (
+                        f"duplicate worker name {spec.name!r} "
+                        f"(also {loc_path((*paths.workers, first_index[spec.name]))})"
+                    ),
+                    "give every worker group a unique name",
+                )
+            )
         else:
             first_index[spec.name] = i
     if not problems:
         expanded = [w.name for w in expand_worker_specs(workers)]
         clashes = sorted({n for n in expanded if expanded.count(n) > 1})
         if clashes:
-            problems.append((
-                paths.workers,
-                (f"expanded worker names clash: {', '.join(clashes)} (a group with count > 1 "
-                "is expanded to <name>-0, <name>-1, ...)"),
-                "rename the group whose name looks like another group's expanded name",
-            ))
+            problems.append(
+                (
+                    paths.workers,
+                    (
+                        f"expanded worker names clash: {', '.join(clashes)} (a group with count > 1 "
+                        "is expanded to <name>-0, <name>-1, ...)"
+                    ),
+                    "rename the group whose name looks like another group's expanded name",
+                )
+            )
     return problems
 
 
@@ -112,43 +128,63 @@ def run_setting_problems(
     min_slice_key = paths.key(paths.batch, "min_slice")
     if batch.fixed_shares is not None and len(batch.fixed_shares) != n:
         shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        problems.append((
-            (*paths.batch, "fixed_shares"),
-            (f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
-            f"expanded); {n} shares are needed"),
-            f"give exactly {n} shares, one per worker in this order: {shown}",
-        ))
+        problems.append(
+            (
+                (*paths.batch, "fixed_shares"),
+                (
+                    f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
+                    f"expanded); {n} shares are needed"
+                ),
+                f"give exactly {n} shares, one per worker in this order: {shown}",
+            )
+        )
     if batch.global_batch_size < n * batch.min_slice:
-        problems.append((
-            (*paths.batch, "global_batch_size"),
-            (f"{batch.global_batch_size} is too small: {n} workers x min_slice "
-            f"{batch.min_slice} need at least {n * batch.min_slice} samples per step"),
-            f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
-        ))
+        problems.append(
+            (
+                (*paths.batch, "global_batch_size"),
+                (
+                    f"{batch.global_batch_size} is too small: {n} workers x min_slice "
+                    f"{batch.min_slice} need at least {n * batch.min_slice} samples per step"
+                ),
+                f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
+            )
+        )
     for i, spec in enumerate(workers):
         if spec.max_batch is not None and spec.max_batch < batch.min_slice:
-            problems.append((
-                (*paths.workers, i, "max_batch"),
-                (f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
-                "fits this worker"),
-                f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
-            ))
+            problems.append(
+                (
+                    (*paths.workers, i, "max_batch"),
+                    (
+                        f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
+                        "fits this worker"
+                    ),
+                    f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
+                )
+            )
     if all(w.max_batch is not None for w in workers):
         capacity = sum(w.count * w.max_batch for w in workers)  # type: ignore[operator]
         if capacity < batch.global_batch_size:
-            problems.append((
-                (*paths.batch, "global_batch_size"),
-                (f"{batch.global_batch_size} exceeds what all workers can hold per step "
-                f"(sum of count x max_batch = {capacity})"),
-                (f"lower global_batch_size to <= {capacity}, raise some max_batch, or remove "
-                "a max_batch cap"),
-            ))
+            problems.append(
+                (
+                    (*paths.batch, "global_batch_size"),
+                    (
+                        f"{batch.global_batch_size} exceeds what all workers can hold per step "
+                        f"(sum of count x max_batch = {capacity})"
+                    ),
+                    (
+                        f"lower global_batch_size to <= {capacity}, raise some max_batch, or remove "
+                        "a max_batch cap"
+                    ),
+                )
+            )
     if elastic.min_workers is not None and elastic.min_workers > n:
-        problems.append((
-            (*paths.elastic, "min_workers"),
-            f"{elastic.min_workers} is more than the {n} worker slots (counts expanded)",
-            f"set min_workers between 1 and {n}, or add worker slots",
-        ))
+        problems.append(
+            (
+                (*paths.elastic, "min_workers"),
+                f"{elastic.min_workers} is more than the {n} worker slots (counts expanded)",
+                f"set min_workers between 1 and {n}, or add worker slots",
+            )
+        )
     for i, injection in enumerate(emulation.slowdowns):
         problems.extend(_slowdown_problems(injection, names, (*paths.slowdowns, i)))
     return problems
@@ -179,6 +215,7 @@ def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) ->
     """
     problems = _slowdown_problems(injection, [s.name for s in slots], ("slowdown",))
     if problems:
-        raise_problems([ConfigProblem("inject_slowdown", loc_path(at), m, f)
-                        for at, m, f in problems])
+        raise_problems(
+            [ConfigProblem("inject_slowdown", loc_path(at), m, f) for at, m, f in problems]
+        )
     return injection

@@ -107,8 +107,11 @@ class SchedulerConfig(HeteroModel):
             return data
         verb = "is" if len(moved) == 1 else "are"
         warnings.warn(
-            "scheduler." + ", scheduler.".join(moved) + f" {verb} deprecated: use "
-            + ", ".join(f"scheduler.policy.{k}" for k in moved) + " (removed in 0.3)",
+            "scheduler."
+            + ", scheduler.".join(moved)
+            + f" {verb} deprecated: use "
+            + ", ".join(f"scheduler.policy.{k}" for k in moved)
+            + " (removed in 0.3)",
             DeprecationWarning,
             stacklevel=2,
         )

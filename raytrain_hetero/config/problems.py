@@ -317,7 +317,6 @@ def describe(
     return [problem(f"{err.get('msg', etype)}, got {show(given)}", "correct this value")]
 
 
-
 def raise_validation_error(
     exc: ValidationError,
     root: Any,

@@ -251,4 +251,6 @@ def _worker_spec(position: int, item: Mapping[str, Any]) -> WorkerSpec:
     try:
         return WorkerSpec.model_validate(dict(item))
     except ValidationError as exc:
-        raise_validation_error(exc, WorkerSpec, source="HeteroTrainer", prefix=("workers", position))
+        raise_validation_error(
+            exc, WorkerSpec, source="HeteroTrainer", prefix=("workers", position)
+        )

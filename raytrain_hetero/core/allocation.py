@@ -260,7 +260,10 @@ def _cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def largest_remainder(
-    exact: Sequence[float] | np.ndarray, total: int, *, upper: Sequence[float] | np.ndarray | None = None
+    exact: Sequence[float] | np.ndarray,
+    total: int,
+    *,
+    upper: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[int, ...]:
     """Round non-negative reals summing to ``total`` to integers summing to ``total``.
 

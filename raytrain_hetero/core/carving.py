@@ -53,9 +53,7 @@ class EpochCarver:
 
     def __post_init__(self) -> None:
         if self.global_batch_size < 1:
-            raise ConfigError(
-                f"global_batch_size must be >= 1, got {self.global_batch_size}."
-            )
+            raise ConfigError(f"global_batch_size must be >= 1, got {self.global_batch_size}.")
         if self.min_step_size < 1:
             raise ConfigError(f"min_step_size must be >= 1, got {self.min_step_size}.")
         if self.global_batch_size < self.min_step_size:
@@ -89,11 +87,7 @@ class EpochCarver:
                 f"step_in_epoch={step_in_epoch} is outside the epoch's {steps} steps."
             )
         start = step_in_epoch * self.global_batch_size
-        stop = (
-            self.dataset_size
-            if step_in_epoch == steps - 1
-            else start + self.global_batch_size
-        )
+        stop = self.dataset_size if step_in_epoch == steps - 1 else start + self.global_batch_size
         return start, stop
 
     def step_size(self, step_in_epoch: int) -> int:
@@ -121,9 +115,7 @@ class EpochCarver:
         """Per-rank sample counts of a step under ``plan``."""
         return plan.split(self.step_size(step_in_epoch))
 
-    def rank_positions(
-        self, step_in_epoch: int, plan: Plan, rank: int
-    ) -> tuple[int, int]:
+    def rank_positions(self, step_in_epoch: int, plan: Plan, rank: int) -> tuple[int, int]:
         """Positions ``[start, stop)`` of the permutation that ``rank`` takes in a step."""
         if not 0 <= rank < plan.world_size:
             raise HeteroError(f"rank={rank} is outside the plan's {plan.world_size} ranks.")

@@ -88,9 +88,7 @@ class Plan:
         if total == self.global_batch_size:
             return self.slices
         if self.shares is not None:
-            return proportional_slices(
-                total, self.shares, caps=self.caps, min_slice=self.min_slice
-            )
+            return proportional_slices(total, self.shares, caps=self.caps, min_slice=self.min_slice)
         assert self.costs is not None  # __post_init__: exactly one of shares/costs is set
         return allocate(total, self.costs, caps=self.caps, min_slice=self.min_slice)
 
@@ -153,9 +151,7 @@ class Plan:
             "effective_step": self.effective_step,
             "slices": list(self.slices),
             "shares": list(self.shares) if self.shares is not None else None,
-            "costs": (
-                [[c.alpha, c.beta] for c in self.costs] if self.costs is not None else None
-            ),
+            "costs": ([[c.alpha, c.beta] for c in self.costs] if self.costs is not None else None),
             "caps": list(self.caps) if self.caps is not None else None,
             "min_slice": self.min_slice,
             "reason": self.reason,
@@ -228,9 +224,7 @@ class PlanSchedule:
         starts = [p.effective_step for p in self.plans]
         index = bisect.bisect_right(starts, step) - 1
         if index < 0:
-            raise HeteroError(
-                f"Step {step} precedes the first plan (effective at {starts[0]})."
-            )
+            raise HeteroError(f"Step {step} precedes the first plan (effective at {starts[0]}).")
         return self.plans[index]
 
     def mark_carved(self, step: int) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from raytrain_hetero.core.allocation import CostModel, allocate, makespan
 from raytrain_hetero.errors import ConfigError
@@ -235,14 +235,14 @@ def decide(
     best_s = makespan(best, estimates.costs)
     improvement = 1.0 - best_s / current_s if current_s > 0 else 0.0
     if improvement <= cfg.improvement_threshold or tuple(best) == tuple(slices):
-        return Noop(f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"), replace(
-            state, streak=0
-        )
+        return Noop(
+            f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"
+        ), replace(state, streak=0)
     streak = state.streak + 1
     if streak < cfg.confirm_windows:
-        return Noop(f"gain {improvement:.1%} seen in {streak}/{cfg.confirm_windows} windows"), replace(
-            state, streak=streak
-        )
+        return Noop(
+            f"gain {improvement:.1%} seen in {streak}/{cfg.confirm_windows} windows"
+        ), replace(state, streak=streak)
     if step - state.last_replan_step < cfg.min_steps_between_replans:
         return Noop("too soon after the last re-plan"), replace(state, streak=streak)
     speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))

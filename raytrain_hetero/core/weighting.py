@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from raytrain_hetero.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Weighting", "WEIGHTINGS", "gradient_scale", "proportional_weights", "uniform_weights"]
+__all__ = ["WEIGHTINGS", "Weighting", "gradient_scale", "proportional_weights", "uniform_weights"]
 
 Weighting = Literal["proportional", "uniform"]
 WEIGHTINGS: tuple[str, ...] = ("proportional", "uniform")

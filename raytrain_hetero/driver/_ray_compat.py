@@ -13,6 +13,7 @@ integration tests ``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tun
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -105,71 +106,94 @@ _SCALING = "ray.train.v2._internal.execution.scaling_policy"
 #: Every private Ray API the package uses (checked by :func:`check_ray_compat`).
 PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
     PrivateRayAPI(
-        "ray._private.state", "available_resources_per_node",
+        "ray._private.state",
+        "available_resources_per_node",
         "live per-node available resources for slot-by-slot elastic sizing",
         "a public per-node available-resources call (ray.available_resources is cluster-wide)",
     ),
     PrivateRayAPI(
-        "ray.train.torch.config", "_TorchBackend.on_start",
+        "ray.train.torch.config",
+        "_TorchBackend.on_start",
         "base of HeteroTorchBackend: per-worker placement, leases and context before the "
-        "process group forms", "a public per-worker Backend hook",
+        "process group forms",
+        "a public per-worker Backend hook",
     ),
     PrivateRayAPI(
-        "ray.train.torch.config", "_TorchBackend.on_shutdown",
-        "HeteroTorchBackend releases its resource leases there", "a public Backend hook",
+        "ray.train.torch.config",
+        "_TorchBackend.on_shutdown",
+        "HeteroTorchBackend releases its resource leases there",
+        "a public Backend hook",
     ),
     PrivateRayAPI(
-        _SCALING, "ElasticScalingPolicy._get_reserved_resources",
+        _SCALING,
+        "ElasticScalingPolicy._get_reserved_resources",
         "overridden: read the live per-node view instead of the coordinator's 20 s tick",
         "heterogeneous ScalingConfig.resources_per_worker",
     ),
     PrivateRayAPI(
-        _SCALING, "ElasticScalingPolicy._count_possible_workers",
+        _SCALING,
+        "ElasticScalingPolicy._count_possible_workers",
         "overridden: count the placeable slot prefix (resources + label selectors)",
         "heterogeneous ScalingConfig.resources_per_worker",
     ),
     PrivateRayAPI(
-        _SCALING, "ElasticScalingPolicy.make_decision_for_running_worker_group",
-        "overridden: remember what the running group holds per node", "as above",
+        _SCALING,
+        "ElasticScalingPolicy.make_decision_for_running_worker_group",
+        "overridden: remember what the running group holds per node",
+        "as above",
     ),
     PrivateRayAPI(
-        _SCALING, "ElasticScalingPolicy.make_decision_for_non_running_worker_group",
+        _SCALING,
+        "ElasticScalingPolicy.make_decision_for_non_running_worker_group",
         "overridden: keep counting the old group until its placement group is gone",
         "as above",
     ),
     PrivateRayAPI(
-        "ray.train.v2._internal.execution.failure_handling", "create_failure_policy",
+        "ray.train.v2._internal.execution.failure_handling",
+        "create_failure_policy",
         "the stock failure policy for the controller we start ourselves",
         "a TorchTrainer argument taking a scaling policy",
     ),
     PrivateRayAPI(
-        "ray.train.v2._internal.util", "ObjectRefWrapper",
-        "wraps the train function for the controller we start ourselves", "as above",
+        "ray.train.v2._internal.util",
+        "ObjectRefWrapper",
+        "wraps the train function for the controller we start ourselves",
+        "as above",
     ),
     PrivateRayAPI(
-        _TRAINER, "DataParallelTrainer._initialize_and_run_controller",
-        "mirror of DataParallelTrainer.fit with our scaling policy", "as above",
+        _TRAINER,
+        "DataParallelTrainer._initialize_and_run_controller",
+        "mirror of DataParallelTrainer.fit with our scaling policy",
+        "as above",
     ),
     PrivateRayAPI(
-        _TRAINER, "DataParallelTrainer._get_train_func",
-        "mirror of DataParallelTrainer.fit", "as above",
+        _TRAINER,
+        "DataParallelTrainer._get_train_func",
+        "mirror of DataParallelTrainer.fit",
+        "as above",
     ),
     PrivateRayAPI(
-        _TRAINER, "DataParallelTrainer._create_default_callbacks",
-        "mirror of DataParallelTrainer.fit", "as above",
+        _TRAINER,
+        "DataParallelTrainer._create_default_callbacks",
+        "mirror of DataParallelTrainer.fit",
+        "as above",
     ),
     PrivateRayAPI(
-        _CONTROLLER, "TrainController.abort",
+        _CONTROLLER,
+        "TrainController.abort",
         "a Tune trial stopped early (ASHA) aborts its Train run so its placement group is "
-        "removed at once", "Tune/Train integration that aborts the run on trial stop",
+        "removed at once",
+        "Tune/Train integration that aborts the run on trial stop",
     ),
     PrivateRayAPI(
-        "ray.tune.trainable.function_trainable", "wrap_function",
+        "ray.tune.trainable.function_trainable",
+        "wrap_function",
         "reads a function trainable's __mixins__ (our cleanup mixin aborts the Train run)",
         "a public cleanup hook for function trainables",
     ),
     PrivateRayAPI(
-        "ray.train.v2._internal.execution.context", "TrainRunContext.backend_config",
+        "ray.train.v2._internal.execution.context",
+        "TrainRunContext.backend_config",
         "callbacks read run_context.backend_config (our setup, naming the scheduler actor)",
         "public run metadata on TuneReportCallback",
     ),
@@ -220,7 +244,8 @@ def check_ray_compat(
             )
     if problems:
         raise RayCompatError(
-            f"Ray {version} is not compatible with raytrain_hetero: " + "; ".join(problems)
+            f"Ray {version} is not compatible with raytrain_hetero: "
+            + "; ".join(problems)
             + f". Fix: install ray=={PINNED_RAY_VERSION}, or port "
             "raytrain_hetero/driver/_ray_compat.py to this Ray and update PINNED_RAY_VERSION."
         )
@@ -268,10 +293,8 @@ def abort_train_controller(controller: Any, timeout_s: float) -> None:
 
     Ends the controller actor: the ``RayActorError`` that follows is the expected outcome.
     """
-    try:
+    with contextlib.suppress(ray.exceptions.RayActorError):
         ray.get(controller.abort.remote(), timeout=timeout_s)
-    except ray.exceptions.RayActorError:
-        pass
 
 
 def mark_trainable_mixins(trainable: Callable[..., Any], *mixins: type) -> None:
@@ -285,6 +308,8 @@ def mark_trainable_mixins(trainable: Callable[..., Any], *mixins: type) -> None:
 
 def train_env_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
     """The undocumented Ray Train settings (env vars) of ``environ`` to pass to workers."""
-    return {HEALTH_CHECK_ENV_VAR: environ[HEALTH_CHECK_ENV_VAR]} if (
-        HEALTH_CHECK_ENV_VAR in environ
-    ) else {}
+    return (
+        {HEALTH_CHECK_ENV_VAR: environ[HEALTH_CHECK_ENV_VAR]}
+        if (HEALTH_CHECK_ENV_VAR in environ)
+        else {}
+    )

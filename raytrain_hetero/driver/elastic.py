@@ -105,8 +105,9 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
             available = available_resources_per_node()
             labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in ray.nodes() if n["Alive"]}
         except Exception:
-            logger.warning("Could not read per-node resources; keeping the group size.",
-                           exc_info=True)
+            logger.warning(
+                "Could not read per-node resources; keeping the group size.", exc_info=True
+            )
             self._view = None
             return None
         view: dict[str, NodeCapacity] = {}

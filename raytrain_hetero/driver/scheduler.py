@@ -205,7 +205,9 @@ class HeteroScheduler:
 
     # ------------------------------------------------------------------ groups and plans
 
-    def register_group(self, group_id: str, world_size: int, plan: dict[str, Any] | None = None) -> None:
+    def register_group(
+        self, group_id: str, world_size: int, plan: dict[str, Any] | None = None
+    ) -> None:
         """A worker group (re)started, or rank 0 re-registers after the actor was recreated."""
         if group_id != self._group_id:
             self._group_id = group_id
@@ -218,7 +220,9 @@ class HeteroScheduler:
         if plan is not None:
             self._set_current(plan)
 
-    def record_plan(self, plan: dict[str, Any], world_size: int, group_id: str | None = None) -> None:
+    def record_plan(
+        self, plan: dict[str, Any], world_size: int, group_id: str | None = None
+    ) -> None:
         """A plan was installed by the workers (append to history; it becomes current)."""
         entry = dict(plan, world_size=world_size)
         if entry not in self._plans:
@@ -261,7 +265,9 @@ class HeteroScheduler:
                 counts["rejected"] += 1
                 logger.warning(
                     "rejected step record from rank %s at step %s: busy_s=%r",
-                    record.rank, record.step, busy,
+                    record.rank,
+                    record.step,
+                    busy,
                 )
                 continue
             self._remember(record)
@@ -306,7 +312,8 @@ class HeteroScheduler:
         if dropped:
             logger.warning(
                 "driver has not drained step records: dropped %d (buffer %d)",
-                dropped, self._max_undrained,
+                dropped,
+                self._max_undrained,
             )
         return dropped
 
@@ -365,7 +372,11 @@ class HeteroScheduler:
         """What rank 0 should broadcast: a pending plan (if newer) and the injections."""
         known = group_id == self._group_id
         plan = None
-        if known and self._pending is not None and self._pending["based_on_version"] >= plan_version:
+        if (
+            known
+            and self._pending is not None
+            and self._pending["based_on_version"] >= plan_version
+        ):
             plan = dict(self._pending)
         return {"known_group": known, "plan": plan, "injections": list(self._injections)}
 
@@ -415,9 +426,7 @@ class HeteroScheduler:
 
 # Ray restarts the actor if it dies (max_restarts=-1) but never re-runs a call
 # (max_task_retries=0): a call in flight when it dies fails, and the caller decides.
-HeteroSchedulerActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(
-    HeteroScheduler
-)
+HeteroSchedulerActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(HeteroScheduler)
 
 
 def create_scheduler(

@@ -193,8 +193,13 @@ class HeteroTrainer:
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
-        groups = {"batch": batch, "scheduler": scheduler, "elastic": elastic,
-                  "emulation": emulation, "backend": backend}
+        groups = {
+            "batch": batch,
+            "scheduler": scheduler,
+            "elastic": elastic,
+            "emulation": emulation,
+            "backend": backend,
+        }
         if deprecated:
             groups = _apply_deprecated(groups, deprecated)
         if groups["batch"] is None:
@@ -302,9 +307,7 @@ class HeteroTrainer:
             ),
             scaling_config=self.scaling_config(),
             run_config=self.run_config,
-            slots=[
-                SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs
-            ],
+            slots=[SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs],
         )
 
     # ------------------------------------------------------------------ running
@@ -342,7 +345,9 @@ class HeteroTrainer:
         self._scheduler = scheduler
         collector = RecordCollector(scheduler, progress)
         self.step_records, self.plans, self.decisions = (
-            collector.records, collector.plans, collector.decisions
+            collector.records,
+            collector.plans,
+            collector.decisions,
         )
         try:
             return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
@@ -367,5 +372,7 @@ class HeteroTrainer:
             {"factor": factor, "worker": worker, "rank": rank, "from_step": from_step}, self.specs
         )
         if self._scheduler is None:
-            raise ConfigError("inject_slowdown works while fit() runs; pass emulation=EmulationConfig(slowdowns=[...]) before.")
+            raise ConfigError(
+                "inject_slowdown works while fit() runs; pass emulation=EmulationConfig(slowdowns=[...]) before."
+            )
         ray.get(self._scheduler.inject_slowdown.remote(injection))

@@ -75,8 +75,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # corrupt, truncated, or not a torch file
-        raise DataError(f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "
-                        "Fix: point --checkpoint at a model.pt written by raytrain-hetero train.") from exc
+        raise DataError(
+            f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "
+            "Fix: point --checkpoint at a model.pt written by raytrain-hetero train."
+        ) from exc
     meta: dict[str, Any] = {}
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         meta = dict(state.get("meta") or {})
@@ -104,7 +106,9 @@ def check_meta_fits(meta: dict[str, Any], *, checkpoint: str, data: Any) -> None
         )
 
 
-def check_state_fits(model: Any, state: dict[str, Any], *, checkpoint: str, data_bands: int) -> None:
+def check_state_fits(
+    model: Any, state: dict[str, Any], *, checkpoint: str, data_bands: int
+) -> None:
     """Raise a DataError naming the mismatch if ``state`` cannot load into ``model``.
 
     A different first-layer input width is reported as a band-count mismatch (the
@@ -112,12 +116,20 @@ def check_state_fits(model: Any, state: dict[str, Any], *, checkpoint: str, data
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
-    wrong = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
-             if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    wrong = [
+        (k, tuple(state[k].shape), tuple(own[k].shape))
+        for k in own
+        if k in state and tuple(state[k].shape) != tuple(own[k].shape)
+    ]
     if wrong:
         key, theirs, ours = wrong[0]
-        if len(theirs) >= 2 and len(ours) >= 2 and theirs[0] == ours[0] and theirs[1] != ours[1] \
-                and key == next(k for k, v in own.items() if getattr(v, "ndim", 0) >= 2):
+        if (
+            len(theirs) >= 2
+            and len(ours) >= 2
+            and theirs[0] == ours[0]
+            and theirs[1] != ours[1]
+            and key == next(k for k, v in own.items() if getattr(v, "ndim", 0) >= 2)
+        ):
             raise DataError(
                 f"band-count mismatch: {checkpoint} was trained on {theirs[1]} input band(s) "
                 f"(layer {key} {theirs}) but the data has {data_bands}. Fix: predict on data "

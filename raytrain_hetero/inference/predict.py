@@ -120,9 +120,9 @@ class ModelPredictor:
     ) -> None:
         import torch
 
-        from raytrain_hetero.workloads.data import open_datasets
         from raytrain_hetero.worker.emulation import SlowdownEmulator
         from raytrain_hetero.worker.timing import ComputeClock
+        from raytrain_hetero.workloads.data import open_datasets
         from raytrain_hetero.workloads.models import build_model
 
         torch.set_num_threads(max(1, int(threads)))
@@ -293,7 +293,10 @@ def _predictor_kwargs(predictor: PredictorSpec, spec: WorkerSpec) -> dict[str, A
 
 
 def measure_worker_speeds(
-    predictor: PredictorSpec, workers: Sequence[WorkerSpec], batch_size: int, repeats: int = 3,
+    predictor: PredictorSpec,
+    workers: Sequence[WorkerSpec],
+    batch_size: int,
+    repeats: int = 3,
 ) -> list[float]:
     """Samples/s of one predictor actor of each worker group, probed one group at a time."""
     import ray
@@ -312,7 +315,9 @@ def measure_worker_speeds(
 
 
 def run_actor_pools(
-    predictor: PredictorSpec, plans: Sequence[ActorPlan], predictions_dir: str | os.PathLike[str],
+    predictor: PredictorSpec,
+    plans: Sequence[ActorPlan],
+    predictions_dir: str | os.PathLike[str],
 ) -> float:
     """Predict with one Ray Data actor pool per plan and write the rows as Parquet.
 
@@ -330,8 +335,10 @@ def run_actor_pools(
         indices = np.arange(start, start + plan.samples, dtype=np.int64)
         start += plan.samples
         per_block = max(plan.batch_size, 1) * 4
-        frames = [pd.DataFrame({"index": indices[i:i + per_block]})
-                  for i in range(0, len(indices), per_block)]
+        frames = [
+            pd.DataFrame({"index": indices[i : i + per_block]})
+            for i in range(0, len(indices), per_block)
+        ]
         part = ray.data.from_pandas(frames).map_batches(
             ModelPredictor,
             fn_constructor_kwargs=_predictor_kwargs(predictor, plan.spec),
@@ -351,32 +358,47 @@ def run_actor_pools(
     return time.perf_counter() - began
 
 
-def summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split: str,
-              checkpoint: Path, total: int) -> dict[str, Any]:
+def summarise(
+    table: Any,
+    plans: list[ActorPlan],
+    wall: float,
+    mode: str,
+    split: str,
+    checkpoint: Path,
+    total: int,
+) -> dict[str, Any]:
     """Samples, wall time, samples/s, the plan and per-worker rows of a finished prediction.
 
     Raises:
         DataError: The predictions do not cover every sample exactly once.
     """
     if len(table) != total or table["index"].nunique() != total:
-        raise DataError(f"prediction returned {len(table)} rows for {total} samples "
-                        f"({table['index'].nunique()} distinct)")
+        raise DataError(
+            f"prediction returned {len(table)} rows for {total} samples "
+            f"({table['index'].nunique()} distinct)"
+        )
     span = float(table["batch_end"].max() - table["batch_start"].min())
     labelled = table[table["label"] >= 0]
-    accuracy = float((labelled["prediction"] == labelled["label"]).mean()) if len(labelled) else float("nan")
+    accuracy = (
+        float((labelled["prediction"] == labelled["label"]).mean())
+        if len(labelled)
+        else float("nan")
+    )
     workers = []
     for name, rows in table.groupby("worker"):
         batches = rows.drop_duplicates(["batch_start", "batch_end", "batch_size"])
         busy = float((batches["batch_end"] - batches["batch_start"]).sum())
-        workers.append({
-            "worker": name,
-            "samples": len(rows),
-            "batches": len(batches),
-            "batch_size": int(batches["batch_size"].mode().iloc[0]),
-            "busy_s": busy,
-            "samples_per_busy_s": float(len(rows) / busy) if busy > 0 else float("nan"),
-            "last_batch_end_s": float(rows["batch_end"].max() - table["batch_start"].min()),
-        })
+        workers.append(
+            {
+                "worker": name,
+                "samples": len(rows),
+                "batches": len(batches),
+                "batch_size": int(batches["batch_size"].mode().iloc[0]),
+                "busy_s": busy,
+                "samples_per_busy_s": float(len(rows) / busy) if busy > 0 else float("nan"),
+                "last_batch_end_s": float(rows["batch_end"].max() - table["batch_start"].min()),
+            }
+        )
     return {
         "mode": mode,
         "split": split,
@@ -389,8 +411,13 @@ def summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split:
         "accuracy_on_labelled": accuracy,
         "labelled_samples": len(labelled),
         "plan": [
-            {"worker": p.worker, "actors": p.count, "batch_size": p.batch_size,
-             "samples": p.samples, "measured_samples_per_s": p.speed}
+            {
+                "worker": p.worker,
+                "actors": p.count,
+                "batch_size": p.batch_size,
+                "samples": p.samples,
+                "measured_samples_per_s": p.speed,
+            }
             for p in plans
         ],
         "workers": workers,
@@ -400,22 +427,32 @@ def summarise(table: Any, plans: list[ActorPlan], wall: float, mode: str, split:
 def format_summary(summary: dict[str, Any]) -> str:
     """The summary as the lines ``raytrain-hetero predict`` prints."""
     lines = [
-        (f"predict ({summary['mode']}): {summary['samples']} samples in {summary['wall_s']:.2f} s "
-        f"= {summary['samples_per_s']:.1f} samples/s (incl. actor start-up); compute span "
-        f"{summary['compute_span_s']:.2f} s = {summary['samples_per_s_compute_span']:.1f} samples/s")
+        (
+            f"predict ({summary['mode']}): {summary['samples']} samples in {summary['wall_s']:.2f} s "
+            f"= {summary['samples_per_s']:.1f} samples/s (incl. actor start-up); compute span "
+            f"{summary['compute_span_s']:.2f} s = {summary['samples_per_s_compute_span']:.1f} samples/s"
+        )
     ]
-    for p, w in zip(summary["plan"], sorted(summary["workers"], key=lambda r: r["worker"])):
+    for p in summary["plan"]:
         lines.append(
             f"  {p['worker']:<12} actors {p['actors']}  measured {p['measured_samples_per_s']:8.1f}/s  "
             f"batch {p['batch_size']:4d}  samples {p['samples']:6d}"
         )
     for w in summary["workers"]:
-        lines.append(f"  {w['worker']:<12} done after {w['last_batch_end_s']:.2f} s "
-                     f"({w['batches']} batches, {w['samples_per_busy_s']:.1f} samples/busy s)")
+        lines.append(
+            f"  {w['worker']:<12} done after {w['last_batch_end_s']:.2f} s "
+            f"({w['batches']} batches, {w['samples_per_busy_s']:.1f} samples/busy s)"
+        )
     if summary["labelled_samples"]:
-        note = " (every labelled pixel, training pixels included)" if summary["split"] == "scene" else ""
-        lines.append(f"accuracy on {summary['labelled_samples']} labelled samples{note}: "
-                     f"{summary['accuracy_on_labelled']:.4f}")
+        note = (
+            " (every labelled pixel, training pixels included)"
+            if summary["split"] == "scene"
+            else ""
+        )
+        lines.append(
+            f"accuracy on {summary['labelled_samples']} labelled samples{note}: "
+            f"{summary['accuracy_on_labelled']:.4f}"
+        )
     return "\n".join(lines)
 
 

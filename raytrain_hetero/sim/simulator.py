@@ -33,9 +33,10 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -187,7 +188,7 @@ class _Trace:
 
 
 def _count(fraction: float, of: int) -> int:
-    return 0 if fraction <= 0 else max(1, int(round(fraction * of)))
+    return 0 if fraction <= 0 else max(1, round(fraction * of))
 
 
 def _make_trace(cfg: SimConfig) -> _Trace:
@@ -203,7 +204,9 @@ def _make_trace(cfg: SimConfig) -> _Trace:
     sudden_step = min(steps - 1, int(cfg.sudden_at * steps))
     sudden = rng.choice(n0, size=min(n0, _count(cfg.sudden_fraction, n0)), replace=False)
     beta[sudden_step:, sudden] *= cfg.sudden_factor
-    noise = rng.lognormal(0.0, cfg.noise, (steps, slots)) if cfg.noise > 0 else np.ones((steps, slots))
+    noise = (
+        rng.lognormal(0.0, cfg.noise, (steps, slots)) if cfg.noise > 0 else np.ones((steps, slots))
+    )
     present = np.zeros((steps, slots), dtype=bool)
     present[:, :n0] = True
     restart_steps: list[int] = []
@@ -227,8 +230,10 @@ def _allreduce_s(cfg: SimConfig, n: int) -> float:
         return 0.0
     # Bandwidth term of a ring; latency term of a tree (log2 N hops each way), as NCCL and
     # gloo switch to for large groups: a flat ring's 2(N-1) hops would dominate at 10,000.
-    return (2 * math.ceil(math.log2(n)) * cfg.latency_s
-            + 2 * (n - 1) / n * cfg.model_bytes / cfg.bandwidth_bytes_s)
+    return (
+        2 * math.ceil(math.log2(n)) * cfg.latency_s
+        + 2 * (n - 1) / n * cfg.model_bytes / cfg.bandwidth_bytes_s
+    )
 
 
 def _costs(alpha: np.ndarray, beta: np.ndarray) -> list[CostModel]:
@@ -306,14 +311,21 @@ def _run_strategy(cfg: SimConfig, trace: _Trace, strategy: str) -> dict[str, Any
             for r in range(members.size)
         ]
         decision, state = decide(
-            tuple(int(b) for b in slices), samples, state, cfg.policy, clock, step=step,
+            tuple(int(b) for b in slices),
+            samples,
+            state,
+            cfg.policy,
+            clock,
+            step=step,
             prior=plan_costs,
         )
         if isinstance(decision, Replan):
-            pending = (step + cfg.plan_delay_steps, np.asarray(decision.slices), list(decision.costs))
-    bound = float(np.mean([
-        np.sum(1.0 / trace.beta[s, trace.present[s]]) for s in range(steps)
-    ]))
+            pending = (
+                step + cfg.plan_delay_steps,
+                np.asarray(decision.slices),
+                list(decision.costs),
+            )
+    bound = float(np.mean([np.sum(1.0 / trace.beta[s, trace.present[s]]) for s in range(steps)]))
     total_s = float(step_s.sum()) + overhead_s
     return {
         "total_s": total_s,
@@ -353,7 +365,9 @@ def simulate(cfg: SimConfig, strategies: Sequence[str] = STRATEGIES) -> list[Str
     ]
 
 
-def allocation_time(workers: int, *, repeats: int = 5, seed: int = 0, batch_per_worker: int = 64) -> dict[str, float]:
+def allocation_time(
+    workers: int, *, repeats: int = 5, seed: int = 0, batch_per_worker: int = 64
+) -> dict[str, float]:
     """Median wall milliseconds of one :func:`allocate` and one :func:`decide` at this size.
 
     ``decide`` is timed on a full window of samples for every rank (the policy's real work:
@@ -369,8 +383,13 @@ def allocation_time(workers: int, *, repeats: int = 5, seed: int = 0, batch_per_
         alloc.append((time.perf_counter() - started) * 1e3)
     cfg = PolicyConfig()
     samples = [
-        StepSample(rank=r, step=s, samples=slices[r],
-                   busy_s=costs[r].time(slices[r]) * float(rng.lognormal(0, 0.05)), time_s=0.0)
+        StepSample(
+            rank=r,
+            step=s,
+            samples=slices[r],
+            busy_s=costs[r].time(slices[r]) * float(rng.lognormal(0, 0.05)),
+            time_s=0.0,
+        )
         for s in range(cfg.window_steps)
         for r in range(workers)
     ]
@@ -399,8 +418,9 @@ def run_sweep(
         started = time.perf_counter()
         results = simulate(cfg, strategies)
         elapsed = time.perf_counter() - started
-        timings[int(n)] = allocation_time(int(n), repeats=timing_repeats, seed=base.seed,
-                                          batch_per_worker=base.batch_per_worker)
+        timings[int(n)] = allocation_time(
+            int(n), repeats=timing_repeats, seed=base.seed, batch_per_worker=base.batch_per_worker
+        )
         timings[int(n)]["simulation_s"] = elapsed
         rows.extend(asdict(r) for r in results)
     config = asdict(base)
@@ -427,14 +447,20 @@ def format_table(sweep: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'workers':>7}  {'allocate ms':>11}  {'decide ms':>10}  {'sim s':>7}")
     for n, t in sweep["timings"].items():
-        lines.append(f"{n:>7}  {t['allocate_ms']:>11.2f}  {t['decide_ms']:>10.1f}  "
-                     f"{t['simulation_s']:>7.1f}")
+        lines.append(
+            f"{n:>7}  {t['allocate_ms']:>11.2f}  {t['decide_ms']:>10.1f}  {t['simulation_s']:>7.1f}"
+        )
     biggest = max(sweep["timings"], key=int)
     ms = sweep["timings"][biggest]["allocate_ms"]
-    verdict = "met" if int(biggest) >= 10_000 and ms < ALLOCATION_GOAL_MS else (
-        "not met" if ms >= ALLOCATION_GOAL_MS else "not measured at 10,000 workers")
-    lines.append(f"plan for {int(biggest):,} workers: {ms:.1f} ms "
-                 f"(goal: < {ALLOCATION_GOAL_MS:.0f} ms for 10,000 workers): {verdict}")
+    verdict = (
+        "met"
+        if int(biggest) >= 10_000 and ms < ALLOCATION_GOAL_MS
+        else ("not met" if ms >= ALLOCATION_GOAL_MS else "not measured at 10,000 workers")
+    )
+    lines.append(
+        f"plan for {int(biggest):,} workers: {ms:.1f} ms "
+        f"(goal: < {ALLOCATION_GOAL_MS:.0f} ms for 10,000 workers): {verdict}"
+    )
     return "\n".join(lines)
 
 
@@ -448,9 +474,15 @@ def plot_results(sweep: dict[str, Any], path: str | Path) -> Path:
     ax_eff, ax_time = fig.subplots(1, 2)
     strategies = list(dict.fromkeys(r["strategy"] for r in sweep["rows"]))
     for strategy in strategies:
-        rows = sorted((r for r in sweep["rows"] if r["strategy"] == strategy), key=lambda r: r["workers"])
-        ax_eff.plot([r["workers"] for r in rows], [r["efficiency_vs_optimum"] for r in rows],
-                    marker="o", label=strategy)
+        rows = sorted(
+            (r for r in sweep["rows"] if r["strategy"] == strategy), key=lambda r: r["workers"]
+        )
+        ax_eff.plot(
+            [r["workers"] for r in rows],
+            [r["efficiency_vs_optimum"] for r in rows],
+            marker="o",
+            label=strategy,
+        )
     ax_eff.set_xscale("log")
     ax_eff.set_ylim(0, 1.05)
     ax_eff.set_xlabel("workers")
@@ -459,10 +491,18 @@ def plot_results(sweep: dict[str, Any], path: str | Path) -> Path:
     ax_eff.grid(alpha=0.3)
     ax_eff.legend()
     sizes = sorted(int(n) for n in sweep["timings"])
-    ax_time.plot(sizes, [sweep["timings"][str(n)]["allocate_ms"] for n in sizes], marker="o",
-                 label="allocate (one plan)")
-    ax_time.plot(sizes, [sweep["timings"][str(n)]["decide_ms"] for n in sizes], marker="s",
-                 label="decide (estimates + plan)")
+    ax_time.plot(
+        sizes,
+        [sweep["timings"][str(n)]["allocate_ms"] for n in sizes],
+        marker="o",
+        label="allocate (one plan)",
+    )
+    ax_time.plot(
+        sizes,
+        [sweep["timings"][str(n)]["decide_ms"] for n in sizes],
+        marker="s",
+        label="decide (estimates + plan)",
+    )
     ax_time.axhline(ALLOCATION_GOAL_MS, color="0.4", ls="--", lw=1, label="goal: 50 ms")
     ax_time.set_xscale("log")
     ax_time.set_yscale("log")
@@ -479,35 +519,68 @@ def plot_results(sweep: dict[str, Any], path: str | Path) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``raytrain-hetero sim`` (also ``python -m raytrain_hetero.sim.simulator``)."""
-    parser.add_argument("--workers", type=int, nargs="+", default=[10, 100, 1000, 10000],
-                        help="cluster sizes to simulate (default 10 100 1000 10000)")
-    parser.add_argument("--steps", type=int, default=SimConfig.steps,
-                        help=f"steps per run (default {SimConfig.steps})")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[10, 100, 1000, 10000],
+        help="cluster sizes to simulate (default 10 100 1000 10000)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=SimConfig.steps,
+        help=f"steps per run (default {SimConfig.steps})",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--spread", type=float, default=SimConfig.spread,
-                        help="lognormal sigma of worker speeds (default 0.5)")
-    parser.add_argument("--drift", type=float, default=SimConfig.drift,
-                        help="per-step sigma of the log-speed random walk (default 0.01)")
-    parser.add_argument("--noise", type=float, default=SimConfig.noise,
-                        help="per-step noise sigma of step times (default 0.05)")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=SimConfig.spread,
+        help="lognormal sigma of worker speeds (default 0.5)",
+    )
+    parser.add_argument(
+        "--drift",
+        type=float,
+        default=SimConfig.drift,
+        help="per-step sigma of the log-speed random walk (default 0.01)",
+    )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=SimConfig.noise,
+        help="per-step noise sigma of step times (default 0.05)",
+    )
     parser.add_argument("--sudden-fraction", type=float, default=SimConfig.sudden_fraction)
     parser.add_argument("--fail-fraction", type=float, default=SimConfig.fail_fraction)
     parser.add_argument("--join-fraction", type=float, default=SimConfig.join_fraction)
-    parser.add_argument("--output", type=Path, default=Path("outputs/sim"),
-                        help="directory for sim.json and sim.png (default outputs/sim)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("outputs/sim"),
+        help="directory for sim.json and sim.png (default outputs/sim)",
+    )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run a sweep from parsed arguments; print the table, write sim.json and sim.png."""
     base = SimConfig(
-        workers=min(args.workers), steps=args.steps, seed=args.seed, spread=args.spread,
-        drift=args.drift, noise=args.noise, sudden_fraction=args.sudden_fraction,
-        fail_fraction=args.fail_fraction, join_fraction=args.join_fraction,
+        workers=min(args.workers),
+        steps=args.steps,
+        seed=args.seed,
+        spread=args.spread,
+        drift=args.drift,
+        noise=args.noise,
+        sudden_fraction=args.sudden_fraction,
+        fail_fraction=args.fail_fraction,
+        join_fraction=args.join_fraction,
     )
     sweep = run_sweep(args.workers, base=base)
     sweep["command"] = _command_line(args)
-    print("SIMULATED cluster (no real workers): the real core.allocation and core.policy on "
-          "synthetic speed traces")
+    print(
+        "SIMULATED cluster (no real workers): the real core.allocation and core.policy on "
+        "synthetic speed traces"
+    )
     table = format_table(sweep)
     print(table)
     args.output.mkdir(parents=True, exist_ok=True)
@@ -524,8 +597,17 @@ def _command_line(args: argparse.Namespace) -> str:
     import shlex
 
     words = ["raytrain-hetero", "sim", "--workers", *map(str, args.workers)]
-    for option in ("steps", "seed", "spread", "drift", "noise", "sudden_fraction",
-                   "fail_fraction", "join_fraction", "output"):
+    for option in (
+        "steps",
+        "seed",
+        "spread",
+        "drift",
+        "noise",
+        "sudden_fraction",
+        "fail_fraction",
+        "join_fraction",
+        "output",
+    ):
         words += ["--" + option.replace("_", "-"), str(getattr(args, option))]
     return shlex.join(words)
 
@@ -538,7 +620,9 @@ def _json_default(value: Any) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m raytrain_hetero.sim.simulator``."""
-    parser = argparse.ArgumentParser(prog="raytrain-hetero sim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="raytrain-hetero sim", description=__doc__.splitlines()[0]
+    )
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 

@@ -195,7 +195,9 @@ def current_step_number() -> int:
     """Global step number (optimizer steps since the run began) of the step in progress."""
     step = get_runtime().timing.current
     if step is None:
-        raise HeteroError("No step in progress: call this inside the loop over the prepared loader.")
+        raise HeteroError(
+            "No step in progress: call this inside the loop over the prepared loader."
+        )
     return step.global_step
 
 

@@ -65,7 +65,7 @@ UNBOUND = BatchNormBinding()
 def _layout(input: torch.Tensor) -> tuple[int, list[int], list[int]]:
     """Channels, the dimensions statistics reduce over, and the per-channel broadcast shape."""
     channels = input.shape[1]
-    return channels, [0] + list(range(2, input.dim())), [1, channels] + [1] * (input.dim() - 2)
+    return channels, [0, *list(range(2, input.dim()))], [1, channels] + [1] * (input.dim() - 2)
 
 
 class _GlobalBatchNormFunction(torch.autograd.Function):
@@ -164,9 +164,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         return buffer, grad_weight, grad_bias, None, None
 
 
-def _all_reduce_sum(
-    tensor: torch.Tensor, group: Any, binding: BatchNormBinding
-) -> torch.Tensor:
+def _all_reduce_sum(tensor: torch.Tensor, group: Any, binding: BatchNormBinding) -> torch.Tensor:
     """In-place SUM all-reduce; stages CUDA tensors through the CPU on gloo groups.
 
     The binding's hooks run around it: the worker's compute up to here is accounted (and

@@ -23,8 +23,14 @@ from raytrain_hetero.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STATE_FILE", "STATE_FORMAT", "CheckpointState", "read_state", "slot_costs",
-           "write_state"]
+__all__ = [
+    "STATE_FILE",
+    "STATE_FORMAT",
+    "CheckpointState",
+    "read_state",
+    "slot_costs",
+    "write_state",
+]
 
 STATE_FILE = "raytrain_hetero_state.json"
 STATE_FORMAT = 1
@@ -134,7 +140,9 @@ class CheckpointState:
             if getattr(self, key) != getattr(carver, key)
         }
         if mismatched:
-            detail = ", ".join(f"{k}: checkpoint {a} vs now {b}" for k, (a, b) in mismatched.items())
+            detail = ", ".join(
+                f"{k}: checkpoint {a} vs now {b}" for k, (a, b) in mismatched.items()
+            )
             raise ConfigError(
                 f"Cannot resume exactly: the checkpoint was carved differently ({detail}). "
                 "Resume with the same dataset, global batch, seed and maximum worker count, or "

@@ -77,9 +77,7 @@ class CarvingBatchSampler(Sampler[list[int]]):
             global_step = self.epoch * self.carver.steps_per_epoch + k
             plan = self.schedule.plan_for(global_step)
             self.schedule.mark_carved(global_step)
-            yield self.carver.rank_indices(
-                self.epoch, k, plan, self.rank, permutation
-            ).tolist()
+            yield self.carver.rank_indices(self.epoch, k, plan, self.rank, permutation).tolist()
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step

@@ -25,9 +25,7 @@ class InMemoryDataset(Dataset):
     def __init__(self, dataset: Dataset) -> None:
         started = time.perf_counter()
         self.items = [dataset[i] for i in range(len(dataset))]  # type: ignore[arg-type]
-        logger.info(
-            "cached %d items in %.1f s", len(self.items), time.perf_counter() - started
-        )
+        logger.info("cached %d items in %.1f s", len(self.items), time.perf_counter() - started)
 
     def __len__(self) -> int:
         return len(self.items)

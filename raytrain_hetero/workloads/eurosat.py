@@ -75,7 +75,7 @@ EUROSAT_CLASSES: tuple[str, ...] = (
     "River",
     "SeaLake",
 )
-assert EUROSAT_CLASSES == tuple(sorted(EUROSAT_CLASSES))
+assert tuple(sorted(EUROSAT_CLASSES)) == EUROSAT_CLASSES
 
 #: On-disk band order of the 13-band EuroSAT GeoTIFFs (B8A is last, as in the real files).
 EUROSAT_BANDS: tuple[str, ...] = (
@@ -222,8 +222,9 @@ def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
     gen = source.generate or GenerateOptions()
-    return generate_eurosat(source.root, samples_per_class=gen.samples_per_class, seed=gen.seed,
-                            size=gen.size or 64)
+    return generate_eurosat(
+        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 64
+    )
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -231,8 +232,13 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
     for dataset in datasets.values():
         drop_samples(dataset, exclude)
     channels = int(next(iter(datasets.values()))[0]["image"].shape[0])
-    return WorkloadData(datasets, len(EUROSAT_CLASSES), channels, class_names=EUROSAT_CLASSES,
-                        excluded_files=list(exclude))
+    return WorkloadData(
+        datasets,
+        len(EUROSAT_CLASSES),
+        channels,
+        class_names=EUROSAT_CLASSES,
+        excluded_files=list(exclude),
+    )
 
 
 def _scan_files(source: DataSource) -> BadFileScan:
@@ -242,13 +248,15 @@ def _scan_files(source: DataSource) -> BadFileScan:
 
 
 #: EuroSAT in the registry. No up-front file check unless asked (``on_bad_file``).
-EUROSAT = register_dataset(DatasetAdapter(
-    name="eurosat",
-    title="EuroSAT",
-    generate=_generate,
-    open=_open,
-    splits=EUROSAT_SPLITS,
-    default_on_bad_file=None,
-    scan_files=_scan_files,
-    expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
-))
+EUROSAT = register_dataset(
+    DatasetAdapter(
+        name="eurosat",
+        title="EuroSAT",
+        generate=_generate,
+        open=_open,
+        splits=EUROSAT_SPLITS,
+        default_on_bad_file=None,
+        scan_files=_scan_files,
+        expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
+    )
+)

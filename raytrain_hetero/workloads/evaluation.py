@@ -41,8 +41,10 @@ def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> flo
                     # Local only: torchmetrics would otherwise all-gather over any initialised
                     # process group, and a rank evaluating alone (rank 0) would deadlock.
                     metric = MulticlassAccuracy(
-                        num_classes=int(logits.shape[1]), average="micro",
-                        sync_on_compute=False, dist_sync_on_step=False,
+                        num_classes=int(logits.shape[1]),
+                        average="micro",
+                        sync_on_compute=False,
+                        dist_sync_on_step=False,
                     )
                 metric.update(logits, torch.as_tensor(labels, dtype=torch.int64).cpu())
     finally:
@@ -69,8 +71,8 @@ def arrays_accuracy(
 
     def batches() -> Iterable[tuple[Any, Any]]:
         for start in range(0, len(labels), batch_size):
-            x = np.asarray(images[start:start + batch_size], dtype=np.float32)
-            y = np.asarray(labels[start:start + batch_size])
+            x = np.asarray(images[start : start + batch_size], dtype=np.float32)
+            y = np.asarray(labels[start : start + batch_size])
             yield torch.from_numpy(x), torch.from_numpy(y)
 
     return accuracy(model, batches(), device)

@@ -149,10 +149,8 @@ def apply_bad_file_policy(
     if policy == "error":
         shown = "\n  ".join(message for _, message in bad[:20])
         more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise DataError(
-            f"{dataset_name}: {len(bad)} unreadable file(s):\n  {shown}{more}"
-        )
-    for path, message in bad:
+        raise DataError(f"{dataset_name}: {len(bad)} unreadable file(s):\n  {shown}{more}")
+    for _path, message in bad:
         logger.warning("skipping unreadable file: %s", message)
     logger.warning("%s: skipped %d unreadable file(s)", dataset_name, len(bad))
     return [path for path, _ in bad]

@@ -93,7 +93,9 @@ def generate_tree(
                 shutil.rmtree(tmp, ignore_errors=True)
                 return root
             if read_marker(root) is None:
-                raise DataError(f"{what}: {root} appeared and is not ours; left it untouched") from None
+                raise DataError(
+                    f"{what}: {root} appeared and is not ours; left it untouched"
+                ) from None
             old = root.parent / f".{root.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.replace(root, old)
             os.replace(tmp, root)

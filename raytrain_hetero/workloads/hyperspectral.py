@@ -167,8 +167,9 @@ def split_scene_pixels(
             flat = flat[rng.permutation(flat.size)]
             n_train = max(1, round(fr[0] * flat.size))
             n_val = round(fr[1] * flat.size)
-            for s, part in enumerate((flat[:n_train], flat[n_train:n_train + n_val],
-                                      flat[n_train + n_val:])):
+            for s, part in enumerate(
+                (flat[:n_train], flat[n_train : n_train + n_val], flat[n_train + n_val :])
+            ):
                 split_id.ravel()[part] = s
     else:
         if block_size < 1:
@@ -186,21 +187,25 @@ def split_scene_pixels(
             from scipy.ndimage import minimum_filter
 
             for s in range(3):
-                inside = minimum_filter((area == s).astype(np.uint8), size=patch_size,
-                                        mode="constant", cval=1)
+                inside = minimum_filter(
+                    (area == s).astype(np.uint8), size=patch_size, mode="constant", cval=1
+                )
                 split_id[(split_id == s) & (inside == 0)] = -1
     out: dict[str, np.ndarray] = {}
     for s, name in enumerate(HYPERSPECTRAL_SPLITS):
         rows, cols = np.nonzero(split_id == s)
         out[name] = np.stack([rows, cols], axis=1).astype(np.int64)
     missing = [
-        int(c) for c in np.unique(labels[labels > 0])
+        int(c)
+        for c in np.unique(labels[labels > 0])
         if not np.any(labels[out["train"][:, 0], out["train"][:, 1]] == c)
     ]
     if missing:
         logger.warning(
             "hyperspectral %s split: class(es) %s have no training pixel (too few blocks); "
-            "use a smaller block_size or more training fraction", method, missing,
+            "use a smaller block_size or more training fraction",
+            method,
+            missing,
         )
     return out
 
@@ -224,7 +229,9 @@ class HyperspectralPatches:
         patch_size: k.
     """
 
-    def __init__(self, padded: Any, labels: np.ndarray, centres: np.ndarray, patch_size: int) -> None:
+    def __init__(
+        self, padded: Any, labels: np.ndarray, centres: np.ndarray, patch_size: int
+    ) -> None:
         import torch
 
         self.padded = padded
@@ -330,15 +337,33 @@ def hyperspectral_datasets(
             f"hyperspectral splits must be a non-empty subset of {[*HYPERSPECTRAL_SPLITS, 'scene']}, "
             f"got {list(wanted)}"
         )
-    if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1 or patch_size % 2 == 0:
+    if (
+        isinstance(patch_size, bool)
+        or not isinstance(patch_size, int)
+        or patch_size < 1
+        or patch_size % 2 == 0
+    ):
         raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size!r}")
-    scene = load_hyperspectral_scene(image_path, label_path, image_key=image_key, label_key=label_key)
-    centres = split_scene_pixels(
-        scene.labels, method=method, fractions=fractions, block_size=block_size,
-        patch_size=patch_size, guard=guard, seed=seed,
+    scene = load_hyperspectral_scene(
+        image_path, label_path, image_key=image_key, label_key=label_key
     )
-    split_key = {"method": method, "fractions": [float(f) for f in fractions],
-                 "block_size": block_size, "patch_size": patch_size, "guard": guard, "seed": seed}
+    centres = split_scene_pixels(
+        scene.labels,
+        method=method,
+        fractions=fractions,
+        block_size=block_size,
+        patch_size=patch_size,
+        guard=guard,
+        seed=seed,
+    )
+    split_key = {
+        "method": method,
+        "fractions": [float(f) for f in fractions],
+        "block_size": block_size,
+        "patch_size": patch_size,
+        "guard": guard,
+        "seed": seed,
+    }
     if cache_dir == "auto":
         cache_dir = scene.image_path.parent / ".raytrain_hetero_cache"
     if len(centres["train"]) == 0:
@@ -348,7 +373,8 @@ def hyperspectral_datasets(
         )
     stats = (
         hyperspectral_band_stats(scene, centres["train"], cache_dir=cache_dir, split_key=split_key)
-        if normalize else None
+        if normalize
+        else None
     )
     padded = _pad_scene(scene.cube, stats, patch_size)
     out: dict[str, Any] = {}
@@ -379,8 +405,10 @@ def scene_files(source: DataSource) -> tuple[Path, Path]:
     if options.image is not None and options.labels is not None:
         return root / options.image, root / options.labels
     if not root.is_dir():
-        raise DataError(f"hyperspectral scene directory {root} does not exist. Fix: set "
-                        "data.root, or data.generate to create a synthetic scene")
+        raise DataError(
+            f"hyperspectral scene directory {root} does not exist. Fix: set "
+            "data.root, or data.generate to create a synthetic scene"
+        )
     image, labels = find_scene_files(root)
     if options.image is not None:
         image = root / options.image
@@ -396,10 +424,15 @@ def _generate(source: DataSource) -> Path:
 
     gen = source.generate or GenerateOptions()
     kwargs = {
-        key: value for key, value in (
-            ("height", gen.height), ("width", gen.width), ("bands", gen.spectral_bands),
-            ("classes", gen.classes), ("file_format", gen.file_format),
-        ) if value is not None
+        key: value
+        for key, value in (
+            ("height", gen.height),
+            ("width", gen.width),
+            ("bands", gen.spectral_bands),
+            ("classes", gen.classes),
+            ("file_format", gen.file_format),
+        )
+        if value is not None
     }
     return generate_hyperspectral_scene(source.root, seed=gen.seed, **kwargs)
 
@@ -408,9 +441,17 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
     options = source.scene or SceneOptions()
     image, labels = scene_files(source)
     out = hyperspectral_datasets(
-        image, labels, splits=splits, patch_size=options.patch_size, method=options.split,
-        fractions=options.fractions, block_size=options.block_size, guard=options.guard,
-        image_key=options.image_key, label_key=options.label_key, cache_dir=source.cache_dir,
+        image,
+        labels,
+        splits=splits,
+        patch_size=options.patch_size,
+        method=options.split,
+        fractions=options.fractions,
+        block_size=options.block_size,
+        guard=options.guard,
+        image_key=options.image_key,
+        label_key=options.label_key,
+        cache_dir=source.cache_dir,
         include_scene=True,
     )
     scene = out.pop("_scene")
@@ -419,13 +460,15 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 
 #: One hyperspectral scene in the registry; its files are checked when read (no skipping).
-HYPERSPECTRAL = register_dataset(DatasetAdapter(
-    name="hyperspectral",
-    title="hyperspectral scene",
-    generate=_generate,
-    open=_open,
-    splits=HYPERSPECTRAL_SPLITS,
-    whole_scene=True,
-    generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
-    default_on_bad_file=None,
-))
+HYPERSPECTRAL = register_dataset(
+    DatasetAdapter(
+        name="hyperspectral",
+        title="hyperspectral scene",
+        generate=_generate,
+        open=_open,
+        splits=HYPERSPECTRAL_SPLITS,
+        whole_scene=True,
+        generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
+        default_on_bad_file=None,
+    )
+)

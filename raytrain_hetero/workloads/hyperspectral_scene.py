@@ -80,7 +80,9 @@ def _load_mat_array(path: Path, key: str | None, ndim: int, what: str) -> np.nda
         ) from exc
     except Exception as exc:  # any parser error: corrupt or truncated file
         raise DataError(unreadable_message(path, exc, f"{what} (.mat)")) from exc
-    arrays = {k: v for k, v in contents.items() if not k.startswith("__") and isinstance(v, np.ndarray)}
+    arrays = {
+        k: v for k, v in contents.items() if not k.startswith("__") and isinstance(v, np.ndarray)
+    }
     if key is not None:
         if key not in arrays:
             raise DataError(
@@ -225,8 +227,11 @@ def write_class_map(
     path.parent.mkdir(parents=True, exist_ok=True)
     dtype = "uint8" if int(class_map.max(initial=0)) < 256 else "uint16"
     meta: dict[str, Any] = {
-        "driver": "GTiff", "height": int(class_map.shape[0]), "width": int(class_map.shape[1]),
-        "count": 1, "dtype": dtype,
+        "driver": "GTiff",
+        "height": int(class_map.shape[0]),
+        "width": int(class_map.shape[1]),
+        "count": 1,
+        "dtype": dtype,
     }
     if profile is not None:
         for key in ("crs", "transform"):
@@ -245,5 +250,3 @@ def write_class_map(
             encoded = memory.read()
     # Rendered in memory, then published atomically: a reader never sees half a GeoTIFF.
     return atomic_write_bytes(path, encoded)
-
-

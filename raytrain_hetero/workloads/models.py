@@ -156,21 +156,25 @@ class TwoBranchFusionCNN(nn.Module):
         super().__init__()
         mods = tuple(modalities)
         if not mods or any(m not in ("s1", "s2") for m in mods) or len(set(mods)) != len(mods):
-            raise ConfigError(f"modalities must be a non-empty subset of ['s1', 's2'], got {list(mods)}")
+            raise ConfigError(
+                f"modalities must be a non-empty subset of ['s1', 's2'], got {list(mods)}"
+            )
         self.s1_channels = s1_channels
         self.s2_channels = s2_channels
         self.in_channels = s1_channels + s2_channels
         self.num_classes = num_classes
         self.modalities = mods
         w = width
-        self.branches = nn.ModuleDict({
-            m: nn.Sequential(
-                SmallCNN(s1_channels if m == "s1" else s2_channels, num_classes, w).features,
-                nn.AdaptiveAvgPool2d(1),
-                nn.Flatten(),
-            )
-            for m in mods
-        })
+        self.branches = nn.ModuleDict(
+            {
+                m: nn.Sequential(
+                    SmallCNN(s1_channels if m == "s1" else s2_channels, num_classes, w).features,
+                    nn.AdaptiveAvgPool2d(1),
+                    nn.Flatten(),
+                )
+                for m in mods
+            }
+        )
         self.head = nn.Sequential(
             nn.Linear(2 * w * len(mods), 2 * w),
             nn.ReLU(inplace=True),
@@ -204,7 +208,8 @@ def pretrained_weights_path(weights_name: str) -> tuple[Any, str]:
         from torchgeo.models import ResNet18_Weights, ResNet50_Weights
 
         known = [f"ResNet18_Weights.{w.name}" for w in ResNet18_Weights][:6] + [
-            f"ResNet50_Weights.{w.name}" for w in ResNet50_Weights][:6]
+            f"ResNet50_Weights.{w.name}" for w in ResNet50_Weights
+        ][:6]
         raise ConfigError(
             f"unknown torchgeo weights {weights_name!r} ({exc}); use a name such as "
             f"{', '.join(known)}, ..."
@@ -213,15 +218,19 @@ def pretrained_weights_path(weights_name: str) -> tuple[Any, str]:
     return weights, os.path.join(torch.hub.get_dir(), "checkpoints", filename)
 
 
-def _load_pretrained_resnet(name: str, weights_name: str, in_channels: int, num_classes: int) -> nn.Module:
+def _load_pretrained_resnet(
+    name: str, weights_name: str, in_channels: int, num_classes: int
+) -> nn.Module:
     """A torchgeo ResNet with ``weights_name`` loaded from the local cache only (no network)."""
     import timm
 
     weights, path = pretrained_weights_path(weights_name)
     arch = weights.__class__.__name__.split("_")[0].lower()
     if arch != name:
-        raise ConfigError(f"weights {weights_name!r} are for {arch}, but the model is {name}; "
-                          f"use {arch} or {name.capitalize().replace('net', 'Net')}_Weights.*")
+        raise ConfigError(
+            f"weights {weights_name!r} are for {arch}, but the model is {name}; "
+            f"use {arch} or {name.capitalize().replace('net', 'Net')}_Weights.*"
+        )
     expected = int(weights.meta["in_chans"])
     if expected != in_channels:
         raise DataError(
@@ -238,12 +247,16 @@ def _load_pretrained_resnet(name: str, weights_name: str, in_channels: int, num_
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated download, wrong file...
-        raise DataError(f"{path}: cannot load pretrained weights ({exc}). Fix: download it again.") from exc
+        raise DataError(
+            f"{path}: cannot load pretrained weights ({exc}). Fix: download it again."
+        ) from exc
     model = timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
     missing, unexpected = model.load_state_dict(state, strict=False)
     extra = (set(missing) | set(unexpected)) - {"fc.weight", "fc.bias"}
     if extra:
-        raise DataError(f"{path}: weights do not fit {name}: unexpected/missing keys {sorted(extra)[:5]}")
+        raise DataError(
+            f"{path}: weights do not fit {name}: unexpected/missing keys {sorted(extra)[:5]}"
+        )
     logger.info("loaded pretrained %s from %s", weights_name, path)
     return model
 
@@ -286,9 +299,12 @@ def build_model(
             f"model {name!r}: pretrained={pretrained!r} is not supported: pretrained weights cannot be "
             "downloaded (the training machines are offline and no weights are bundled). "
             "Set pretrained: false to train from random initialisation"
-            + (", or name torchgeo weights already in the local torch hub cache, e.g. "
-               f"pretrained: {name.replace('resnet', 'ResNet')}_Weights.SENTINEL2_ALL_MOCO."
-               if name in _RESNETS else ".")
+            + (
+                ", or name torchgeo weights already in the local torch hub cache, e.g. "
+                f"pretrained: {name.replace('resnet', 'ResNet')}_Weights.SENTINEL2_ALL_MOCO."
+                if name in _RESNETS
+                else "."
+            )
         )
     if name == "small_cnn":
         return SmallCNN(in_channels=in_channels, num_classes=num_classes, width=width)
@@ -302,7 +318,9 @@ def build_model(
                 f"fusion_cnn needs s1_channels between 1 and in_channels - 1 = {in_channels - 1} "
                 f"(the SAR channels come first), got {s1_channels!r}"
             )
-        return TwoBranchFusionCNN(s1_channels, in_channels - s1_channels, num_classes, width, modalities)
+        return TwoBranchFusionCNN(
+            s1_channels, in_channels - s1_channels, num_classes, width, modalities
+        )
     if isinstance(pretrained, str) and pretrained:
         return _load_pretrained_resnet(name, pretrained, in_channels, num_classes)
     import timm

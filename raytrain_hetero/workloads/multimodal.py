@@ -148,11 +148,15 @@ class MultimodalPatches:
                 continue
             cls = sample_id.split("/", 1)[0]
             if cls not in index:
-                raise DataError(f"{split_file}: sample {sample_id!r} has unknown class {cls!r} "
-                                f"(classes.txt lists {list(self.classes)})")
+                raise DataError(
+                    f"{split_file}: sample {sample_id!r} has unknown class {cls!r} "
+                    f"(classes.txt lists {list(self.classes)})"
+                )
             self.ids.append(sample_id)
             self.targets.append(index[cls])
-        missing = [p for i in self.ids[:1] + self.ids[-1:] for p in self.paths(i) if not os.path.isfile(p)]
+        missing = [
+            p for i in self.ids[:1] + self.ids[-1:] for p in self.paths(i) if not os.path.isfile(p)
+        ]
         if missing:
             raise DataError(f"multimodal data at {self.root}: patch file(s) missing: {missing}")
 
@@ -163,7 +167,10 @@ class MultimodalPatches:
 
     def paths(self, sample_id: str) -> tuple[str, str]:
         """The (S1, S2) files of a sample id."""
-        return (str(self.root / "s1" / f"{sample_id}.tif"), str(self.root / "s2" / f"{sample_id}.tif"))
+        return (
+            str(self.root / "s1" / f"{sample_id}.tif"),
+            str(self.root / "s2" / f"{sample_id}.tif"),
+        )
 
     def read_pair(self, sample_id: str) -> np.ndarray:
         """The stacked float32 (S1 + S2, S, S) array of one sample; DataError if unreadable."""
@@ -203,7 +210,9 @@ class MultimodalPatches:
         return self.transforms(sample) if self.transforms is not None else sample
 
 
-def _so2sat_datasets(root: Path, splits: Sequence[str], normalize: bool, cache_dir: Any) -> dict[str, Any]:
+def _so2sat_datasets(
+    root: Path, splits: Sequence[str], normalize: bool, cache_dir: Any
+) -> dict[str, Any]:
     """torchgeo So2Sat (version 2) per split, SAR bands first; needs h5py."""
     try:
         from torchgeo.datasets import So2Sat
@@ -266,8 +275,10 @@ def multimodal_datasets(
     split_tuple = (splits,) if isinstance(splits, str) else tuple(splits)
     bad_splits = [s for s in split_tuple if s not in MULTIMODAL_SPLITS]
     if not split_tuple or bad_splits:
-        raise ConfigError(f"multimodal splits must be a non-empty subset of {list(MULTIMODAL_SPLITS)}, "
-                          f"got {list(split_tuple)}")
+        raise ConfigError(
+            f"multimodal splits must be a non-empty subset of {list(MULTIMODAL_SPLITS)}, "
+            f"got {list(split_tuple)}"
+        )
     root_path = Path(root).expanduser().absolute()
     if not root_path.is_dir():
         raise DataError(
@@ -289,8 +300,10 @@ def multimodal_datasets(
                 return ds.read_pair(by_path[path])
 
             bad = find_unreadable_files([ds.paths(i)[0] for i in ds.ids], read)
-            bad_ids = {by_path[p] for p in apply_bad_file_policy(bad, on_bad_file,
-                                                                  dataset_name=f"multimodal {split}")}
+            bad_ids = {
+                by_path[p]
+                for p in apply_bad_file_policy(bad, on_bad_file, dataset_name=f"multimodal {split}")
+            }
             if bad_ids:
                 excluded += sorted(bad_ids)
                 datasets[split] = MultimodalPatches(root_path, split, exclude=excluded)
@@ -336,18 +349,27 @@ def _generate(source: DataSource) -> Path:
     kwargs: dict[str, Any] = {}
     if gen.cloud_fraction is not None:
         kwargs["cloud_fraction"] = gen.cloud_fraction
-    return generate_multimodal(source.root, samples_per_class=gen.samples_per_class,
-                               seed=gen.seed, size=gen.size or 32, **kwargs)
+    return generate_multimodal(
+        source.root,
+        samples_per_class=gen.samples_per_class,
+        seed=gen.seed,
+        size=gen.size or 32,
+        **kwargs,
+    )
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
     datasets = multimodal_datasets(source.root, splits=splits, exclude=exclude)
     first = next(iter(datasets.values()))
     channels = int(first[0]["image"].shape[0])
-    return WorkloadData(datasets, int(first.num_classes), channels,
-                        s1_channels=int(first.s1_channels),
-                        class_names=tuple(getattr(first, "classes", ())),
-                        excluded_files=list(exclude))
+    return WorkloadData(
+        datasets,
+        int(first.num_classes),
+        channels,
+        s1_channels=int(first.s1_channels),
+        class_names=tuple(getattr(first, "classes", ())),
+        excluded_files=list(exclude),
+    )
 
 
 def _scan_files(source: DataSource) -> BadFileScan:
@@ -366,12 +388,14 @@ def _scan_files(source: DataSource) -> BadFileScan:
 
 
 #: Sentinel-1 + Sentinel-2 pairs in the registry (every pair checked by default).
-MULTIMODAL = register_dataset(DatasetAdapter(
-    name="multimodal",
-    title="multimodal (So2Sat-style) dataset",
-    generate=_generate,
-    open=_open,
-    splits=MULTIMODAL_SPLITS,
-    generate_keys=("samples_per_class", "seed", "size", "cloud_fraction"),
-    scan_files=_scan_files,
-))
+MULTIMODAL = register_dataset(
+    DatasetAdapter(
+        name="multimodal",
+        title="multimodal (So2Sat-style) dataset",
+        generate=_generate,
+        open=_open,
+        splits=MULTIMODAL_SPLITS,
+        generate_keys=("samples_per_class", "seed", "size", "cloud_fraction"),
+        scan_files=_scan_files,
+    )
+)

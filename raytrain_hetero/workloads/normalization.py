@@ -149,8 +149,9 @@ def cached_json(
         pass
     value = compute()
     try:
-        atomic_write_json(path, {"format": _STATS_FORMAT, "key": normal_key, "value": value},
-                          indent=None)
+        atomic_write_json(
+            path, {"format": _STATS_FORMAT, "key": normal_key, "value": value}, indent=None
+        )
         logger.info("cached %s in %s", prefix, path)
     except OSError as exc:
         logger.info("%s not cached (%s is not writable: %s)", prefix, directory, exc)
@@ -203,14 +204,19 @@ class Standardize:
             import torch.nn.functional as F
 
             x = F.interpolate(
-                x[None], size=(self.resize_to, self.resize_to), mode="bilinear",
-                antialias=True, align_corners=False,
+                x[None],
+                size=(self.resize_to, self.resize_to),
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
             )[0]
         out[self.key] = x
         return out
 
     def __repr__(self) -> str:
-        return f"Standardize(bands={self.stats.bands}, key={self.key!r}, resize_to={self.resize_to})"
+        return (
+            f"Standardize(bands={self.stats.bands}, key={self.key!r}, resize_to={self.resize_to})"
+        )
 
 
 def stats_key_for_files(

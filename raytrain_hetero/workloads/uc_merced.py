@@ -76,7 +76,7 @@ UCMERCED_CLASSES: tuple[str, ...] = (
     "mediumresidential", "mobilehomepark", "overpass", "parkinglot", "river", "runway",
     "sparseresidential", "storagetanks", "tenniscourt",
 )  # fmt: skip
-assert UCMERCED_CLASSES == tuple(sorted(UCMERCED_CLASSES))
+assert tuple(sorted(UCMERCED_CLASSES)) == UCMERCED_CLASSES
 UCMERCED_SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 _BASE_DIR = os.path.join("UCMerced_LandUse", "Images")
@@ -156,7 +156,9 @@ def uc_merced_datasets(
             f"{list(split_tuple)}"
         )
     if image_size is not None and (isinstance(image_size, bool) or image_size < 8):
-        raise ConfigError(f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}")
+        raise ConfigError(
+            f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}"
+        )
     root_path = Path(root).expanduser().absolute()
     if not root_path.is_dir():
         raise DataError(_missing_message(root_path, "the directory does not exist"))
@@ -196,8 +198,11 @@ class _Resize:
 
         out = dict(sample)
         out["image"] = F.interpolate(
-            sample["image"][None].float(), size=(self.size, self.size), mode="bilinear",
-            antialias=True, align_corners=False,
+            sample["image"][None].float(),
+            size=(self.size, self.size),
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
         )[0]
         return out
 
@@ -236,15 +241,22 @@ def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 
     gen = source.generate or GenerateOptions()
-    return generate_uc_merced(source.root, samples_per_class=gen.samples_per_class,
-                              seed=gen.seed, size=gen.size or 256)
+    return generate_uc_merced(
+        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 256
+    )
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
-    datasets = uc_merced_datasets(source.root, splits=splits, image_size=source.image_size,
-                                  exclude_files=exclude)
-    return WorkloadData(datasets, len(UCMERCED_CLASSES), 3, class_names=UCMERCED_CLASSES,
-                        excluded_files=list(exclude))
+    datasets = uc_merced_datasets(
+        source.root, splits=splits, image_size=source.image_size, exclude_files=exclude
+    )
+    return WorkloadData(
+        datasets,
+        len(UCMERCED_CLASSES),
+        3,
+        class_names=UCMERCED_CLASSES,
+        excluded_files=list(exclude),
+    )
 
 
 def _scan_files(source: DataSource) -> BadFileScan:
@@ -255,11 +267,13 @@ def _scan_files(source: DataSource) -> BadFileScan:
 
 
 #: UC Merced in the registry (aerial RGB, every file checked before training by default).
-UC_MERCED = register_dataset(DatasetAdapter(
-    name="uc_merced",
-    title="UC Merced",
-    generate=_generate,
-    open=_open,
-    splits=UCMERCED_SPLITS,
-    scan_files=_scan_files,
-))
+UC_MERCED = register_dataset(
+    DatasetAdapter(
+        name="uc_merced",
+        title="UC Merced",
+        generate=_generate,
+        open=_open,
+        splits=UCMERCED_SPLITS,
+        scan_files=_scan_files,
+    )
+)

@@ -18,6 +18,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """A local Ray instance with room for three 1-CPU workers plus helpers."""
@@ -26,8 +28,13 @@ def ray_local():
     if ray.is_initialized():
         ray.shutdown()
     # address="local": a fresh instance even if a `ray start` cluster runs on this machine.
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env=worker_runtime_env())
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=worker_runtime_env(),
+    )
     yield ray
     ray.shutdown()
 
@@ -39,4 +46,6 @@ def run_config(tmp_path):
 
     from ray.train import RunConfig
 
-    return RunConfig(name=f"test-{uuid.uuid4().hex[:8]}", storage_path=str(tmp_path / "ray_results"))
+    return RunConfig(
+        name=f"test-{uuid.uuid4().hex[:8]}", storage_path=str(tmp_path / "ray_results")
+    )

@@ -35,7 +35,9 @@ def test_autoscaler_adds_tagged_nodes_and_the_worker_group_grows(tmp_path):
     state = Path(os.path.join("/tmp", f"rh-as-{os.getpid()}"))  # short: Ray's socket paths
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "autoscaling_demo.py"), "--state-dir", str(state)],
-        capture_output=True, text=True, timeout=840,
+        capture_output=True,
+        text=True,
+        timeout=840,
     )
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-4000:]

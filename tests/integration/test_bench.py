@@ -15,16 +15,32 @@ from raytrain_hetero.bench.suite import EXIT_UNAVAILABLE, format_table
 from raytrain_hetero.bench.suite import main as bench_main
 
 
-def synthetic_records(*, step_s=0.5, eval_s=0.3, slices=(32, 16, 16), factors=(1.0, 2.0, 4.0),
-                      steps=10, evals=((4, 0.5), (9, 0.95))):
+def synthetic_records(
+    *,
+    step_s=0.5,
+    eval_s=0.3,
+    slices=(32, 16, 16),
+    factors=(1.0, 2.0, 4.0),
+    steps=10,
+    evals=((4, 0.5), (9, 0.95)),
+):
     """Three ranks; rank 0 evaluates after the given steps (accuracy as given)."""
     records = [{"event": "start", "rank": 0, "time": 0.0, "pid": "1"}]
     t = 10.0
     eval_at = dict(evals)
     for step in range(steps):
         for rank in range(3):
-            record = {"step": step, "epoch": 0, "rank": rank, "world": 3, "slice": slices[rank],
-                      "factor": factors[rank], "worker": f"w{rank}", "time": t, "pid": str(rank + 1)}
+            record = {
+                "step": step,
+                "epoch": 0,
+                "rank": rank,
+                "world": 3,
+                "slice": slices[rank],
+                "factor": factors[rank],
+                "worker": f"w{rank}",
+                "time": t,
+                "pid": str(rank + 1),
+            }
             if step == 0:
                 record["first_batch_time"] = t - step_s
             if rank == 0 and step in eval_at:
@@ -72,10 +88,15 @@ def test_phases_split_the_figures_at_an_injected_slowdown():
     for r in records:
         if r.get("step", -1) >= 6 and r["rank"] == 0:
             r["factor"] = 3.0
-    alone = {(1.0, 32, "w0"): 128.0, (3.0, 32, "w0"): 64.0, (2.0, 16, "w1"): 64.0,
-             (4.0, 16, "w2"): 64.0}
-    figures = fit_figures(records, global_batch_size=64, target_accuracy=0.9, alone=alone,
-                          phase_step=6)
+    alone = {
+        (1.0, 32, "w0"): 128.0,
+        (3.0, 32, "w0"): 64.0,
+        (2.0, 16, "w1"): 64.0,
+        (4.0, 16, "w2"): 64.0,
+    }
+    figures = fit_figures(
+        records, global_batch_size=64, target_accuracy=0.9, alone=alone, phase_step=6
+    )
     assert figures["efficiency_before"] == pytest.approx(0.5)
     assert figures["efficiency_after"] == pytest.approx((64 / 192) / 0.5)
 
@@ -83,8 +104,10 @@ def test_phases_split_the_figures_at_an_injected_slowdown():
 def test_a_restarted_process_is_its_own_timeline():
     records = synthetic_records(evals=())
     # A second rank-0 process resumes at step 8 after a restart (steps 8, 9 repeated later).
-    records += [{"step": s, "rank": 0, "world": 3, "slice": 32, "time": 100.0 + (s - 8),
-                 "pid": "99"} for s in (8, 9, 10, 11, 12)]
+    records += [
+        {"step": s, "rank": 0, "world": 3, "slice": 32, "time": 100.0 + (s - 8), "pid": "99"}
+        for s in (8, 9, 10, 11, 12)
+    ]
     figures = fit_figures(records, global_batch_size=64, target_accuracy=0.9, skip_steps=2)
     # Process 1: steps 2..9 (8 gaps of 0.5 s); process 2: steps 10..12 (3 gaps of 1 s).
     assert figures["counted_steps"] == 11
@@ -93,19 +116,37 @@ def test_a_restarted_process_is_its_own_timeline():
 
 
 def fit(contender, samples_per_s, tta, accuracy, efficiency=0.9):
-    return {"contender": contender, "counted": True, "wall_s": 10.0,
-            "figures": {"samples_per_s": samples_per_s, "tta_s": tta, "tta_total_s": tta + 1,
-                        "final_accuracy": accuracy, "efficiency": efficiency,
-                        "steps_to_target": 10}}
+    return {
+        "contender": contender,
+        "counted": True,
+        "wall_s": 10.0,
+        "figures": {
+            "samples_per_s": samples_per_s,
+            "tta_s": tta,
+            "tta_total_s": tta + 1,
+            "final_accuracy": accuracy,
+            "efficiency": efficiency,
+            "steps_to_target": 10,
+        },
+    }
 
 
 def test_summary_medians_ratios_and_target_verdicts():
-    fits = [fit("stock", 100, 30, 0.950), fit("stock", 120, 28, 0.950), fit("stock", 80, 32, 0.950),
-            fit("hetero", 250, 12, 0.952, 0.97), fit("hetero", 230, 13, 0.952, 0.96),
-            fit("hetero", 240, 14, 0.952, 0.99),
-            fit("hdp", 240, 10, 0.900), fit("hdp", 240, 10, 0.900), fit("hdp", 240, 10, 0.900)]
-    targets = (Target("efficiency", ">=", 0.95, ("hetero", "hdp"), "eff"),
-               Target("tta_speedup", ">=", 2.1, ("hetero", "hdp"), "tta"))
+    fits = [
+        fit("stock", 100, 30, 0.950),
+        fit("stock", 120, 28, 0.950),
+        fit("stock", 80, 32, 0.950),
+        fit("hetero", 250, 12, 0.952, 0.97),
+        fit("hetero", 230, 13, 0.952, 0.96),
+        fit("hetero", 240, 14, 0.952, 0.99),
+        fit("hdp", 240, 10, 0.900),
+        fit("hdp", 240, 10, 0.900),
+        fit("hdp", 240, 10, 0.900),
+    ]
+    targets = (
+        Target("efficiency", ">=", 0.95, ("hetero", "hdp"), "eff"),
+        Target("tta_speedup", ">=", 2.1, ("hetero", "hdp"), "tta"),
+    )
     summary = summarize(fits, ["stock", "hdp", "hetero"], targets)
     rows = summary["contenders"]
     assert rows["stock"]["samples_per_s"] == 100
@@ -120,11 +161,15 @@ def test_summary_medians_ratios_and_target_verdicts():
     assert rows["hdp"]["tta_speedup"] == pytest.approx(3.0)
     assert verdicts[("hdp", "tta_speedup")] is False
 
-    result = {"scenario": "hetero3", "description": "d", "emulated": True,
-              "options": {"repeats": 3, "global_batch_size": 192, "width": 32,
-                          "target_accuracy": 0.9},
-              "machine": {"cpu_model": "cpu", "usable_cpus": 2, "load_average": [1.0]},
-              "fits": fits, "summary": summary}
+    result = {
+        "scenario": "hetero3",
+        "description": "d",
+        "emulated": True,
+        "options": {"repeats": 3, "global_batch_size": 192, "width": 32, "target_accuracy": 0.9},
+        "machine": {"cpu_model": "cpu", "usable_cpus": 2, "load_average": [1.0]},
+        "fits": fits,
+        "summary": summary,
+    }
     table = format_table(result)
     for name in ("stock", "hdp", "hetero"):
         assert f"\n{name} " in table
@@ -188,8 +233,9 @@ def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
 
     data = prepare_bench_data(tmp_path, samples_per_class=3)
     assert data.train_limit(8) % 8 == 0
-    fast, slow = measure_alone(data.__dict__, 8, 0, [{"factor": 1.0, "slice": 8},
-                                                     {"factor": 4.0, "slice": 8}], steps=3)
+    fast, slow = measure_alone(
+        data.__dict__, 8, 0, [{"factor": 1.0, "slice": 8}, {"factor": 4.0, "slice": 8}], steps=3
+    )
     assert fast > 0 and slow > 0
     assert slow < 0.75 * fast
 
@@ -197,11 +243,30 @@ def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
 @pytest.mark.ray
 def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys):
     out = tmp_path / "out"
-    code = bench_main([
-        "hetero3", "--repeats", "1", "--no-warmup", "--width", "8", "--batch", "24",
-        "--samples-per-class", "20", "--epochs", "2", "--eval-every", "5",
-        "--alone-steps", "1", "--data-root", str(tmp_path / "data"), "--output", str(out),
-    ])
+    code = bench_main(
+        [
+            "hetero3",
+            "--repeats",
+            "1",
+            "--no-warmup",
+            "--width",
+            "8",
+            "--batch",
+            "24",
+            "--samples-per-class",
+            "20",
+            "--epochs",
+            "2",
+            "--eval-every",
+            "5",
+            "--alone-steps",
+            "1",
+            "--data-root",
+            str(tmp_path / "data"),
+            "--output",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "targets:" in printed and "EMULATED" in printed

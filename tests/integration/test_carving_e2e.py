@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 from ray.train import FailureConfig, RunConfig
+from train_loops import ledger_loop
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
-from train_loops import ledger_loop
 
 pytestmark = pytest.mark.ray
 
@@ -28,8 +28,14 @@ def test_ledger_exactly_once_across_replan_and_mid_epoch_resume(ray_local, tmp_p
     out = tmp_path / "ledger"
     out.mkdir()
     # 70 samples, B=16, 3 workers: steps of 16,16,16,16 and a short 6 (>= 3, its own step).
-    config = {"size": 70, "epochs": 2, "out": str(out), "replan_at": 1, "new_shares": [3.0, 2.0, 1.0],
-              "checkpoint_at": 7}
+    config = {
+        "size": 70,
+        "epochs": 2,
+        "out": str(out),
+        "replan_at": 1,
+        "new_shares": [3.0, 2.0, 1.0],
+        "checkpoint_at": 7,
+    }
     trainer = HeteroTrainer(
         ledger_loop,
         train_loop_config=config,
@@ -37,7 +43,8 @@ def test_ledger_exactly_once_across_replan_and_mid_epoch_resume(ray_local, tmp_p
         global_batch_size=16,
         fixed_shares=[1.0, 2.0, 3.0],
         run_config=RunConfig(
-            name="ledger", storage_path=str(tmp_path / "results"),
+            name="ledger",
+            storage_path=str(tmp_path / "results"),
             failure_config=FailureConfig(max_failures=1),
         ),
     )
@@ -54,10 +61,14 @@ def test_ledger_exactly_once_across_replan_and_mid_epoch_resume(ray_local, tmp_p
         ids = Counter(i for e in entries if e["epoch"] == epoch for i in e["ids"])
         assert sorted(ids) == list(range(70)), f"epoch {epoch} missed samples"
         assert max(ids.values()) == 1, f"epoch {epoch} repeated samples"
+
     # Slices: shares 1:2:3 for steps 0-1, the new plan 3:2:1 from step 2 on, on every rank.
     def slices_at(step):
-        return [len(e["ids"]) for e in sorted(
-            (e for e in entries if e["step"] == step), key=lambda e: e["rank"])]
+        return [
+            len(e["ids"])
+            for e in sorted((e for e in entries if e["step"] == step), key=lambda e: e["rank"])
+        ]
+
     assert slices_at(0) == slices_at(1) == [3, 5, 8]
     assert slices_at(2) == [8, 5, 3]
     assert slices_at(4) == [3, 2, 1]  # the short last step of epoch 0, still under 3:2:1

@@ -20,13 +20,24 @@ EXAMPLE = REPO / "examples" / "configs" / "eurosat_local.yaml"
 def test_train_writes_outputs_and_prints_accuracy(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    code = main([
-        "train", "--config", str(EXAMPLE), "--output", str(out), "--no-progress",
-        "--set", "data.generate.samples_per_class=30",
-        "--set", "train.epochs=2",
-        "--set", "train.global_batch_size=48",
-        "--set", "model.width=8",
-    ])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(EXAMPLE),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--set",
+            "data.generate.samples_per_class=30",
+            "--set",
+            "train.epochs=2",
+            "--set",
+            "train.global_batch_size=48",
+            "--set",
+            "model.width=8",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "final validation accuracy:" in printed
@@ -64,10 +75,19 @@ def test_unknown_key_is_one_clear_error(tmp_path, capsys):
 def test_missing_data_root_names_the_path_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     missing = tmp_path / "no_such_eurosat"
-    code = main([
-        "train", "--config", str(EXAMPLE), "--output", str(out),
-        "--set", f"data.root={missing}", "--set", "data.generate=null",
-    ])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(EXAMPLE),
+            "--output",
+            str(out),
+            "--set",
+            f"data.root={missing}",
+            "--set",
+            "data.generate=null",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert str(missing) in err
@@ -77,7 +97,9 @@ def test_missing_data_root_names_the_path_and_writes_nothing(tmp_path, capsys):
 def test_console_script_help_runs():
     done = subprocess.run(
         [sys.executable, "-m", "raytrain_hetero", "train", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "--config" in done.stdout
 
@@ -85,13 +107,21 @@ def test_console_script_help_runs():
 @pytest.mark.ray
 def test_probe_prints_each_worker_and_the_plan(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = main([
-        "probe", "--config", str(EXAMPLE),
-        "--set", "data.generate.samples_per_class=12",
-        "--set", "train.global_batch_size=24",
-        "--set", "model.width=8",
-        "--set", "probe.calibration_steps=1",
-    ])
+    code = main(
+        [
+            "probe",
+            "--config",
+            str(EXAMPLE),
+            "--set",
+            "data.generate.samples_per_class=12",
+            "--set",
+            "train.global_batch_size=24",
+            "--set",
+            "model.width=8",
+            "--set",
+            "probe.calibration_steps=1",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     for name in ("fast", "medium", "slow"):

@@ -17,10 +17,10 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
-
 from ray_env import worker_runtime_env
-from raytrain_hetero import HeteroTrainer, WorkerSpec
 from train_loops import live_loop
+
+from raytrain_hetero import HeteroTrainer, WorkerSpec
 
 pytestmark = pytest.mark.ray
 
@@ -70,14 +70,24 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, tmp_path):
     size = 480  # B=48: 10 steps per epoch
     trainer = HeteroTrainer(
         live_loop,
-        train_loop_config={"size": size, "epochs": 40, "out": str(out), "checkpoint_every": 2,
-                           "stop_at_world": 3, "steps_at_full": 4, "step_sleep_s": 0.05},
+        train_loop_config={
+            "size": size,
+            "epochs": 40,
+            "out": str(out),
+            "checkpoint_every": 2,
+            "stop_at_world": 3,
+            "steps_at_full": 4,
+            "step_sleep_s": 0.05,
+        },
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
         global_batch_size=48,
         min_workers=2,
         elastic_resize_monitor_interval_s=1.0,
-        run_config=RunConfig(name="join", storage_path=str(tmp_path / "results"),
-                             failure_config=FailureConfig(max_failures=3)),
+        run_config=RunConfig(
+            name="join",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=3),
+        ),
     )
     joined = threading.Event()
 
@@ -100,7 +110,7 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, tmp_path):
     kept, groups = committed_ledger(out)
     assert len(groups) >= 2
     epochs = sorted({e["epoch"] for e in kept})
-    full_epochs = [e for e in epochs[:-1]]  # the last epoch may stop early by design
+    full_epochs = list(epochs[:-1])  # the last epoch may stop early by design
     assert full_epochs, "expected at least one complete epoch"
     assert_exactly_once(kept, size, full_epochs)
 
@@ -117,8 +127,11 @@ def _crash_run(tmp_path, name, crash):
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
         global_batch_size=48,
         fixed_shares=[1.0, 2.0, 3.0],
-        run_config=RunConfig(name=name, storage_path=str(tmp_path / "results"),
-                             failure_config=FailureConfig(max_failures=2)),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=2),
+        ),
     )
     result = trainer.fit()
     assert result.error is None
@@ -152,14 +165,22 @@ def test_losing_a_node_shrinks_the_group_and_the_run_completes(cluster, tmp_path
     size = 480
     trainer = HeteroTrainer(
         live_loop,
-        train_loop_config={"size": size, "epochs": 3, "out": str(out), "checkpoint_every": 2,
-                           "step_sleep_s": 0.05},
+        train_loop_config={
+            "size": size,
+            "epochs": 3,
+            "out": str(out),
+            "checkpoint_every": 2,
+            "step_sleep_s": 0.05,
+        },
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
         global_batch_size=48,
         min_workers=2,
         elastic_resize_monitor_interval_s=1.0,
-        run_config=RunConfig(name="leave", storage_path=str(tmp_path / "results"),
-                             failure_config=FailureConfig(max_failures=3)),
+        run_config=RunConfig(
+            name="leave",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=3),
+        ),
     )
     removed = threading.Event()
 
@@ -173,5 +194,5 @@ def test_losing_a_node_shrinks_the_group_and_the_run_completes(cluster, tmp_path
     assert removed.is_set()
     worlds = [r.world_size for r in sorted(trainer.step_records, key=lambda r: r.step)]
     assert worlds[0] == 3 and worlds[-1] == 2
-    kept, groups = committed_ledger(out)
+    kept, _groups = committed_ledger(out)
     assert_exactly_once(kept, size, [0, 1, 2])

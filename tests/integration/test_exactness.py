@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from train_loops import bn_model, flat_params, make_regression_data, plain_model, trajectory_loop
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.core.carving import EpochCarver
-from train_loops import bn_model, flat_params, make_regression_data, plain_model, trajectory_loop
 
 pytestmark = pytest.mark.ray
 
@@ -90,8 +90,12 @@ def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_c
 def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):
     config = dict(size=101, batch=24, epochs=2, lr=0.5, dtype="float64", models=["plain"])
     params, _, _ = run_trajectory(
-        tmp_path, run_config, workers=THREE_WORKERS, shares=[1.0, 2.0, 5.0],
-        weighting="uniform", **config
+        tmp_path,
+        run_config,
+        workers=THREE_WORKERS,
+        shares=[1.0, 2.0, 5.0],
+        weighting="uniform",
+        **config,
     )
     want = reference_trajectory(
         plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
@@ -103,12 +107,14 @@ def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config)
 
 def test_trajectory_one_worker_vs_three_uneven_float32(ray_local, tmp_path, run_config, request):
     # 3 epochs of 330 samples at B=32: 11 steps per epoch (tail of 10 is its own step).
-    config = dict(size=330, batch=32, epochs=3, lr=0.2, dtype="float32", models=["plain", "bn"],
-                  max_steps=30)
+    config = dict(
+        size=330, batch=32, epochs=3, lr=0.2, dtype="float32", models=["plain", "bn"], max_steps=30
+    )
     one, _, _ = run_trajectory(
         tmp_path, run_config, workers=[WorkerSpec(name="solo")], shares=None, **config
     )
     from ray.train import RunConfig
+
     three, _, _ = run_trajectory(
         tmp_path,
         RunConfig(name=run_config.name + "-3", storage_path=run_config.storage_path),
@@ -124,7 +130,13 @@ def test_trajectory_one_worker_vs_three_uneven_float32(ray_local, tmp_path, run_
         assert relative_errors(one[name][-1:], one[name][:1])[0] > 1e-2
     # And the BN model equals a plain torch one-device run (running stats included).
     want = reference_trajectory(
-        bn_model, size=330, batch=32, epochs=3, lr=0.2, dtype=torch.float32, min_step_size=3,
+        bn_model,
+        size=330,
+        batch=32,
+        epochs=3,
+        lr=0.2,
+        dtype=torch.float32,
+        min_step_size=3,
         max_steps=30,
     )
     assert relative_errors(three["bn"], want).max() <= 1e-4

@@ -28,8 +28,12 @@ SCENE = {"height": 24, "width": 28, "spectral_bands": 12, "classes": 4}
 def scene_job(tmp_path: Path, slowdowns=(1.0, 3.0)) -> dict:
     return {
         "name": "predict-test",
-        "data": {"dataset": "hyperspectral", "root": str(tmp_path / "scene"), "generate": SCENE,
-                 "hyperspectral": {"patch_size": 3, "block_size": 8}},
+        "data": {
+            "dataset": "hyperspectral",
+            "root": str(tmp_path / "scene"),
+            "generate": SCENE,
+            "hyperspectral": {"patch_size": 3, "block_size": 8},
+        },
         "model": {"name": "cnn3d", "width": 4},
         "workers": [
             {"name": "fast", "resources": {"CPU": 1}, "emulated_slowdown": slowdowns[0]},
@@ -40,7 +44,9 @@ def scene_job(tmp_path: Path, slowdowns=(1.0, 3.0)) -> dict:
     }
 
 
-def save_checkpoint(job: JobConfig, path: Path, *, train_steps: int = 0, meta: dict | None = None) -> Path:
+def save_checkpoint(
+    job: JobConfig, path: Path, *, train_steps: int = 0, meta: dict | None = None
+) -> Path:
     """A checkpoint in the trainer's format (a briefly trained real model)."""
     generate_configured_dataset(job.data)
     workload = open_configured_datasets(job.data, ("train",))
@@ -59,18 +65,26 @@ def save_checkpoint(job: JobConfig, path: Path, *, train_steps: int = 0, meta: d
             if step == train_steps:
                 break
     if meta is None:
-        meta = {"dataset": job.data.dataset, "in_channels": workload.in_channels,
-                "num_classes": workload.num_classes}
+        meta = {
+            "dataset": job.data.dataset,
+            "in_channels": workload.in_channels,
+            "num_classes": workload.num_classes,
+        }
     path.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": meta},
-               path / "model.pt")
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": meta},
+        path / "model.pt",
+    )
     return path
 
 
 def test_plan_sizes_batches_and_shares_by_speed() -> None:
     specs = [WorkerSpec(name="gpu", count=2), WorkerSpec(name="cpu", count=1)]
     plan = plan_actor_pools(specs, [300.0, 100.0], total=1000, batch_size=90, mode="proportional")
-    assert [(p.worker, p.batch_size, p.samples) for p in plan] == [("gpu", 90, 857), ("cpu", 30, 143)]
+    assert [(p.worker, p.batch_size, p.samples) for p in plan] == [
+        ("gpu", 90, 857),
+        ("cpu", 30, 143),
+    ]
     # Every actor then runs about the same number of batches: 857/2/90 ~ 143/30 ~ 4.8.
     equal = plan_actor_pools(specs, [300.0, 100.0], total=1000, batch_size=90, mode="equal")
     assert [(p.batch_size, p.samples) for p in equal] == [(90, 667), (90, 333)]
@@ -79,7 +93,9 @@ def test_plan_sizes_batches_and_shares_by_speed() -> None:
 
 
 @pytest.mark.ray
-def test_cli_predicts_a_scene_with_proportional_batches(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_cli_predicts_a_scene_with_proportional_batches(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     # Runs before the module's shared Ray: the CLI starts (and stops) its own.
     monkeypatch.chdir(tmp_path)
     raw = scene_job(tmp_path)
@@ -88,8 +104,19 @@ def test_cli_predicts_a_scene_with_proportional_batches(tmp_path: Path, capsys, 
     job = JobConfig.model_validate(raw)
     checkpoint = save_checkpoint(job, tmp_path / "ckpt", train_steps=30)
     out = tmp_path / "pred"
-    code = main(["predict", "--config", str(config), "--checkpoint", str(checkpoint),
-                 "--output", str(out), "--batch-size", "64"])
+    code = main(
+        [
+            "predict",
+            "--config",
+            str(config),
+            "--checkpoint",
+            str(checkpoint),
+            "--output",
+            str(out),
+            "--batch-size",
+            "64",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "predict (proportional)" in printed and "samples/s" in printed
@@ -103,13 +130,17 @@ def test_cli_predicts_a_scene_with_proportional_batches(tmp_path: Path, capsys, 
     assert plan["fast"]["batch_size"] == 64 > plan["slow"]["batch_size"]
     assert plan["fast"]["samples"] > plan["slow"]["samples"]
     for name, rows in table.groupby("worker"):
-        assert set(rows["batch_size"]) <= {plan[name]["batch_size"], *range(1, plan[name]["batch_size"])}
+        assert set(rows["batch_size"]) <= {
+            plan[name]["batch_size"],
+            *range(1, plan[name]["batch_size"]),
+        }
     with rasterio.open(out / "class_map.tif") as src:
         class_map = src.read(1)
     assert class_map.shape == (24, 28) and class_map.min() >= 1 and class_map.max() <= 4
     labelled = table[table["label"] >= 0]
     assert summary["accuracy_on_labelled"] == pytest.approx(
-        float((labelled["prediction"] == labelled["label"]).mean()))
+        float((labelled["prediction"] == labelled["label"]).mean())
+    )
     assert summary["accuracy_on_labelled"] > 0.4  # 30 steps of training, 4 classes
 
 
@@ -117,15 +148,25 @@ def test_cli_predicts_a_scene_with_proportional_batches(tmp_path: Path, capsys, 
 def test_single_actor_baseline_on_a_test_split(ray_local, tmp_path: Path) -> None:
     # The equal plan runs through the same code as the proportional one (plans: see above).
     raw = {
-        "data": {"dataset": "multimodal", "root": str(tmp_path / "mm"),
-                 "generate": {"samples_per_class": 10, "size": 16}},
+        "data": {
+            "dataset": "multimodal",
+            "root": str(tmp_path / "mm"),
+            "generate": {"samples_per_class": 10, "size": 16},
+        },
         "model": {"name": "fusion_cnn", "width": 8},
         "workers": [{"name": "a", "resources": {"CPU": 1}}, {"name": "b", "resources": {"CPU": 1}}],
     }
     job = JobConfig.model_validate(raw)
     checkpoint = save_checkpoint(job, tmp_path / "ckpt")
-    single = run_predict(job, checkpoint, output_dir=tmp_path / "one", mode="single", batch_size=4,
-                         speeds=[10.0, 50.0], quiet=True)
+    single = run_predict(
+        job,
+        checkpoint,
+        output_dir=tmp_path / "one",
+        mode="single",
+        batch_size=4,
+        speeds=[10.0, 50.0],
+        quiet=True,
+    )
     assert single["split"] == "test" and single["samples"] == 14
     assert [(p["worker"], p["actors"], p["samples"]) for p in single["plan"]] == [("b", 1, 14)]
     assert single["workers"][0]["batches"] == 4 and single["samples_per_s"] > 0
@@ -136,8 +177,12 @@ def test_single_actor_baseline_on_a_test_split(ray_local, tmp_path: Path) -> Non
 
 def test_checkpoint_problems_stop_before_any_actor(tmp_path: Path) -> None:
     job = JobConfig.model_validate(scene_job(tmp_path))
-    wrong_bands = save_checkpoint(job, tmp_path / "wrong", meta={"in_channels": 200, "num_classes": 4})
-    with pytest.raises(DataError, match=r"band-count mismatch: .*trained on 200 band\(s\) .* data has 12"):
+    wrong_bands = save_checkpoint(
+        job, tmp_path / "wrong", meta={"in_channels": 200, "num_classes": 4}
+    )
+    with pytest.raises(
+        DataError, match=r"band-count mismatch: .*trained on 200 band\(s\) .* data has 12"
+    ):
         run_predict(job, wrong_bands, output_dir=tmp_path / "o")
     # Without recorded metadata the first layer's shape gives the mismatch away.
     raw = scene_job(tmp_path)

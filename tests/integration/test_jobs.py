@@ -20,7 +20,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from local_cluster_helper import load_local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +49,7 @@ def cluster():
 def _http_status(url: str, headers: dict[str, str] | None = None) -> int:
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -90,18 +89,41 @@ def test_ray_job_submit_trains_on_the_tagged_pools(cluster, tmp_path):
     env.update(cluster.client_env())
     submitted = subprocess.run(
         [
-            "ray", "job", "submit", "--no-wait", "--working-dir", ".", "--",
-            "raytrain-hetero", "train", "--config", "configs/cluster.yaml", "--no-progress",
-            "--output", str(out), "--set", f"data.root={data}",
-            "--set", "data.generate.samples_per_class=20", "--set", "train.epochs=1",
-            "--set", "train.fixed_shares=[2,1]",  # skip probing: keeps the test short
+            "ray",
+            "job",
+            "submit",
+            "--no-wait",
+            "--working-dir",
+            ".",
+            "--",
+            "raytrain-hetero",
+            "train",
+            "--config",
+            "configs/cluster.yaml",
+            "--no-progress",
+            "--output",
+            str(out),
+            "--set",
+            f"data.root={data}",
+            "--set",
+            "data.generate.samples_per_class=20",
+            "--set",
+            "train.epochs=1",
+            "--set",
+            "train.fixed_shares=[2,1]",  # skip probing: keeps the test short
         ],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=120,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = next(
-        word.strip("'\"") for line in submitted.stdout.splitlines() + submitted.stderr.splitlines()
-        for word in line.split() if word.strip("'\"").startswith("raysubmit_")
+        word.strip("'\"")
+        for line in submitted.stdout.splitlines() + submitted.stderr.splitlines()
+        for word in line.split()
+        if word.strip("'\"").startswith("raysubmit_")
     )
 
     client = JobSubmissionClient(cluster.dashboard_url, headers=cluster.auth_headers())
@@ -123,4 +145,8 @@ def test_ray_job_submit_trains_on_the_tagged_pools(cluster, tmp_path):
     assert 0.0 <= summary["final_val_accuracy"] <= 1.0
     # The head offers no CPU: both workers ran on the labelled pool nodes.
     nodes = {n["node_id"]: n for n in cluster.alive_nodes()}
-    assert sorted(n["labels"].get("pool", "head") for n in nodes.values()) == ["fast", "head", "slow"]
+    assert sorted(n["labels"].get("pool", "head") for n in nodes.values()) == [
+        "fast",
+        "head",
+        "slow",
+    ]

@@ -8,15 +8,19 @@ from collections import Counter
 
 import pytest
 from ray.train import RunConfig
+from train_loops import live_loop
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.driver.scheduler import lookup_scheduler
-from train_loops import live_loop
 
 pytestmark = pytest.mark.ray
 
-FAST_POLICY = {"window_steps": 4, "confirm_windows": 2, "min_steps_between_replans": 4,
-               "improvement_threshold": 0.15}
+FAST_POLICY = {
+    "window_steps": 4,
+    "confirm_windows": 2,
+    "min_steps_between_replans": 4,
+    "improvement_threshold": 0.15,
+}
 
 
 def read_ledger(out):

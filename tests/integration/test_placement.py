@@ -8,11 +8,11 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 from ray.train import RunConfig
-
 from ray_env import worker_runtime_env
+from train_loops import placement_loop
+
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.driver.backend import common_resources, extra_resources
-from train_loops import placement_loop
 
 pytestmark = pytest.mark.ray
 
@@ -36,10 +36,16 @@ def test_each_worker_lands_where_its_spec_says(two_pool_cluster, tmp_path):
     out.mkdir()
     workers = [
         # Needs a 2nd CPU and the node's tag beyond the common {CPU: 1}: held by a lease.
-        WorkerSpec(name="fast", resources={"CPU": 2, "fast_tag": 1},
-                   label_selector={"pool": "fast"}),
-        WorkerSpec(name="slow", count=2, resources={"CPU": 1}, label_selector={"pool": "slow"},
-                   emulated_slowdown=2.0),
+        WorkerSpec(
+            name="fast", resources={"CPU": 2, "fast_tag": 1}, label_selector={"pool": "fast"}
+        ),
+        WorkerSpec(
+            name="slow",
+            count=2,
+            resources={"CPU": 1},
+            label_selector={"pool": "slow"},
+            emulated_slowdown=2.0,
+        ),
     ]
     trainer = HeteroTrainer(
         placement_loop,
@@ -71,8 +77,9 @@ def test_unsatisfiable_lease_names_worker_and_resources(two_pool_cluster, tmp_pa
     monkeypatch.setattr(backend, "LEASE_TIMEOUT_S", 3.0)
     workers = [
         # The slow pool has no fast_tag: the lease cannot be granted there.
-        WorkerSpec(name="greedy", resources={"CPU": 1, "fast_tag": 1},
-                   label_selector={"pool": "slow"}),
+        WorkerSpec(
+            name="greedy", resources={"CPU": 1, "fast_tag": 1}, label_selector={"pool": "slow"}
+        ),
         WorkerSpec(name="plain", resources={"CPU": 1}, label_selector={"pool": "slow"}),
     ]
     trainer = HeteroTrainer(
@@ -87,7 +94,7 @@ def test_unsatisfiable_lease_names_worker_and_resources(two_pool_cluster, tmp_pa
     try:
         result = trainer.fit()
         result_error = result.error
-    except Exception as exc:  # Ray Train may raise or return the error
+    except Exception as exc:  # noqa: BLE001 - Ray Train may raise or return the error
         result_error = exc
     assert result_error is not None
     text = str(result_error)

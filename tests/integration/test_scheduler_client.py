@@ -17,9 +17,23 @@ from raytrain_hetero.worker.scheduler_client import SchedulerClient
 
 def _record(step: int, rank: int = 0, group: str = "g") -> StepRecord:
     return StepRecord(
-        step=step, epoch=0, rank=rank, worker="a", device="cpu", slice=8, weight=0.5,
-        compute_s=0.01, load_s=0.0, busy_s=0.01, samples_per_s=800.0, loss=1.0,
-        global_samples_per_s=1000.0, plan_version=1, group=group, world_size=2, wall_s=0.02,
+        step=step,
+        epoch=0,
+        rank=rank,
+        worker="a",
+        device="cpu",
+        slice=8,
+        weight=0.5,
+        compute_s=0.01,
+        load_s=0.0,
+        busy_s=0.01,
+        samples_per_s=800.0,
+        loss=1.0,
+        global_samples_per_s=1000.0,
+        plan_version=1,
+        group=group,
+        world_size=2,
+        wall_s=0.02,
         time=time.time(),
     )
 
@@ -36,8 +50,9 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
     run_id = uuid.uuid4().hex[:8]
     actor = create_scheduler(run_id)
     ray.get(actor.register_group.remote("g", 2))
-    client = SchedulerClient(scheduler_actor_name(run_id), SCHEDULER_NAMESPACE,
-                             group_id="g", world_size=2)
+    client = SchedulerClient(
+        scheduler_actor_name(run_id), SCHEDULER_NAMESPACE, group_id="g", world_size=2
+    )
     for step in range(3):
         client.add(_record(step))
     client.flush(wait=True)
@@ -69,8 +84,13 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
 
 
 def test_without_an_actor_records_stay_buffered_within_the_bound(ray_local):
-    client = SchedulerClient("raytrain_hetero_scheduler:absent", SCHEDULER_NAMESPACE,
-                             group_id="g", world_size=2, max_buffer=3)
+    client = SchedulerClient(
+        "raytrain_hetero_scheduler:absent",
+        SCHEDULER_NAMESPACE,
+        group_id="g",
+        world_size=2,
+        max_buffer=3,
+    )
     for step in range(5):
         client.add(_record(step))
     client.flush(wait=True)

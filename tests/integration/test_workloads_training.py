@@ -10,26 +10,35 @@ import torch
 
 from raytrain_hetero import HeteroTrainer
 from raytrain_hetero.app.config import JobConfig
-from raytrain_hetero.errors import DataError
 from raytrain_hetero.app.job import classification_loop, prepare_dataset
+from raytrain_hetero.errors import DataError
 
 TWO_WORKERS = [{"name": "fast", "resources": {"CPU": 1}}, {"name": "slow", "resources": {"CPU": 1}}]
 
 WORKLOADS = {
     "uc_merced": {
-        "data": {"dataset": "uc_merced", "generate": {"samples_per_class": 5, "size": 32},
-                 "image_size": 32, "cache": True},
+        "data": {
+            "dataset": "uc_merced",
+            "generate": {"samples_per_class": 5, "size": 32},
+            "image_size": 32,
+            "cache": True,
+        },
         "model": {"name": "small_cnn", "width": 8},
     },
     "hyperspectral": {
-        "data": {"dataset": "hyperspectral",
-                 "generate": {"height": 32, "width": 32, "spectral_bands": 16, "classes": 4},
-                 "hyperspectral": {"patch_size": 5, "block_size": 8}},
+        "data": {
+            "dataset": "hyperspectral",
+            "generate": {"height": 32, "width": 32, "spectral_bands": 16, "classes": 4},
+            "hyperspectral": {"patch_size": 5, "block_size": 8},
+        },
         "model": {"name": "cnn3d", "width": 4},
     },
     "multimodal": {
-        "data": {"dataset": "multimodal", "generate": {"samples_per_class": 8, "size": 16},
-                 "cache": True},
+        "data": {
+            "dataset": "multimodal",
+            "generate": {"samples_per_class": 8, "size": 16},
+            "cache": True,
+        },
         "model": {"name": "fusion_cnn", "width": 8},
     },
 }
@@ -52,7 +61,9 @@ def make_job(kind: str, root: Path, **changes) -> JobConfig:
 
 @pytest.mark.ray
 @pytest.mark.parametrize("kind", list(WORKLOADS))
-def test_workload_trains_through_hetero_trainer(kind, ray_local, run_config, tmp_path: Path) -> None:
+def test_workload_trains_through_hetero_trainer(
+    kind, ray_local, run_config, tmp_path: Path
+) -> None:
     job = make_job(kind, tmp_path / "data")
     sizes = prepare_dataset(job)  # generates the data in its real format, checks it
     assert sizes["train"] >= 2 * 12
@@ -79,11 +90,16 @@ def test_workload_trains_through_hetero_trainer(kind, ray_local, run_config, tmp
 
 def test_band_mismatch_is_reported_before_training(tmp_path: Path) -> None:
     job = make_job("uc_merced", tmp_path / "data", model={"in_channels": 13})
-    with pytest.raises(DataError, match=r"band-count mismatch: .*data has 3 band\(s\) per sample but "
-                                        r"model.in_channels is 13.*Fix"):
+    with pytest.raises(
+        DataError,
+        match=r"band-count mismatch: .*data has 3 band\(s\) per sample but "
+        r"model.in_channels is 13.*Fix",
+    ):
         prepare_dataset(job)
     job = make_job("hyperspectral", tmp_path / "hs", model={"in_channels": 200})
-    with pytest.raises(DataError, match=r"has 16 band\(s\) per sample but model.in_channels is 200"):
+    with pytest.raises(
+        DataError, match=r"has 16 band\(s\) per sample but model.in_channels is 200"
+    ):
         prepare_dataset(job)
 
 

@@ -115,7 +115,10 @@ def ledger_loop(config: dict) -> None:
                         {"model": model.module.state_dict(), "optim": optim.state_dict()},
                         os.path.join(d, "model.pt"),
                     )
-                    rh.report({"step": step}, checkpoint=__import__("ray").train.Checkpoint.from_directory(d))
+                    rh.report(
+                        {"step": step},
+                        checkpoint=__import__("ray").train.Checkpoint.from_directory(d),
+                    )
                 if not fail_marker.exists():
                     __import__("torch.distributed").distributed.barrier()
                     if info["rank"] == 0:
@@ -153,8 +156,10 @@ def wide_model(features: int, classes: int) -> torch.nn.Module:
     """An MLP with real per-sample work (~1 ms per sample per thread), so speeds are measurable."""
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Linear(features, 768), torch.nn.ReLU(),
-        torch.nn.Linear(768, 768), torch.nn.ReLU(),
+        torch.nn.Linear(features, 768),
+        torch.nn.ReLU(),
+        torch.nn.Linear(768, 768),
+        torch.nn.ReLU(),
         torch.nn.Linear(768, classes),
     )
 
@@ -181,10 +186,24 @@ def live_loop(config: dict) -> None:
     for epoch in range(loader.epoch, config["epochs"]):
         for xb, yb, ib in loader:
             step = rh.current_step_number()
-            ledger.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist(),
-                                     "world": info["world_size"], "group": info["group"]}) + "\n")
+            ledger.write(
+                json.dumps(
+                    {
+                        "epoch": epoch,
+                        "step": step,
+                        "ids": ib.tolist(),
+                        "world": info["world_size"],
+                        "group": info["group"],
+                    }
+                )
+                + "\n"
+            )
             ledger.flush()
-            if config.get("crash_rank_at") == step and info["rank"] == 1 and not crash_marker.exists():
+            if (
+                config.get("crash_rank_at") == step
+                and info["rank"] == 1
+                and not crash_marker.exists()
+            ):
                 crash_marker.write_text(str(step))
                 os._exit(1)  # a worker process dies mid-step
             if config.get("step_sleep_s"):
@@ -194,20 +213,30 @@ def live_loop(config: dict) -> None:
             loss.backward()
             optim.step()
             if config.get("kill_scheduler_at") == step and info["rank"] == 0:
-                from raytrain_hetero.driver.scheduler import SCHEDULER_NAMESPACE, scheduler_actor_name
+                from raytrain_hetero.driver.scheduler import (
+                    SCHEDULER_NAMESPACE,
+                    scheduler_actor_name,
+                )
 
-                actor = ray.get_actor(scheduler_actor_name(config["run_id"]), namespace=SCHEDULER_NAMESPACE)
+                actor = ray.get_actor(
+                    scheduler_actor_name(config["run_id"]), namespace=SCHEDULER_NAMESPACE
+                )
                 ray.kill(actor, no_restart=False)  # Ray restarts it (max_restarts=-1)
                 (out / "killed_scheduler").write_text(str(step))
             if config.get("checkpoint_every") and (step + 1) % config["checkpoint_every"] == 0:
                 with tempfile.TemporaryDirectory() as d:
-                    torch.save({"model": model.module.state_dict(), "optim": optim.state_dict()},
-                               os.path.join(d, "model.pt"))
+                    torch.save(
+                        {"model": model.module.state_dict(), "optim": optim.state_dict()},
+                        os.path.join(d, "model.pt"),
+                    )
                     ck = ray.train.Checkpoint.from_directory(d) if info["rank"] == 0 else None
                     rh.report({"step": step}, checkpoint=ck)
             if info["world_size"] == config.get("stop_at_world"):
                 steps_at_full += 1
-                if steps_at_full >= config.get("steps_at_full", 3) and (step + 1) % config["checkpoint_every"] == 0:
+                if (
+                    steps_at_full >= config.get("steps_at_full", 3)
+                    and (step + 1) % config["checkpoint_every"] == 0
+                ):
                     break
         else:
             continue

@@ -38,8 +38,11 @@ def test_round_trip_through_a_checkpoint_directory(tmp_path):
     restored = read_state(tmp_path)
     assert restored == state
     assert restored.global_step == CARVER.global_step(Cursor(1, 4))
-    assert restored.slot_costs() == {2: CostModel(0.001, 0.01), 0: CostModel(0.001, 0.01),
-                                     1: CostModel(0.001, 0.01)}
+    assert restored.slot_costs() == {
+        2: CostModel(0.001, 0.01),
+        0: CostModel(0.001, 0.01),
+        1: CostModel(0.001, 0.01),
+    }
 
 
 def test_a_directory_without_state_reads_as_none(tmp_path):

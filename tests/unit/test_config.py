@@ -137,8 +137,18 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert msg.count("\n") == 0  # one problem, one line
     assert msg.startswith(f"{path}: epochs: unknown key 'epochs' at the top level")
     valid = msg.split("valid keys: ")[1].split(".")[0].split(", ")
-    assert {"name", "data", "model", "train", "probe", "workers", "ray", "scheduler",
-            "elastic", "output_dir"} <= set(valid)
+    assert {
+        "name",
+        "data",
+        "model",
+        "train",
+        "probe",
+        "workers",
+        "ray",
+        "scheduler",
+        "elastic",
+        "output_dir",
+    } <= set(valid)
     assert "Fix:" in msg
     assert "Traceback" not in msg and "pydantic" not in msg
 
@@ -419,8 +429,10 @@ def test_merge_overrides_is_deep_and_pure() -> None:
 def test_merge_overrides_keeps_dotted_keys_and_merges_list_items() -> None:
     merged = merge_overrides(
         {"tune": None, "workers": [{"name": "a", "count": 2}]},
-        {"tune": {"search_space": {"train.lr": {"choice": [0.1]}}},
-         "workers": {"-1": {"emulated_slowdown": 2}}},
+        {
+            "tune": {"search_space": {"train.lr": {"choice": [0.1]}}},
+            "workers": {"-1": {"emulated_slowdown": 2}},
+        },
     )
     assert merged["tune"] == {"search_space": {"train.lr": {"choice": [0.1]}}}
     assert merged["workers"] == [{"name": "a", "count": 2, "emulated_slowdown": 2}]
@@ -453,14 +465,20 @@ def test_load_config_bad_override_reports_file_and_key(monkeypatch: pytest.Monke
 
 
 def test_scheduler_elastic_emulation_backend_sections(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, {
-        **MINIMAL,
-        "scheduler": {"policy": {"window_steps": 4, "straggler_penalty": 5.0},
-                      "plan_sync_every": 3, "flush_every": 2},
-        "emulation": {"slowdowns": [{"factor": 3, "worker": "b", "from_step": 10}]},
-        "elastic": {"min_workers": 1},
-        "backend": {"torch_backend": "gloo", "collective_timeout_s": 60},
-    })
+    path = write_yaml(
+        tmp_path,
+        {
+            **MINIMAL,
+            "scheduler": {
+                "policy": {"window_steps": 4, "straggler_penalty": 5.0},
+                "plan_sync_every": 3,
+                "flush_every": 2,
+            },
+            "emulation": {"slowdowns": [{"factor": 3, "worker": "b", "from_step": 10}]},
+            "elastic": {"min_workers": 1},
+            "backend": {"torch_backend": "gloo", "collective_timeout_s": 60},
+        },
+    )
     cfg = load_config(path)
     assert cfg.scheduler.policy == PolicyConfig(window_steps=4, straggler_penalty=5.0)
     assert (cfg.scheduler.plan_sync_every, cfg.scheduler.flush_every) == (3, 2)
@@ -476,9 +494,15 @@ def test_scheduler_elastic_emulation_backend_sections(tmp_path: Path) -> None:
 def test_run_sections_are_checked_against_the_workers(tmp_path: Path) -> None:
     # The same cross-checks as HeteroTrainer's, at the YAML keys.
     with pytest.raises(ConfigError) as info:
-        validate_config({**MINIMAL, "elastic": {"min_workers": 3},
-                         "emulation": {"slowdowns": [{"factor": 2, "worker": "zz"},
-                                                     {"factor": 2, "rank": 5}]}})
+        validate_config(
+            {
+                **MINIMAL,
+                "elastic": {"min_workers": 3},
+                "emulation": {
+                    "slowdowns": [{"factor": 2, "worker": "zz"}, {"factor": 2, "rank": 5}]
+                },
+            }
+        )
     msg = str(info.value)
     assert "3 problems" in msg
     assert "elastic.min_workers: 3 is more than the 2 worker slots" in msg
@@ -491,11 +515,17 @@ def test_run_sections_are_checked_against_the_workers(tmp_path: Path) -> None:
 
 
 def test_old_scheduler_keys_still_load_with_a_deprecation_warning(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, {
-        **MINIMAL,
-        "scheduler": {"window_steps": 4, "improvement_threshold": 0.2, "slowdown_schedule": [
-            {"factor": 3, "worker": "b", "from_step": 10}]},
-    })
+    path = write_yaml(
+        tmp_path,
+        {
+            **MINIMAL,
+            "scheduler": {
+                "window_steps": 4,
+                "improvement_threshold": 0.2,
+                "slowdown_schedule": [{"factor": 3, "worker": "b", "from_step": 10}],
+            },
+        },
+    )
     with pytest.warns(DeprecationWarning) as caught:
         cfg = load_config(path)
     messages = " | ".join(str(w.message) for w in caught)

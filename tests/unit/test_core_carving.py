@@ -46,8 +46,11 @@ def test_every_sample_once_per_epoch_under_replans(case):
         for k in range(carver.steps_per_epoch):
             while pending and pending[0][0] == step:
                 at, shares = pending.pop(0)
-                schedule.add(Plan.from_shares(batch, shares, version=len(schedule.plans) + 1,
-                                              effective_step=at))
+                schedule.add(
+                    Plan.from_shares(
+                        batch, shares, version=len(schedule.plans) + 1, effective_step=at
+                    )
+                )
             plan = schedule.plan_for(step)
             schedule.mark_carved(step)
             counts = carver.step_counts(k, plan)

@@ -70,14 +70,20 @@ def test_fractional_resources_and_missing_keys():
 
 resource_amounts = st.integers(min_value=0, max_value=4)
 slot_strategy = st.builds(
-    lambda cpu, gpu, pool: SlotDemand({"CPU": float(cpu + 1), "GPU": float(gpu)},
-                                      {"pool": pool} if pool else {}),
-    resource_amounts, st.integers(0, 1), st.sampled_from(["", "a", "b"]),
+    lambda cpu, gpu, pool: SlotDemand(
+        {"CPU": float(cpu + 1), "GPU": float(gpu)}, {"pool": pool} if pool else {}
+    ),
+    resource_amounts,
+    st.integers(0, 1),
+    st.sampled_from(["", "a", "b"]),
 )
 node_strategy = st.builds(
-    lambda cpu, gpu, pool: NodeCapacity({"CPU": float(cpu), "GPU": float(gpu)},
-                                        {"pool": pool} if pool else {}),
-    st.integers(0, 8), st.integers(0, 2), st.sampled_from(["", "a", "b"]),
+    lambda cpu, gpu, pool: NodeCapacity(
+        {"CPU": float(cpu), "GPU": float(gpu)}, {"pool": pool} if pool else {}
+    ),
+    st.integers(0, 8),
+    st.integers(0, 2),
+    st.sampled_from(["", "a", "b"]),
 )
 
 
@@ -94,15 +100,17 @@ def _exhaustively_placeable(slots, nodes) -> bool:
                 used[name][key] = used[name].get(key, 0.0) + amount
         if ok and all(
             used[n].get(k, 0.0) <= nodes[n].resources.get(k, 0.0) + 1e-9
-            for n in names for k in used[n]
+            for n in names
+            for k in used[n]
         ):
             return True
     return False
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(slot_strategy, min_size=1, max_size=4),
-       st.lists(node_strategy, min_size=1, max_size=3))
+@given(
+    st.lists(slot_strategy, min_size=1, max_size=4), st.lists(node_strategy, min_size=1, max_size=3)
+)
 def test_prefix_is_really_placeable_and_never_exceeds_an_exhaustive_search(slots, node_list):
     nodes = {f"n{i}": node for i, node in enumerate(node_list)}
     k = count_placeable_prefix(slots, nodes)
@@ -110,6 +118,8 @@ def test_prefix_is_really_placeable_and_never_exceeds_an_exhaustive_search(slots
     # What greedy claims fits does fit (no placement timeout from over-counting) ...
     assert _exhaustively_placeable(slots[:k], nodes) or k == 0
     # ... and adding capacity never lowers the answer.
-    bigger = {name: NodeCapacity({key: v + 8 for key, v in node.resources.items()}, node.labels)
-              for name, node in nodes.items()}
+    bigger = {
+        name: NodeCapacity({key: v + 8 for key, v in node.resources.items()}, node.labels)
+        for name, node in nodes.items()
+    }
     assert count_placeable_prefix(slots, bigger) >= k

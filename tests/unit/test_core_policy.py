@@ -44,7 +44,9 @@ class SimulatedRun:
             self.samples.append(StepSample(rank, step, b, b * s * jitter, self.now))
         self.now += max(times)
         self.samples = self.samples[-200:]
-        decision, self.state = decide(self.slices, self.samples, self.state, self.cfg, self.now, step=step)
+        decision, self.state = decide(
+            self.slices, self.samples, self.state, self.cfg, self.now, step=step
+        )
         if isinstance(decision, Replan):
             self.replans.append((step, decision))
             self.slices = decision.slices
@@ -109,8 +111,11 @@ def test_silent_rank_is_treated_as_straggler():
 def test_absurd_measurements_are_ignored():
     cfg = PolicyConfig(window_steps=4)
     good = [StepSample(r, s, 10, 0.01 * (r + 1), float(s)) for s in range(4) for r in (0, 1)]
-    bad = [StepSample(0, 5, 10, float("nan"), 5.0), StepSample(1, 5, 10, -1.0, 5.0),
-           StepSample(1, 6, 0, 0.5, 6.0)]
+    bad = [
+        StepSample(0, 5, 10, float("nan"), 5.0),
+        StepSample(1, 5, 10, -1.0, 5.0),
+        StepSample(1, 6, 0, 0.5, 6.0),
+    ]
     est = estimate_costs(good + bad, 2, None, cfg, 6.0)
     assert est is not None
     assert est.costs[0].beta == pytest.approx(0.001)

@@ -19,22 +19,50 @@ from raytrain_hetero.core.records import (
 )
 
 
-def rec(step: int, rank: int, slice_: int, rate: float, *, plan: int = 1, wall: float = 0.5,
-        worker: str | None = None, group: str = "g", weight: float | None = None) -> StepRecord:
+def rec(
+    step: int,
+    rank: int,
+    slice_: int,
+    rate: float,
+    *,
+    plan: int = 1,
+    wall: float = 0.5,
+    worker: str | None = None,
+    group: str = "g",
+    weight: float | None = None,
+) -> StepRecord:
     return StepRecord(
-        step=step, epoch=0, rank=rank, worker=worker or f"w{rank}", device="cpu", slice=slice_,
-        weight=slice_ / 60 if weight is None else weight, compute_s=0.1 * (rank + 1),
-        load_s=0.01, busy_s=0.2, samples_per_s=rate, loss=1.0, global_samples_per_s=120.0,
-        plan_version=plan, group=group, world_size=2, wall_s=wall, time=100.0 + step,
+        step=step,
+        epoch=0,
+        rank=rank,
+        worker=worker or f"w{rank}",
+        device="cpu",
+        slice=slice_,
+        weight=slice_ / 60 if weight is None else weight,
+        compute_s=0.1 * (rank + 1),
+        load_s=0.01,
+        busy_s=0.2,
+        samples_per_s=rate,
+        loss=1.0,
+        global_samples_per_s=120.0,
+        plan_version=plan,
+        group=group,
+        world_size=2,
+        wall_s=wall,
+        time=100.0 + step,
     )
 
 
 def test_summary_per_worker_from_full_steps_of_the_last_plan() -> None:
     records = [
-        rec(0, 0, 30, 50.0, plan=1), rec(0, 1, 30, 20.0, plan=1),
-        rec(1, 0, 40, 100.0, plan=2), rec(1, 1, 20, 45.0, plan=2),
-        rec(2, 0, 40, 102.0, plan=2), rec(2, 1, 20, math.nan, plan=2),
-        rec(3, 0, 25, 98.0, plan=2), rec(3, 1, 12, 44.0, plan=2),  # a short epoch tail
+        rec(0, 0, 30, 50.0, plan=1),
+        rec(0, 1, 30, 20.0, plan=1),
+        rec(1, 0, 40, 100.0, plan=2),
+        rec(1, 1, 20, 45.0, plan=2),
+        rec(2, 0, 40, 102.0, plan=2),
+        rec(2, 1, 20, math.nan, plan=2),
+        rec(3, 0, 25, 98.0, plan=2),
+        rec(3, 1, 12, 44.0, plan=2),  # a short epoch tail
     ]
     fast, slow = summarize_workers(records)
     assert (fast.rank, fast.worker, fast.slice) == (0, "w0", 40)
@@ -47,8 +75,9 @@ def test_summary_per_worker_from_full_steps_of_the_last_plan() -> None:
 
 
 def test_run_samples_per_s_is_samples_over_slowest_walls() -> None:
-    records = [rec(s, r, b, 1.0, wall=w) for s in range(3)
-               for r, b, w in ((0, 40, 0.5), (1, 20, 0.25))]
+    records = [
+        rec(s, r, b, 1.0, wall=w) for s in range(3) for r, b, w in ((0, 40, 0.5), (1, 20, 0.25))
+    ]
     assert run_samples_per_s(records) == pytest.approx(180 / 1.5)
     assert math.isnan(run_samples_per_s([]))
 
@@ -79,14 +108,20 @@ def test_as_step_record_accepts_mappings() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 3), st.integers(1, 64),
-                  st.floats(0.1, 1e4, allow_nan=False), st.integers(1, 3)),
-        min_size=1, max_size=60,
+        st.tuples(
+            st.integers(0, 3),
+            st.integers(1, 64),
+            st.floats(0.1, 1e4, allow_nan=False),
+            st.integers(1, 3),
+        ),
+        min_size=1,
+        max_size=60,
     )
 )
 def test_summary_invariants(rows: list[tuple[int, int, float, int]]) -> None:
-    records = [rec(step, rank, b, rate, plan=plan)
-               for step, (rank, b, rate, plan) in enumerate(rows)]
+    records = [
+        rec(step, rank, b, rate, plan=plan) for step, (rank, b, rate, plan) in enumerate(rows)
+    ]
     summaries = summarize_workers(records)
     assert [s.rank for s in summaries] == sorted({r.rank for r in records})
     assert sum(s.steps for s in summaries) == len(records)

@@ -26,8 +26,11 @@ def test_workloads_and_inference_do_not_import_app_driver_or_bench() -> None:
         for path in sorted((PACKAGE / package).rglob("*.py")):
             checked += 1
             bad = {
-                m for m in imported_modules(path)
-                if m.startswith(("raytrain_hetero.app", "raytrain_hetero.bench", "raytrain_hetero.tune"))
+                m
+                for m in imported_modules(path)
+                if m.startswith(
+                    ("raytrain_hetero.app", "raytrain_hetero.bench", "raytrain_hetero.tune")
+                )
             }
             assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
     assert checked >= 10
@@ -35,8 +38,13 @@ def test_workloads_and_inference_do_not_import_app_driver_or_bench() -> None:
 
 def test_the_one_atomic_write_and_rounding() -> None:
     # No private tempfile + os.replace writers left in the files the dedupe cleaned up.
-    for rel in ("app/outputs.py", "workloads/normalization.py", "bench/suite.py",
-                "inference/predict.py", "app/predict.py"):
+    for rel in (
+        "app/outputs.py",
+        "workloads/normalization.py",
+        "bench/suite.py",
+        "inference/predict.py",
+        "app/predict.py",
+    ):
         text = (PACKAGE / rel).read_text()
         assert "mkstemp" not in text and "os.replace" not in text, rel
     assert "argsort" not in (PACKAGE / "inference" / "predict.py").read_text()

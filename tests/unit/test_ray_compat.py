@@ -44,13 +44,18 @@ def test_a_nested_attribute_that_moved_is_found_missing() -> None:
     base = type("ElasticScalingPolicy", (), {"make_decision_for_running_worker_group": None})
     module = types.SimpleNamespace(ElasticScalingPolicy=base)
     api = PrivateRayAPI("fake.scaling", "ElasticScalingPolicy._count_possible_workers", "w", "r")
-    with pytest.raises(RayCompatError, match=r"fake\.scaling\.ElasticScalingPolicy\."
-                       r"_count_possible_workers is missing"):
-        check_ray_compat([api], modules={"fake.scaling": module},
-                         installed_version=PINNED_RAY_VERSION)
+    with pytest.raises(
+        RayCompatError,
+        match=r"fake\.scaling\.ElasticScalingPolicy\."
+        r"_count_possible_workers is missing",
+    ):
+        check_ray_compat(
+            [api], modules={"fake.scaling": module}, installed_version=PINNED_RAY_VERSION
+        )
     present = PrivateRayAPI("fake.scaling", "ElasticScalingPolicy", "w", "r")
-    check_ray_compat([present], modules={"fake.scaling": module},
-                     installed_version=PINNED_RAY_VERSION)
+    check_ray_compat(
+        [present], modules={"fake.scaling": module}, installed_version=PINNED_RAY_VERSION
+    )
 
 
 def test_another_ray_version_is_refused_with_both_versions() -> None:

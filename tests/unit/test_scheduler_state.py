@@ -11,10 +11,24 @@ from raytrain_hetero.driver.scheduler import HeteroScheduler
 def record(step: int, rank: int = 0, group: str = "g", busy_s: float = 0.1, **over) -> StepRecord:
     rate = 10 / busy_s if busy_s else math.nan
     fields = {
-        "step": step, "epoch": 0, "rank": rank, "worker": f"w{rank}", "device": "cpu",
-        "slice": 10, "weight": 0.5, "compute_s": busy_s, "load_s": 0.0, "busy_s": busy_s,
-        "samples_per_s": rate, "loss": 1.0, "global_samples_per_s": 200.0, "plan_version": 1,
-        "group": group, "world_size": 2, "wall_s": busy_s, "time": 1000.0 + step,
+        "step": step,
+        "epoch": 0,
+        "rank": rank,
+        "worker": f"w{rank}",
+        "device": "cpu",
+        "slice": 10,
+        "weight": 0.5,
+        "compute_s": busy_s,
+        "load_s": 0.0,
+        "busy_s": busy_s,
+        "samples_per_s": rate,
+        "loss": 1.0,
+        "global_samples_per_s": 200.0,
+        "plan_version": 1,
+        "group": group,
+        "world_size": 2,
+        "wall_s": busy_s,
+        "time": 1000.0 + step,
     }
     fields.update(over)
     return StepRecord(**fields)

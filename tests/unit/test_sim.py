@@ -21,8 +21,9 @@ from raytrain_hetero.sim.simulator import (
     simulate,
 )
 
-QUIET = dict(drift=0.0, noise=0.0, sudden_fraction=0.0, fail_fraction=0.0, join_fraction=0.0,
-             probe_error=0.0)
+QUIET = dict(
+    drift=0.0, noise=0.0, sudden_fraction=0.0, fail_fraction=0.0, join_fraction=0.0, probe_error=0.0
+)
 
 
 def by_strategy(results):
@@ -64,8 +65,14 @@ def test_exact_probe_on_a_steady_cluster_is_the_optimum():
 
 
 def test_live_recovers_from_a_sudden_slowdown_that_static_cannot():
-    cfg = SimConfig(workers=10, steps=200, spread=0.3, sudden_factor=4.0, sudden_at=0.2,
-                    **{**QUIET, "sudden_fraction": 0.2})
+    cfg = SimConfig(
+        workers=10,
+        steps=200,
+        spread=0.3,
+        sudden_factor=4.0,
+        sudden_at=0.2,
+        **{**QUIET, "sudden_fraction": 0.2},
+    )
     results = by_strategy(simulate(cfg))
     assert results["live"].replans >= 1
     assert results["live"].efficiency_vs_optimum > results["static"].efficiency_vs_optimum + 0.1
@@ -105,7 +112,9 @@ def test_sweep_table_and_cli_outputs(tmp_path, capsys):
 
 
 def test_simulator_imports_neither_ray_nor_torch():
-    code = ("import sys, raytrain_hetero.sim.simulator; "
-            "bad = [m for m in ('ray', 'torch') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, raytrain_hetero.sim.simulator; "
+        "bad = [m for m in ('ray', 'torch') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

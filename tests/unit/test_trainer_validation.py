@@ -40,32 +40,49 @@ def slowdown(**fields):
     ("build", "fragment"),
     [
         (lambda: make(workers=[]), "give at least one WorkerSpec"),
-        (lambda: make(workers=[{"name": "a", "emulated_slowdown": 0.5}]),
-         "workers[0].emulated_slowdown: must be >= 1.0"),
+        (
+            lambda: make(workers=[{"name": "a", "emulated_slowdown": 0.5}]),
+            "workers[0].emulated_slowdown: must be >= 1.0",
+        ),
         (lambda: make(workers=[{"name": "a", "colour": "red"}]), "workers[0].colour"),
         (lambda: make(batch=BatchConfig(global_batch_size=1)), "set global_batch_size >= 2"),
-        (lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0])),
-         "one per worker in this order: a, b"),
-        (lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0, 0.0])),
-         "fixed_shares[1]: must be > 0"),
-        (lambda: make(batch=BatchConfig(global_batch_size=8, weighting="mean")),
-         "use one of 'proportional' or 'uniform'"),
-        (lambda: make(batch=BatchConfig(global_batch_size=8, min_slice=0)),
-         "min_slice: must be >= 1"),
-        (lambda: make(batch={"global_batch_size": 8, "min_slices": 2}),
-         "rename it to 'min_slice'"),
-        (lambda: make(elastic=ElasticConfig(min_workers=5)),
-         "elastic.min_workers: 5 is more than the 2 worker slots"),
-        (lambda: make(scheduler=SchedulerConfig(policy={"improvement_threshold": 2.0})),
-         "improvement_threshold"),
-        (lambda: make(emulation=slowdown(factor=3, worker="zz")),
-         "but the workers are ['a', 'b']"),
+        (
+            lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0])),
+            "one per worker in this order: a, b",
+        ),
+        (
+            lambda: make(batch=BatchConfig(global_batch_size=8, fixed_shares=[1.0, 0.0])),
+            "fixed_shares[1]: must be > 0",
+        ),
+        (
+            lambda: make(batch=BatchConfig(global_batch_size=8, weighting="mean")),
+            "use one of 'proportional' or 'uniform'",
+        ),
+        (
+            lambda: make(batch=BatchConfig(global_batch_size=8, min_slice=0)),
+            "min_slice: must be >= 1",
+        ),
+        (lambda: make(batch={"global_batch_size": 8, "min_slices": 2}), "rename it to 'min_slice'"),
+        (
+            lambda: make(elastic=ElasticConfig(min_workers=5)),
+            "elastic.min_workers: 5 is more than the 2 worker slots",
+        ),
+        (
+            lambda: make(scheduler=SchedulerConfig(policy={"improvement_threshold": 2.0})),
+            "improvement_threshold",
+        ),
+        (lambda: make(emulation=slowdown(factor=3, worker="zz")), "but the workers are ['a', 'b']"),
         (lambda: make(emulation=slowdown(factor=3, rank=2)), "rank 2 is outside 0..1"),
         (lambda: make(emulation=slowdown(factor=0.5, rank=0)), "factor: must be >= 1.0"),
         (lambda: make(emulation=slowdown(factor=2)), "names neither or both of worker and rank"),
-        (lambda: make(backend=BackendConfig(torch_backend="mpi")), "must be one of 'gloo' or 'nccl'"),
-        (lambda: make(backend=BackendConfig(collective_timeout_s=0)),
-         "collective_timeout_s: must be >= 1"),
+        (
+            lambda: make(backend=BackendConfig(torch_backend="mpi")),
+            "must be one of 'gloo' or 'nccl'",
+        ),
+        (
+            lambda: make(backend=BackendConfig(collective_timeout_s=0)),
+            "collective_timeout_s: must be >= 1",
+        ),
         (lambda: make(batch=None), "pass batch=BatchConfig(global_batch_size=...)"),
         (lambda: make(batch=8), "expected a BatchConfig"),
     ],
@@ -79,15 +96,20 @@ def test_bad_arguments_name_the_problem(build, fragment):
 
 def test_loop_signature_is_checked():
     with pytest.raises(ConfigError, match="zero arguments or one"):
-        HeteroTrainer(lambda a, b: None, workers=[WorkerSpec(name="a")],
-                      batch=BatchConfig(global_batch_size=4))
+        HeteroTrainer(
+            lambda a, b: None,
+            workers=[WorkerSpec(name="a")],
+            batch=BatchConfig(global_batch_size=4),
+        )
 
 
 def test_counts_expand_to_named_slots_and_common_resources():
     trainer = HeteroTrainer(
         loop,
-        workers=[WorkerSpec(name="gpu", resources={"CPU": 2, "GPU": 1}),
-                 WorkerSpec(name="cpu", count=2, resources={"CPU": 4})],
+        workers=[
+            WorkerSpec(name="gpu", resources={"CPU": 2, "GPU": 1}),
+            WorkerSpec(name="cpu", count=2, resources={"CPU": 4}),
+        ],
         batch=BatchConfig(global_batch_size=12),
     )
     assert [s.name for s in trainer.specs] == ["gpu", "cpu-0", "cpu-1"]
@@ -119,11 +141,22 @@ def test_groups_reach_the_worker_setup_and_ray():
 def test_old_keywords_still_work_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning) as caught:
         old = HeteroTrainer(
-            loop, workers=TWO, global_batch_size=8, weighting="uniform", fixed_shares=[1, 1],
-            min_slice=2, seed=3, torch_backend="gloo", flush_every=2, live=True,
-            policy={"window_steps": 4}, plan_sync_every=4,
-            slowdown_schedule=[{"factor": 3, "worker": "a"}], min_workers=1,
-            elastic_resize_monitor_interval_s=1.0, collective_timeout_s=90,
+            loop,
+            workers=TWO,
+            global_batch_size=8,
+            weighting="uniform",
+            fixed_shares=[1, 1],
+            min_slice=2,
+            seed=3,
+            torch_backend="gloo",
+            flush_every=2,
+            live=True,
+            policy={"window_steps": 4},
+            plan_sync_every=4,
+            slowdown_schedule=[{"factor": 3, "worker": "a"}],
+            min_workers=1,
+            elastic_resize_monitor_interval_s=1.0,
+            collective_timeout_s=90,
         )
     messages = [str(w.message) for w in caught]
     assert len(messages) == len(DEPRECATED_KEYWORDS)
@@ -131,10 +164,12 @@ def test_old_keywords_still_work_with_a_deprecation_warning():
     assert any("use elastic=ElasticConfig(resize_monitor_interval_s=...)" in m for m in messages)
     assert any("use emulation=EmulationConfig(slowdowns=...)" in m for m in messages)
     new = make(
-        batch=BatchConfig(global_batch_size=8, weighting="uniform", fixed_shares=[1, 1],
-                          min_slice=2, seed=3),
-        scheduler=SchedulerConfig(live=True, policy={"window_steps": 4}, plan_sync_every=4,
-                                  flush_every=2),
+        batch=BatchConfig(
+            global_batch_size=8, weighting="uniform", fixed_shares=[1, 1], min_slice=2, seed=3
+        ),
+        scheduler=SchedulerConfig(
+            live=True, policy={"window_steps": 4}, plan_sync_every=4, flush_every=2
+        ),
         elastic=ElasticConfig(min_workers=1, resize_monitor_interval_s=1.0),
         emulation=EmulationConfig(slowdowns=[{"factor": 3, "worker": "a"}]),
         backend=BackendConfig(torch_backend="gloo", collective_timeout_s=90),

@@ -58,8 +58,9 @@ def test_one_builder_for_shares_costs_and_decided_slices():
     assert by_costs.version == 2
     assert by_costs.slices[0] == 20  # the fastest rank is held at its memory cap
     # The scheduler's live re-plan: its slices are kept as decided, costs recorded.
-    live = build_plan(identity, plans, costs=costs, slices=[10, 19, 19], effective_step=9,
-                      reason="live")
+    live = build_plan(
+        identity, plans, costs=costs, slices=[10, 19, 19], effective_step=9, reason="live"
+    )
     assert live.slices == (10, 19, 19) and live.costs == tuple(costs)
     with pytest.raises(ConfigError, match="exactly one of shares= or costs="):
         build_plan(identity, plans, shares=[1, 1, 1], costs=costs, effective_step=0, reason="x")
@@ -78,8 +79,9 @@ def test_install_announces_and_restore_continues_the_versions():
 
 
 def test_collectives_on_a_one_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
         setup = dataclasses.replace(SETUP, max_world_size=1)
         identity = RankIdentity(setup=setup, slot=2, rank=0, world_size=1)

@@ -205,7 +205,9 @@ def _features(ds: EuroSAT) -> tuple[np.ndarray, np.ndarray]:
         level = band_means.mean()
         gray = img.mean(axis=0)
         grad = np.abs(np.diff(gray, axis=0)).mean() + np.abs(np.diff(gray, axis=1)).mean()
-        xs.append(np.r_[np.log(band_means / level), np.log(grad / level), np.log(gray.std() / level)])
+        xs.append(
+            np.r_[np.log(band_means / level), np.log(grad / level), np.log(gray.std() / level)]
+        )
         ys.append(int(item["label"]))
     return np.asarray(xs), np.asarray(ys)
 

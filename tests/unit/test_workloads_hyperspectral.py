@@ -46,7 +46,9 @@ def test_mat_files_look_like_indian_pines(mat_root: Path) -> None:
     assert 1000 < cube.mean() < 6000  # reflectance * 10000
 
 
-def test_geotiff_scene_has_the_same_content_and_a_georeference(mat_root: Path, scene, tmp_path: Path) -> None:
+def test_geotiff_scene_has_the_same_content_and_a_georeference(
+    mat_root: Path, scene, tmp_path: Path
+) -> None:
     tif_root = generate_hyperspectral_scene(tmp_path / "tif", file_format="tif", **ARGS)
     image, labels = find_scene_files(tif_root)
     assert (image.name, labels.name) == ("Synthetic_pines.tif", "Synthetic_pines_gt.tif")
@@ -69,13 +71,20 @@ def test_no_patch_centre_is_in_two_splits(scene, method: str) -> None:
     splits = split_scene_pixels(scene.labels, method=method, block_size=10, patch_size=5, seed=1)
     sets = {name: {tuple(c) for c in centres.tolist()} for name, centres in splits.items()}
     assert all(len(sets[n]) == len(splits[n]) for n in sets)
-    assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
+    assert not (
+        sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"]
+    )
     for centres in splits.values():
         assert np.all(scene.labels[centres[:, 0], centres[:, 1]] > 0)
     if method == "random":  # every labelled pixel is used, in proportion
         assert sum(len(s) for s in sets.values()) == int((scene.labels > 0).sum())
         assert abs(len(sets["train"]) / (scene.labels > 0).sum() - 0.6) < 0.05
-    assert split_scene_pixels(scene.labels, method=method, block_size=10, patch_size=5, seed=1)["val"].tolist() == splits["val"].tolist()
+    assert (
+        split_scene_pixels(scene.labels, method=method, block_size=10, patch_size=5, seed=1)[
+            "val"
+        ].tolist()
+        == splits["val"].tolist()
+    )
 
 
 def test_block_split_guard_keeps_every_patch_inside_its_own_split(scene) -> None:
@@ -86,16 +95,28 @@ def test_block_split_guard_keeps_every_patch_inside_its_own_split(scene) -> None
         owner[splits[name][:, 0], splits[name][:, 1]] = s
     for s, name in enumerate(("train", "val", "test")):
         for y, x in splits[name]:
-            window = owner[max(0, y - r): y + r + 1, max(0, x - r): x + r + 1]
+            window = owner[max(0, y - r) : y + r + 1, max(0, x - r) : x + r + 1]
             assert set(np.unique(window)) <= {-1, s}, (name, y, x)
-    loose = split_scene_pixels(scene.labels, method="block", block_size=10, patch_size=k, guard=False)
-    assert sum(map(len, loose.values())) == int((scene.labels > 0).sum()) > sum(map(len, splits.values()))
+    loose = split_scene_pixels(
+        scene.labels, method="block", block_size=10, patch_size=k, guard=False
+    )
+    assert (
+        sum(map(len, loose.values()))
+        == int((scene.labels > 0).sum())
+        > sum(map(len, splits.values()))
+    )
 
 
 def test_patches_and_training_pixel_statistics(mat_root: Path, scene) -> None:
     image, labels = find_scene_files(mat_root)
-    ds = hyperspectral_datasets(image, labels, splits=("train", "val", "scene"), patch_size=5,
-                                block_size=10, cache_dir=mat_root / "cache")
+    ds = hyperspectral_datasets(
+        image,
+        labels,
+        splits=("train", "val", "scene"),
+        patch_size=5,
+        block_size=10,
+        cache_dir=mat_root / "cache",
+    )
     train = ds["train"]
     centres = train.centres.numpy()
     pixels = scene.cube[centres[:, 0], centres[:, 1]].astype(np.float64)
@@ -108,7 +129,7 @@ def test_patches_and_training_pixel_statistics(mat_root: Path, scene) -> None:
     full = ds["scene"]
     for i in (0, len(full) - 1, 123):  # corners (reflected) and an interior pixel
         y, x = full.centres[i].tolist()
-        expected = padded[y:y + 5, x:x + 5].transpose(2, 0, 1)
+        expected = padded[y : y + 5, x : x + 5].transpose(2, 0, 1)
         item = full[i]
         assert item["image"].shape == (24, 5, 5)
         assert np.allclose(item["image"].numpy(), expected, atol=1e-4)
@@ -124,14 +145,18 @@ def test_bad_scene_files_fail_clearly(mat_root: Path, tmp_path: Path) -> None:
     image, labels = find_scene_files(mat_root)
     truncated = tmp_path / "Cut_corrected.mat"
     truncated.write_bytes(image.read_bytes()[:5000])
-    with pytest.raises(DataError, match=r"Cut_corrected\.mat: cannot read image cube \(\.mat\).*corrupt"):
+    with pytest.raises(
+        DataError, match=r"Cut_corrected\.mat: cannot read image cube \(\.mat\).*corrupt"
+    ):
         load_hyperspectral_scene(truncated, labels)
     junk = tmp_path / "junk_gt.mat"
     junk.write_bytes(b"\x00" * 300)
     with pytest.raises(DataError, match="junk_gt.mat"):
         load_hyperspectral_scene(image, junk)
     v73 = tmp_path / "new_corrected.mat"  # an HDF5-based MATLAB 7.3 header
-    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02IM"
+    header = (
+        b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02IM"
+    )
     v73.write_bytes(header + b"\x00" * 512)
     with pytest.raises(DataError, match="v7.3.*-v7"):
         load_hyperspectral_scene(v73, labels)

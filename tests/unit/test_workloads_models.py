@@ -46,8 +46,9 @@ def test_3d_cnn_convolves_over_bands_and_pixels() -> None:
 
 def test_fusion_branches_see_only_their_modality() -> None:
     fused = build_model("fusion_cnn", in_channels=12, num_classes=7, width=8, s1_channels=2)
-    sar = build_model("fusion_cnn", in_channels=12, num_classes=7, width=8, s1_channels=2,
-                      modalities=("s1",))
+    sar = build_model(
+        "fusion_cnn", in_channels=12, num_classes=7, width=8, s1_channels=2, modalities=("s1",)
+    )
     assert isinstance(fused, TwoBranchFusionCNN) and set(fused.branches) == {"s1", "s2"}
     assert set(sar.branches) == {"s1"}
     x = torch.randn(4, 12, 16, 16, requires_grad=True)
@@ -62,20 +63,34 @@ def test_fusion_branches_see_only_their_modality() -> None:
         build_model("fusion_cnn", in_channels=12, num_classes=7, s1_channels=2, modalities=("sar",))
 
 
-def test_pretrained_true_is_refused_and_uncached_weights_fail_fast(tmp_path: Path, monkeypatch) -> None:
+def test_pretrained_true_is_refused_and_uncached_weights_fail_fast(
+    tmp_path: Path, monkeypatch
+) -> None:
     with pytest.raises(ConfigError, match="cannot be downloaded"):
         build_model("resnet50", in_channels=13, num_classes=10, pretrained=True)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
     started = time.perf_counter()
-    with pytest.raises(ConfigError, match=r"not in the local cache.*resnet18_sentinel2_all_moco.*copy it to"):
-        build_model("resnet18", in_channels=13, num_classes=10,
-                    pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO")
+    with pytest.raises(
+        ConfigError, match=r"not in the local cache.*resnet18_sentinel2_all_moco.*copy it to"
+    ):
+        build_model(
+            "resnet18",
+            in_channels=13,
+            num_classes=10,
+            pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO",
+        )
     assert time.perf_counter() - started < 10  # no network attempt, no hang
     with pytest.raises(ConfigError, match="unknown torchgeo weights"):
         build_model("resnet18", in_channels=13, num_classes=10, pretrained="ResNet18_Weights.NOPE")
-    with pytest.raises(DataError, match="band-count mismatch: weights .* expect 13 input bands but the data has 3"):
-        build_model("resnet18", in_channels=3, num_classes=10,
-                    pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO")
+    with pytest.raises(
+        DataError, match="band-count mismatch: weights .* expect 13 input bands but the data has 3"
+    ):
+        build_model(
+            "resnet18",
+            in_channels=3,
+            num_classes=10,
+            pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO",
+        )
 
 
 def test_cached_pretrained_weights_are_loaded_offline(tmp_path: Path, monkeypatch) -> None:
@@ -84,20 +99,30 @@ def test_cached_pretrained_weights_are_loaded_offline(tmp_path: Path, monkeypatc
     assert path.startswith(str(tmp_path))
     os.makedirs(os.path.dirname(path))
     torch.manual_seed(1)
-    source = timm.create_model("resnet18", in_chans=13, num_classes=0)  # backbone, like the real file
+    source = timm.create_model(
+        "resnet18", in_chans=13, num_classes=0
+    )  # backbone, like the real file
     torch.save(source.state_dict(), path)
-    model = build_model("resnet18", in_channels=13, num_classes=10,
-                        pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO")
+    model = build_model(
+        "resnet18", in_channels=13, num_classes=10, pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO"
+    )
     assert torch.equal(model.conv1.weight, source.conv1.weight)
     assert model.fc.out_features == 10
     Path(path).write_bytes(b"truncated")
     with pytest.raises(DataError, match="cannot load pretrained weights"):
-        build_model("resnet18", in_channels=13, num_classes=10,
-                    pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO")
+        build_model(
+            "resnet18",
+            in_channels=13,
+            num_classes=10,
+            pretrained="ResNet18_Weights.SENTINEL2_ALL_MOCO",
+        )
 
 
 def test_band_count_check_names_both_counts() -> None:
     model = build_model("small_cnn", in_channels=13, num_classes=10)
     check_input_channels(model, 13, source="x")
-    with pytest.raises(DataError, match=r"band-count mismatch: /data/uc has 3 band\(s\) per sample but the model takes 13"):
+    with pytest.raises(
+        DataError,
+        match=r"band-count mismatch: /data/uc has 3 band\(s\) per sample but the model takes 13",
+    ):
         check_input_channels(model, 3, source="/data/uc")

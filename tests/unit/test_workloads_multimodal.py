@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import shutil
 from pathlib import Path
 
@@ -27,19 +29,25 @@ SPC = 6  # 4 train / 1 val / 1 test per class
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return generate_multimodal(tmp_path_factory.mktemp("mm") / "data", samples_per_class=SPC, size=16)
+    return generate_multimodal(
+        tmp_path_factory.mktemp("mm") / "data", samples_per_class=SPC, size=16
+    )
 
 
 def test_documented_layout_coregistered_pairs(root: Path) -> None:
     assert (root / "classes.txt").read_text().split() == list(MULTIMODAL_CLASSES)
     ids = {s: (root / f"multimodal-{s}.txt").read_text().split() for s in ("train", "val", "test")}
     assert [len(ids[s]) for s in ("train", "val", "test")] == [28, 7, 7]
-    assert len(set(sum(ids.values(), []))) == 42
-    with rasterio.open(root / "s1" / f"{ids['val'][0]}.tif") as s1, \
-            rasterio.open(root / "s2" / f"{ids['val'][0]}.tif") as s2:
+    assert len(set(functools.reduce(operator.iadd, ids.values(), []))) == 42
+    with (
+        rasterio.open(root / "s1" / f"{ids['val'][0]}.tif") as s1,
+        rasterio.open(root / "s2" / f"{ids['val'][0]}.tif") as s2,
+    ):
         assert (s1.count, s1.dtypes[0], s1.descriptions) == (2, "float32", S1_BANDS)
         assert (s2.count, s2.dtypes[0], s2.descriptions) == (10, "uint16", S2_BANDS)
-        assert s1.transform == s2.transform and s1.crs == s2.crs and s1.shape == s2.shape == (16, 16)
+        assert (
+            s1.transform == s2.transform and s1.crs == s2.crs and s1.shape == s2.shape == (16, 16)
+        )
         sar = s1.read()
     assert -45 < sar.mean() < 15  # backscatter in dB
 
@@ -58,7 +66,9 @@ def test_loader_stacks_sar_first_and_standardises(root: Path) -> None:
         assert np.array_equal(raw[0]["image"][:2].numpy(), s1.read())
 
 
-def test_bad_pairs_are_named_skipped_or_reported_as_band_mismatch(root: Path, tmp_path: Path) -> None:
+def test_bad_pairs_are_named_skipped_or_reported_as_band_mismatch(
+    root: Path, tmp_path: Path
+) -> None:
     copy = tmp_path / "mm"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".raytrain_hetero_cache"))
     sample = (copy / "multimodal-train.txt").read_text().split()[3]
@@ -66,7 +76,9 @@ def test_bad_pairs_are_named_skipped_or_reported_as_band_mismatch(root: Path, tm
     optical.write_bytes(optical.read_bytes()[:400])
     with pytest.raises(DataError, match=f"{optical}: cannot read patch"):
         multimodal_datasets(copy, splits=("train",), check_files=True, cache_dir=None)
-    skipped = multimodal_datasets(copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None)
+    skipped = multimodal_datasets(
+        copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None
+    )
     assert len(skipped["train"]) == 27 and sample not in skipped["train"].ids
     # A Sentinel-2 patch with a band missing is a band-count mismatch, named as such.
     with rasterio.open(root / "s2" / f"{sample}.tif") as src:
@@ -82,8 +94,9 @@ def test_bad_pairs_are_named_skipped_or_reported_as_band_mismatch(root: Path, tm
 
 def _accuracy(modalities, train, test) -> float:
     torch.manual_seed(0)
-    model = build_model("fusion_cnn", in_channels=12, num_classes=7, width=16, s1_channels=2,
-                        modalities=modalities)
+    model = build_model(
+        "fusion_cnn", in_channels=12, num_classes=7, width=16, s1_channels=2, modalities=modalities
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(0)
     for _ in range(15):
@@ -110,8 +123,9 @@ def one_torch_thread():
 
 
 def test_fusion_beats_either_single_branch(tmp_path: Path, one_torch_thread) -> None:
-    root = generate_multimodal(tmp_path / "mm", samples_per_class=50, size=16, seed=1,
-                               split_fractions=(0.5, 0.1, 0.4))
+    root = generate_multimodal(
+        tmp_path / "mm", samples_per_class=50, size=16, seed=1, split_fractions=(0.5, 0.1, 0.4)
+    )
     ds = multimodal_datasets(root, splits=("train", "test"))
     train = [ds["train"][i] for i in range(len(ds["train"]))]
     test = [ds["test"][i] for i in range(len(ds["test"]))]

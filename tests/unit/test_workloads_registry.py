@@ -51,8 +51,15 @@ def test_a_registered_adapter_is_used_by_the_generic_functions(tmp_path: Path) -
         source.root.mkdir()
         return source.root
 
-    register_dataset(DatasetAdapter(name="toy_for_test", title="toy", generate=generate,
-                                    open=open_, default_on_bad_file=None))
+    register_dataset(
+        DatasetAdapter(
+            name="toy_for_test",
+            title="toy",
+            generate=generate,
+            open=open_,
+            default_on_bad_file=None,
+        )
+    )
     assert "toy_for_test" in dataset_names()
     source = DataSource("toy_for_test", tmp_path / "toy", generate=GenerateOptions())
     assert generate_dataset(source) == tmp_path / "toy"
@@ -63,8 +70,12 @@ def test_a_registered_adapter_is_used_by_the_generic_functions(tmp_path: Path) -
 
 def test_eurosat_through_the_registry(tmp_path: Path) -> None:
     pytest.importorskip("torchgeo")
-    source = DataSource("eurosat", tmp_path / "eurosat", bands="rgb",
-                        generate=GenerateOptions(samples_per_class=3, size=16))
+    source = DataSource(
+        "eurosat",
+        tmp_path / "eurosat",
+        bands="rgb",
+        generate=GenerateOptions(samples_per_class=3, size=16),
+    )
     generate_dataset(source)
     workload = open_datasets(source, ("train", "val"))
     assert workload.in_channels == 3 == dataset_adapter("eurosat").expected_bands(source)

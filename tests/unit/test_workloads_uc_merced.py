@@ -22,7 +22,9 @@ SPC = 5  # per class: 3 train / 1 val / 1 test
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return generate_uc_merced(tmp_path_factory.mktemp("ucm") / "data", samples_per_class=SPC, size=48)
+    return generate_uc_merced(
+        tmp_path_factory.mktemp("ucm") / "data", samples_per_class=SPC, size=48
+    )
 
 
 def test_real_layout_rgb_uint8_and_varying_sizes(root: Path) -> None:
@@ -37,9 +39,15 @@ def test_real_layout_rgb_uint8_and_varying_sizes(root: Path) -> None:
                 sizes.add(im.size)
     assert (48, 48) in sizes and len(sizes) > 1  # most full size, some cut shorter
     assert all(w <= 48 and h <= 48 and min(w, h) >= 44 for w, h in sizes)
-    listed = {s: set((root / f"uc_merced-{s}.txt").read_text().split()) for s in ("train", "val", "test")}
+    listed = {
+        s: set((root / f"uc_merced-{s}.txt").read_text().split()) for s in ("train", "val", "test")
+    }
     assert [len(listed[s]) for s in ("train", "val", "test")] == [63, 21, 21]
-    assert not (listed["train"] & listed["val"] or listed["train"] & listed["test"] or listed["val"] & listed["test"])
+    assert not (
+        listed["train"] & listed["val"]
+        or listed["train"] & listed["test"]
+        or listed["val"] & listed["test"]
+    )
 
 
 def test_torchgeo_ucmerced_loads_generated_files_resized_to_256(root: Path) -> None:
@@ -47,10 +55,12 @@ def test_torchgeo_ucmerced_loads_generated_files_resized_to_256(root: Path) -> N
     assert len(ds) == 21 and {label for _, label in ds.samples} == set(range(21))
     item = ds[0]
     assert item["image"].shape == (3, 256, 256) and item["image"].dtype == torch.float32
-    assert 0 <= float(item["image"].min()) and float(item["image"].max()) <= 255
+    assert float(item["image"].min()) >= 0 and float(item["image"].max()) <= 255
 
 
-def test_train_split_statistics_normalise_and_are_cached(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_split_statistics_normalise_and_are_cached(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ds = uc_merced_datasets(root, splits=("train", "test"), image_size=32)
     assert ds["test"][0]["image"].shape == (3, 32, 32)
     raw = UCMerced(str(root), split="train")
@@ -58,7 +68,9 @@ def test_train_split_statistics_normalise_and_are_cached(root: Path, monkeypatch
     expected_mean = pixels.double().mean(dim=(0, 2, 3))
     stats = ds["train"].transforms.stats
     assert np.allclose(stats.mean, expected_mean.numpy(), rtol=1e-6)
-    assert np.allclose(stats.std, pixels.double().std(dim=(0, 2, 3), unbiased=False).numpy(), rtol=1e-5)
+    assert np.allclose(
+        stats.std, pixels.double().std(dim=(0, 2, 3), unbiased=False).numpy(), rtol=1e-5
+    )
     cached = list((root / ".raytrain_hetero_cache").glob("band_stats-*.json"))
     assert len(cached) == 1
     # A second open reads the cache: computing again would fail here.
@@ -76,7 +88,8 @@ def test_classes_are_learnable_by_a_nearest_centroid(root: Path) -> None:
         x = torch.stack([d[i]["image"] for i in range(len(d))])
         grad = (x[:, :, 1:] - x[:, :, :-1]).abs().mean(dim=(2, 3))
         return torch.cat([x.mean(dim=(2, 3)), x.std(dim=(2, 3)), grad], 1).numpy(), np.array(
-            [int(d[i]["label"]) for i in range(len(d))])
+            [int(d[i]["label"]) for i in range(len(d))]
+        )
 
     xtr, ytr = features(ds["train"])
     xte, yte = features(ds["test"])
@@ -102,9 +115,13 @@ def test_corrupt_files_are_named_or_skipped(damaged: tuple[Path, Path, Path]) ->
     with pytest.raises(DataError) as err:
         uc_merced_datasets(copy, splits=("train",), check_files=True, cache_dir=None)
     message = str(err.value)
-    assert "2 unreadable file(s)" in message and str(truncated) in message and str(garbage) in message
+    assert (
+        "2 unreadable file(s)" in message and str(truncated) in message and str(garbage) in message
+    )
     assert "on_bad_file: skip" in message
-    skipped = uc_merced_datasets(copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None)
+    skipped = uc_merced_datasets(
+        copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None
+    )
     assert len(skipped["train"]) == 63 - 2
     assert {p for p, _ in skipped["train"].samples}.isdisjoint({str(truncated), str(garbage)})
     # Without the up-front check, reading the bad file raises a DataError naming it.

@@ -352,5 +352,3 @@ def generate_eurosat(
     return generate_tree(
         root, params, lambda tmp: _write_tree(tmp, params, counts), what="generate_eurosat"
     )
-
-

@@ -38,19 +38,29 @@ def _gauss(lam: np.ndarray, centre: float, width: float) -> np.ndarray:
 def _endmembers(lam: np.ndarray) -> np.ndarray:
     """Reflectance of 5 base materials, (5, C): green vegetation, dry vegetation, soil,
     water, man-made (asphalt/concrete)."""
-    water_abs = 1 - 0.55 * _gauss(lam, 1450, 60) - 0.7 * _gauss(lam, 1940, 80) - 0.2 * _gauss(lam, 970, 30)
-    green = (0.04 + 0.05 * _gauss(lam, 550, 35) + 0.45 / (1 + np.exp(-(lam - 715) / 14))
-             - 0.15 * np.clip((lam - 1300) / 1200, 0, 1)) * water_abs
+    water_abs = (
+        1 - 0.55 * _gauss(lam, 1450, 60) - 0.7 * _gauss(lam, 1940, 80) - 0.2 * _gauss(lam, 970, 30)
+    )
+    green = (
+        0.04
+        + 0.05 * _gauss(lam, 550, 35)
+        + 0.45 / (1 + np.exp(-(lam - 715) / 14))
+        - 0.15 * np.clip((lam - 1300) / 1200, 0, 1)
+    ) * water_abs
     dry = (0.12 + 0.25 * np.clip((lam - 400) / 900, 0, 1) - 0.08 * _gauss(lam, 2100, 60)) * (
-        1 - 0.3 * _gauss(lam, 1940, 80))
+        1 - 0.3 * _gauss(lam, 1940, 80)
+    )
     soil = (0.08 + 0.22 * np.clip((lam - 400) / 1800, 0, 1) - 0.05 * _gauss(lam, 2200, 40)) * (
-        1 - 0.25 * _gauss(lam, 1450, 60) - 0.35 * _gauss(lam, 1940, 80))
+        1 - 0.25 * _gauss(lam, 1450, 60) - 0.35 * _gauss(lam, 1940, 80)
+    )
     water = 0.07 * np.exp(-(lam - 400) / 250) + 0.005
     manmade = 0.12 + 0.04 * np.clip((lam - 400) / 2100, 0, 1) - 0.02 * _gauss(lam, 1700, 80)
     return np.clip(np.stack([green, dry, soil, water, manmade]), 0.002, 1.0)
 
 
-def _class_spectra(lam: np.ndarray, num_classes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _class_spectra(
+    lam: np.ndarray, num_classes: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Abundances (K+1, 5) of each class (row 0 = background) and a multiplicative class
     signature (K+1, C): a shifted red edge and one narrow absorption feature per class."""
     dominant = rng.permutation(np.resize(np.array([0, 0, 1, 2, 3, 4, 0, 2]), num_classes + 1))
@@ -86,14 +96,18 @@ def _scene_layout(
     _, nearest = cKDTree(seeds).query(np.stack([yy.ravel(), xx.ravel()], axis=1))
     region = nearest.reshape(h, w).astype(np.int64)
     n_bg = round(unlabelled * n_regions)
-    classes = np.concatenate([
-        np.zeros(n_bg, dtype=np.int64),
-        np.tile(np.arange(1, num_classes + 1), 2),
-    ])
+    classes = np.concatenate(
+        [
+            np.zeros(n_bg, dtype=np.int64),
+            np.tile(np.arange(1, num_classes + 1), 2),
+        ]
+    )
     rest = n_regions - classes.size
     if rest > 0:  # imbalanced class frequencies, as in the real scenes
         weights = rng.dirichlet(np.full(num_classes, 1.0))
-        classes = np.concatenate([classes, rng.choice(np.arange(1, num_classes + 1), size=rest, p=weights)])
+        classes = np.concatenate(
+            [classes, rng.choice(np.arange(1, num_classes + 1), size=rest, p=weights)]
+        )
     return region, rng.permutation(classes[:n_regions])
 
 
@@ -106,7 +120,9 @@ def _render_scene(params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     lam = _wavelengths(c)
     ends = _endmembers(lam)
     class_abund, class_sig = _class_spectra(lam, k, rng)
-    region, region_class = _scene_layout(rng, h, w, k, params["region_size"], params["unlabelled_fraction"])
+    region, region_class = _scene_layout(
+        rng, h, w, k, params["region_size"], params["unlabelled_fraction"]
+    )
     # Background regions get spectra of "other" cover types (not any labelled class).
     bg_abund = rng.dirichlet(np.full(5, 0.8), size=region_class.size)
     abund_r = np.where((region_class > 0)[:, None], class_abund[region_class], bg_abund)
@@ -170,24 +186,43 @@ def generate_hyperspectral_scene(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for arg, value, lo in (("height", height, 8), ("width", width, 8), ("bands", bands, 4),
-                           ("classes", classes, 2), ("seed", seed, 0)):
+    for arg, value, lo in (
+        ("height", height, 8),
+        ("width", width, 8),
+        ("bands", bands, 4),
+        ("classes", classes, 2),
+        ("seed", seed, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_hyperspectral_scene: {arg} must be an integer >= {lo}, got {value!r}")
+            raise ConfigError(
+                f"generate_hyperspectral_scene: {arg} must be an integer >= {lo}, got {value!r}"
+            )
     if classes > 255:
         raise ConfigError("generate_hyperspectral_scene: classes must be <= 255 (uint8 labels)")
     if file_format not in ("mat", "tif"):
-        raise ConfigError(f"generate_hyperspectral_scene: file_format must be 'mat' or 'tif', got {file_format!r}")
+        raise ConfigError(
+            f"generate_hyperspectral_scene: file_format must be 'mat' or 'tif', got {file_format!r}"
+        )
     if not name or any(ch in name for ch in "/\\. "):
-        raise ConfigError(f"generate_hyperspectral_scene: name must be a plain file stem, got {name!r}")
+        raise ConfigError(
+            f"generate_hyperspectral_scene: name must be a plain file stem, got {name!r}"
+        )
     if not 0 <= unlabelled_fraction < 1 or region_size < 2:
-        raise ConfigError("generate_hyperspectral_scene: need 0 <= unlabelled_fraction < 1 and region_size >= 2")
+        raise ConfigError(
+            "generate_hyperspectral_scene: need 0 <= unlabelled_fraction < 1 and region_size >= 2"
+        )
     params = {
         "generator": "raytrain_hetero.workloads.hyperspectral",
         "version": _GENERATOR_VERSION,
-        "name": name, "height": int(height), "width": int(width), "bands": int(bands),
-        "classes": int(classes), "file_format": file_format, "seed": int(seed),
-        "region_size": float(region_size), "unlabelled_fraction": float(unlabelled_fraction),
+        "name": name,
+        "height": int(height),
+        "width": int(width),
+        "bands": int(bands),
+        "classes": int(classes),
+        "file_format": file_format,
+        "seed": int(seed),
+        "region_size": float(region_size),
+        "unlabelled_fraction": float(unlabelled_fraction),
     }
 
     def write(tmp: Path) -> None:
@@ -202,12 +237,20 @@ def generate_hyperspectral_scene(
             from affine import Affine
             from rasterio.crs import CRS
 
-            common = {"driver": "GTiff", "height": int(height), "width": int(width),
-                      "crs": CRS.from_epsg(32615),
-                      "transform": Affine(2.5, 0.0, 268_000.0, 0.0, -2.5, 3_290_000.0)}
-            with rasterio.open(tmp / f"{name}.tif", "w", count=int(bands), dtype="uint16", **common) as dst:
+            common = {
+                "driver": "GTiff",
+                "height": int(height),
+                "width": int(width),
+                "crs": CRS.from_epsg(32615),
+                "transform": Affine(2.5, 0.0, 268_000.0, 0.0, -2.5, 3_290_000.0),
+            }
+            with rasterio.open(
+                tmp / f"{name}.tif", "w", count=int(bands), dtype="uint16", **common
+            ) as dst:
                 dst.write(np.ascontiguousarray(dn.transpose(2, 0, 1)))
-            with rasterio.open(tmp / f"{name}_gt.tif", "w", count=1, dtype="uint8", **common) as dst:
+            with rasterio.open(
+                tmp / f"{name}_gt.tif", "w", count=1, dtype="uint8", **common
+            ) as dst:
                 dst.write(labels[None])
 
     return generate_tree(root, params, write, what="generate_hyperspectral_scene")

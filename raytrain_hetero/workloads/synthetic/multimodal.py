@@ -56,7 +56,9 @@ _SIGMA0_DB: dict[str, tuple[float, float]] = {
 }
 
 
-def _optical_and_radar(cls: str, rng: np.random.Generator, n: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+def _optical_and_radar(
+    cls: str, rng: np.random.Generator, n: int, s: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Clean S2 (n, 10, s, s) reflectance*1e4 and S1 (n, 2, s, s) linear sigma0 of a class."""
     layers: list[tuple[str, Any]]
     bright = np.zeros((n, s, s), np.float32)  # extra SAR double-bounce (linear multiplier)
@@ -76,19 +78,25 @@ def _optical_and_radar(cls: str, rng: np.random.Generator, n: int, s: int) -> tu
         layers = [("soil", 1.0), ("crop", _stripes(rng, n, s, 4.0, 8.0))]
     elif cls == "SparselyBuilt":
         houses = _dots(rng, n, s, 7.0, 10.0)
-        layers = [("grass", 1.0), ("forest", 0.4 * _soft(_smooth_noise(rng, n, s, 3.0), 1.0)),
-                  ("roof", houses)]
+        layers = [
+            ("grass", 1.0),
+            ("forest", 0.4 * _soft(_smooth_noise(rng, n, s, 3.0), 1.0)),
+            ("roof", houses),
+        ]
         bright = 10.0 * houses
     elif cls == "Water":
         u, _ = _coords(rng, n, s)
-        shore = np.clip(u - rng.uniform(0.7, 1.0, (n, 1, 1)) * u.max(axis=(1, 2), keepdims=True), 0, 1)
+        shore = np.clip(
+            u - rng.uniform(0.7, 1.0, (n, 1, 1)) * u.max(axis=(1, 2), keepdims=True), 0, 1
+        )
         layers = [("water", 1.0), ("grass", shore.astype(np.float32))]
     else:  # pragma: no cover
         raise AssertionError(cls)
     out: np.ndarray | None = None
     for name, mask in layers:
         spec = _MAT[name][_S2_INDEX][None, :] * (
-            1 + 0.06 * rng.standard_normal((n, len(S2_BANDS))).astype(np.float32))
+            1 + 0.06 * rng.standard_normal((n, len(S2_BANDS))).astype(np.float32)
+        )
         spec = spec[:, :, None, None]
         if out is None:
             out = np.broadcast_to(spec, (n, len(S2_BANDS), s, s)).copy()
@@ -151,15 +159,24 @@ def generate_multimodal(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for arg, value, lo in (("samples_per_class", samples_per_class, 3), ("seed", seed, 0),
-                           ("size", size, 16)):
+    for arg, value, lo in (
+        ("samples_per_class", samples_per_class, 3),
+        ("seed", seed, 0),
+        ("size", size, 16),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_multimodal: {arg} must be an integer >= {lo}, got {value!r}")
+            raise ConfigError(
+                f"generate_multimodal: {arg} must be an integer >= {lo}, got {value!r}"
+            )
     if not 0 <= cloud_fraction < 1:
-        raise ConfigError(f"generate_multimodal: cloud_fraction must be in [0, 1), got {cloud_fraction}")
+        raise ConfigError(
+            f"generate_multimodal: cloud_fraction must be in [0, 1), got {cloud_fraction}"
+        )
     fr = tuple(float(f) for f in split_fractions)
     if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1) > 1e-6:
-        raise ConfigError(f"generate_multimodal: split_fractions must be 3 positive fractions summing to 1, got {split_fractions!r}")
+        raise ConfigError(
+            f"generate_multimodal: split_fractions must be 3 positive fractions summing to 1, got {split_fractions!r}"
+        )
     spc = int(samples_per_class)
     n_val, n_test = max(1, round(fr[1] * spc)), max(1, round(fr[2] * spc))
     n_train = spc - n_val - n_test
@@ -168,8 +185,11 @@ def generate_multimodal(
     params = {
         "generator": "raytrain_hetero.workloads.multimodal",
         "version": _GENERATOR_VERSION,
-        "samples_per_class": spc, "seed": int(seed), "size": int(size),
-        "cloud_fraction": float(cloud_fraction), "split_fractions": list(fr),
+        "samples_per_class": spc,
+        "seed": int(seed),
+        "size": int(size),
+        "cloud_fraction": float(cloud_fraction),
+        "split_fractions": list(fr),
     }
 
     def write(tmp: Path) -> None:
@@ -183,8 +203,11 @@ def generate_multimodal(
             for modality in ("s1", "s2"):
                 (tmp / modality / cls).mkdir(parents=True)
             perm = np.random.default_rng([seed, ci, 1]).permutation(spc) + 1
-            for split, members in (("train", perm[:n_train]), ("val", perm[n_train:n_train + n_val]),
-                                   ("test", perm[n_train + n_val:])):
+            for split, members in (
+                ("train", perm[:n_train]),
+                ("val", perm[n_train : n_train + n_val]),
+                ("test", perm[n_train + n_val :]),
+            ):
                 lines[split].extend(f"{cls}/{cls}_{k}" for k in sorted(members.tolist()))
             for start in range(0, spc, _CHUNK):
                 n = min(_CHUNK, spc - start)
@@ -196,14 +219,25 @@ def generate_multimodal(
                 north = rng.uniform(4_500_000, 5_900_000, size=n)
                 for j in range(n):
                     k = start + j + 1
-                    grid = {"driver": "GTiff", "height": size, "width": size, "crs": crs,
-                            "transform": Affine(10.0, 0, float(east[j]), 0, -10.0, float(north[j]))}
-                    with rasterio.open(tmp / "s1" / cls / f"{cls}_{k}.tif", "w", count=2,
-                                       dtype="float32", **grid) as dst:
+                    grid = {
+                        "driver": "GTiff",
+                        "height": size,
+                        "width": size,
+                        "crs": crs,
+                        "transform": Affine(10.0, 0, float(east[j]), 0, -10.0, float(north[j])),
+                    }
+                    with rasterio.open(
+                        tmp / "s1" / cls / f"{cls}_{k}.tif", "w", count=2, dtype="float32", **grid
+                    ) as dst:
                         dst.write(s1_db[j])
                         dst.descriptions = S1_BANDS
-                    with rasterio.open(tmp / "s2" / cls / f"{cls}_{k}.tif", "w", count=len(S2_BANDS),
-                                       dtype="uint16", **grid) as dst:
+                    with rasterio.open(
+                        tmp / "s2" / cls / f"{cls}_{k}.tif",
+                        "w",
+                        count=len(S2_BANDS),
+                        dtype="uint16",
+                        **grid,
+                    ) as dst:
                         dst.write(s2_dn[j])
                         dst.descriptions = S2_BANDS
         (tmp / "classes.txt").write_text("\n".join(MULTIMODAL_CLASSES) + "\n")
@@ -211,5 +245,3 @@ def generate_multimodal(
             (tmp / _SPLIT_FILE.format(split=split)).write_text("\n".join(ids) + "\n")
 
     return generate_tree(root, params, write, what="generate_multimodal")
-
-

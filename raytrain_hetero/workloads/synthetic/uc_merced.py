@@ -142,8 +142,14 @@ def _court(rng: np.random.Generator, n: int, s: int) -> tuple[np.ndarray, np.nda
     court = _box(u, v, hu, hv)
     lw = max(1.0, 0.008 * s)
     lines = (
-        (np.abs(np.abs(u) - hu * 0.85) < lw) | (np.abs(np.abs(v) - hv * 0.8) < lw) | (np.abs(u) < lw)
-    ) & (np.abs(u) < hu * 0.86) & (np.abs(v) < hv * 0.81)
+        (
+            (np.abs(np.abs(u) - hu * 0.85) < lw)
+            | (np.abs(np.abs(v) - hv * 0.8) < lw)
+            | (np.abs(u) < lw)
+        )
+        & (np.abs(u) < hu * 0.86)
+        & (np.abs(v) < hv * 0.81)
+    )
     return court, lines.astype(np.float32)
 
 
@@ -183,15 +189,33 @@ def _class_images(cls: str, rng: np.random.Generator, n: int, s: int) -> np.ndar
     if cls == "agricultural":
         rows = _stripes(rng, n, s, 6 * f + 2, 14 * f + 3)
         fields = _soft(_smooth_noise(rng, n, s, 40 * f), 2.0)
-        return _paint(rng, n, [("soil", 1.0), ("grass", rows * fields), ("dry", rows * (1 - fields))])
+        return _paint(
+            rng, n, [("soil", 1.0), ("grass", rows * fields), ("dry", rows * (1 - fields))]
+        )
     if cls == "airplane":
         marks, _, _, _ = _road(rng, n, s, (0.005, 0.01))
-        return _paint(rng, n, [("concrete", 1.0), ("asphalt", 0.4 * _texture(rng, n, s, 30 * f)),
-                               ("white", 0.8 * marks), ("white", _airplane(rng, n, s))])
+        return _paint(
+            rng,
+            n,
+            [
+                ("concrete", 1.0),
+                ("asphalt", 0.4 * _texture(rng, n, s, 30 * f)),
+                ("white", 0.8 * marks),
+                ("white", _airplane(rng, n, s)),
+            ],
+        )
     if cls == "baseballdiamond":
         sector, inner = _diamond(rng, n, s)
-        return _paint(rng, n, [("lawn", 1.0), ("tree", 0.3 * _texture(rng, n, s, 20 * f)),
-                               ("dry", sector), ("lawn", inner)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("lawn", 1.0),
+                ("tree", 0.3 * _texture(rng, n, s, 20 * f)),
+                ("dry", sector),
+                ("lawn", inner),
+            ],
+        )
     if cls == "beach":
         water = _half_plane(rng, n, s, 0.08)
         surf = np.clip(1 - np.abs(water - 0.5) * 3, 0, 1)
@@ -199,31 +223,56 @@ def _class_images(cls: str, rng: np.random.Generator, n: int, s: int) -> np.ndar
     if cls == "buildings":
         roofs = _rectangles(rng, n, s, 6)
         flat = _rectangles(rng, n, s, 3)
-        return _paint(rng, n, [("asphalt", 1.0), ("roof_grey", roofs), ("concrete", flat * (1 - roofs)),
-                               ("shadow", 0.5 * np.roll(roofs, 3, axis=2) * (1 - roofs))])
+        return _paint(
+            rng,
+            n,
+            [
+                ("asphalt", 1.0),
+                ("roof_grey", roofs),
+                ("concrete", flat * (1 - roofs)),
+                ("shadow", 0.5 * np.roll(roofs, 3, axis=2) * (1 - roofs)),
+            ],
+        )
     if cls == "chaparral":
         bushes = _soft(_smooth_noise(rng, n, s, 3 * f + 0.8) - 0.6, 3.0)
-        return _paint(rng, n, [("dry", 1.0), ("shrub", _texture(rng, n, s, 15 * f)), ("tree", bushes)])
+        return _paint(
+            rng, n, [("dry", 1.0), ("shrub", _texture(rng, n, s, 15 * f)), ("tree", bushes)]
+        )
     if cls == "denseresidential":
         houses, streets = _grid(rng, n, s, 18 * f + 4, 26 * f + 5, 0.7)
         trees = _soft(_smooth_noise(rng, n, s, 4 * f + 1) - 1.0, 3.0)
-        return _paint(rng, n, [("grass", 1.0), ("roof_red", houses), ("asphalt", streets), ("tree", trees)])
+        return _paint(
+            rng, n, [("grass", 1.0), ("roof_red", houses), ("asphalt", streets), ("tree", trees)]
+        )
     if cls == "forest":
         crowns = _soft(_smooth_noise(rng, n, s, 5 * f + 1), 1.5)
         return _paint(rng, n, [("shadow", 1.0), ("tree", crowns), ("grass", 0.25 * crowns**4)])
     if cls == "freeway":
         road, dash, u, v = _road(rng, n, s, (0.3, 0.4))
         median = np.clip(0.02 * s - np.abs(v) + 0.5, 0, 1)
-        lanes = ((np.abs(np.mod(v, 0.07 * s) - 0.035 * s) < max(0.6, 0.003 * s))
-                 & (np.mod(u, 0.1 * s) < 0.05 * s)).astype(np.float32) * road
+        lanes = (
+            (np.abs(np.mod(v, 0.07 * s) - 0.035 * s) < max(0.6, 0.003 * s))
+            & (np.mod(u, 0.1 * s) < 0.05 * s)
+        ).astype(np.float32) * road
         side = _texture(rng, n, s, 20 * f)
-        return _paint(rng, n, [("grass", 1.0), ("dry", side), ("asphalt", road), ("white", lanes),
-                               ("concrete", median)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("grass", 1.0),
+                ("dry", side),
+                ("asphalt", road),
+                ("white", lanes),
+                ("concrete", median),
+            ],
+        )
     if cls == "golfcourse":
         fairway = _soft(_smooth_noise(rng, n, s, 30 * f), 1.5)
         bunkers = _disks(rng, n, s, 3, (0.03, 0.07))
         trees = _soft(_smooth_noise(rng, n, s, 6 * f + 1) - 0.9, 3.0) * (1 - fairway)
-        return _paint(rng, n, [("grass", 1.0), ("lawn", fairway), ("sand", bunkers), ("tree", trees)])
+        return _paint(
+            rng, n, [("grass", 1.0), ("lawn", fairway), ("sand", bunkers), ("tree", trees)]
+        )
     if cls == "harbor":
         docks = _stripes(rng, n, s, 40 * f + 6, 60 * f + 8)
         piers = (docks > 0.93).astype(np.float32)
@@ -233,25 +282,52 @@ def _class_images(cls: str, rng: np.random.Generator, n: int, s: int) -> np.ndar
         r1, d1, u, v = _road(rng, n, s, (0.12, 0.18))
         r2, d2, _, _ = _road(rng, n, s, (0.12, 0.18), u=v, v=u)
         lots = _rectangles(rng, n, s, 4)
-        return _paint(rng, n, [("grass", 1.0), ("roof_grey", lots), ("asphalt", np.maximum(r1, r2)),
-                               ("white", np.maximum(d1 * (1 - r2), d2 * (1 - r1)))])
+        return _paint(
+            rng,
+            n,
+            [
+                ("grass", 1.0),
+                ("roof_grey", lots),
+                ("asphalt", np.maximum(r1, r2)),
+                ("white", np.maximum(d1 * (1 - r2), d2 * (1 - r1))),
+            ],
+        )
     if cls == "mediumresidential":
         houses, streets = _grid(rng, n, s, 28 * f + 6, 38 * f + 7, 0.45)
         trees = _soft(_smooth_noise(rng, n, s, 5 * f + 1) - 0.6, 3.0)
-        return _paint(rng, n, [("lawn", 1.0), ("roof_grey", houses), ("asphalt", streets), ("tree", trees)])
+        return _paint(
+            rng, n, [("lawn", 1.0), ("roof_grey", houses), ("asphalt", streets), ("tree", trees)]
+        )
     if cls == "mobilehomepark":
         u, v = _coords(rng, n, s)
         period_u = rng.uniform(22, 30, size=(n, 1, 1)) * f + 4
         period_v = rng.uniform(10, 14, size=(n, 1, 1)) * f + 2
-        homes = ((np.mod(u, period_u) < 0.75 * period_u) & (np.mod(v, period_v) < 0.55 * period_v))
-        return _paint(rng, n, [("asphalt", 1.0), ("dry", 0.4 * _texture(rng, n, s, 10 * f)),
-                               ("white", homes.astype(np.float32))])
+        homes = (np.mod(u, period_u) < 0.75 * period_u) & (np.mod(v, period_v) < 0.55 * period_v)
+        return _paint(
+            rng,
+            n,
+            [
+                ("asphalt", 1.0),
+                ("dry", 0.4 * _texture(rng, n, s, 10 * f)),
+                ("white", homes.astype(np.float32)),
+            ],
+        )
     if cls == "overpass":
         r1, d1, u, v = _road(rng, n, s, (0.15, 0.22))
         r2, d2, _, _ = _road(rng, n, s, (0.15, 0.22), u=v, v=u)
         shadow = np.roll(r2, int(0.04 * s) + 1, axis=1) * (1 - r2)
-        return _paint(rng, n, [("dry", 1.0), ("asphalt", r1), ("white", d1), ("shadow", 0.7 * shadow),
-                               ("concrete", r2), ("white", d2)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("dry", 1.0),
+                ("asphalt", r1),
+                ("white", d1),
+                ("shadow", 0.7 * shadow),
+                ("concrete", r2),
+                ("white", d2),
+            ],
+        )
     if cls == "parkinglot":
         u, v = _coords(rng, n, s)
         pu = rng.uniform(9, 12, size=(n, 1, 1)) * f + 2
@@ -259,8 +335,15 @@ def _class_images(cls: str, rng: np.random.Generator, n: int, s: int) -> np.ndar
         slot = (np.mod(u, pu) < 0.6 * pu) & (np.mod(v, pv) < 0.4 * pv)
         occupied = slot & (_smooth_noise(rng, n, s, 1.0) > -0.3)
         colours = rng.uniform(0.1, 0.95, size=(n, 3)).astype(np.float32)
-        return _paint(rng, n, [("asphalt", 1.0), (colours, occupied.astype(np.float32)),
-                               ("white", 0.5 * occupied * (_smooth_noise(rng, n, s, 1.0) > 0.5))])
+        return _paint(
+            rng,
+            n,
+            [
+                ("asphalt", 1.0),
+                (colours, occupied.astype(np.float32)),
+                ("white", 0.5 * occupied * (_smooth_noise(rng, n, s, 1.0) > 0.5)),
+            ],
+        )
     if cls == "river":
         land = _texture(rng, n, s, 15 * f)
         water = _line(rng, n, s, (40 * f + 4, 80 * f + 6), meander=s / 8)
@@ -268,26 +351,58 @@ def _class_images(cls: str, rng: np.random.Generator, n: int, s: int) -> np.ndar
     if cls == "runway":
         road, dash, u, v = _road(rng, n, s, (0.35, 0.5))
         edges = (np.abs(np.abs(v) - 0.16 * s) < max(1.0, 0.01 * s)).astype(np.float32) * road
-        return _paint(rng, n, [("grass", 1.0), ("dry", 0.5 * _texture(rng, n, s, 25 * f)),
-                               ("concrete", road), ("white", np.maximum(dash * 3, edges).clip(0, 1))])
+        return _paint(
+            rng,
+            n,
+            [
+                ("grass", 1.0),
+                ("dry", 0.5 * _texture(rng, n, s, 25 * f)),
+                ("concrete", road),
+                ("white", np.maximum(dash * 3, edges).clip(0, 1)),
+            ],
+        )
     if cls == "sparseresidential":
         u, v = _coords(rng, n, s)
         houses = _disks(rng, n, s, 4, (0.04, 0.07))
         houses = (houses > 0.5).astype(np.float32)
         trees = _soft(_smooth_noise(rng, n, s, 6 * f + 1) - 0.8, 3.0)
-        return _paint(rng, n, [("grass", 1.0), ("dry", 0.5 * _texture(rng, n, s, 20 * f)),
-                               ("tree", trees), ("roof_red", houses)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("grass", 1.0),
+                ("dry", 0.5 * _texture(rng, n, s, 20 * f)),
+                ("tree", trees),
+                ("roof_red", houses),
+            ],
+        )
     if cls == "storagetanks":
         tanks = _disks(rng, n, s, 6, (0.06, 0.12))
         rims = np.clip(1 - np.abs(tanks - 0.5) * 2.2, 0, 1)
-        return _paint(rng, n, [("soil", 1.0), ("concrete", 0.5 * _texture(rng, n, s, 20 * f)),
-                               ("white", tanks), ("roof_grey", 0.6 * rims)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("soil", 1.0),
+                ("concrete", 0.5 * _texture(rng, n, s, 20 * f)),
+                ("white", tanks),
+                ("roof_grey", 0.6 * rims),
+            ],
+        )
     if cls == "tenniscourt":
         court, lines = _court(rng, n, s)
         blue = (rng.random((n, 1, 1)) < 0.5).astype(np.float32)
-        return _paint(rng, n, [("lawn", 1.0), ("tree", 0.4 * _texture(rng, n, s, 12 * f)),
-                               ("court_green", court), ("court_blue", court * blue),
-                               ("white", lines)])
+        return _paint(
+            rng,
+            n,
+            [
+                ("lawn", 1.0),
+                ("tree", 0.4 * _texture(rng, n, s, 12 * f)),
+                ("court_green", court),
+                ("court_blue", court * blue),
+                ("white", lines),
+            ],
+        )
     raise AssertionError(cls)  # pragma: no cover
 
 
@@ -343,10 +458,15 @@ def generate_uc_merced(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for name, value, lo in (("samples_per_class", samples_per_class, 3), ("seed", seed, 0),
-                            ("size", size, 32)):
+    for name, value, lo in (
+        ("samples_per_class", samples_per_class, 3),
+        ("seed", seed, 0),
+        ("size", size, 32),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_uc_merced: {name} must be an integer >= {lo}, got {value!r}")
+            raise ConfigError(
+                f"generate_uc_merced: {name} must be an integer >= {lo}, got {value!r}"
+            )
     fr = tuple(float(f) for f in split_fractions)
     if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1) > 1e-6:
         raise ConfigError(
@@ -354,7 +474,9 @@ def generate_uc_merced(
             f"got {split_fractions!r}"
         )
     if not 0.0 <= varying_fraction <= 1.0:
-        raise ConfigError(f"generate_uc_merced: varying_fraction must be in [0, 1], got {varying_fraction}")
+        raise ConfigError(
+            f"generate_uc_merced: varying_fraction must be in [0, 1], got {varying_fraction}"
+        )
     counts = _split_counts(int(samples_per_class), fr)
     params = {
         "generator": "raytrain_hetero.workloads.uc_merced",
@@ -401,5 +523,3 @@ def generate_uc_merced(
             (tmp / _SPLIT_FILE.format(split=split)).write_text("\n".join(names) + "\n")
 
     return generate_tree(root, params, write, what="generate_uc_merced")
-
-
