@@ -23,16 +23,28 @@ def build_parser() -> argparse.ArgumentParser:
         prog="raytrain-hetero",
         description="Heterogeneity-aware, exact data-parallel training on Ray Train V2.",
     )
-    parser.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING).")
+    parser.add_argument(
+        "--log-level", default="WARNING", help="Python log level (default WARNING)."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model from a YAML job config")
     train.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
     train.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
-    train.add_argument("--output", type=Path, default=None,
-                       help="output directory (default: output_dir from the config)")
-    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key, e.g. --set train.epochs=1 (repeatable)")
+    train.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="output directory (default: output_dir from the config)",
+    )
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.epochs=1 (repeatable)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
 
     probe = sub.add_parser(
@@ -40,18 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
     probe.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
-    probe.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (repeatable)")
+    probe.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
 
     tune = sub.add_parser(
         "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
     )
     tune.add_argument("config_path", nargs="?", type=Path, help="job config YAML with tune:")
     tune.add_argument("--config", dest="config_flag", type=Path, help="job config YAML with tune:")
-    tune.add_argument("--output", type=Path, default=None,
-                      help="output directory (default: output_dir from the config)")
-    tune.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                      help="override a config key, e.g. --set tune.num_samples=2 (repeatable)")
+    tune.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="output directory (default: output_dir from the config)",
+    )
+    tune.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set tune.num_samples=2 (repeatable)",
+    )
     tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
 
     predict = sub.add_parser(
@@ -61,36 +89,63 @@ def build_parser() -> argparse.ArgumentParser:
     )
     predict.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
     predict.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
-    predict.add_argument("--checkpoint", type=Path, required=True,
-                         help="model.pt, a checkpoint directory, or a training output directory")
-    predict.add_argument("--output", type=Path, default=None,
-                         help="output directory (default: <output_dir>/predict)")
-    predict.add_argument("--split", default=None,
-                         help="train, val or test (default test); scene: every pixel of a "
-                         "hyperspectral scene (its default)")
-    predict.add_argument("--mode", choices=("proportional", "equal", "single"),
-                         default="proportional",
-                         help="proportional: per-pool batch and share by measured speed "
-                         "(default); equal: same for every actor; single: one actor")
-    predict.add_argument("--batch-size", type=int, default=128,
-                         help="batch size of the fastest actor (default 128)")
-    predict.add_argument("--set", dest="overrides", action="append", default=[],
-                         metavar="KEY=VALUE", help="override a config key (repeatable)")
+    predict.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="model.pt, a checkpoint directory, or a training output directory",
+    )
+    predict.add_argument(
+        "--output", type=Path, default=None, help="output directory (default: <output_dir>/predict)"
+    )
+    predict.add_argument(
+        "--split",
+        default=None,
+        help="train, val or test (default test); scene: every pixel of a "
+        "hyperspectral scene (its default)",
+    )
+    predict.add_argument(
+        "--mode",
+        choices=("proportional", "equal", "single"),
+        default="proportional",
+        help="proportional: per-pool batch and share by measured speed "
+        "(default); equal: same for every actor; single: one actor",
+    )
+    predict.add_argument(
+        "--batch-size", type=int, default=128, help="batch size of the fastest actor (default 128)"
+    )
+    predict.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
 
     from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
     from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
 
-    add_bench_arguments(sub.add_parser(
-        "bench", help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating"))
-    add_sim_arguments(sub.add_parser(
-        "sim", help="large-cluster simulator of the allocation and re-planning policy"))
+    add_bench_arguments(
+        sub.add_parser(
+            "bench",
+            help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating",
+        )
+    )
+    add_sim_arguments(
+        sub.add_parser(
+            "sim", help="large-cluster simulator of the allocation and re-planning policy"
+        )
+    )
     return parser
 
 
 def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
     path = args.config_flag or args.config_path
     if path is None:
-        parser.error(f"{args.command} needs a config: raytrain-hetero {args.command} --config FILE.yaml")
+        parser.error(
+            f"{args.command} needs a config: raytrain-hetero {args.command} --config FILE.yaml"
+        )
     if args.config_flag and args.config_path and args.config_flag != args.config_path:
         parser.error("give the config once, either positionally or with --config")
     return path
@@ -118,21 +173,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "tune":
             from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.tune.search import format_best, run_tune
+            from raytrain_hetero.app.tune_job import format_best, run_tune
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             summary = run_tune(job, output_dir=args.output, verbose=0 if args.quiet else 1)
             print(format_best(summary))
-            print(f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
-                  f"results: {Path(args.output or job.output_dir).resolve()}/trials.csv, trials.png")
+            print(
+                f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
+                f"results: {Path(args.output or job.output_dir).resolve()}/trials.csv, trials.png"
+            )
             return 0
         if args.command == "predict":
             from raytrain_hetero.app.config import load_config, parse_overrides
             from raytrain_hetero.app.predict import run_predict
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_predict(job, args.checkpoint, output_dir=args.output, split=args.split,
-                        mode=args.mode, batch_size=args.batch_size)
+            run_predict(
+                job,
+                args.checkpoint,
+                output_dir=args.output,
+                split=args.split,
+                mode=args.mode,
+                batch_size=args.batch_size,
+            )
             return 0
         if args.command == "bench":
             from raytrain_hetero.bench.suite import run_from_args as run_bench

@@ -1,6 +1,6 @@
 """How many Tune trials a cluster holds at once, each with its whole worker group.
 
-Tune reserves only each trial's *driver* (``tune.trial_cpus``); the trial's worker group
+Tune reserves only each trial's *driver* (``trial_cpus``); the trial's worker group
 reserves its workers through Ray Train's own placement group, which Ray grants all at once or
 not at all, so concurrent trials never each hold part of a worker group. Unless
 ``tune.max_concurrent_trials`` says otherwise, :func:`concurrent_capacity` packs whole trials
@@ -12,17 +12,16 @@ many at once as fit, so no trial waits on another's workers.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
 
-from raytrain_hetero.app.config import JobConfig
+from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.core.placement import selector_matches
 from raytrain_hetero.errors import ConfigError
 
-__all__ = ["cluster_nodes", "concurrent_capacity", "decide_concurrency", "trial_count"]
+__all__ = ["cluster_nodes", "concurrent_capacity", "decide_concurrency"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +36,12 @@ def _take(need: Mapping[str, float], have: dict[str, float]) -> None:
 
 
 def concurrent_capacity(
-    nodes: Sequence[Mapping[str, Any]], job: JobConfig, trial_cpus: float, limit: int
+    nodes: Sequence[Mapping[str, Any]],
+    workers: Sequence[WorkerSpec],
+    trial_cpus: float,
+    limit: int,
 ) -> int:
-    """How many trials of ``job`` the nodes hold at once, each with its whole worker group.
+    """How many trials the nodes hold at once, each with its whole worker group.
 
     Packs, trial after trial, each worker (all of its resources, on one node matching its
     label selector, largest first) and the trial's driver (``trial_cpus`` CPUs, anywhere)
@@ -47,7 +49,8 @@ def concurrent_capacity(
 
     Args:
         nodes: Nodes as ``{"resources": {...}, "labels": {...}}``.
-        job: The job every trial runs.
+        workers: The worker group of every trial, one spec per worker (``count == 1``, e.g.
+            :func:`~raytrain_hetero.config.expand_worker_specs`).
         trial_cpus: CPUs each trial's driver reserves.
         limit: Stop counting here (the number of trials).
 
@@ -56,10 +59,10 @@ def concurrent_capacity(
     """
     free = [dict(n.get("resources") or {}) for n in nodes]
     labels = [dict(n.get("labels") or {}) for n in nodes]
-    workers = sorted(job.expanded_workers(), key=lambda s: -sum(s.resources.values()))
+    ordered = sorted(workers, key=lambda s: -sum(s.resources.values()))
     for count in range(limit):
         trial_free = [dict(f) for f in free]
-        for spec in workers:
+        for spec in ordered:
             for i, have in enumerate(trial_free):
                 if selector_matches(spec.label_selector or {}, labels[i]) and _fits(
                     spec.resources, have
@@ -88,47 +91,50 @@ def cluster_nodes() -> list[dict[str, Any]]:
     ]
 
 
+def decide_concurrency(
+    workers: Sequence[WorkerSpec],
+    nodes: Sequence[Mapping[str, Any]],
+    *,
+    trial_cpus: float,
+    trials: int,
+    max_concurrent_trials: int | None = None,
+    local: bool,
+) -> int:
+    """Trials to run at once: ``max_concurrent_trials``, else as many as fit (at most ``trials``).
 
-def trial_count(job: JobConfig) -> int:
-    """Trials the search runs: samples times the grid's size."""
-    space = job.tune.search_space if job.tune else {}
-    grid = math.prod(len(d.grid) for d in space.values() if d.grid is not None)
-    return job.tune.num_samples * grid if job.tune else 0
-
-
-
-def decide_concurrency(job: JobConfig, nodes: Sequence[Mapping[str, Any]], *, local: bool) -> int:
-    """Trials to run at once: ``tune.max_concurrent_trials``, else as many as fit.
+    Args:
+        workers: The worker group of every trial, one spec per worker.
+        nodes: Nodes as ``{"resources": {...}, "labels": {...}}`` (:func:`cluster_nodes`).
+        trial_cpus: CPUs each trial's driver reserves.
+        trials: Trials the search runs in all.
+        max_concurrent_trials: The user's cap, or ``None`` to run as many as fit.
+        local: Whether Ray is an embedded local instance (no autoscaler to add nodes).
 
     Raises:
         ConfigError: On an embedded local Ray (``local``) that cannot hold even one trial.
     """
-    cfg = job.tune
-    assert cfg is not None
-    trials = trial_count(job)
-    fit = concurrent_capacity(nodes, job, cfg.trial_cpus, limit=max(trials, 1))
+    fit = concurrent_capacity(nodes, workers, trial_cpus, limit=max(trials, 1))
     if fit == 0:
-        per_trial_cpu = sum(s.resources.get("CPU", 0.0) for s in job.expanded_workers())
+        per_trial_cpu = sum(s.resources.get("CPU", 0.0) for s in workers)
         message = (
             f"not even one trial fits this Ray cluster: a trial needs its workers "
-            f"({', '.join(f'{s.name}: {dict(s.resources)}' for s in job.expanded_workers())}) "
-            f"plus {cfg.trial_cpus:g} CPU for its driver"
+            f"({', '.join(f'{s.name}: {dict(s.resources)}' for s in workers)}) "
+            f"plus {trial_cpus:g} CPU for its driver"
         )
         if local:
             raise ConfigError(
-                f"{message}. Fix: raise ray.num_cpus to >= {per_trial_cpu + cfg.trial_cpus:g}, "
+                f"{message}. Fix: raise ray.num_cpus to >= {per_trial_cpu + trial_cpus:g}, "
                 "or use fewer/smaller workers."
             )
         logger.warning("%s; trials will wait for the autoscaler to add nodes", message)
-        return cfg.max_concurrent_trials or 1
-    if cfg.max_concurrent_trials is None:
+        return max_concurrent_trials or 1
+    if max_concurrent_trials is None:
         return min(fit, trials)
-    if cfg.max_concurrent_trials > fit:
+    if max_concurrent_trials > fit:
         logger.warning(
-            "tune.max_concurrent_trials=%d but the cluster holds %d trial(s) at once: the "
+            "max_concurrent_trials=%d but the cluster holds %d trial(s) at once: the "
             "others wait for workers (on an autoscaling cluster, for new nodes)",
-            cfg.max_concurrent_trials,
+            max_concurrent_trials,
             fit,
         )
-    return cfg.max_concurrent_trials
-
+    return max_concurrent_trials

@@ -1,4 +1,4 @@
-"""Results of a Tune search: one row per trial (``trials.csv``), the plot, the printed best."""
+"""Results of a Tune search over HeteroTrainer runs: one row per trial (``trials.csv``), the plot."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.atomic import atomic_write
-from raytrain_hetero.tune.trial import _plain
+from raytrain_hetero.tune.trial import plain_value
 
-__all__ = ["TRIAL_COLUMNS", "format_best", "plot_trials", "trial_rows", "write_trials_csv"]
+__all__ = ["TRIAL_COLUMNS", "finite", "plot_trials", "trial_rows", "write_trials_csv"]
 
 #: Columns every row of ``trials.csv`` starts with (then ``config/...`` and ``workers/...``).
 TRIAL_COLUMNS: tuple[str, ...] = (
@@ -29,18 +28,29 @@ TRIAL_COLUMNS: tuple[str, ...] = (
 )
 
 
-
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number (``None``, NaN and text are not)."""
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
 
 
-def trial_rows(grid: Any, job: JobConfig) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Flatten a Tune ``ResultGrid`` into table rows and per-trial metric histories."""
-    assert job.tune is not None
-    keys = list(job.tune.search_space)
+def trial_rows(
+    grid: Any, *, search_keys: Iterable[str], epochs: int
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Flatten a Tune ``ResultGrid`` into table rows and per-trial metric histories.
+
+    Args:
+        grid: The ``ResultGrid`` of ``Tuner.fit()``.
+        search_keys: The searched parameters (each becomes a ``config/<key>`` column).
+        epochs: Epochs of a full trial (fewer: the trial was stopped early).
+
+    Returns:
+        Rows (sorted by trial id; ``_workers`` holds each trial's per-worker metrics) and
+        each trial's history of reports.
+    """
+    keys = list(search_keys)
     rows: list[dict[str, Any]] = []
     histories: dict[str, list[dict[str, Any]]] = {}
     for result in grid:
@@ -49,16 +59,16 @@ def trial_rows(grid: Any, job: JobConfig) -> tuple[list[dict[str, Any]], dict[st
         frame = result.metrics_dataframe
         history = frame.to_dict("records") if frame is not None else []
         histories[trial_id] = history
-        accuracies = [h.get("val_accuracy") for h in history if _finite(h.get("val_accuracy"))]
+        accuracies = [h.get("val_accuracy") for h in history if finite(h.get("val_accuracy"))]
         workers = _workers_from_metrics(metrics)
-        epochs = int(metrics.get("training_iteration") or 0)
-        status = "error" if result.error else (
-            "stopped early" if epochs < job.train.epochs else "completed"
+        trial_epochs = int(metrics.get("training_iteration") or 0)
+        status = (
+            "error" if result.error else ("stopped early" if trial_epochs < epochs else "completed")
         )
         row: dict[str, Any] = {
             "trial_id": trial_id,
             "status": status,
-            "epochs": epochs,
+            "epochs": trial_epochs,
             "val_accuracy": metrics.get("val_accuracy"),
             "best_val_accuracy": max(accuracies) if accuracies else None,
             "samples_per_s": metrics.get("samples_per_s"),
@@ -67,7 +77,7 @@ def trial_rows(grid: Any, job: JobConfig) -> tuple[list[dict[str, Any]], dict[st
         }
         config = dict(result.config or {})
         for key in keys:
-            row[f"config/{key}"] = _plain(config.get(key))
+            row[f"config/{key}"] = plain_value(config.get(key))
         for name, w in workers.items():
             row[f"workers/{name}/slice"] = w["slice"]
             row[f"workers/{name}/samples_per_s"] = w["samples_per_s"]
@@ -136,7 +146,7 @@ def plot_trials(
         points = [
             (int(h["training_iteration"]), float(h[metric]))
             for h in history
-            if _finite(h.get(metric)) and h.get("training_iteration") is not None
+            if finite(h.get(metric)) and h.get("training_iteration") is not None
         ]
         if points:
             xs, ys = zip(*points)
@@ -153,13 +163,15 @@ def plot_trials(
     for name in names:
         heights = [
             float(r["_workers"][name]["samples_per_s"])
-            if name in r.get("_workers", {}) and _finite(r["_workers"][name]["samples_per_s"])
+            if name in r.get("_workers", {}) and finite(r["_workers"][name]["samples_per_s"])
             else 0.0
             for r in rows
         ]
         ax_tp.bar(xs, heights, bottom=bottoms, label=name)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    totals = [float(r["samples_per_s"]) if _finite(r.get("samples_per_s")) else math.nan for r in rows]
+    totals = [
+        float(r["samples_per_s"]) if finite(r.get("samples_per_s")) else math.nan for r in rows
+    ]
     ax_tp.plot(xs, totals, "k_", markersize=30, mew=2, label="run samples/s")
     ax_tp.set_xticks(xs, [str(r["trial_id"]) for r in rows], rotation=30, ha="right", fontsize=8)
     # Per worker: samples over its own busy time; the run: samples over each step's wall time.
@@ -174,28 +186,3 @@ def plot_trials(
         fh.write(buf.getvalue())
 
     return atomic_write(path, write, binary=True)
-
-
-def format_best(summary: Mapping[str, Any]) -> str:
-    """Human-readable lines about the best trial (what ``raytrain-hetero tune`` prints)."""
-    from raytrain_hetero.app.outputs import format_worker_table
-
-    best = summary["best"]
-    config = ", ".join(f"{k}={v}" for k, v in best["config"].items())
-    lines = [
-        (
-            f"best trial {best['trial_id']}: {summary['metric']}={best[summary['metric']]:.4f} "
-            f"after {best['epochs']} epoch(s), "
-            f"samples/s={float(best['samples_per_s'] or 'nan'):.1f}"
-        ),
-        f"best config: {config}",
-    ]
-    rows = [
-        {"rank": w.get("rank"), "worker": name, "device": w.get("device"),
-         "samples_per_s": w.get("samples_per_s"), "slice": w.get("slice"), "weight": w.get("weight")}
-        for name, w in sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
-    ]
-    if rows:
-        lines.append(format_worker_table(rows))
-    return "\n".join(lines)
-

@@ -1,212 +1,121 @@
-"""Hyperparameter search over heterogeneous runs with Ray Tune (``raytrain-hetero tune``).
+"""Ray Tune searches over HeteroTrainer runs: search domains and the trial scheduler.
 
-The pieces: :mod:`~raytrain_hetero.tune.trial` (the function trainable and its report
-callback), :mod:`~raytrain_hetero.tune.capacity` (how many trials run at once) and
-:mod:`~raytrain_hetero.tune.results` (rows, plot, printed best). This module runs the search.
-
-Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): every trial is a
-*function trainable*, :func:`run_trial`, that merges its sampled values over the job, builds a
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` whose ``RunConfig`` carries
-:class:`HeteroTuneReportCallback`, and calls ``fit()``. The callback forwards rank 0's
-per-epoch report (``val_accuracy``) to Tune and adds what this package measures: the run's
-samples/s so far and each worker's slice, weight and samples/s (from the run's scheduler
-actor), so ASHA, the result table and the plot see them.
-
-Early stopping: when Tune stops a trial (ASHA), the trial first aborts its Train run through
-the controller (:func:`abort_active_train_run`), which removes the run's placement group at
-once; otherwise the freed workers would depend on Ray Train's cleaner actor, which needs the
-dashboard's state API and an unambiguous cluster address.
-
-Resources: Tune reserves only each trial's *driver* (``tune.trial_cpus``); the trial's worker
-group reserves its workers through Ray Train's own placement group, which Ray grants all at
-once or not at all, so concurrent trials never each hold part of a worker group. Unless
-``tune.max_concurrent_trials`` says otherwise, :func:`concurrent_capacity` packs whole trials
-(driver + every worker, honouring label selectors) onto the cluster's nodes and runs as many
-at once as fit, so no trial waits on another's workers.
-
-Outputs of :func:`run_tune` (in the output directory): ``trials.csv`` (one row per trial),
-``trials.png`` (metric per epoch and per-worker throughput of every trial) and
-``tune_summary.json`` (the best trial and its config).
+A library-level integration that knows nothing of the YAML job: the pieces are
+:mod:`~raytrain_hetero.tune.trial` (the report callback and the clean stop of a trial's Train
+run), :mod:`~raytrain_hetero.tune.capacity` (how many trials run at once),
+:mod:`~raytrain_hetero.tune.results` (rows, plot) and, here, :func:`param_space` (Tune domains
+from plain distributions) and :func:`trial_scheduler`. The search over a YAML job
+(``raytrain-hetero tune``) is :mod:`raytrain_hetero.app.tune_job`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raytrain_hetero.app.config import JobConfig, SearchDistribution
-from raytrain_hetero.errors import ConfigError, HeteroError
-from raytrain_hetero.tune.capacity import (
-    cluster_nodes,
-    concurrent_capacity,
-    decide_concurrency,
-    trial_count,
-)
-from raytrain_hetero.tune.results import (
-    TRIAL_COLUMNS,
-    _finite,
-    format_best,
-    plot_trials,
-    trial_rows,
-    write_trials_csv,
-)
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.tune.capacity import cluster_nodes, concurrent_capacity, decide_concurrency
+from raytrain_hetero.tune.results import TRIAL_COLUMNS, plot_trials, trial_rows, write_trials_csv
 from raytrain_hetero.tune.trial import (
     HeteroTuneReportCallback,
-    run_trial,
+    abort_train_on_stop,
     throughput_metrics,
-    trial_job,
+    trial_report_callback,
 )
 
 __all__ = [
+    "DISTRIBUTION_KINDS",
     "TRIAL_COLUMNS",
     "HeteroTuneReportCallback",
+    "abort_train_on_stop",
+    "cluster_nodes",
     "concurrent_capacity",
     "decide_concurrency",
-    "format_best",
+    "grid_size",
     "param_space",
     "plot_trials",
-    "run_trial",
-    "run_tune",
     "throughput_metrics",
-    "trial_job",
+    "trial_report_callback",
     "trial_rows",
+    "trial_scheduler",
     "write_trials_csv",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: The kinds of distribution :func:`param_space` understands, each ``{kind: values}``.
+DISTRIBUTION_KINDS: tuple[str, ...] = ("choice", "grid", "uniform", "loguniform", "randint")
 
-def param_space(space: Mapping[str, SearchDistribution]) -> dict[str, Any]:
-    """Ray Tune domains for a validated search space (keys stay dotted, e.g. ``train.lr``)."""
+
+def _kind_and_values(key: str, distribution: Mapping[str, Any]) -> tuple[str, Sequence[Any]]:
+    given = [kind for kind in DISTRIBUTION_KINDS if distribution.get(kind) is not None]
+    if len(given) != 1:
+        raise ConfigError(
+            f"search space entry {key!r} needs exactly one of {', '.join(DISTRIBUTION_KINDS)}; "
+            f"got {', '.join(given) if given else 'none'}. Fix: write e.g. "
+            "{'loguniform': [0.01, 0.2]} or {'choice': [16, 32]}."
+        )
+    return given[0], list(distribution[given[0]])
+
+
+def param_space(space: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Ray Tune domains for a search space of plain distributions.
+
+    Args:
+        space: Parameter name (kept as is, e.g. dotted ``train.lr``) to one distribution
+            ``{kind: values}``: ``choice``/``grid`` (values), ``uniform``/``loguniform``
+            (``[low, high]`` floats) or ``randint`` (``[low, high]``, both ends included).
+
+    Raises:
+        ConfigError: An entry does not name exactly one known kind.
+    """
     from ray import tune
 
     domains: dict[str, Any] = {}
-    for key, dist in space.items():
-        if dist.choice is not None:
-            domains[key] = tune.choice(list(dist.choice))
-        elif dist.grid is not None:
-            domains[key] = tune.grid_search(list(dist.grid))
-        elif dist.uniform is not None:
-            domains[key] = tune.uniform(*dist.uniform)
-        elif dist.loguniform is not None:
-            domains[key] = tune.loguniform(*dist.loguniform)
-        elif dist.randint is not None:
-            low, high = dist.randint
+    for key, distribution in space.items():
+        kind, values = _kind_and_values(key, distribution)
+        if kind == "choice":
+            domains[key] = tune.choice(list(values))
+        elif kind == "grid":
+            domains[key] = tune.grid_search(list(values))
+        elif kind == "uniform":
+            domains[key] = tune.uniform(*values)
+        elif kind == "loguniform":
+            domains[key] = tune.loguniform(*values)
+        else:
+            low, high = values
             domains[key] = tune.randint(low, high + 1)  # Tune's upper bound is exclusive
     return domains
 
 
-
-def _scheduler(job: JobConfig) -> Any:
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    cfg = job.tune
-    assert cfg is not None
-    if cfg.scheduler == "fifo":
-        return FIFOScheduler()
-    return ASHAScheduler(
-        time_attr="training_iteration",
-        max_t=job.train.epochs,
-        grace_period=min(cfg.grace_period, job.train.epochs),
-        reduction_factor=cfg.reduction_factor,
-    )
+def grid_size(space: Mapping[str, Mapping[str, Any]]) -> int:
+    """Grid points of a search space (product of its ``grid`` lengths; 1 without a grid)."""
+    size = 1
+    for distribution in space.values():
+        if distribution.get("grid") is not None:
+            size *= len(distribution["grid"])
+    return size
 
 
-
-def run_tune(
-    job: JobConfig,
-    *,
-    output_dir: Path | None = None,
-    verbose: int = 1,
-) -> dict[str, Any]:
-    """Run the search of ``job.tune`` and write ``trials.csv``, ``trials.png`` and
-    ``tune_summary.json``; returns the summary.
+def trial_scheduler(
+    kind: str, *, max_epochs: int, grace_period: int = 1, reduction_factor: float = 2
+) -> Any:
+    """The Tune trial scheduler: ``"fifo"`` (every trial runs to the end) or ``"asha"``
+    (early stopping per epoch, ``time_attr="training_iteration"``).
 
     Raises:
-        ConfigError: ``job.tune`` is missing, or one trial cannot fit an embedded local Ray.
-        HeteroError: Every trial failed (the first error is included).
+        ConfigError: ``kind`` is neither.
     """
-    from ray import tune
-    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from raytrain_hetero.app.job import prepare_dataset
-    from raytrain_hetero.app.outputs import write_summary
-    from raytrain_hetero.driver.session import init_ray
-
-    if job.tune is None:
-        raise ConfigError(
-            "the config has no tune: section. Fix: add tune: with at least search_space: "
-            "(see examples/configs/eurosat_tune.yaml)."
-        )
-    cfg = job.tune
-    out = Path(output_dir or job.output_dir).resolve()
-    prepare_dataset(job)
-    init_ray(
-        address=job.ray.address,
-        num_cpus=job.ray.num_cpus,
-        dashboard_host=job.ray.dashboard_host,
+    if kind == "fifo":
+        return FIFOScheduler()
+    if kind != "asha":
+        raise ConfigError(f"unknown trial scheduler {kind!r}. Fix: use 'fifo' or 'asha'.")
+    return ASHAScheduler(
+        time_attr="training_iteration",
+        max_t=max_epochs,
+        grace_period=min(grace_period, max_epochs),
+        reduction_factor=reduction_factor,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    storage = Path(job.ray.storage_path or (out / "ray_results")).resolve()
-    concurrency = decide_concurrency(job, cluster_nodes(), local=job.ray.address is None)
-    experiment = f"{job.name}-tune-{time.strftime('%Y%m%d-%H%M%S')}"
-    logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            run_trial, base_job=job.model_dump(mode="json"), storage_path=str(storage)
-        ),
-        {"cpu": cfg.trial_cpus},
-    )
-    # Tune ignores TuneConfig.max_concurrent_trials with a generator; it goes here instead.
-    search_alg = BasicVariantGenerator(random_state=cfg.seed, max_concurrent=concurrency)
-    tuner = tune.Tuner(
-        trainable,
-        param_space=param_space(cfg.search_space),
-        tune_config=tune.TuneConfig(
-            metric=cfg.metric,
-            mode=cfg.mode,
-            scheduler=_scheduler(job),
-            search_alg=search_alg,
-            num_samples=cfg.num_samples,
-        ),
-        run_config=tune.RunConfig(name=experiment, storage_path=str(storage), verbose=verbose),
-    )
-    started = time.perf_counter()
-    grid = tuner.fit()
-    wall = time.perf_counter() - started
-    rows, histories = trial_rows(grid, job)
-    write_trials_csv(rows, out / "trials.csv")
-    plot_trials(histories, rows, out / "trials.png", metric=cfg.metric,
-                title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}")
-    ok = [r for r in rows if not r["error"] and _finite(r.get(cfg.metric))]
-    if not ok:
-        first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
-        raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
-    best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
-    summary = {
-        "experiment": experiment,
-        "metric": cfg.metric,
-        "mode": cfg.mode,
-        "scheduler": cfg.scheduler,
-        "max_concurrent_trials": concurrency,
-        "trials": len(rows),
-        "failed_trials": sum(1 for r in rows if r["error"]),
-        "wall_time_s": wall,
-        "best": {
-            "trial_id": best["trial_id"],
-            cfg.metric: float(best[cfg.metric]),
-            "val_accuracy": best["val_accuracy"],
-            "samples_per_s": best["samples_per_s"],
-            "epochs": best["epochs"],
-            "config": {k.removeprefix("config/"): v for k, v in best.items() if k.startswith("config/")},
-            "workers": best["_workers"],
-        },
-        "storage": str(storage / experiment),
-    }
-    # NaN (a trial without throughput) is not JSON: written as null, with a warning.
-    write_summary(summary, out / "tune_summary.json")
-    return summary
-

@@ -1,9 +1,10 @@
-"""The Tune trial side: one function trainable per trial, and what it reports to Tune.
+"""The Tune trial side of a HeteroTrainer: what a trial reports to Tune, and its clean stop.
 
 Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): every trial is a
-*function trainable*, :func:`run_trial`, that merges its sampled values over the job, builds a
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` whose ``RunConfig`` carries
-:class:`HeteroTuneReportCallback`, and calls ``fit()``. The callback forwards rank 0's
+*function trainable* that builds a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
+whose ``RunConfig`` carries the callback of :func:`trial_report_callback` (a
+:class:`HeteroTuneReportCallback`), and calls ``fit()``; wrap the trainable with
+:func:`abort_train_on_stop`. The callback forwards rank 0's
 per-epoch report (``val_accuracy``) to Tune and adds what this package measures: the run's
 samples/s and each worker's slice, weight and samples/s (from the run's scheduler actor), so
 ASHA, the result table and the plot see them.
@@ -17,18 +18,12 @@ dashboard's state API and an unambiguous cluster address.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ray
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from raytrain_hetero.app.config import (
-    JobConfig,
-    dotted_to_nested,
-    merge_overrides,
-    validate_config,
-)
 from raytrain_hetero.core.records import (
     StepRecord,
     run_samples_per_s,
@@ -44,30 +39,18 @@ __all__ = [
     "ControllerMailbox",
     "HeteroTuneReportCallback",
     "abort_active_train_run",
-    "run_trial",
+    "abort_train_on_stop",
+    "plain_value",
     "throughput_metrics",
-    "trial_job",
+    "trial_report_callback",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """numpy scalars (Tune samples with numpy) as plain Python values."""
     return value.item() if hasattr(value, "item") and not isinstance(value, (list, dict)) else value
-
-
-def trial_job(base: JobConfig, params: Mapping[str, Any]) -> JobConfig:
-    """The job one trial runs: ``params`` (dotted keys) merged over ``base``, ``tune`` dropped.
-
-    Raises:
-        ConfigError: The merged job is invalid (names the trial's values).
-    """
-    values = {key: _plain(value) for key, value in params.items()}
-    merged = merge_overrides(base.model_dump(mode="json", exclude={"tune"}), dotted_to_nested(values))
-    shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
-    return validate_config(merged, source="trial config", note=f" (trial values: {shown})")
-
 
 
 def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
@@ -124,7 +107,9 @@ class HeteroTuneReportCallback(TuneReportCallback):
         self._controller_mailbox = controller_mailbox
         self._controller_announced = False
 
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+    def after_report(
+        self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any
+    ) -> None:
         if self._controller_mailbox is not None and not self._controller_announced:
             # Lets the trial abort this run cleanly if Tune stops the trial (ASHA).
             self._controller_mailbox.put.remote(ray.get_runtime_context().current_actor)
@@ -164,34 +149,16 @@ class ControllerMailbox:
         return self._controller
 
 
-def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str) -> None:
-    """Tune function trainable: train ``base_job`` with ``params`` merged over it.
+def trial_report_callback() -> HeteroTuneReportCallback:
+    """The report callback for the Train run of the current Tune trial (call inside it).
 
-    Args:
-        params: This trial's sampled values (dotted job keys).
-        base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
-        storage_path: Where Ray Train keeps this trial's run (checkpoints).
+    Also opens this trial's :class:`ControllerMailbox`, so that a trainable wrapped with
+    :func:`abort_train_on_stop` can abort the run when Tune stops the trial. Put the callback
+    in the ``RunConfig.callbacks`` of the trial's HeteroTrainer.
     """
-    from ray import tune
-    from ray.train import CheckpointConfig, RunConfig
-
-    from raytrain_hetero.app.job import build_trainer, classification_loop
-
-    job = trial_job(JobConfig.model_validate(base_job), params)
-    context = tune.get_context()
     global _ACTIVE_MAILBOX
     _ACTIVE_MAILBOX = ControllerMailbox.remote()
-    trainer = build_trainer(
-        job,
-        classification_loop,
-        RunConfig(
-            name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
-            storage_path=storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-            callbacks=[HeteroTuneReportCallback(_ACTIVE_MAILBOX)],
-        ),
-    )
-    trainer.fit()
+    return HeteroTuneReportCallback(_ACTIVE_MAILBOX)
 
 
 class _AbortTrainOnStop:
@@ -211,9 +178,19 @@ class _AbortTrainOnStop:
             super().cleanup()  # type: ignore[misc]
 
 
-mark_trainable_mixins(run_trial, _AbortTrainOnStop)
+def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
+    """Make Tune abort ``trainable``'s Train run (see :func:`trial_report_callback`) before it
+    stops the trial, so the run's placement group is freed at once; returns ``trainable``.
 
-#: This trial process's mailbox (set by :func:`run_trial`, read when Tune stops the trial).
+    Apply it at module level to a function trainable importable by module path (Tune
+    pickles the trainable; the mixin travels as an attribute of the function).
+    """
+    mark_trainable_mixins(trainable, _AbortTrainOnStop)
+    return trainable
+
+
+#: This trial process's mailbox (set by :func:`trial_report_callback`, read when Tune stops
+#: the trial).
 _ACTIVE_MAILBOX: Any = None
 
 
@@ -236,4 +213,3 @@ def abort_active_train_run(timeout_s: float = 60.0) -> bool:
         return False
     logger.info("aborted the stopped trial's Train run")
     return True
-

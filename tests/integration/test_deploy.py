@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
-
 from local_cluster_helper import load_local_cluster
+
 from raytrain_hetero.app.config import JobConfig, load_config
-from raytrain_hetero.tune.search import concurrent_capacity
+from raytrain_hetero.tune.capacity import concurrent_capacity
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -52,7 +52,9 @@ def nodes_at_max(node_types: dict) -> list[dict]:
     nodes = []
     for node_type in node_types.values():
         count = node_type.get("max_workers", 0) or 1  # max_workers 0: the head, one node
-        nodes += [{"resources": node_type["resources"], "labels": node_type.get("labels", {})}] * count
+        nodes += [
+            {"resources": node_type["resources"], "labels": node_type.get("labels", {})}
+        ] * count
     return nodes
 
 
@@ -61,18 +63,21 @@ def assert_job_fits(job: JobConfig, node_types: dict, head_type: str) -> None:
     for spec in job.expanded_workers():
         assert spec.label_selector and spec.label_selector["pool"] in pools, spec.name
         matching = [
-            t for t in node_types.values() if t.get("labels", {}).get("pool") == spec.label_selector["pool"]
+            t
+            for t in node_types.values()
+            if t.get("labels", {}).get("pool") == spec.label_selector["pool"]
         ]
         assert any(
             all(t["resources"].get(k, 0) >= v for k, v in spec.resources.items()) for t in matching
         ), f"worker {spec.name} {dict(spec.resources)} fits no node of pool {spec.label_selector}"
     # The whole worker group at once on the fully scaled cluster (trial_cpus=0: a plain run).
-    assert concurrent_capacity(nodes_at_max(node_types), job, trial_cpus=0, limit=1) == 1
+    workers = job.expanded_workers()
+    assert concurrent_capacity(nodes_at_max(node_types), workers, trial_cpus=0, limit=1) == 1
     # ... and never on the head: it offers no training resources.
     head = node_types[head_type]
     assert head["resources"].get("CPU", 0) == 0 and head["resources"].get("GPU", 0) == 0
     assert not head.get("labels")
-    assert concurrent_capacity([{"resources": head["resources"], "labels": {}}], job, 0, 1) == 0
+    assert concurrent_capacity([{"resources": head["resources"], "labels": {}}], workers, 0, 1) == 0
 
 
 # ----------------------------------------------------------------------------- AWS
@@ -118,7 +123,9 @@ def test_cluster_yaml_safe_defaults():
 
 def test_example_cluster_job_fits_the_aws_node_types():
     config = launcher_config()
-    assert_job_fits(load_config(CLUSTER_JOB), config["available_node_types"], config["head_node_type"])
+    assert_job_fits(
+        load_config(CLUSTER_JOB), config["available_node_types"], config["head_node_type"]
+    )
 
 
 # ----------------------------------------------------------------------------- KubeRay
@@ -185,7 +192,8 @@ def test_kuberay_exposes_nothing_outside_the_cluster():
 def test_node_tags_agree_across_launcher_kuberay_and_example_job():
     launcher = launcher_config()
     launcher_pools = {
-        t["labels"]["pool"]: t["resources"] for n, t in launcher["available_node_types"].items()
+        t["labels"]["pool"]: t["resources"]
+        for n, t in launcher["available_node_types"].items()
         if n != launcher["head_node_type"]
     }
     (cluster,) = kuberay_docs()["raycluster.yaml"]
@@ -208,8 +216,11 @@ def test_local_cluster_default_pools_fit_the_local_cluster_example():
     job = load_config(LOCAL_CLUSTER_JOB)
     node_types = {"head": {"resources": {"CPU": 0, "GPU": 0}, "labels": {}, "max_workers": 0}}
     for name, (cpus, gpus) in lc.DEFAULT_POOLS.items():
-        node_types[name] = {"resources": {"CPU": cpus, "GPU": gpus}, "labels": {lc.POOL_LABEL: name},
-                            "max_workers": 1}
+        node_types[name] = {
+            "resources": {"CPU": cpus, "GPU": gpus},
+            "labels": {lc.POOL_LABEL: name},
+            "max_workers": 1,
+        }
     assert_job_fits(job, node_types, "head")
     assert job.ray.address == "auto"
 
@@ -248,13 +259,19 @@ def test_dockerfile_pins_agree_with_pyproject():
     installed = _pins(re.findall(r'"([^"]+==[^"]+)"', dockerfile))
     assert set(installed) == set(wanted), "a pin is missing on one side"
     for name, (version, extras) in wanted.items():
-        assert installed[name][0] == version, f"{name}: Dockerfile {installed[name][0]} vs pyproject {version}"
-        assert extras <= installed[name][1], f"{name}: Dockerfile lacks extras {extras - installed[name][1]}"
+        assert installed[name][0] == version, (
+            f"{name}: Dockerfile {installed[name][0]} vs pyproject {version}"
+        )
+        assert extras <= installed[name][1], (
+            f"{name}: Dockerfile lacks extras {extras - installed[name][1]}"
+        )
     # The base image is the pinned Ray release, on a Python the package supports.
     base = re.search(r"^FROM\s+rayproject/ray:(\S+)", dockerfile, re.M)[1]
     ray_version, py_major, py_minor = re.match(r"([\d.]+)-py(\d)(\d+)", base).groups()
     assert ray_version == wanted["ray"][0] == ray.__version__
-    minimum = tuple(int(x) for x in re.search(r">=\s*([\d.]+)", project["requires-python"])[1].split("."))
+    minimum = tuple(
+        int(x) for x in re.search(r">=\s*([\d.]+)", project["requires-python"])[1].split(".")
+    )
     assert (int(py_major), int(py_minor)) >= minimum
     # GPU variant by build argument, and the package itself installed from the copied source.
     assert re.search(r"^ARG RAY_IMAGE_SUFFIX=", dockerfile, re.M)
@@ -264,8 +281,11 @@ def test_dockerfile_pins_agree_with_pyproject():
 
 
 def test_dockerignore_keeps_data_and_secrets_out_of_the_image():
-    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert {".git", "data", "outputs", "**/ray_results", "tests"} <= ignored
     assert "raytrain_hetero" not in ignored and "examples" not in ignored
 
@@ -288,7 +308,9 @@ def test_checkpoints_are_loaded_with_weights_only():
                 and node.func.value.id == "torch"
             ):
                 safe = any(
-                    k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    k.arg == "weights_only"
+                    and isinstance(k.value, ast.Constant)
+                    and k.value.value is True
                     for k in node.keywords
                 )
                 calls.append((f"{path.relative_to(REPO)}:{node.lineno}", safe))

@@ -11,16 +11,11 @@ import yaml
 
 from raytrain_hetero.app.cli import main
 from raytrain_hetero.app.config import JobConfig, load_config, validate_config
+from raytrain_hetero.app.tune_job import format_best, param_space, trial_count, trial_job
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.tune.search import (
-    concurrent_capacity,
-    decide_concurrency,
-    format_best,
-    param_space,
-    throughput_metrics,
-    trial_job,
-)
+from raytrain_hetero.tune.capacity import concurrent_capacity, decide_concurrency
+from raytrain_hetero.tune.trial import throughput_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 TUNE_EXAMPLE = REPO / "examples" / "configs" / "eurosat_tune.yaml"
@@ -46,7 +41,10 @@ def test_example_tune_config_loads():
     job = load_config(TUNE_EXAMPLE)
     assert job.tune is not None
     assert set(job.tune.search_space) == {
-        "train.lr", "train.weight_decay", "train.global_batch_size", "model.width",
+        "train.lr",
+        "train.weight_decay",
+        "train.global_batch_size",
+        "model.width",
     }
     assert job.tune.scheduler == "asha"
 
@@ -74,13 +72,17 @@ def test_bad_search_space_is_one_actionable_error(space, expect):
 def test_param_space_maps_distributions():
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    job = job_with({"search_space": {
-        "train.lr": {"loguniform": [0.01, 0.2]},
-        "train.momentum": {"uniform": [0.5, 0.9]},
-        "model.width": {"randint": [4, 8]},
-        "train.weight_decay": {"choice": [0.0, 0.001]},
-        "train.global_batch_size": {"grid": [64, 128]},
-    }})
+    job = job_with(
+        {
+            "search_space": {
+                "train.lr": {"loguniform": [0.01, 0.2]},
+                "train.momentum": {"uniform": [0.5, 0.9]},
+                "model.width": {"randint": [4, 8]},
+                "train.weight_decay": {"choice": [0.0, 0.001]},
+                "train.global_batch_size": {"grid": [64, 128]},
+            }
+        }
+    )
     space = param_space(job.tune.search_space)
     assert isinstance(space["train.lr"], Float) and space["train.lr"].lower == 0.01
     assert isinstance(space["train.momentum"], Float)
@@ -97,7 +99,7 @@ def test_trial_job_merges_values_and_drops_tune():
     job = trial_job(base, {"train.lr": np.float64(0.02), "model.width": np.int64(8)})
     assert job.train.lr == 0.02 and job.model.width == 8 and job.tune is None
     assert job.data.root == base.data.root
-    with pytest.raises(ConfigError, match="trial values: train.global_batch_size=1"):
+    with pytest.raises(ConfigError, match=r"trial values: train\.global_batch_size=1"):
         trial_job(base, {"train.global_batch_size": 1})
 
 
@@ -106,18 +108,23 @@ def test_trial_job_merges_values_and_drops_tune():
 
 def test_capacity_packs_whole_trials_with_driver_cpus():
     job = load_config(TUNE_EXAMPLE)  # two workers of 1 CPU each
+    workers = job.expanded_workers()
     one_node = [{"resources": {"CPU": 4.0}, "labels": {}}]
-    assert concurrent_capacity(one_node, job, trial_cpus=0.25, limit=8) == 1  # 2 x 2.25 > 4
-    assert concurrent_capacity(one_node, job, trial_cpus=0.0, limit=8) == 2
-    assert concurrent_capacity(one_node, job, trial_cpus=0.0, limit=1) == 1
-    assert concurrent_capacity([{"resources": {"CPU": 1.0}}], job, 0.25, 8) == 0
+    assert concurrent_capacity(one_node, workers, trial_cpus=0.25, limit=8) == 1  # 2 x 2.25 > 4
+    assert concurrent_capacity(one_node, workers, trial_cpus=0.0, limit=8) == 2
+    assert concurrent_capacity(one_node, workers, trial_cpus=0.0, limit=1) == 1
+    assert concurrent_capacity([{"resources": {"CPU": 1.0}}], workers, 0.25, 8) == 0
 
 
 def test_capacity_honours_label_selectors_and_gpus():
     workers = [
         {"name": "a100", "resources": {"CPU": 4, "GPU": 1}, "label_selector": {"gpu": "A100"}},
-        {"name": "cpu", "resources": {"CPU": 2}, "device": "cpu",
-         "label_selector": {"pool": "in(cpu,spot)"}},
+        {
+            "name": "cpu",
+            "resources": {"CPU": 2},
+            "device": "cpu",
+            "label_selector": {"pool": "in(cpu,spot)"},
+        },
     ]
     job = job_with({}, workers=workers, fixed_shares=None)
     nodes = [
@@ -127,32 +134,59 @@ def test_capacity_honours_label_selectors_and_gpus():
         {"resources": {"CPU": 64, "GPU": 8}, "labels": {"gpu": "A10G"}},  # wrong label
     ]
     # Two A100 nodes -> two trials, although the A10G node has more GPUs.
-    assert concurrent_capacity(nodes, job, trial_cpus=1, limit=10) == 2
+    assert concurrent_capacity(nodes, job.expanded_workers(), trial_cpus=1, limit=10) == 2
     negated = job_with({}, workers=[dict(workers[1], label_selector={"pool": "!spot"})])
-    assert concurrent_capacity(nodes, negated, trial_cpus=0, limit=100) == 4 + 4 + 32
+    negated_workers = negated.expanded_workers()
+    assert concurrent_capacity(nodes, negated_workers, trial_cpus=0, limit=100) == 4 + 4 + 32
 
 
 def test_local_ray_too_small_for_one_trial_is_a_config_error():
     job = load_config(TUNE_EXAMPLE)
-    with pytest.raises(ConfigError, match="raise ray.num_cpus to >= 2.25"):
-        decide_concurrency(job, [{"resources": {"CPU": 2.0}}], local=True)
+    assert job.tune is not None
+    limits = {
+        "trial_cpus": job.tune.trial_cpus,
+        "trials": trial_count(job),
+        "max_concurrent_trials": job.tune.max_concurrent_trials,
+    }
+    workers = job.expanded_workers()
+    with pytest.raises(ConfigError, match=r"raise ray\.num_cpus to >= 2\.25"):
+        decide_concurrency(workers, [{"resources": {"CPU": 2.0}}], local=True, **limits)
     # On a cluster the autoscaler may add nodes: the search starts anyway.
-    assert decide_concurrency(job, [{"resources": {"CPU": 2.0}}], local=False) == 1
+    assert decide_concurrency(workers, [{"resources": {"CPU": 2.0}}], local=False, **limits) == 1
 
 
 def test_throughput_metrics_per_worker_and_global():
     records = [
-        StepRecord(step=s, epoch=0, rank=r, worker=w, device="cpu", slice=b, weight=b / 60,
-                   compute_s=0.1, load_s=0.0, busy_s=0.1, samples_per_s=rate, loss=1.0,
-                   global_samples_per_s=120.0, plan_version=1, group="g", world_size=2,
-                   wall_s=0.5, time=100.0 + s)
+        StepRecord(
+            step=s,
+            epoch=0,
+            rank=r,
+            worker=w,
+            device="cpu",
+            slice=b,
+            weight=b / 60,
+            compute_s=0.1,
+            load_s=0.0,
+            busy_s=0.1,
+            samples_per_s=rate,
+            loss=1.0,
+            global_samples_per_s=120.0,
+            plan_version=1,
+            group="g",
+            world_size=2,
+            wall_s=0.5,
+            time=100.0 + s,
+        )
         for s in range(3)
         for r, w, b, rate in ((0, "fast", 40, 100.0), (1, "slow", 20, 45.0))
     ]
     out = throughput_metrics(records)
     assert out["samples_per_s"] == pytest.approx(60 / 0.5)
     assert out["workers"]["fast"] == {
-        "rank": 0, "slice": 40, "weight": pytest.approx(2 / 3), "samples_per_s": 100.0,
+        "rank": 0,
+        "slice": 40,
+        "weight": pytest.approx(2 / 3),
+        "samples_per_s": 100.0,
         "device": "cpu",
     }
     assert out["workers"]["slow"]["slice"] == 20
@@ -179,7 +213,7 @@ def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, tm
     before it, so ASHA stops it after its first epoch. Stopping must release its workers at
     once (the trial aborts its Train run): afterwards no placement group may be left.
     """
-    from raytrain_hetero.tune.search import run_tune
+    from raytrain_hetero.app.tune_job import run_tune
 
     data = example()
     data["data"]["root"] = str(tmp_path / "eurosat")

@@ -1,0 +1,246 @@
+"""Hyperparameter search over a YAML job with Ray Tune (``raytrain-hetero tune``).
+
+The library side (report callback, clean stop of a stopped trial's Train run, trial packing,
+result rows and plot) is :mod:`raytrain_hetero.tune`; this module adds what knows the job:
+:func:`trial_job` merges a trial's sampled values over the job, :func:`run_trial` (the Tune
+function trainable, importable by module path) builds the job's
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with the Tune report callback, and
+:func:`run_tune` runs the search of ``job.tune`` and writes its outputs.
+
+Outputs of :func:`run_tune` (in the output directory): ``trials.csv`` (one row per trial),
+``trials.png`` (metric per epoch and per-worker throughput of every trial) and
+``tune_summary.json`` (the best trial and its config).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.app.config import (
+    JobConfig,
+    SearchDistribution,
+    dotted_to_nested,
+    merge_overrides,
+    validate_config,
+)
+from raytrain_hetero.app.outputs import format_worker_table
+from raytrain_hetero.errors import ConfigError, HeteroError
+from raytrain_hetero.tune import search as tune_search
+from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
+from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
+from raytrain_hetero.tune.trial import abort_train_on_stop, plain_value, trial_report_callback
+
+__all__ = ["format_best", "param_space", "run_trial", "run_tune", "trial_count", "trial_job"]
+
+logger = logging.getLogger(__name__)
+
+
+def trial_job(base: JobConfig, params: Mapping[str, Any]) -> JobConfig:
+    """The job one trial runs: ``params`` (dotted keys) merged over ``base``, ``tune`` dropped.
+
+    Raises:
+        ConfigError: The merged job is invalid (names the trial's values).
+    """
+    values = {key: plain_value(value) for key, value in params.items()}
+    merged = merge_overrides(
+        base.model_dump(mode="json", exclude={"tune"}), dotted_to_nested(values)
+    )
+    shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    return validate_config(merged, source="trial config", note=f" (trial values: {shown})")
+
+
+def _plain_space(space: Mapping[str, SearchDistribution]) -> dict[str, dict[str, Any]]:
+    return {key: dist.model_dump(exclude_none=True) for key, dist in space.items()}
+
+
+def param_space(space: Mapping[str, SearchDistribution]) -> dict[str, Any]:
+    """Ray Tune domains for a validated search space (keys stay dotted, e.g. ``train.lr``)."""
+    return tune_search.param_space(_plain_space(space))
+
+
+def trial_count(job: JobConfig) -> int:
+    """Trials the search runs: samples times the grid's size."""
+    if job.tune is None:
+        return 0
+    return job.tune.num_samples * tune_search.grid_size(_plain_space(job.tune.search_space))
+
+
+@abort_train_on_stop
+def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str) -> None:
+    """Tune function trainable: train ``base_job`` with ``params`` merged over it.
+
+    Args:
+        params: This trial's sampled values (dotted job keys).
+        base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
+        storage_path: Where Ray Train keeps this trial's run (checkpoints).
+    """
+    from ray import tune
+    from ray.train import CheckpointConfig, RunConfig
+
+    from raytrain_hetero.app.job import build_trainer, classification_loop
+
+    job = trial_job(JobConfig.model_validate(base_job), params)
+    context = tune.get_context()
+    trainer = build_trainer(
+        job,
+        classification_loop,
+        RunConfig(
+            name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
+            storage_path=storage_path,
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+            callbacks=[trial_report_callback()],
+        ),
+    )
+    trainer.fit()
+
+
+def _concurrency(job: JobConfig, nodes: list[dict[str, Any]]) -> int:
+    cfg = job.tune
+    assert cfg is not None
+    return decide_concurrency(
+        job.expanded_workers(),
+        nodes,
+        trial_cpus=cfg.trial_cpus,
+        trials=trial_count(job),
+        max_concurrent_trials=cfg.max_concurrent_trials,
+        local=job.ray.address is None,
+    )
+
+
+def run_tune(
+    job: JobConfig,
+    *,
+    output_dir: Path | None = None,
+    verbose: int = 1,
+) -> dict[str, Any]:
+    """Run the search of ``job.tune`` and write ``trials.csv``, ``trials.png`` and
+    ``tune_summary.json``; returns the summary.
+
+    Raises:
+        ConfigError: ``job.tune`` is missing, or one trial cannot fit an embedded local Ray.
+        HeteroError: Every trial failed (the first error is included).
+    """
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.outputs import write_summary
+    from raytrain_hetero.driver.session import init_ray
+
+    if job.tune is None:
+        raise ConfigError(
+            "the config has no tune: section. Fix: add tune: with at least search_space: "
+            "(see examples/configs/eurosat_tune.yaml)."
+        )
+    cfg = job.tune
+    out = Path(output_dir or job.output_dir).resolve()
+    prepare_dataset(job)
+    init_ray(
+        address=job.ray.address,
+        num_cpus=job.ray.num_cpus,
+        dashboard_host=job.ray.dashboard_host,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    storage = Path(job.ray.storage_path or (out / "ray_results")).resolve()
+    concurrency = _concurrency(job, cluster_nodes())
+    experiment = f"{job.name}-tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
+    trainable = tune.with_resources(
+        tune.with_parameters(
+            run_trial, base_job=job.model_dump(mode="json"), storage_path=str(storage)
+        ),
+        {"cpu": cfg.trial_cpus},
+    )
+    # Tune ignores TuneConfig.max_concurrent_trials with a generator; it goes here instead.
+    search_alg = BasicVariantGenerator(random_state=cfg.seed, max_concurrent=concurrency)
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space(cfg.search_space),
+        tune_config=tune.TuneConfig(
+            metric=cfg.metric,
+            mode=cfg.mode,
+            scheduler=tune_search.trial_scheduler(
+                cfg.scheduler,
+                max_epochs=job.train.epochs,
+                grace_period=cfg.grace_period,
+                reduction_factor=cfg.reduction_factor,
+            ),
+            search_alg=search_alg,
+            num_samples=cfg.num_samples,
+        ),
+        run_config=tune.RunConfig(name=experiment, storage_path=str(storage), verbose=verbose),
+    )
+    started = time.perf_counter()
+    grid = tuner.fit()
+    wall = time.perf_counter() - started
+    rows, histories = trial_rows(grid, search_keys=list(cfg.search_space), epochs=job.train.epochs)
+    write_trials_csv(rows, out / "trials.csv")
+    plot_trials(
+        histories,
+        rows,
+        out / "trials.png",
+        metric=cfg.metric,
+        title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}",
+    )
+    ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
+    if not ok:
+        first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
+        raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
+    best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
+    summary = {
+        "experiment": experiment,
+        "metric": cfg.metric,
+        "mode": cfg.mode,
+        "scheduler": cfg.scheduler,
+        "max_concurrent_trials": concurrency,
+        "trials": len(rows),
+        "failed_trials": sum(1 for r in rows if r["error"]),
+        "wall_time_s": wall,
+        "best": {
+            "trial_id": best["trial_id"],
+            cfg.metric: float(best[cfg.metric]),
+            "val_accuracy": best["val_accuracy"],
+            "samples_per_s": best["samples_per_s"],
+            "epochs": best["epochs"],
+            "config": {
+                k.removeprefix("config/"): v for k, v in best.items() if k.startswith("config/")
+            },
+            "workers": best["_workers"],
+        },
+        "storage": str(storage / experiment),
+    }
+    # NaN (a trial without throughput) is not JSON: written as null, with a warning.
+    write_summary(summary, out / "tune_summary.json")
+    return summary
+
+
+def format_best(summary: Mapping[str, Any]) -> str:
+    """Human-readable lines about the best trial (what ``raytrain-hetero tune`` prints)."""
+    best = summary["best"]
+    config = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+    lines = [
+        (
+            f"best trial {best['trial_id']}: {summary['metric']}={best[summary['metric']]:.4f} "
+            f"after {best['epochs']} epoch(s), "
+            f"samples/s={float(best['samples_per_s'] or 'nan'):.1f}"
+        ),
+        f"best config: {config}",
+    ]
+    rows = [
+        {
+            "rank": w.get("rank"),
+            "worker": name,
+            "device": w.get("device"),
+            "samples_per_s": w.get("samples_per_s"),
+            "slice": w.get("slice"),
+            "weight": w.get("weight"),
+        }
+        for name, w in sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
+    ]
+    if rows:
+        lines.append(format_worker_table(rows))
+    return "\n".join(lines)
