@@ -42,6 +42,7 @@ def test_the_one_atomic_write_and_rounding() -> None:
         "app/outputs.py",
         "workloads/normalization.py",
         "bench/suite.py",
+        "bench/report.py",
         "inference/predict.py",
         "app/predict.py",
     ):

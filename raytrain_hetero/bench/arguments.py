@@ -1,0 +1,155 @@
+"""The options of ``raytrain-hetero bench``.
+
+The parser, the scenario options the command line overrides, and the command that repeats a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
+
+__all__ = ["add_arguments", "command_line", "scenario_options"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``raytrain-hetero bench`` (also ``python -m raytrain_hetero.bench``)."""
+    parser.add_argument("scenario", choices=sorted(SCENARIOS), help="scenario to run")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="output directory (default outputs/bench/<scenario>)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="counted fits per contender (default: the scenario's)",
+    )
+    parser.add_argument(
+        "--contenders",
+        default=None,
+        help="comma-separated subset, e.g. stock,hetero (default: the scenario's)",
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per fit")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop each fit after N steps")
+    parser.add_argument("--width", type=int, default=None, help="SmallCNN width")
+    parser.add_argument("--batch", type=int, default=None, help="global batch size")
+    parser.add_argument(
+        "--samples-per-class", type=int, default=None, help="synthetic EuroSAT images per class"
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="steps between validations (0: only at the end)",
+    )
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        help="validation accuracy of the time-to-accuracy figure",
+    )
+    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate")
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=Path("data/bench"),
+        help="where the synthetic data is generated and cached (data/bench)",
+    )
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="do not run the uncounted warm-up fit (not for real figures)",
+    )
+    parser.add_argument(
+        "--alone-steps",
+        type=int,
+        default=5,
+        help="timed steps of each alone measurement (default 5)",
+    )
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the per-step logs under OUTPUT/logs"
+    )
+    parser.add_argument(
+        "--slowdown-scale",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="multiply every emulated slowdown by S (keeps their ratios; S > 1 "
+        "lowers the CPU demand on a small shared machine). Default 1",
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: recompute the summary, table and plots from the "
+        "bench.json already in --output",
+    )
+    parser.add_argument(
+        "--wait-load",
+        type=float,
+        default=None,
+        metavar="L",
+        help="on a shared machine: before each fit, wait (at most 90 s) until "
+        "the 1-minute load average is <= L",
+    )
+
+
+def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's default options with those given on the command line instead."""
+    options = dict(scenario.defaults)
+    for key, arg in (
+        ("repeats", "repeats"),
+        ("epochs", "epochs"),
+        ("width", "width"),
+        ("global_batch_size", "batch"),
+        ("samples_per_class", "samples_per_class"),
+        ("eval_every", "eval_every"),
+        ("target_accuracy", "target_accuracy"),
+        ("lr", "lr"),
+        ("max_steps", "max_steps"),
+    ):
+        value = getattr(args, arg)
+        if value is not None:
+            options[key] = value
+    options.setdefault("max_steps", None)
+    options["contenders"] = (
+        [c.strip() for c in args.contenders.split(",") if c.strip()]
+        if args.contenders
+        else list(scenario.contenders)
+    )
+    unknown = [c for c in options["contenders"] if c not in CONTENDERS]
+    if unknown or not options["contenders"]:
+        raise ValueError(f"unknown contenders {unknown}; choose from {sorted(CONTENDERS)}")
+    if options["repeats"] < 1:
+        raise ValueError("--repeats must be >= 1")
+    options["warmup"] = not args.no_warmup
+    options["wait_load"] = args.wait_load
+    if args.slowdown_scale < 1.0:
+        raise ValueError("--slowdown-scale must be >= 1")
+    options["slowdown_scale"] = args.slowdown_scale
+    options["alone_steps"] = args.alone_steps
+    return options
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The ``raytrain-hetero bench`` command that repeats this run (non-default options)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = parser.parse_args([args.scenario])
+    words = ["raytrain-hetero", "bench", args.scenario]
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, None)
+        if value == getattr(defaults, action.dest):
+            continue
+        if isinstance(value, bool):
+            words.append(action.option_strings[0])
+        else:
+            words += [action.option_strings[0], str(value)]
+    return shlex.join(words)
