@@ -19,140 +19,6 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 
-# Files that were not yet clean when the checks arrived, while four branches of the redesign
-# still edit them in parallel. The lead runs `ruff check --fix` and `ruff format` after merging
-# and then empties both sets; a listed file that has become clean (or is gone) fails
-# test_baselines_hold_only_unclean_files, so the lists cannot rot.
-KNOWN_LINT_UNCLEAN: frozenset[str] = frozenset(
-    {
-        "deploy/local/local_cluster.py",
-        "examples/predict_distributed.py",
-        "raytrain_hetero/app/cli.py",
-        "raytrain_hetero/app/config.py",
-        "raytrain_hetero/app/job.py",
-        "raytrain_hetero/app/outputs.py",
-        "raytrain_hetero/bench/analysis.py",
-        "raytrain_hetero/bench/contenders.py",
-        "raytrain_hetero/bench/loader_speed.py",
-        "raytrain_hetero/bench/loop.py",
-        "raytrain_hetero/bench/plots.py",
-        "raytrain_hetero/bench/probe_vs_equal.py",
-        "raytrain_hetero/bench/replan_recovery.py",
-        "raytrain_hetero/bench/suite.py",
-        "raytrain_hetero/core/allocation.py",
-        "raytrain_hetero/core/plan.py",
-        "raytrain_hetero/core/policy.py",
-        "raytrain_hetero/core/weighting.py",
-        "raytrain_hetero/driver/backend.py",
-        "raytrain_hetero/driver/trainer.py",
-        "raytrain_hetero/inference/predict.py",
-        "raytrain_hetero/sim/simulator.py",
-        "raytrain_hetero/worker/api.py",
-        "raytrain_hetero/worker/batchnorm.py",
-        "raytrain_hetero/worker/ddp.py",
-        "raytrain_hetero/worker/probe.py",
-        "raytrain_hetero/worker/sampler.py",
-        "raytrain_hetero/workloads/eurosat.py",
-        "raytrain_hetero/workloads/file_checks.py",
-        "raytrain_hetero/workloads/hyperspectral.py",
-        "raytrain_hetero/workloads/models.py",
-        "raytrain_hetero/workloads/multimodal.py",
-        "raytrain_hetero/workloads/uc_merced.py",
-        "scripts/autoscaling_demo.py",
-        "tests/integration/test_carving_e2e.py",
-        "tests/integration/test_deploy.py",
-        "tests/integration/test_elastic.py",
-        "tests/integration/test_exactness.py",
-        "tests/integration/test_inference.py",
-        "tests/integration/test_jobs.py",
-        "tests/integration/test_live_scheduler.py",
-        "tests/integration/test_placement.py",
-        "tests/integration/test_tune.py",
-        "tests/integration/test_workloads_training.py",
-        "tests/integration/train_loops.py",
-        "tests/unit/test_batchnorm.py",
-        "tests/unit/test_config.py",
-        "tests/unit/test_core_policy.py",
-        "tests/unit/test_sim.py",
-        "tests/unit/test_workloads_eurosat.py",
-        "tests/unit/test_workloads_hyperspectral.py",
-        "tests/unit/test_workloads_models.py",
-        "tests/unit/test_workloads_multimodal.py",
-        "tests/unit/test_workloads_uc_merced.py",
-    }
-)
-KNOWN_UNFORMATTED: frozenset[str] = frozenset(
-    {
-        "deploy/local/local_cluster.py",
-        "examples/predict_distributed.py",
-        "examples/train_eurosat.py",
-        "examples/train_hyperspectral.py",
-        "examples/train_multimodal_fusion.py",
-        "examples/train_uc_merced.py",
-        "raytrain_hetero/app/cli.py",
-        "raytrain_hetero/app/config.py",
-        "raytrain_hetero/app/datasets.py",
-        "raytrain_hetero/app/job.py",
-        "raytrain_hetero/app/outputs.py",
-        "raytrain_hetero/bench/analysis.py",
-        "raytrain_hetero/bench/contenders.py",
-        "raytrain_hetero/bench/data.py",
-        "raytrain_hetero/bench/loader_speed.py",
-        "raytrain_hetero/bench/loop.py",
-        "raytrain_hetero/bench/plots.py",
-        "raytrain_hetero/bench/probe_vs_equal.py",
-        "raytrain_hetero/bench/replan_recovery.py",
-        "raytrain_hetero/bench/scenarios.py",
-        "raytrain_hetero/bench/suite.py",
-        "raytrain_hetero/core/carving.py",
-        "raytrain_hetero/core/plan.py",
-        "raytrain_hetero/core/policy.py",
-        "raytrain_hetero/driver/backend.py",
-        "raytrain_hetero/driver/scheduler.py",
-        "raytrain_hetero/driver/trainer.py",
-        "raytrain_hetero/inference/predict.py",
-        "raytrain_hetero/sim/simulator.py",
-        "raytrain_hetero/tune/search.py",
-        "raytrain_hetero/worker/api.py",
-        "raytrain_hetero/worker/sampler.py",
-        "raytrain_hetero/workloads/cache.py",
-        "raytrain_hetero/workloads/file_checks.py",
-        "raytrain_hetero/workloads/generated_tree.py",
-        "raytrain_hetero/workloads/hyperspectral.py",
-        "raytrain_hetero/workloads/models.py",
-        "raytrain_hetero/workloads/multimodal.py",
-        "raytrain_hetero/workloads/normalization.py",
-        "raytrain_hetero/workloads/uc_merced.py",
-        "scripts/autoscaling_demo.py",
-        "tests/integration/conftest.py",
-        "tests/integration/test_autoscaling.py",
-        "tests/integration/test_bench.py",
-        "tests/integration/test_carving_e2e.py",
-        "tests/integration/test_cli.py",
-        "tests/integration/test_deploy.py",
-        "tests/integration/test_elastic.py",
-        "tests/integration/test_exactness.py",
-        "tests/integration/test_inference.py",
-        "tests/integration/test_jobs.py",
-        "tests/integration/test_live_scheduler.py",
-        "tests/integration/test_placement.py",
-        "tests/integration/test_tune.py",
-        "tests/integration/test_workloads_training.py",
-        "tests/integration/train_loops.py",
-        "tests/unit/test_config.py",
-        "tests/unit/test_core_carving.py",
-        "tests/unit/test_core_placement.py",
-        "tests/unit/test_core_policy.py",
-        "tests/unit/test_sim.py",
-        "tests/unit/test_trainer_validation.py",
-        "tests/unit/test_workloads_eurosat.py",
-        "tests/unit/test_workloads_hyperspectral.py",
-        "tests/unit/test_workloads_models.py",
-        "tests/unit/test_workloads_multimodal.py",
-        "tests/unit/test_workloads_uc_merced.py",
-    }
-)
-
 
 def _run(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -196,25 +62,15 @@ def test_ruff_lint_is_clean(lint_findings):
     report = [
         f"{path}:{finding}"
         for path, findings in sorted(lint_findings.items())
-        if path not in KNOWN_LINT_UNCLEAN
         for finding in findings
     ]
     assert not report, "ruff check (fix with `ruff check --fix`):\n" + "\n".join(report)
 
 
 def test_ruff_format_is_clean(format_findings):
-    unformatted = sorted(set(format_findings) - KNOWN_UNFORMATTED)
+    unformatted = sorted(format_findings)
     assert not unformatted, "ruff format would change (run `ruff format`):\n" + "\n".join(
         unformatted
-    )
-
-
-def test_baselines_hold_only_unclean_files(lint_findings, format_findings):
-    clean_lint = sorted(KNOWN_LINT_UNCLEAN - set(lint_findings))
-    clean_format = sorted(KNOWN_UNFORMATTED - set(format_findings))
-    assert not clean_lint and not clean_format, (
-        f"now clean (or gone), so remove from {Path(__file__).name}: "
-        f"KNOWN_LINT_UNCLEAN {clean_lint}, KNOWN_UNFORMATTED {clean_format}"
     )
 
 
