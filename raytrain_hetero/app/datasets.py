@@ -9,11 +9,14 @@ job-facing names the training job, the predictor and the loader benchmark call.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from raytrain_hetero.app.config import DataConfig, ModelConfig
 from raytrain_hetero.errors import DataError
@@ -43,42 +46,29 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def _library_options(options_type: type, section: BaseModel | None) -> Any:
+    """``options_type`` (a library dataclass) built from the YAML ``section``, or ``None``.
+
+    The section's fields that the dataclass also has are copied by name (lists become tuples,
+    the frozen dataclass's form), so a field shared by both is not listed a second time here.
+    """
+    if section is None:
+        return None
+    names = {f.name for f in dataclasses.fields(options_type)}
+    values = {k: v for k, v in section.model_dump().items() if k in names}
+    return options_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
 def data_source(data: DataConfig) -> DataSource:
     """The library description of what ``data`` asks to read."""
-    gen = data.generate
-    hs = data.hyperspectral
     return DataSource(
         dataset=data.dataset,
         root=Path(data.root),
         bands=tuple(data.bands) if isinstance(data.bands, list) else data.bands,
         image_size=data.image_size,
         on_bad_file=data.on_bad_file,
-        scene=None
-        if hs is None
-        else SceneOptions(
-            image=hs.image,
-            labels=hs.labels,
-            image_key=hs.image_key,
-            label_key=hs.label_key,
-            patch_size=hs.patch_size,
-            split=hs.split,
-            block_size=hs.block_size,
-            guard=hs.guard,
-            fractions=tuple(hs.fractions),
-        ),
-        generate=None
-        if gen is None
-        else GenerateOptions(
-            samples_per_class=gen.samples_per_class,
-            seed=gen.seed,
-            size=gen.size,
-            height=gen.height,
-            width=gen.width,
-            spectral_bands=gen.spectral_bands,
-            classes=gen.classes,
-            file_format=gen.file_format,
-            cloud_fraction=gen.cloud_fraction,
-        ),
+        scene=_library_options(SceneOptions, data.hyperspectral),
+        generate=_library_options(GenerateOptions, data.generate),
     )
 
 

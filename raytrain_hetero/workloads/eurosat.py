@@ -243,8 +243,7 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 def _scan_files(source: DataSource) -> BadFileScan:
     opened = eurosat_datasets(source.root, splits=EUROSAT_SPLITS, normalize=False)
-    files = sorted({path for ds in opened.values() for path, _ in ds.samples})
-    return BadFileScan(files, next(iter(opened.values())).loader)
+    return BadFileScan.of_image_folders(opened.values())
 
 
 #: EuroSAT in the registry. No up-front file check unless asked (``on_bad_file``).

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,18 @@ class BadFileScan:
     files: list[str]
     read: Callable[[str], Any] | None
     sample_ids: dict[str, str] | None = None
+
+    @classmethod
+    def of_image_folders(cls, datasets: Iterable[Any]) -> BadFileScan:
+        """Scan of torchvision-``ImageFolder``-style datasets (one file per sample).
+
+        Args:
+            datasets: The opened splits; each has ``samples`` (``(path, label)`` pairs) and a
+                ``loader`` that decodes one path (they share it, so the first one's is used).
+        """
+        datasets = list(datasets)
+        files = sorted({path for ds in datasets for path, _ in ds.samples})
+        return cls(files, datasets[0].loader)
 
 
 @dataclass(frozen=True)

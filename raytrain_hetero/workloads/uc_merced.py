@@ -261,9 +261,7 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 def _scan_files(source: DataSource) -> BadFileScan:
     root = Path(source.root).absolute()
-    opened = {split: _open_split(root, split, None) for split in UCMERCED_SPLITS}
-    files = sorted({path for ds in opened.values() for path, _ in ds.samples})
-    return BadFileScan(files, next(iter(opened.values())).loader)
+    return BadFileScan.of_image_folders(_open_split(root, split, None) for split in UCMERCED_SPLITS)
 
 
 #: UC Merced in the registry (aerial RGB, every file checked before training by default).

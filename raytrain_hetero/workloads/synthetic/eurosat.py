@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.eurosat import (
     _BASE_DIR,
     _SPLIT_FILE,
@@ -25,6 +24,11 @@ from raytrain_hetero.workloads.eurosat import (
     EUROSAT_SPLITS,
 )
 from raytrain_hetero.workloads.generated_tree import generate_tree
+from raytrain_hetero.workloads.synthetic.arguments import (
+    check_integers,
+    check_split_fractions,
+    split_counts,
+)
 
 __all__ = ["generate_eurosat"]
 
@@ -231,30 +235,11 @@ def _noisy_uint16(clean: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def _check_generate_args(
     samples_per_class: Any, seed: Any, size: Any, split_fractions: Any
 ) -> dict[str, int]:
-    def _int(name: str, value: Any, lo: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_eurosat: {name} must be an integer >= {lo}, got {value!r}")
-        return int(value)
-
-    spc = _int("samples_per_class", samples_per_class, 3)
-    _int("seed", seed, 0)
-    _int("size", size, 16)
-    fr = tuple(float(f) for f in split_fractions)
-    if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-        raise ConfigError(
-            "generate_eurosat: split_fractions must be three positive fractions "
-            f"(train, val, test) summing to 1, got {split_fractions!r}"
-        )
-    n_val = max(1, round(fr[1] * spc))
-    n_test = max(1, round(fr[2] * spc))
-    n_train = spc - n_val - n_test
-    if n_train < 1:
-        raise ConfigError(
-            f"generate_eurosat: samples_per_class={spc} with split_fractions={fr} leaves no "
-            "training image per class; torchgeo needs every class in every split. "
-            "Raise samples_per_class."
-        )
-    return {"train": n_train, "val": n_val, "test": n_test}
+    what = "generate_eurosat"
+    check_integers(what, ("samples_per_class", samples_per_class, 3), ("seed", seed, 0))
+    check_integers(what, ("size", size, 16))
+    fractions = check_split_fractions(what, split_fractions)
+    return split_counts(what, samples_per_class, fractions)
 
 
 def _marker_params(samples_per_class: int, seed: int, size: int, fr: Sequence[float]) -> dict:

@@ -16,6 +16,7 @@ import numpy as np
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.generated_tree import generate_tree
+from raytrain_hetero.workloads.synthetic.arguments import check_integers
 
 __all__ = ["generate_hyperspectral_scene"]
 
@@ -186,17 +187,14 @@ def generate_hyperspectral_scene(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for arg, value, lo in (
+    check_integers(
+        "generate_hyperspectral_scene",
         ("height", height, 8),
         ("width", width, 8),
         ("bands", bands, 4),
         ("classes", classes, 2),
         ("seed", seed, 0),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(
-                f"generate_hyperspectral_scene: {arg} must be an integer >= {lo}, got {value!r}"
-            )
+    )
     if classes > 255:
         raise ConfigError("generate_hyperspectral_scene: classes must be <= 255 (uint8 labels)")
     if file_format not in ("mat", "tif"):

@@ -25,6 +25,11 @@ from raytrain_hetero.workloads.multimodal import (
     S1_BANDS,
     S2_BANDS,
 )
+from raytrain_hetero.workloads.synthetic.arguments import (
+    check_integers,
+    check_split_fractions,
+    split_counts,
+)
 from raytrain_hetero.workloads.synthetic.eurosat import (
     _MAT,
     _coords,
@@ -159,29 +164,17 @@ def generate_multimodal(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for arg, value, lo in (
-        ("samples_per_class", samples_per_class, 3),
-        ("seed", seed, 0),
-        ("size", size, 16),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(
-                f"generate_multimodal: {arg} must be an integer >= {lo}, got {value!r}"
-            )
+    what = "generate_multimodal"
+    check_integers(what, ("samples_per_class", samples_per_class, 3), ("seed", seed, 0))
+    check_integers(what, ("size", size, 16))
     if not 0 <= cloud_fraction < 1:
         raise ConfigError(
             f"generate_multimodal: cloud_fraction must be in [0, 1), got {cloud_fraction}"
         )
-    fr = tuple(float(f) for f in split_fractions)
-    if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1) > 1e-6:
-        raise ConfigError(
-            f"generate_multimodal: split_fractions must be 3 positive fractions summing to 1, got {split_fractions!r}"
-        )
+    fr = check_split_fractions(what, split_fractions)
     spc = int(samples_per_class)
-    n_val, n_test = max(1, round(fr[1] * spc)), max(1, round(fr[2] * spc))
-    n_train = spc - n_val - n_test
-    if n_train < 1:
-        raise ConfigError("generate_multimodal: samples_per_class too small for three splits")
+    counts = split_counts(what, spc, fr)
+    n_train, n_val = counts["train"], counts["val"]
     params = {
         "generator": "raytrain_hetero.workloads.multimodal",
         "version": _GENERATOR_VERSION,

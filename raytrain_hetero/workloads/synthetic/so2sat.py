@@ -36,6 +36,11 @@ import numpy as np
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES
+from raytrain_hetero.workloads.synthetic.arguments import (
+    check_integers,
+    check_split_fractions,
+    split_counts,
+)
 from raytrain_hetero.workloads.synthetic.multimodal import (
     _clouds,
     _noisy,
@@ -70,6 +75,7 @@ SO2SAT_FILES: dict[str, str] = {
     "validation": "validation.h5",
     "test": "testing.h5",
 }
+_SPLITS = tuple(SO2SAT_FILES)  # train, validation, test
 _PATCH = 32  # So2Sat's patch side, fixed by the format
 _GENERATOR_VERSION = 1
 _VV_VH_COHERENCE = 0.3  # correlation of the VV and VH complex signals
@@ -108,29 +114,14 @@ def _check_args(
     samples_per_class: Any, seed: Any, cloud_fraction: Any, fractions: Any
 ) -> tuple[float, ...]:
     """Validate generate_so2sat's arguments (ConfigError naming the fix); the split fractions."""
-    for arg, value, lo in (("samples_per_class", samples_per_class, 3), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"generate_so2sat: {arg} must be an integer >= {lo}, got {value!r}")
+    check_integers(
+        "generate_so2sat", ("samples_per_class", samples_per_class, 3), ("seed", seed, 0)
+    )
     if not isinstance(cloud_fraction, (int, float)) or not 0 <= cloud_fraction < 1:
         raise ConfigError(
             f"generate_so2sat: cloud_fraction must be a number in [0, 1), got {cloud_fraction!r}"
         )
-    try:
-        fr = tuple(float(f) for f in fractions)
-    except (TypeError, ValueError):
-        fr = ()
-    if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1) > 1e-6:
-        raise ConfigError(
-            "generate_so2sat: split_fractions must be 3 positive fractions (train, validation, "
-            f"test) summing to 1, got {fractions!r}"
-        )
-    counts = [round(f * samples_per_class) for f in fr[1:]]
-    if min(counts) < 1 or samples_per_class - sum(counts) < 1:
-        raise ConfigError(
-            f"generate_so2sat: samples_per_class={samples_per_class} leaves a split empty with "
-            f"split_fractions={fractions!r}; raise samples_per_class"
-        )
-    return fr
+    return check_split_fractions("generate_so2sat", fractions, _SPLITS)
 
 
 def generate_so2sat(
@@ -165,8 +156,8 @@ def generate_so2sat(
     """
     fr = _check_args(samples_per_class, seed, cloud_fraction, split_fractions)
     spc = int(samples_per_class)
-    n_val, n_test = round(fr[1] * spc), round(fr[2] * spc)
-    per_split = {"train": spc - n_val - n_test, "validation": n_val, "test": n_test}
+    # Plain round(): a split may round to 0 here (an error), never silently up to 1.
+    per_split = split_counts("generate_so2sat", spc, fr, _SPLITS, at_least_one=False)
     params = {
         "generator": "raytrain_hetero.workloads.synthetic.so2sat",
         "version": _GENERATOR_VERSION,

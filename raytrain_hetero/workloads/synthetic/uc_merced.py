@@ -17,6 +17,11 @@ import numpy as np
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.generated_tree import generate_tree
+from raytrain_hetero.workloads.synthetic.arguments import (
+    check_integers,
+    check_split_fractions,
+    split_counts,
+)
 from raytrain_hetero.workloads.synthetic.eurosat import (
     _coords,
     _dots,
@@ -419,18 +424,6 @@ def _to_uint8(clean: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 # ---------------------------------------------------------------------------- generator
 
 
-def _split_counts(samples_per_class: int, fractions: Sequence[float]) -> dict[str, int]:
-    n_val = max(1, round(fractions[1] * samples_per_class))
-    n_test = max(1, round(fractions[2] * samples_per_class))
-    n_train = samples_per_class - n_val - n_test
-    if n_train < 1:
-        raise ConfigError(
-            f"generate_uc_merced: samples_per_class={samples_per_class} leaves no training "
-            "image per class (torchgeo needs every class in every split); raise it to >= 3"
-        )
-    return {"train": n_train, "val": n_val, "test": n_test}
-
-
 def generate_uc_merced(
     root: str | os.PathLike[str],
     *,
@@ -458,26 +451,15 @@ def generate_uc_merced(
         ConfigError: Invalid arguments.
         DataError: ``root`` is a file or a foreign non-empty directory.
     """
-    for name, value, lo in (
-        ("samples_per_class", samples_per_class, 3),
-        ("seed", seed, 0),
-        ("size", size, 32),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(
-                f"generate_uc_merced: {name} must be an integer >= {lo}, got {value!r}"
-            )
-    fr = tuple(float(f) for f in split_fractions)
-    if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1) > 1e-6:
-        raise ConfigError(
-            f"generate_uc_merced: split_fractions must be three positive fractions summing to 1, "
-            f"got {split_fractions!r}"
-        )
+    what = "generate_uc_merced"
+    check_integers(what, ("samples_per_class", samples_per_class, 3), ("seed", seed, 0))
+    check_integers(what, ("size", size, 32))
+    fr = check_split_fractions(what, split_fractions)
     if not 0.0 <= varying_fraction <= 1.0:
         raise ConfigError(
             f"generate_uc_merced: varying_fraction must be in [0, 1], got {varying_fraction}"
         )
-    counts = _split_counts(int(samples_per_class), fr)
+    counts = split_counts(what, samples_per_class, fr)
     params = {
         "generator": "raytrain_hetero.workloads.uc_merced",
         "version": _GENERATOR_VERSION,
