@@ -17,6 +17,30 @@ from raytrain_hetero.errors import HeteroError
 logger = logging.getLogger(__name__)
 
 
+def _add_job_arguments(
+    command: argparse.ArgumentParser,
+    *,
+    config_help: str = "job config YAML",
+    set_example: str = "",
+    output_help: str | None = None,
+) -> None:
+    """The job arguments every job command takes: the config (positional or ``--config``),
+    repeatable ``--set KEY=VALUE`` overrides and, where given, ``--output``."""
+    command.add_argument("config_path", nargs="?", type=Path, help=config_help)
+    command.add_argument("--config", dest="config_flag", type=Path, help=config_help)
+    if output_help is not None:
+        command.add_argument("--output", type=Path, default=None, help=output_help)
+    example = f", e.g. --set {set_example}" if set_example else ""
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a config key{example} (repeatable)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``raytrain-hetero``."""
     parser = argparse.ArgumentParser(
@@ -29,56 +53,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model from a YAML job config")
-    train.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
-    train.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
-    train.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help="output directory (default: output_dir from the config)",
-    )
-    train.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.epochs=1 (repeatable)",
+    _add_job_arguments(
+        train,
+        set_example="train.epochs=1",
+        output_help="output directory (default: output_dir from the config)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
 
     probe = sub.add_parser(
         "probe", help="measure the workers a config would start; print their speeds and the plan"
     )
-    probe.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
-    probe.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
-    probe.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key (repeatable)",
-    )
+    _add_job_arguments(probe)
 
     tune = sub.add_parser(
         "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
     )
-    tune.add_argument("config_path", nargs="?", type=Path, help="job config YAML with tune:")
-    tune.add_argument("--config", dest="config_flag", type=Path, help="job config YAML with tune:")
-    tune.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help="output directory (default: output_dir from the config)",
-    )
-    tune.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set tune.num_samples=2 (repeatable)",
+    _add_job_arguments(
+        tune,
+        config_help="job config YAML with tune:",
+        set_example="tune.num_samples=2",
+        output_help="output directory (default: output_dir from the config)",
     )
     tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
 
@@ -87,16 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="distributed inference with a trained checkpoint (Ray Data actor pools, batch "
         "sizes proportional to measured actor speed)",
     )
-    predict.add_argument("config_path", nargs="?", type=Path, help="job config YAML")
-    predict.add_argument("--config", dest="config_flag", type=Path, help="job config YAML")
+    _add_job_arguments(predict, output_help="output directory (default: <output_dir>/predict)")
     predict.add_argument(
         "--checkpoint",
         type=Path,
         required=True,
         help="model.pt, a checkpoint directory, or a training output directory",
-    )
-    predict.add_argument(
-        "--output", type=Path, default=None, help="output directory (default: <output_dir>/predict)"
     )
     predict.add_argument(
         "--split",
@@ -113,14 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     predict.add_argument(
         "--batch-size", type=int, default=128, help="batch size of the fastest actor (default 128)"
-    )
-    predict.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key (repeatable)",
     )
 
     from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
