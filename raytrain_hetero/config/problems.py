@@ -311,7 +311,7 @@ def describe(
         return [problem(f"needs {need} item(s), got {got}", f"give {need} item(s)")]
     if etype == "value_error" and isinstance(ctx.get("error"), ConfigError):
         # A plain dataclass (e.g. core's PolicyConfig) refused the values in __post_init__.
-        return [problem(str(ctx["error"]), "correct the named field(s)")]
+        return [problem(str(ctx["error"]), "use the valid values named above")]
     # Anything else: pydantic's own words, plus what was given.
     logger.debug("unmapped pydantic error type %s at %s", etype, path)
     return [problem(f"{err.get('msg', etype)}, got {show(given)}", "correct this value")]

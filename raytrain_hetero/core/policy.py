@@ -48,18 +48,35 @@ class PolicyConfig:
     straggler_penalty: float = 10.0
 
     def __post_init__(self) -> None:
+        # name -> (holds, what a valid value is); NaN and infinity fail every float rule.
         checks = {
-            "window_steps": self.window_steps >= 1,
-            "improvement_threshold": 0 <= self.improvement_threshold < 1,
-            "confirm_windows": self.confirm_windows >= 1,
-            "min_steps_between_replans": self.min_steps_between_replans >= 0,
-            "outlier_factor": self.outlier_factor > 1,
-            "straggler_timeout_s": self.straggler_timeout_s > 0,
-            "straggler_penalty": self.straggler_penalty >= 1,
+            "window_steps": (self.window_steps >= 1, "an integer >= 1"),
+            "improvement_threshold": (
+                0 <= self.improvement_threshold < 1,
+                "a fraction in [0, 1)",
+            ),
+            "confirm_windows": (self.confirm_windows >= 1, "an integer >= 1"),
+            "min_steps_between_replans": (self.min_steps_between_replans >= 0, "an integer >= 0"),
+            "outlier_factor": (
+                math.isfinite(self.outlier_factor) and self.outlier_factor > 1,
+                "a finite number > 1",
+            ),
+            "straggler_timeout_s": (
+                math.isfinite(self.straggler_timeout_s) and self.straggler_timeout_s > 0,
+                "a finite number of seconds > 0",
+            ),
+            "straggler_penalty": (
+                math.isfinite(self.straggler_penalty) and self.straggler_penalty >= 1,
+                "a finite number >= 1",
+            ),
         }
-        bad = [name for name, ok in checks.items() if not ok]
+        bad = [
+            f"{name}={getattr(self, name)!r} (use {valid})"
+            for name, (ok, valid) in checks.items()
+            if not ok
+        ]
         if bad:
-            raise ConfigError(f"Invalid PolicyConfig values: {', '.join(bad)} ({self}).")
+            raise ConfigError(f"Invalid PolicyConfig values: {'; '.join(bad)}.")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -133,3 +134,20 @@ def test_outliers_do_not_move_the_estimate():
 def test_bad_policy_config_names_the_field():
     with pytest.raises(ConfigError, match="improvement_threshold"):
         PolicyConfig(improvement_threshold=1.5)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "valid"),
+    [
+        ("straggler_timeout_s", math.inf, "a finite number of seconds > 0"),
+        ("straggler_timeout_s", 0.0, "a finite number of seconds > 0"),
+        ("outlier_factor", math.nan, "a finite number > 1"),
+        ("straggler_penalty", math.inf, "a finite number >= 1"),
+        ("improvement_threshold", 1.0, "a fraction in [0, 1)"),
+        ("window_steps", 0, "an integer >= 1"),
+    ],
+)
+def test_invalid_policy_values_name_the_field_and_the_valid_range(field, value, valid):
+    with pytest.raises(ConfigError) as info:
+        PolicyConfig(**{field: value})
+    assert f"{field}={value!r}" in str(info.value) and f"use {valid}" in str(info.value)
