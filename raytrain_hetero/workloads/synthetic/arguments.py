@@ -80,3 +80,21 @@ def split_counts(
             "needs a sample in every split: raise samples_per_class"
         )
     return counts
+
+
+def split_members(
+    seed: int, class_index: int, counts: dict[str, int], *, first: int = 0
+) -> dict[str, list[int]]:
+    """Which sample numbers of one class go to which split, in ``counts``' split order.
+
+    A seeded permutation of the numbers ``first .. first + sum(counts) - 1`` (seeded by
+    ``[seed, class_index, 1]``) is cut into consecutive runs of ``counts[split]``; each run is
+    returned sorted. Deterministic, so a generator's file lists never change for given arguments.
+    """
+    perm = np.random.default_rng([seed, class_index, 1]).permutation(sum(counts.values())) + first
+    members: dict[str, list[int]] = {}
+    start = 0
+    for split, count in counts.items():
+        members[split] = sorted(perm[start : start + count].tolist())
+        start += count
+    return members

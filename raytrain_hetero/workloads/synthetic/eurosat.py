@@ -28,6 +28,7 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
     split_counts,
+    split_members,
 )
 
 __all__ = ["generate_eurosat"]
@@ -267,10 +268,8 @@ def _write_tree(tmp: Path, params: Mapping[str, Any], counts: Mapping[str, int])
             cdir = base / cls
             cdir.mkdir(parents=True)
             # Split membership: a seeded permutation of the image numbers 1..spc per class.
-            perm = np.random.default_rng([seed, ci, 1]).permutation(spc) + 1
-            a, b = counts["train"], counts["train"] + counts["val"]
-            for split, members in (("train", perm[:a]), ("val", perm[a:b]), ("test", perm[b:])):
-                split_lines[split].extend(f"{cls}_{k}.tif" for k in sorted(members.tolist()))
+            for split, members in split_members(seed, ci, counts, first=1).items():
+                split_lines[split].extend(f"{cls}_{k}.tif" for k in members)
             for start in range(0, spc, _CHUNK):
                 n = min(_CHUNK, spc - start)
                 rng = np.random.default_rng([seed, ci, 0, start // _CHUNK])

@@ -29,6 +29,7 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
     split_counts,
+    split_members,
 )
 from raytrain_hetero.workloads.synthetic.eurosat import (
     _MAT,
@@ -174,7 +175,6 @@ def generate_multimodal(
     fr = check_split_fractions(what, split_fractions)
     spc = int(samples_per_class)
     counts = split_counts(what, spc, fr)
-    n_train, n_val = counts["train"], counts["val"]
     params = {
         "generator": "raytrain_hetero.workloads.multimodal",
         "version": _GENERATOR_VERSION,
@@ -195,13 +195,8 @@ def generate_multimodal(
         for ci, cls in enumerate(MULTIMODAL_CLASSES):
             for modality in ("s1", "s2"):
                 (tmp / modality / cls).mkdir(parents=True)
-            perm = np.random.default_rng([seed, ci, 1]).permutation(spc) + 1
-            for split, members in (
-                ("train", perm[:n_train]),
-                ("val", perm[n_train : n_train + n_val]),
-                ("test", perm[n_train + n_val :]),
-            ):
-                lines[split].extend(f"{cls}/{cls}_{k}" for k in sorted(members.tolist()))
+            for split, members in split_members(seed, ci, counts, first=1).items():
+                lines[split].extend(f"{cls}/{cls}_{k}" for k in members)
             for start in range(0, spc, _CHUNK):
                 n = min(_CHUNK, spc - start)
                 rng = np.random.default_rng([seed, ci, 0, start // _CHUNK])

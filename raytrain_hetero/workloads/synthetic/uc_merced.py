@@ -21,6 +21,7 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
     split_counts,
+    split_members,
 )
 from raytrain_hetero.workloads.synthetic.eurosat import (
     _coords,
@@ -479,10 +480,8 @@ def generate_uc_merced(
         for ci, cls in enumerate(UCMERCED_CLASSES):
             cdir = tmp / _BASE_DIR / cls
             cdir.mkdir(parents=True)
-            perm = np.random.default_rng([seed, ci, 1]).permutation(spc)
-            a, b = counts["train"], counts["train"] + counts["val"]
-            for split, members in (("train", perm[:a]), ("val", perm[a:b]), ("test", perm[b:])):
-                lines[split].extend(f"{cls}{k:0{digits}d}.tif" for k in sorted(members.tolist()))
+            for split, members in split_members(seed, ci, counts).items():
+                lines[split].extend(f"{cls}{k:0{digits}d}.tif" for k in members)
             for start in range(0, spc, _CHUNK):
                 n = min(_CHUNK, spc - start)
                 rng = np.random.default_rng([seed, ci, 0, start // _CHUNK])
