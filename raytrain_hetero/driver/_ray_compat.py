@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ __all__ = [
     "abort_train_controller",
     "available_resources_per_node",
     "check_ray_compat",
+    "keep_loopback_node_ip",
     "mark_trainable_mixins",
     "run_backend_config",
     "run_controller_with_scaling_policy",
@@ -100,6 +101,7 @@ class PrivateRayAPI:
 
 
 _CONTROLLER = "ray.train.v2._internal.execution.controller.controller"
+_RAY_CONSTANTS = "ray._private.ray_constants"
 _TRAINER = "ray.train.v2.api.data_parallel_trainer"
 _SCALING = "ray.train.v2._internal.execution.scaling_policy"
 
@@ -110,6 +112,20 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         "available_resources_per_node",
         "live per-node available resources for slot-by-slot elastic sizing",
         "a public per-node available-resources call (ray.available_resources is cluster-wide)",
+    ),
+    PrivateRayAPI(
+        _RAY_CONSTANTS,
+        "ENABLE_RAY_CLUSTER",
+        "switched off while the embedded Ray starts, so ray.init keeps the node IP 127.0.0.1 "
+        "(it otherwise swaps 127.0.0.1 for the machine's reachable address, and every gRPC "
+        "server of the node then listens on all interfaces)",
+        "a ray.init argument that binds the local node to loopback (newer Ray binds the node IP)",
+    ),
+    PrivateRayAPI(
+        "ray._private.services",
+        "resolve_ip_for_localhost",
+        "the function whose swap keep_loopback_node_ip prevents; checked so a change is noticed",
+        "as above",
     ),
     PrivateRayAPI(
         "ray.train.torch.config",
@@ -259,6 +275,28 @@ def available_resources_per_node() -> dict[str, dict[str, float]]:
     from ray._private import state
 
     return state.available_resources_per_node()
+
+
+@contextlib.contextmanager
+def keep_loopback_node_ip() -> Iterator[None]:
+    """While active, a new local Ray keeps ``_node_ip_address="127.0.0.1"`` as its node IP.
+
+    Why: Ray 2.60's ``ray.init`` passes the node IP through
+    ``services.resolve_ip_for_localhost``, which replaces 127.0.0.1 by the machine's reachable
+    address unless ``ray_constants.ENABLE_RAY_CLUSTER`` is false (Ray's own mode for a
+    single-machine Ray on macOS/Windows). GCS, raylet and core workers bind their gRPC servers
+    to 127.0.0.1 only when the node IP *is* 127.0.0.1 (all interfaces otherwise), and the
+    dashboard agent and runtime-env agent bind the node IP. After ``ray.init`` returns, Ray
+    reads the node IP from the started node, so the switch is restored at once.
+    """
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def run_controller_with_scaling_policy(trainer: Any, scaling_policy: Any) -> Any:

@@ -41,6 +41,7 @@ from raytrain_hetero.driver.scheduler import (
     kill_scheduler,
     scheduler_actor_name,
 )
+from raytrain_hetero.driver.session import init_ray
 from raytrain_hetero.driver.telemetry import RecordCollector
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.context import HeteroSetup
@@ -335,7 +336,7 @@ class HeteroTrainer:
         """
         check_ray_compat()
         if not ray.is_initialized():
-            ray.init(address="local")  # a new local Ray, not a cluster left running
+            init_ray()  # a new local Ray bound to 127.0.0.1, not a cluster left running
         scheduler = create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),

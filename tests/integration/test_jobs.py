@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from local_cluster_helper import load_local_cluster
+from network_sockets import connect_outcome, listening_sockets, non_loopback_ipv4_addresses
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_EXAMPLE = REPO / "examples" / "configs" / "eurosat_local_cluster.yaml"
@@ -55,26 +55,28 @@ def _http_status(url: str, headers: dict[str, str] | None = None) -> int:
         return exc.code
 
 
-def _external_ip() -> str | None:
-    """This machine's address on its default route, if it has one besides loopback."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(("192.0.2.1", 9))  # TEST-NET address: no packet is sent
-            ip = sock.getsockname()[0]
-    except OSError:
-        return None
-    return None if ip.startswith("127.") else ip
-
-
 def test_dashboard_is_loopback_only_and_needs_the_token(cluster):
     assert _http_status(f"{cluster.dashboard_url}/api/jobs/") == 401
     assert _http_status(f"{cluster.dashboard_url}/api/jobs/", cluster.auth_headers()) == 200
     bad = {"Authorization": "Bearer " + "0" * 64}
     assert _http_status(f"{cluster.dashboard_url}/api/jobs/", bad) == 403
-    ip = _external_ip()
-    if ip is not None:
-        with pytest.raises(OSError):
-            socket.create_connection((ip, cluster.dashboard_port), timeout=5).close()
+    # Bound to loopback: every socket of the cluster's processes on the dashboard port.
+    on_port = [
+        s for s in listening_sockets(cluster.cluster_pids()) if s.port == cluster.dashboard_port
+    ]
+    assert on_port, f"nothing of the cluster listens on the dashboard port {cluster.dashboard_port}"
+    assert all(s.loopback_only for s in on_port), [str(s) for s in on_port]
+
+
+def test_dashboard_refuses_connections_on_non_loopback_addresses(cluster):
+    addresses = non_loopback_ipv4_addresses()
+    if not addresses:
+        pytest.skip(
+            "this machine has no non-loopback IPv4 address to connect through; the bind "
+            "address of the dashboard is still checked by the test above"
+        )
+    outcomes = {a: connect_outcome(a, cluster.dashboard_port) for a in addresses}
+    assert set(outcomes.values()) == {"refused"}, outcomes
 
 
 def test_ray_job_submit_trains_on_the_tagged_pools(cluster, tmp_path):
