@@ -11,10 +11,18 @@ Ray Train's controller) and one Ray worker node per *pool*, each tagged with the
     python deploy/local/local_cluster.py status
     python deploy/local/local_cluster.py stop                  # stops exactly what start started
 
-Every node is one ``ray start --block`` process started in its own process session; ``stop``
-signals those process groups only (SIGTERM, then SIGKILL after a grace period) and then ends
-any leftover process of this cluster, recognised by the cluster's private temp directory in
-its command line. It never runs ``ray stop`` (which ends every Ray process on the machine).
+Every node is one ``ray start --block`` process started in its own process session; ``start``
+records each node's PID, process group and start time. ``stop`` first lists the processes of
+the recorded nodes that are still the processes it started (same PID *and* start time, read
+from /proc): their process groups and every process below them (Ray workers the raylet put in
+groups of their own); it signals only those (SIGTERM, then SIGKILL after a grace period).
+It never matches command lines and never runs ``ray stop`` (which ends every Ray process on
+the machine).
+
+Private state: the state directory (default ``$XDG_RUNTIME_DIR/rh-cluster``, else
+``/tmp/rh-cluster-<uid>``) is created with mode 0700; an existing one that is a symlink, is
+owned by another user or is open to group/others is refused, and so is a token file this tool
+did not write (its SHA-256 is recorded in the state file), so nobody can plant a known token.
 
 Safe defaults: the dashboard (and Jobs API) listens on 127.0.0.1 only, and token
 authentication stays on: the token lives in ``<state-dir>/auth_token`` (mode 0600) and
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -36,8 +45,10 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -48,7 +59,22 @@ from typing import Any
 
 logger = logging.getLogger("local_cluster")
 
-DEFAULT_STATE_DIR = Path(os.environ.get("RAYTRAIN_HETERO_LOCAL_CLUSTER", "/tmp/rh-cluster"))
+STATE_DIR_ENV_VAR = "RAYTRAIN_HETERO_LOCAL_CLUSTER"
+
+
+def default_state_dir() -> Path:
+    """``$RAYTRAIN_HETERO_LOCAL_CLUSTER``, else ``$XDG_RUNTIME_DIR/rh-cluster`` (a per-user
+    0700 directory), else ``<tmp>/rh-cluster-<uid>`` (short: Ray's unix sockets live below it
+    and a socket path has at most 107 bytes)."""
+    if os.environ.get(STATE_DIR_ENV_VAR):
+        return Path(os.environ[STATE_DIR_ENV_VAR])
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "rh-cluster"
+    return Path(tempfile.gettempdir()) / f"rh-cluster-{os.getuid()}"
+
+
+DEFAULT_STATE_DIR = default_state_dir()
 #: Default pools: name -> (CPUs, GPUs).
 DEFAULT_POOLS: dict[str, tuple[float, int]] = {"fast": (2, 0), "slow": (1, 0)}
 POOL_LABEL = "pool"
@@ -60,6 +86,87 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class ClusterStateError(RuntimeError):
+    """The state directory or a file in it is not private to this user, or not ours."""
+
+
+def _check_private(path: Path, *, kind: str) -> os.stat_result:
+    """``path`` (not followed if a symlink) is a ``kind`` owned by us, closed to others."""
+    info = os.lstat(path)
+    wanted = stat.S_ISDIR if kind == "directory" else stat.S_ISREG
+    problem = None
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif not wanted(info.st_mode):
+        problem = f"is not a {kind}"
+    elif info.st_uid != os.getuid():
+        problem = f"is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    elif info.st_mode & 0o077:
+        problem = f"has mode {stat.S_IMODE(info.st_mode):04o}: group/others may use it"
+    if problem:
+        raise ClusterStateError(
+            f"refusing the cluster {kind} {path}: it {problem}, so another user could have "
+            f"planted or could read its token. Fix: remove it, or pass a private --state-dir "
+            f"(a new directory is created with mode 0700)."
+        )
+    return info
+
+
+def secure_state_dir(path: Path) -> Path:
+    """Create ``path`` with mode 0700 if absent; refuse it unless private to this user."""
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    _check_private(path, kind="directory")
+    return path
+
+
+def _token_digest(token: str) -> str:
+    return hashlib.sha256(token.strip().encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process as /proc names it: PID plus start time (clock ticks after boot), so a PID
+    reused by another process after ours ended is never taken for ours."""
+
+    pid: int
+    start_ticks: int
+
+    def alive(self) -> bool:
+        """The same process still runs (and is not a zombie)."""
+        found = _proc_stat(self.pid)
+        return found is not None and found.start_ticks == self.start_ticks and found.state != "Z"
+
+
+@dataclass(frozen=True)
+class _ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    start_ticks: int
+
+
+def _proc_stat(pid: int) -> _ProcStat | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces): state, ppid, pgrp, ... starttime.
+    rest = text.rsplit(")", 1)[1].split()
+    return _ProcStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[19]))
+
+
+def _all_proc_stats() -> list[_ProcStat]:
+    stats = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _proc_stat(int(entry.name))) is not None:
+            stats.append(found)
+    return stats
 
 
 def _ray_executable() -> str:
@@ -82,6 +189,12 @@ class NodeProcess:
     log: str
     labels: dict[str, str] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
+    start_ticks: int = -1  # /proc start time: stop() signals it only while it still matches
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        """The process ``start`` launched (PID plus start time)."""
+        return ProcessIdentity(self.pid, self.start_ticks)
 
 
 @dataclass
@@ -89,10 +202,13 @@ class LocalCluster:
     """A head node plus tagged worker nodes on this machine, all owned by this object.
 
     Attributes:
-        state_dir: Holds the state file, token, logs and the cluster's Ray temp directory.
+        state_dir: Holds the state file, token, logs and the cluster's Ray temp directory;
+            private to this user (mode 0700, checked by ``start_head`` and ``load``).
         gcs_port, dashboard_port: Ports of the head (the dashboard on 127.0.0.1).
         nodes: The started processes, head first.
         extra_env: Added to every node's environment (e.g. RAY_TRAIN_* settings).
+        token_sha256: Digest of the token this tool wrote (a token file that does not match
+            is refused).
     """
 
     state_dir: Path
@@ -100,6 +216,9 @@ class LocalCluster:
     dashboard_port: int = 0
     nodes: list[NodeProcess] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    token_sha256: str = ""
+    #: Every process ``stop`` found and signalled (``cluster_pids`` still reports survivors).
+    _stopped: set[ProcessIdentity] = field(default_factory=set, repr=False)
 
     # ----------------------------------------------------------------------- properties
 
@@ -147,11 +266,35 @@ class LocalCluster:
         env.update(self.extra_env)
         return env
 
+    def _recorded_token_digest(self) -> str:
+        if self.token_sha256:
+            return self.token_sha256
+        state = self.state_dir / STATE_FILE
+        if not state.exists():
+            return ""
+        _check_private(state, kind="file")
+        return str(json.loads(state.read_text()).get("token_sha256", ""))
+
     def _ensure_token(self) -> None:
-        if not self.token_path.exists():
-            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_hex(32))
+        """Write a new token (mode 0600), or reuse one only if this tool wrote it."""
+        try:
+            _check_private(self.token_path, kind="file")
+        except FileNotFoundError:
+            token = secrets.token_hex(32)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            with os.fdopen(os.open(self.token_path, flags, 0o600), "w") as fh:
+                fh.write(token)
+            self.token_sha256 = _token_digest(token)
+            self.save()
+            return
+        recorded = self._recorded_token_digest()
+        if not recorded or recorded != _token_digest(self.token_path.read_text()):
+            raise ClusterStateError(
+                f"refusing the token file {self.token_path}: it was not written by this tool "
+                f"(its digest is not the one recorded in {self.state_dir / STATE_FILE}), so "
+                "its value may be known to someone else. Fix: delete it; start writes a new one."
+            )
+        self.token_sha256 = recorded
 
     def _launch(
         self,
@@ -171,7 +314,16 @@ class LocalCluster:
                 env=env or self._node_env(),
                 start_new_session=True,  # its own process group: stop() signals only it
             )
-        node = NodeProcess(name, proc.pid, os.getpgid(proc.pid), str(log), labels, resources)
+        found = _proc_stat(proc.pid)
+        node = NodeProcess(
+            name,
+            proc.pid,
+            os.getpgid(proc.pid),
+            str(log),
+            labels,
+            resources,
+            start_ticks=found.start_ticks if found else -1,
+        )
         self.nodes.append(node)
         self.save()
         return node
@@ -213,8 +365,8 @@ class LocalCluster:
             labels: Ray node labels of the head (e.g. to let some workers select it).
             attempts: Starts to try before giving up.
         """
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = secure_state_dir(self.state_dir)
+        self.temp_dir.mkdir(mode=0o700, exist_ok=True)
         self._ensure_token()
         for attempt in range(1, attempts + 1):
             try:
@@ -346,40 +498,55 @@ class LocalCluster:
 
     # ----------------------------------------------------------------------- stop
 
+    def _live_processes(self) -> set[ProcessIdentity]:
+        """The processes of this cluster running now: the process groups of the recorded
+        nodes that are still the processes ``start`` launched, and every process below those
+        nodes (Ray workers the raylet put in process groups of their own). Found by PID,
+        process group, parent and start time, never by command line."""
+        stats = _all_proc_stats()
+        ours = [n for n in self.nodes if n.identity.alive()]
+        pgids = {n.pgid for n in ours}
+        children: dict[int, list[_ProcStat]] = {}
+        for st in stats:
+            children.setdefault(st.ppid, []).append(st)
+        found = {ProcessIdentity(st.pid, st.start_ticks) for st in stats if st.pgid in pgids}
+        todo = [n.pid for n in ours]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                identity = ProcessIdentity(child.pid, child.start_ticks)
+                if identity not in found:
+                    found.add(identity)
+                todo.append(child.pid)
+        found |= {p for p in self._stopped if p.alive()}
+        return {p for p in found if p.pid != os.getpid() and p.alive()}
+
     def cluster_pids(self) -> list[int]:
-        """PIDs of every process of this cluster: the node process groups, plus any process
-        whose command line names this cluster's temp directory (e.g. workers the raylet put
-        in process groups of their own)."""
-        pgids = {n.pgid for n in self.nodes}
-        marker = str(self.temp_dir)
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            try:
-                in_group = os.getpgid(pid) in pgids
-                cmdline = (
-                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                )
-            except (OSError, ProcessLookupError):
-                continue
-            if pid != os.getpid() and (in_group or marker in cmdline) and _pid_alive(pid):
-                found.append(pid)
-        return sorted(found)
+        """PIDs of every process of this cluster that runs now (see ``stop``)."""
+        return sorted(p.pid for p in self._live_processes())
 
     def stop(self, grace_s: float = 20.0) -> list[int]:
-        """End every process this cluster started; returns the PIDs that needed SIGKILL."""
+        """End every process this cluster started; returns the PIDs that needed SIGKILL.
+
+        Only recorded nodes whose PID *and* start time still match are signalled (by process
+        group), plus the processes found below them before signalling.
+        """
+        targets = self._live_processes()
+        self._stopped |= targets
         for node in reversed(self.nodes):  # workers first, the head last
-            _signal_group(node.pgid, signal.SIGTERM)
+            if node.identity.alive():
+                _signal_group(node.pgid, signal.SIGTERM)
+            else:
+                logger.info("node '%s' (pid %d) already gone", node.name, node.pid)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self.cluster_pids():
+        while time.monotonic() < deadline and any(p.alive() for p in targets):
             self._reap()
             time.sleep(0.5)
-        killed = self.cluster_pids()
-        for pid in killed:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        leftover = [p for p in targets if p.alive()]
+        for process in leftover:
+            if process.alive():  # checked again just before the signal
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+        killed = sorted(p.pid for p in leftover)
         if killed:
             logger.warning("SIGKILLed %d leftover process(es): %s", len(killed), killed)
             time.sleep(0.5)
@@ -398,29 +565,43 @@ class LocalCluster:
     # ----------------------------------------------------------------------- state
 
     def save(self) -> None:
-        """Write the state file (what ``stop`` and ``status`` read)."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        """Write the state file (what ``stop`` and ``status`` read), mode 0600, atomically."""
         data = {
             "state_dir": str(self.state_dir),
             "gcs_port": self.gcs_port,
             "dashboard_port": self.dashboard_port,
             "nodes": [asdict(n) for n in self.nodes],
             "extra_env": self.extra_env,
+            "token_sha256": self.token_sha256,
         }
-        tmp = self.state_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(data, indent=2))
+        tmp = self.state_dir / f".{STATE_FILE}.{os.getpid()}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        with os.fdopen(os.open(tmp, flags, 0o600), "w") as fh:
+            fh.write(json.dumps(data, indent=2))
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, self.state_dir / STATE_FILE)
 
     @classmethod
     def load(cls, state_dir: Path) -> LocalCluster:
-        """The cluster recorded in ``state_dir`` (raises FileNotFoundError if none)."""
-        data = json.loads((Path(state_dir) / STATE_FILE).read_text())
+        """The cluster recorded in ``state_dir`` (raises FileNotFoundError if none).
+
+        Raises:
+            ClusterStateError: The directory or its state file is not private to this user
+                (a planted state file could name processes for ``stop`` to signal).
+        """
+        state_dir = Path(state_dir).absolute()
+        _check_private(state_dir, kind="directory")
+        state = state_dir / STATE_FILE
+        _check_private(state, kind="file")
+        data = json.loads(state.read_text())
         return cls(
-            state_dir=Path(data["state_dir"]),
+            state_dir=state_dir,
             gcs_port=data["gcs_port"],
             dashboard_port=data["dashboard_port"],
             nodes=[NodeProcess(**n) for n in data["nodes"]],
             extra_env=data.get("extra_env", {}),
+            token_sha256=data.get("token_sha256", ""),
         )
 
 
@@ -479,8 +660,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dashboard-port", type=int, default=8265)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    state_dir = args.state_dir.resolve()
+    state_dir = args.state_dir.absolute()
 
+    try:
+        return _run(args, state_dir)
+    except ClusterStateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, state_dir: Path) -> int:
     if args.command == "start":
         if (state_dir / STATE_FILE).exists() and LocalCluster.load(state_dir).nodes:
             print(
@@ -510,6 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--config examples/configs/eurosat_local_cluster.yaml"
         )
         print(f"stop it with: python deploy/local/local_cluster.py stop --state-dir {state_dir}")
+        print(f"(state, token and logs in {cluster.state_dir}, mode 0700)")
         return 0
 
     try:
@@ -520,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         for node in cluster.nodes:
             print(
-                f"{node.name:8s} pid {node.pid:7d} {'alive' if _pid_alive(node.pid) else 'gone':5s} "
+                f"{node.name:8s} pid {node.pid:7d} {'alive' if node.identity.alive() else 'gone':5s} "
                 f"labels {node.labels} resources {node.resources}"
             )
         alive = cluster.alive_nodes()

@@ -8,6 +8,7 @@ import copy
 import json
 import re
 import shlex
+import time
 import tomllib
 from pathlib import Path
 
@@ -321,3 +322,148 @@ def test_checkpoints_are_loaded_with_weights_only():
 # What the embedded local Ray binds is checked on a running Ray, socket by socket, in
 # test_network_exposure.py (a check of RayConfig.dashboard_host here could not fail: the
 # embedded Ray starts no dashboard).
+
+
+# ----------------------------------------------------------------------------- local: private state
+
+
+def _sleeper(*argv: str):
+    """An unrelated process (not started by any cluster) whose command line holds ``argv``."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", *argv], start_new_session=True
+    )
+
+
+def _pids_naming(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (to look for leftovers, never to signal)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def _end(proc) -> None:
+    proc.kill()  # by its PID (Popen.kill), the process this test started
+    proc.wait(timeout=10)
+
+
+def test_local_cluster_default_state_dir_is_per_user(monkeypatch, tmp_path):
+    import os
+
+    lc = load_local_cluster()
+    monkeypatch.delenv(lc.STATE_DIR_ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert lc.default_state_dir() == tmp_path / "rh-cluster"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert lc.default_state_dir().name == f"rh-cluster-{os.getuid()}"
+    created = lc.secure_state_dir(tmp_path / "fresh")
+    assert created.stat().st_mode & 0o777 == 0o700
+
+
+def test_local_cluster_refuses_a_state_dir_others_could_have_planted(tmp_path):
+    import os
+
+    lc = load_local_cluster()
+    open_dir = tmp_path / "world-writable"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "private", target_is_directory=True)
+    (tmp_path / "private").mkdir(mode=0o700)
+    refused = {open_dir: "mode 0777", link: "symbolic link"}
+    if os.getuid() == 0:  # root can hand a directory to another user to stand for one
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        refused[foreign] = "owned by uid 65534"
+    for path, reason in refused.items():
+        cluster = lc.LocalCluster(path)
+        with pytest.raises(lc.ClusterStateError, match=reason):
+            cluster.start_head()
+        assert cluster.nodes == [] and not (path / "auth_token").exists(), path
+        with pytest.raises(lc.ClusterStateError):
+            lc.LocalCluster.load(path)
+        assert lc.main(["status", "--state-dir", str(path)]) == 2
+    assert lc.main(["stop", "--state-dir", str(open_dir)]) == 2
+
+
+def test_local_cluster_refuses_a_token_it_did_not_write(tmp_path):
+    lc = load_local_cluster()
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    planted = state / "auth_token"
+    planted.write_text("0" * 64)
+    planted.chmod(0o600)
+    cluster = lc.LocalCluster(state)
+    with pytest.raises(lc.ClusterStateError, match="not written by this tool"):
+        cluster.start_head()
+    assert cluster.nodes == [] and planted.read_text() == "0" * 64
+    # A token the tool wrote itself (digest recorded) is reused.
+    own = lc.LocalCluster(tmp_path / "own")
+    own.state_dir = lc.secure_state_dir(own.state_dir)
+    own._ensure_token()
+    token = own.token_path.read_text()
+    assert own.token_path.stat().st_mode & 0o777 == 0o600
+    again = lc.LocalCluster.load(own.state_dir)
+    again._ensure_token()
+    assert again.token_path.read_text() == token
+
+
+def test_local_cluster_stop_signals_only_recorded_processes_that_are_still_its_own(tmp_path):
+    """No Ray needed: a recorded node is a plain process group here."""
+    lc = load_local_cluster()
+    state = lc.secure_state_dir(tmp_path / "state")
+    bystander = _sleeper(str(state / "ray"))  # names the cluster's temp dir: must survive
+    recorded = _sleeper()
+    try:
+        ours = lc._proc_stat(recorded.pid)
+        reused = lc.NodeProcess("head", bystander.pid, bystander.pid, "log", start_ticks=1)
+        node = lc.NodeProcess("pool", recorded.pid, recorded.pid, "log")
+        node.start_ticks = ours.start_ticks
+        cluster = lc.LocalCluster(state, nodes=[reused, node])
+        assert cluster.cluster_pids() == [recorded.pid]  # the stale record matches nothing
+        cluster.stop(grace_s=10)
+        assert recorded.wait(timeout=10) is not None
+        assert bystander.poll() is None, "stop ended a process it did not start"
+        assert cluster.cluster_pids() == []
+    finally:
+        _end(bystander)
+        if recorded.poll() is None:
+            _end(recorded)
+
+
+def test_local_cluster_stop_ends_the_head_and_spares_a_process_naming_its_state_dir():
+    import shutil
+    import tempfile
+
+    lc = load_local_cluster()
+    state = Path(tempfile.mkdtemp(prefix="rhstop-", dir="/tmp"))  # short: unix socket paths
+    cluster = lc.LocalCluster(state)
+    bystander = _sleeper(str(cluster.temp_dir), str(state))
+    try:
+        cluster.start_head(num_cpus=0)
+        started = cluster.cluster_pids()
+        assert len(started) >= 3  # ray start, gcs_server, raylet, agents, ...
+        assert bystander.pid not in started
+        assert oct(state.stat().st_mode & 0o777) == "0o700"
+        assert cluster.token_path.stat().st_mode & 0o777 == 0o600
+        cluster.stop()
+        assert cluster.cluster_pids() == []
+        assert bystander.poll() is None, "stop ended an unrelated process naming its state dir"
+        # Nothing of the cluster escaped the process tree stop walked (e.g. by daemonizing).
+        time.sleep(1)
+        assert _pids_naming(str(state)) == [bystander.pid]
+    finally:
+        if cluster.nodes:
+            cluster.stop()
+        _end(bystander)
+        shutil.rmtree(state, ignore_errors=True)
