@@ -120,6 +120,8 @@ def test_cluster_yaml_safe_defaults():
     everything = CLUSTER_YAML.read_text()
     assert not re.search(r"^\s*-.*\bray stop\b", everything, re.M)
     assert "0.0.0.0" not in everything
+    # Nodes use private VPC addresses only (no public IP per node).
+    assert config["provider"]["use_internal_ips"] is True
 
 
 def test_example_cluster_job_fits_the_aws_node_types():
@@ -188,6 +190,44 @@ def test_kuberay_exposes_nothing_outside_the_cluster():
     assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     ports = spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]
     assert all("hostPort" not in p for p in ports)
+
+
+def _pod_templates(cluster_spec: dict) -> list[dict]:
+    groups = [cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]]
+    return [g["template"] for g in groups]
+
+
+def test_kuberay_network_policy_admits_only_the_clusters_own_pods():
+    docs = kuberay_docs()
+    (policy,) = docs["networkpolicy.yaml"]
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["kind"] == "NetworkPolicy"
+    spec = policy["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    selected = spec["podSelector"]["matchLabels"]
+    assert selected, "an empty podSelector would select every pod of the namespace"
+    # Every Ray pod of raycluster.yaml and of the cluster rayjob.yaml creates is selected.
+    (cluster,) = docs["raycluster.yaml"]
+    (job,) = docs["rayjob.yaml"]
+    for template in _pod_templates(cluster["spec"]) + _pod_templates(job["spec"]["rayClusterSpec"]):
+        labels = template.get("metadata", {}).get("labels", {})
+        assert selected.items() <= labels.items(), labels
+    own_pods, *others = spec["ingress"]
+    # Rule 1: from this cluster's pods only (no namespace-wide or IP-range peers).
+    assert own_pods["from"] == [{"podSelector": {"matchLabels": selected}}]
+    # Every other rule: a named peer (never "from anywhere"), the dashboard port only.
+    head_ports = {
+        p["containerPort"]
+        for p in cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert {6379, 8265, 10001} <= head_ports
+    for rule in others:
+        assert rule.get("from"), "a rule without 'from' admits every source"
+        for peer in rule["from"]:
+            assert "ipBlock" not in peer
+            assert peer.get("podSelector", {}).get("matchLabels"), peer
+        assert [p["port"] for p in rule["ports"]] == [8265]
+    # RayJob submits over HTTP from the operator: no submitter pod outside the policy.
+    assert job["spec"]["submissionMode"] == "HTTPMode"
 
 
 def test_node_tags_agree_across_launcher_kuberay_and_example_job():
