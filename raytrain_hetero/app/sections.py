@@ -155,8 +155,9 @@ class DataConfig(HeteroModel):
         cache: Decode every sample once and keep it in memory in each worker (small datasets).
         image_size: UC Merced only: resize the 256 x 256 images further (cheaper training).
         on_bad_file: Decode every file on the driver before training; ``"error"`` stops with
-            a list of corrupt/truncated files, ``"skip"`` leaves them out. ``None``: "error"
-            for uc_merced and multimodal, no up-front check for eurosat (as before). A bad
+            a list of corrupt/truncated files (EuroSAT: or files without 13 bands),
+            ``"skip"`` leaves them out, ``"off"`` checks nothing up front (a bad file then
+            fails when read). ``None``: "error" for eurosat, uc_merced and multimodal. A bad
             hyperspectral scene file always fails (a scene cannot be skipped).
         hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
     """
@@ -178,8 +179,10 @@ class DataConfig(HeteroModel):
     image_size: Int | None = Field(
         None, ge=8, description="uc_merced: resize images to this side (default 256)"
     )
-    on_bad_file: Literal["error", "skip"] | None = Field(
-        None, description="corrupt files: error (list them) or skip (leave them out)"
+    on_bad_file: Literal["error", "skip", "off"] | None = Field(
+        None,
+        description="corrupt files: error (list them), skip (leave them out) or off (no "
+        "up-front check); default error",
     )
     hyperspectral: HyperspectralConfig | None = Field(
         None, description="hyperspectral scene files, patch size and split"

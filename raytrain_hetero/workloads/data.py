@@ -41,6 +41,7 @@ def bad_files(source: DataSource) -> list[str]:
             them.
     """
     from raytrain_hetero.workloads.file_checks import (
+        CHECK_OFF,
         apply_bad_file_policy,
         find_unreadable_files,
     )
@@ -48,12 +49,16 @@ def bad_files(source: DataSource) -> list[str]:
 
     adapter = dataset_adapter(source.dataset)
     policy = source.on_bad_file if source.on_bad_file is not None else adapter.default_on_bad_file
-    if policy is None or adapter.scan_files is None:
+    if policy in (None, CHECK_OFF) or adapter.scan_files is None:
         return []
     scan = adapter.scan_files(source)
     if not scan.files:
         return []
-    key = {"kind": f"bad-files-{source.dataset}", "files": [file_identity(f) for f in scan.files]}
+    key = {
+        "kind": f"bad-files-{source.dataset}",
+        "checks": "decode+bands",  # what a cached result covers: rescan when checks grow
+        "files": [file_identity(f) for f in scan.files],
+    }
 
     def compute() -> list[list[str]]:
         return [list(item) for item in find_unreadable_files(scan.files, scan.read)]

@@ -37,7 +37,7 @@ from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.file_checks import CheckedLoader, drop_samples
-from raytrain_hetero.workloads.generated_tree import MARKER_NAME
+from raytrain_hetero.workloads.generated_tree import MARKER_NAME, resolve_version
 from raytrain_hetero.workloads.normalization import BandStats, Standardize
 from raytrain_hetero.workloads.registry import (
     BadFileScan,
@@ -185,7 +185,7 @@ def eurosat_datasets(
             f"EuroSAT splits must be a non-empty subset of {list(EUROSAT_SPLITS)}, "
             f"got {list(split_tuple)}"
         )
-    root_path = Path(root).expanduser()
+    root_path = resolve_version(root)  # pin one version of a generated root
     if not root_path.is_dir():
         raise DataError(_missing_root_message(root_path, "the directory does not exist"))
 
@@ -210,8 +210,11 @@ def eurosat_datasets(
             ) from None
         except FileNotFoundError as exc:  # ImageFolder: a class with no image in this split
             raise DataError(f"EuroSAT at {root_path}, split {split!r}: {exc}") from None
-        # A corrupt or truncated TIFF raises a DataError naming the file (no extra reads).
-        out[split].loader = CheckedLoader(out[split].loader, "EuroSAT image")
+        # A corrupt or truncated TIFF, or one without all 13 bands (torchgeo would index
+        # bands out of range or misread them), raises a DataError naming the file.
+        out[split].loader = CheckedLoader(
+            out[split].loader, "EuroSAT image", bands=len(EUROSAT_BANDS)
+        )
     return out
 
 
@@ -246,7 +249,9 @@ def _scan_files(source: DataSource) -> BadFileScan:
     return BadFileScan.of_image_folders(opened.values())
 
 
-#: EuroSAT in the registry. No up-front file check unless asked (``on_bad_file``).
+#: EuroSAT in the registry. Every file is decoded and its band count checked up front by
+#: default (``on_bad_file: error``; measured cost in docs/reliability/security.md);
+#: ``on_bad_file: off`` skips that (a bad file then fails when a worker reads it).
 EUROSAT = register_dataset(
     DatasetAdapter(
         name="eurosat",
@@ -254,7 +259,7 @@ EUROSAT = register_dataset(
         generate=_generate,
         open=_open,
         splits=EUROSAT_SPLITS,
-        default_on_bad_file=None,
+        default_on_bad_file="error",
         scan_files=_scan_files,
         expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
     )

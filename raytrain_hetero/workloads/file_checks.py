@@ -4,8 +4,9 @@ A corrupt or truncated TIFF / ``.mat`` must never crash a worker with a bare dec
 or, worse, silently. Two tools:
 
 * :class:`CheckedLoader` wraps a path loader (PIL, rasterio, ...) so that any decoding error
-  becomes a :class:`~raytrain_hetero.errors.DataError` naming the file and the fix. It is
-  cheap (no extra reads), so every loader of this package uses it.
+  -- or, when the dataset fixes it, a wrong band count -- becomes a
+  :class:`~raytrain_hetero.errors.DataError` naming the file, what was expected and found,
+  and the fix. It is cheap (no extra reads), so every loader of this package uses it.
 * :func:`find_unreadable_files` decodes files up front (on the driver, before training) and
   returns the bad ones; :func:`apply_bad_file_policy` then raises one error listing them
   (``"error"``) or drops them from an ImageFolder-style dataset (``"skip"``).
@@ -23,6 +24,7 @@ from raytrain_hetero.errors import DataError
 
 __all__ = [
     "BAD_FILE_POLICIES",
+    "CHECK_OFF",
     "BadFilePolicy",
     "CheckedLoader",
     "apply_bad_file_policy",
@@ -35,6 +37,17 @@ logger = logging.getLogger(__name__)
 
 BadFilePolicy = Literal["error", "skip"]
 BAD_FILE_POLICIES: tuple[str, ...] = ("error", "skip")
+#: ``on_bad_file`` value that turns the up-front check off (files then fail when read).
+CHECK_OFF = "off"
+
+
+def band_count_message(path: str, expected: int, found: int, what: str = "image") -> str:
+    """``"<path>: <what> has <found> band(s), expected <expected> ... Fix: ..."``."""
+    return (
+        f"{path}: {what} has {found} band(s), expected {expected}; the file is not from this "
+        "dataset or was written wrongly. Fix: replace it with a good copy (re-download or "
+        "regenerate), or set data.on_bad_file: skip to leave it out."
+    )
 
 
 def unreadable_message(path: str | os.PathLike[str], exc: BaseException, what: str = "file") -> str:
@@ -56,22 +69,32 @@ class CheckedLoader:
         loader: The wrapped function, e.g. torchvision's ``pil_loader`` or torchgeo's
             ``rasterio_loader``.
         what: What the file holds, for messages (``"image"``).
+        bands: Bands every file must have (the last axis of the decoded array, channels
+            last as torchgeo's loaders return it); ``None``: not checked.
     """
 
-    def __init__(self, loader: Callable[[str], Any], what: str = "image") -> None:
+    def __init__(
+        self, loader: Callable[[str], Any], what: str = "image", bands: int | None = None
+    ) -> None:
         self.loader = loader
         self.what = what
+        self.bands = bands
 
     def __call__(self, path: str) -> Any:
         try:
             result = self.loader(path)
             if hasattr(result, "load"):  # PIL decodes lazily: force it here, inside the guard
                 result.load()
-            return result
         except DataError:
             raise
         except Exception as exc:  # any decoder error means an unreadable file
             raise DataError(unreadable_message(path, exc, self.what)) from exc
+        if self.bands is not None:
+            shape = getattr(result, "shape", ())
+            found = int(shape[-1]) if len(shape) == 3 else 1
+            if found != self.bands:
+                raise DataError(band_count_message(os.fspath(path), self.bands, found, self.what))
+        return result
 
     def __repr__(self) -> str:
         return f"CheckedLoader({getattr(self.loader, '__name__', self.loader)!r})"

@@ -5,16 +5,26 @@ Every generator of this package writes its dataset in the real on-disk layout th
 
 * ``root/.raytrain_hetero_generated.json`` (the *marker*) records the generator's name,
   version and parameters; if it matches, the call returns at once without touching a file.
-* The tree is written into a hidden temporary sibling of ``root`` and renamed into place, so
-  an interrupted run never leaves a half-written ``root``. Concurrent callers with the same
-  parameters are safe: the first rename wins and the others return its result.
-* A marker with *different* parameters means ``root`` is ours: it is replaced.
+* Versioned: every parameter set is written once, complete, to its own directory
+  ``<parent>/.<name>.versions/<digest of the parameters>/`` (through a hidden temporary
+  sibling renamed into place, so an interrupted run never leaves a half-written version),
+  and ``root`` is a symbolic link to the current version, switched atomically
+  (``os.replace`` of a new link). A reader that opened ``root`` earlier keeps reading the
+  version it resolved (:func:`resolve_version` -- the dataset loaders resolve the link once
+  when they open the root), because no version directory is ever modified or deleted by
+  the generators: regenerating with other parameters adds a version and moves the pointer.
+  Old versions stay until removed by hand (``rm -r <parent>/.<name>.versions/<digest>``).
+  Concurrent callers with the same parameters are safe: the first rename wins.
+* A marker with *different* parameters means ``root`` is ours: the pointer moves to the new
+  version. A generated ``root`` from before versioning (a real directory with a marker) is
+  moved into the version store once, then linked.
 * A non-empty ``root`` without a marker (e.g. a real downloaded dataset) is never modified:
   :class:`~raytrain_hetero.errors.DataError` is raised instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -26,7 +36,7 @@ from typing import Any
 
 from raytrain_hetero.errors import DataError
 
-__all__ = ["MARKER_NAME", "generate_tree", "read_marker"]
+__all__ = ["MARKER_NAME", "generate_tree", "read_marker", "resolve_version", "versions_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +53,65 @@ def read_marker(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def versions_dir(root: Path) -> Path:
+    """Where the versions of the generated tree ``root`` live: ``<parent>/.<name>.versions``."""
+    root = Path(root).expanduser().absolute()
+    return root.parent / f".{root.name}.versions"
+
+
+def resolve_version(root: str | os.PathLike[str]) -> Path:
+    """The directory ``root`` stands for now (a generated root's current version; any other
+    path as it is, symbolic links resolved). Open datasets through this, once, so that a
+    regeneration during a run does not change the files under the open dataset."""
+    return Path(root).expanduser().resolve()
+
+
+def _digest(params: Mapping[str, Any]) -> str:
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _point(root: Path, version: Path) -> None:
+    """Make ``root`` a symbolic link to ``version`` in one atomic step."""
+    link = root.parent / f".{root.name}.link-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.symlink(os.path.relpath(version, root.parent), link, target_is_directory=True)
+    try:
+        os.replace(link, root)
+    except BaseException:
+        link.unlink(missing_ok=True)
+        raise
+
+
+def _write_version(
+    root: Path, params: dict[str, Any], write: Callable[[Path], None], what: str
+) -> Path:
+    """The complete version directory of ``params`` (written now unless it exists)."""
+    store = versions_dir(root)
+    version = store / _digest(params)
+    if read_marker(version) == params:
+        return version
+    tmp = root.parent / f".{root.name}.generating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        write(tmp)
+        # The marker is written last: its presence means the tree is complete.
+        (tmp / MARKER_NAME).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+        store.mkdir(exist_ok=True)
+        try:
+            os.replace(tmp, version)  # atomic; fails if a concurrent caller got there first
+        except OSError:
+            if read_marker(version) != params:
+                raise DataError(
+                    f"{what}: {version} exists and is not a complete version; remove it"
+                ) from None
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("%s: wrote %s", what, version)
+    return version
+
+
 def generate_tree(
     root: str | os.PathLike[str],
     params: Mapping[str, Any],
@@ -50,12 +119,12 @@ def generate_tree(
     *,
     what: str,
 ) -> Path:
-    """Run ``write(tmp_dir)`` and atomically move the result to ``root`` (cached by marker).
+    """Run ``write(tmp_dir)`` into a new version of ``root`` and point ``root`` at it (cached).
 
     Args:
-        root: Target directory.
+        root: Target path (becomes a symbolic link to the current version).
         params: JSON-serialisable generator parameters (name, version and arguments); the
-            marker holds exactly these, so any change regenerates.
+            marker holds exactly these, so any change adds a version.
         write: Writes the complete tree into the (empty, existing) directory it is given.
         what: Name of the calling generator, for messages (e.g. ``"generate_uc_merced"``).
 
@@ -67,42 +136,37 @@ def generate_tree(
     """
     root = Path(root).expanduser().absolute()
     params = json.loads(json.dumps(dict(params)))  # normalise (tuples -> lists) for comparison
-    if root.exists():
+    if root.is_symlink() and read_marker(root) == params:
+        return root
+    if root.exists() and not root.is_symlink():
         if not root.is_dir():
             raise DataError(f"{what}: {root} exists and is not a directory; choose another root")
-        if read_marker(root) == params:
-            return root
-        if read_marker(root) is None and any(root.iterdir()):
+        marker = read_marker(root)
+        if marker is None and any(root.iterdir()):
             raise DataError(
                 f"{what}: refusing to write into {root}: it is not empty and was not created by "
                 f"a raytrain_hetero generator (no {MARKER_NAME}). If it holds the real dataset, "
                 "load it directly (leave `generate` unset); otherwise choose another root."
             )
+        if marker == params:
+            return root  # generated before versioning, same parameters: leave it as it is
+    elif root.is_symlink() and read_marker(root) is None and root.exists():
+        raise DataError(
+            f"{what}: refusing to repoint {root}: it links to {os.readlink(root)}, which was "
+            "not created by a raytrain_hetero generator; choose another root."
+        )
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.generating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    old: Path | None = None
-    try:
-        tmp.mkdir()
-        write(tmp)
-        # The marker is written last: its presence means the tree is complete.
-        (tmp / MARKER_NAME).write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
-        try:
-            os.replace(tmp, root)  # atomic; succeeds if root is absent or an empty directory
-        except OSError:
-            if read_marker(root) == params:  # a concurrent caller finished first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return root
-            if read_marker(root) is None:
-                raise DataError(
-                    f"{what}: {root} appeared and is not ours; left it untouched"
-                ) from None
-            old = root.parent / f".{root.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            os.replace(root, old)
-            os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    logger.info("%s: wrote %s", what, root)
+    version = _write_version(root, params, write, what)
+    if root.is_dir() and not root.is_symlink():
+        marker = read_marker(root)
+        if marker is None:  # empty directory
+            root.rmdir()
+        else:  # a tree generated before versioning: keep it as a version of its own
+            versions_dir(root).mkdir(exist_ok=True)
+            kept = versions_dir(root) / _digest(marker)
+            if kept.exists():
+                kept = kept.with_name(f"{kept.name}-{uuid.uuid4().hex[:8]}")
+            os.replace(root, kept)
+    _point(root, version)
+    logger.info("%s: %s -> %s", what, root, version)
     return root

@@ -50,6 +50,7 @@ from raytrain_hetero.workloads.file_checks import (
     find_unreadable_files,
     unreadable_message,
 )
+from raytrain_hetero.workloads.generated_tree import resolve_version
 from raytrain_hetero.workloads.normalization import (
     BandStats,
     BandStatsAccumulator,
@@ -279,7 +280,7 @@ def multimodal_datasets(
             f"multimodal splits must be a non-empty subset of {list(MULTIMODAL_SPLITS)}, "
             f"got {list(split_tuple)}"
         )
-    root_path = Path(root).expanduser().absolute()
+    root_path = resolve_version(root)  # pin one version of a generated root
     if not root_path.is_dir():
         raise DataError(
             f"multimodal data not found at {root_path}: the directory does not exist. Fix: set "

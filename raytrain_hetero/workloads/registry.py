@@ -95,7 +95,8 @@ class DataSource:
         root: Dataset root directory (absolute paths travel safely to Ray workers).
         bands: EuroSAT only: ``"all"``, ``"rgb"`` or band names.
         image_size: UC Merced only: resize images to this side.
-        on_bad_file: ``"error"``, ``"skip"`` or ``None`` (the dataset's default).
+        on_bad_file: ``"error"``, ``"skip"``, ``"off"`` (no up-front check) or ``None``
+            (the dataset's default).
         scene: Hyperspectral only: scene files and patch/split settings.
         generate: Generate a synthetic copy at ``root`` (cached) before reading, if set.
     """

@@ -44,6 +44,7 @@ from raytrain_hetero.workloads.file_checks import (
     drop_samples,
     find_unreadable_files,
 )
+from raytrain_hetero.workloads.generated_tree import resolve_version
 from raytrain_hetero.workloads.normalization import (
     BandStats,
     BandStatsAccumulator,
@@ -116,7 +117,7 @@ def _open_split(root: Path, split: str, transforms: Any) -> Any:
 
 def uc_merced_files(root: str | os.PathLike[str], split: str) -> list[str]:
     """Image paths of one split (through torchgeo's own split logic)."""
-    return [p for p, _ in _open_split(Path(root).expanduser(), split, None).samples]
+    return [p for p, _ in _open_split(resolve_version(root), split, None).samples]
 
 
 def uc_merced_datasets(
@@ -159,7 +160,7 @@ def uc_merced_datasets(
         raise ConfigError(
             f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}"
         )
-    root_path = Path(root).expanduser().absolute()
+    root_path = resolve_version(root)  # pin one version of a generated root
     if not root_path.is_dir():
         raise DataError(_missing_message(root_path, "the directory does not exist"))
 
@@ -214,7 +215,7 @@ def uc_merced_band_stats(
     exclude_files: Sequence[str] = (),
 ) -> BandStats:
     """Per-band mean/std of the training split's pixels (0..255 scale), cached."""
-    root_path = Path(root).expanduser().absolute()
+    root_path = resolve_version(root)  # pin one version of a generated root
     train = _open_split(root_path, "train", None)
     drop_samples(train, exclude_files)
     files = [p for p, _ in train.samples]

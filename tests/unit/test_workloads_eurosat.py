@@ -131,7 +131,8 @@ def test_changed_parameters_regenerate_our_own_tree(tmp_path: Path) -> None:
     generate_eurosat(r, samples_per_class=4, size=16)
     assert len(list((r / BASE / "Forest").glob("*.tif"))) == 4
     assert json.loads((r / eurosat_mod.MARKER_NAME).read_text())["samples_per_class"] == 4
-    assert [p.name for p in tmp_path.iterdir()] == ["d"]  # no temporary leftovers
+    # No temporary leftovers: the pointer plus its version store (issue 11: versioned roots).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".d.versions", "d"]
 
 
 def test_empty_existing_directory_is_filled(tmp_path: Path) -> None:
@@ -258,3 +259,35 @@ def test_pretrained_and_unknown_name_are_config_errors() -> None:
         build_model("vit", in_channels=13, num_classes=10)
     with pytest.raises(ConfigError, match="in_channels"):
         build_model("small_cnn", in_channels=0, num_classes=10)
+
+
+def test_regenerating_never_changes_the_files_under_an_open_dataset(tmp_path: Path) -> None:
+    """Versioned roots: a run that opened the root keeps its version while another
+    parameter set is generated and the pointer moves (issue 11)."""
+    root = generate_eurosat(tmp_path / "d", samples_per_class=3, size=16)
+    reading = eurosat_datasets(root, splits=("train",))["train"]
+    first = reading[0]["image"].clone()
+    opened_at = Path(reading.samples[0][0])
+    before = _tree_state(opened_at.parents[len(BASE.parts) + 1])
+    generate_eurosat(root, samples_per_class=4, size=16)
+    assert root.is_symlink()
+    assert json.loads((root / eurosat_mod.MARKER_NAME).read_text())["samples_per_class"] == 4
+    # The open dataset still reads its own, unchanged version.
+    assert opened_at.is_file() and opened_at.resolve() != (root / BASE).resolve()
+    assert torch.equal(reading[0]["image"], first)
+    assert _tree_state(opened_at.parents[len(BASE.parts) + 1]) == before
+    # Back to the first parameters: its version is reused, nothing is rewritten.
+    versions = sorted(p.name for p in (tmp_path / ".d.versions").iterdir())
+    generate_eurosat(root, samples_per_class=3, size=16)
+    assert sorted(p.name for p in (tmp_path / ".d.versions").iterdir()) == versions
+    assert len(list((root / BASE / "Forest").glob("*.tif"))) == 3
+
+
+def test_a_link_to_a_foreign_directory_is_not_repointed(tmp_path: Path) -> None:
+    foreign = tmp_path / "real"
+    foreign.mkdir()
+    (foreign / "eurosat-train.txt").write_text("Forest_1.tif\n")
+    (tmp_path / "link").symlink_to(foreign)
+    with pytest.raises(DataError, match="refusing to repoint"):
+        generate_eurosat(tmp_path / "link", samples_per_class=3, size=16)
+    assert os.readlink(tmp_path / "link") == str(foreign)
