@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="rh-autoscale-", dir="/tmp"))
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: local_cluster checks
     # This process becomes the job's driver: it must use the cluster's token. Ray reads the
     # auth mode when it is first imported, so set it before anything imports ray.
     os.environ.update(

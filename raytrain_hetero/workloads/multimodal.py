@@ -374,7 +374,7 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 
 def _scan_files(source: DataSource) -> BadFileScan:
-    root = Path(source.root)
+    root = resolve_version(source.root)  # the paths the opened datasets hold
     if (root / _SO2SAT_FILES["train"]).is_file():  # So2Sat HDF5: no per-sample files to check
         return BadFileScan([], None)
     splits = [MultimodalPatches(root, split) for split in MULTIMODAL_SPLITS]

@@ -261,7 +261,7 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 
 def _scan_files(source: DataSource) -> BadFileScan:
-    root = Path(source.root).absolute()
+    root = resolve_version(source.root)  # the paths the opened datasets hold
     return BadFileScan.of_image_folders(_open_split(root, split, None) for split in UCMERCED_SPLITS)
 
 

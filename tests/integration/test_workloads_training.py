@@ -107,6 +107,7 @@ def test_corrupt_file_stops_the_job_or_is_skipped(tmp_path: Path) -> None:
     job = make_job("uc_merced", tmp_path / "data")
     sizes = prepare_dataset(job)
     bad = next((tmp_path / "data" / "UCMerced_LandUse" / "Images" / "harbor").glob("*.tif"))
+    bad = bad.resolve()  # errors name the file in the root's current version (versioned roots)
     bad.write_bytes(bad.read_bytes()[:256])
     with pytest.raises(DataError, match=rf"1 unreadable file\(s\):\n  {bad}: cannot read"):
         prepare_dataset(job)
