@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 from raytrain_hetero.driver._ray_compat import keep_loopback_node_ip, train_env_passthrough
 from raytrain_hetero.errors import ConfigError
@@ -25,7 +26,7 @@ LOOPBACK_IP = "127.0.0.1"
 AUTH_MODE_ENV_VAR = "RAY_AUTH_MODE"
 
 
-def _require_token_auth(environ: dict[str, str] | os._Environ[str]) -> None:
+def _require_token_auth(environ: Mapping[str, str]) -> None:
     mode = environ.get(AUTH_MODE_ENV_VAR)
     if mode is not None and mode.strip().lower() != "token":
         raise ConfigError(
