@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -45,7 +44,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -56,6 +54,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The sibling module, also when this file is loaded by path (the tests do).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster_safety import (
+    ClusterStateError,
+    ProcessIdentity,
+    ProcStat,
+    all_proc_stats,
+    check_private,
+    proc_stat,
+    secure_state_dir,
+    token_digest,
+)
 
 logger = logging.getLogger("local_cluster")
 
@@ -86,87 +97,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-class ClusterStateError(RuntimeError):
-    """The state directory or a file in it is not private to this user, or not ours."""
-
-
-def _check_private(path: Path, *, kind: str) -> os.stat_result:
-    """``path`` (not followed if a symlink) is a ``kind`` owned by us, closed to others."""
-    info = os.lstat(path)
-    wanted = stat.S_ISDIR if kind == "directory" else stat.S_ISREG
-    problem = None
-    if stat.S_ISLNK(info.st_mode):
-        problem = "is a symbolic link"
-    elif not wanted(info.st_mode):
-        problem = f"is not a {kind}"
-    elif info.st_uid != os.getuid():
-        problem = f"is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
-    elif info.st_mode & 0o077:
-        problem = f"has mode {stat.S_IMODE(info.st_mode):04o}: group/others may use it"
-    if problem:
-        raise ClusterStateError(
-            f"refusing the cluster {kind} {path}: it {problem}, so another user could have "
-            f"planted or could read its token. Fix: remove it, or pass a private --state-dir "
-            f"(a new directory is created with mode 0700)."
-        )
-    return info
-
-
-def secure_state_dir(path: Path) -> Path:
-    """Create ``path`` with mode 0700 if absent; refuse it unless private to this user."""
-    path = Path(path).absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    _check_private(path, kind="directory")
-    return path
-
-
-def _token_digest(token: str) -> str:
-    return hashlib.sha256(token.strip().encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ProcessIdentity:
-    """A process as /proc names it: PID plus start time (clock ticks after boot), so a PID
-    reused by another process after ours ended is never taken for ours."""
-
-    pid: int
-    start_ticks: int
-
-    def alive(self) -> bool:
-        """The same process still runs (and is not a zombie)."""
-        found = _proc_stat(self.pid)
-        return found is not None and found.start_ticks == self.start_ticks and found.state != "Z"
-
-
-@dataclass(frozen=True)
-class _ProcStat:
-    pid: int
-    state: str
-    ppid: int
-    pgid: int
-    start_ticks: int
-
-
-def _proc_stat(pid: int) -> _ProcStat | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields after the command name (which may hold spaces): state, ppid, pgrp, ... starttime.
-    rest = text.rsplit(")", 1)[1].split()
-    return _ProcStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[19]))
-
-
-def _all_proc_stats() -> list[_ProcStat]:
-    stats = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (found := _proc_stat(int(entry.name))) is not None:
-            stats.append(found)
-    return stats
 
 
 def _ray_executable() -> str:
@@ -266,29 +196,29 @@ class LocalCluster:
         env.update(self.extra_env)
         return env
 
-    def _recorded_token_digest(self) -> str:
+    def _recordedtoken_digest(self) -> str:
         if self.token_sha256:
             return self.token_sha256
         state = self.state_dir / STATE_FILE
         if not state.exists():
             return ""
-        _check_private(state, kind="file")
+        check_private(state, kind="file")
         return str(json.loads(state.read_text()).get("token_sha256", ""))
 
     def _ensure_token(self) -> None:
         """Write a new token (mode 0600), or reuse one only if this tool wrote it."""
         try:
-            _check_private(self.token_path, kind="file")
+            check_private(self.token_path, kind="file")
         except FileNotFoundError:
             token = secrets.token_hex(32)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             with os.fdopen(os.open(self.token_path, flags, 0o600), "w") as fh:
                 fh.write(token)
-            self.token_sha256 = _token_digest(token)
+            self.token_sha256 = token_digest(token)
             self.save()
             return
-        recorded = self._recorded_token_digest()
-        if not recorded or recorded != _token_digest(self.token_path.read_text()):
+        recorded = self._recordedtoken_digest()
+        if not recorded or recorded != token_digest(self.token_path.read_text()):
             raise ClusterStateError(
                 f"refusing the token file {self.token_path}: it was not written by this tool "
                 f"(its digest is not the one recorded in {self.state_dir / STATE_FILE}), so "
@@ -314,7 +244,7 @@ class LocalCluster:
                 env=env or self._node_env(),
                 start_new_session=True,  # its own process group: stop() signals only it
             )
-        found = _proc_stat(proc.pid)
+        found = proc_stat(proc.pid)
         node = NodeProcess(
             name,
             proc.pid,
@@ -503,10 +433,10 @@ class LocalCluster:
         nodes that are still the processes ``start`` launched, and every process below those
         nodes (Ray workers the raylet put in process groups of their own). Found by PID,
         process group, parent and start time, never by command line."""
-        stats = _all_proc_stats()
+        stats = all_proc_stats()
         ours = [n for n in self.nodes if n.identity.alive()]
         pgids = {n.pgid for n in ours}
-        children: dict[int, list[_ProcStat]] = {}
+        children: dict[int, list[ProcStat]] = {}
         for st in stats:
             children.setdefault(st.ppid, []).append(st)
         found = {ProcessIdentity(st.pid, st.start_ticks) for st in stats if st.pgid in pgids}
@@ -535,6 +465,13 @@ class LocalCluster:
         for node in reversed(self.nodes):  # workers first, the head last
             if node.identity.alive():
                 _signal_group(node.pgid, signal.SIGTERM)
+            elif _pid_alive(node.pid):
+                logger.warning(
+                    "node '%s': pid %d now belongs to another process (start time differs from "
+                    "the recorded one); not signalled",
+                    node.name,
+                    node.pid,
+                )
             else:
                 logger.info("node '%s' (pid %d) already gone", node.name, node.pid)
         deadline = time.monotonic() + grace_s
@@ -591,9 +528,9 @@ class LocalCluster:
                 (a planted state file could name processes for ``stop`` to signal).
         """
         state_dir = Path(state_dir).absolute()
-        _check_private(state_dir, kind="directory")
+        check_private(state_dir, kind="directory")
         state = state_dir / STATE_FILE
-        _check_private(state, kind="file")
+        check_private(state, kind="file")
         data = json.loads(state.read_text())
         return cls(
             state_dir=state_dir,

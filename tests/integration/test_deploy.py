@@ -465,7 +465,7 @@ def test_local_cluster_stop_signals_only_recorded_processes_that_are_still_its_o
     bystander = _sleeper(str(state / "ray"))  # names the cluster's temp dir: must survive
     recorded = _sleeper()
     try:
-        ours = lc._proc_stat(recorded.pid)
+        ours = lc.proc_stat(recorded.pid)
         reused = lc.NodeProcess("head", bystander.pid, bystander.pid, "log", start_ticks=1)
         node = lc.NodeProcess("pool", recorded.pid, recorded.pid, "log")
         node.start_ticks = ours.start_ticks
