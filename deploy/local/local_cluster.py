@@ -443,9 +443,7 @@ class LocalCluster:
         todo = [n.pid for n in ours]
         while todo:
             for child in children.get(todo.pop(), []):
-                identity = ProcessIdentity(child.pid, child.start_ticks)
-                if identity not in found:
-                    found.add(identity)
+                found.add(ProcessIdentity(child.pid, child.start_ticks))
                 todo.append(child.pid)
         found |= {p for p in self._stopped if p.alive()}
         return {p for p in found if p.pid != os.getpid() and p.alive()}
