@@ -181,33 +181,50 @@ def random_faults(
     *,
     steps: int,
     world_size: int,
-    actions: tuple[str, ...] = ("kill",),
-    phases: tuple[str, ...] = ("mid_epoch", "checkpoint_commit"),
+    actions: Sequence[str] = ("kill",),
+    phases: Sequence[str] = ("mid_epoch", "checkpoint_commit"),
+    checkpoint_every: int = 1,
+    switch_steps: Sequence[int] = (),
+    hang_s: float = 600.0,
 ) -> tuple[FaultSpec, ...]:
-    """``count`` seeded faults at distinct steps in ``[1, steps - 1)`` (reproducible).
+    """``count`` seeded random faults (kind, phase, step, rank) for a soak run; reproducible.
 
     Args:
         seed: Seed of the draw.
         count: Number of faults.
-        steps: Global steps of the run (faults land strictly inside it).
+        steps: Global steps of the run; ``mid_epoch`` faults land before the last one.
         world_size: Ranks to choose targets from.
-        actions: Actions to draw from.
-        phases: Step phases to draw from (a fault at ``checkpoint_commit`` needs the loop to
-            report a checkpoint at its step).
+        actions: Actions to draw from (``kill``, ``hang``, ...).
+        phases: Phases to draw from.
+        checkpoint_every: The loop checkpoints after steps s with (s + 1) % this == 0; a
+            ``checkpoint_commit`` fault is drawn among those steps.
+        switch_steps: Steps where the loop switches plans (for ``plan_switch`` faults).
+        hang_s: How long a ``hang`` blocks.
 
     Returns:
-        The faults, ordered by step.
+        The faults, in draw order.
     """
     rng = random.Random(seed)
-    if count > steps - 2:
-        raise ValueError(f"cannot place {count} faults at distinct steps of a {steps}-step run")
-    chosen = sorted(rng.sample(range(1, steps - 1), count))
-    return tuple(
-        FaultSpec(
-            phase=rng.choice(phases),  # type: ignore[arg-type]
-            action=rng.choice(actions),  # type: ignore[arg-type]
-            step=step,
-            rank=rng.randrange(world_size),
+    checkpoint_steps = [s for s in range(steps) if (s + 1) % checkpoint_every == 0]
+    step_choices: dict[str, Sequence[int]] = {
+        "mid_epoch": range(steps - 1),
+        "checkpoint_commit": checkpoint_steps,
+        "plan_switch": list(switch_steps),
+    }
+    faults = []
+    for _ in range(count):
+        phase = rng.choice(list(phases))
+        action = rng.choice(list(actions))
+        choices = step_choices.get(phase)
+        if choices is not None and not choices:
+            raise ValueError(f"no step to place a {phase!r} fault at")
+        faults.append(
+            FaultSpec(
+                phase=phase,  # type: ignore[arg-type]
+                action=action,  # type: ignore[arg-type]
+                step=rng.choice(list(choices)) if choices is not None else None,
+                rank=rng.randrange(world_size),
+                hang_s=hang_s,
+            )
         )
-        for step in chosen
-    )
+    return tuple(faults)
