@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 
+import ledgers
 import numpy as np
 import pytest
 import ray
@@ -151,7 +152,10 @@ def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
     assert any(r.step >= 8 for r in trainer.step_records)
 
 
-def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path):
+def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monkeypatch):
+    # A restart that still counts the dying node waits this long for its placement before
+    # Ray Train retries with the workers that fit (default 60 s); propagated to the controller.
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "20")
     cluster.add_node(num_cpus=2, labels={"pool": "f"})
     doomed = cluster.add_node(num_cpus=1, labels={"pool": "f"})
     cluster.wait_for_nodes()
@@ -185,15 +189,18 @@ def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path):
     assert worlds[0] == 3 and worlds[-1] == 2, worlds
 
 
-def test_a_corrupted_checkpoint_state_fails_with_the_file_named(reference, tmp_path):
+def test_a_corrupted_checkpoint_state_fails_with_the_file_named_once_retries_run_out(
+    reference, tmp_path
+):
     # Every checkpoint's state file is corrupted as it is written, so whichever one Ray Train
-    # registered last, the restart after the kill restores a corrupted one.
+    # registered last, the restart after the kill restores a corrupted one and fails too:
+    # max_failures=1 is then exhausted, and fit() raises the last worker error.
     faults = [
         FaultSpec(phase="checkpoint_commit", action="corrupt_state", step=1, rank=0),
         FaultSpec(phase="checkpoint_commit", action="corrupt_state", step=3, rank=0),
         FaultSpec(phase="mid_epoch", action="kill", step=4, rank=1),
     ]
-    trainer, _out = run(
+    trainer, out = run(
         tmp_path, "corrupt", faults=faults, workers=2, max_failures=1, epochs=1,
         loop={"step_sleep_s": 0.3},
     )  # fmt: skip
@@ -201,18 +208,8 @@ def test_a_corrupted_checkpoint_state_fails_with_the_file_named(reference, tmp_p
         trainer.fit()
     message = str(failed.value)
     assert STATE_FILE in message and "is not valid JSON" in message, message
-    assert "start a new run" in message
+    assert "this checkpoint cannot be resumed exactly" in message
     assert len(fired_markers(trainer.faults)) == 3
-
-
-def test_exhausted_max_failures_is_a_clear_error(reference, tmp_path):
-    faults = [
-        FaultSpec(phase="mid_epoch", action="kill", step=0, rank=0),
-        FaultSpec(phase="mid_epoch", action="kill", step=1, rank=0),
-    ]
-    trainer, _out = run(tmp_path, "exhaust", faults=faults, workers=1, max_failures=1, epochs=1)
-    with pytest.raises(ray.train.TrainingFailedError) as failed:
-        trainer.fit()
-    assert len(fired_markers(trainer.faults)) == 2
-    message = str(failed.value)
-    assert "died" in message.lower() or "ActorDiedError" in message, message
+    # Two groups ran (the original and the one retry max_failures=1 allows); the retry got
+    # as far as reading the checkpoint state and no further.
+    assert len(ledgers.restores(out)) == 1, "the retry must fail while restoring"

@@ -138,3 +138,20 @@ def test_kill_is_a_sigkill_of_the_process_itself_recorded_before(tmp_path):
     assert json.loads(next(tmp_path.glob("*.fired.json")).read_text())["worker"] == "b"
     again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.strip() == "survived", again.stderr
+
+
+def test_nan_poisons_the_next_forward_pass_once(tmp_path):
+    import torch
+
+    config = FaultInjectionConfig(
+        faults=[FaultSpec(phase="mid_epoch", action="nan", step=2, rank=0)], marker_dir=tmp_path
+    )
+    model = torch.nn.Linear(3, 2)
+    x = torch.ones(4, 3)
+    fault_point(identity(config), "mid_epoch", step=2, model=model)
+    poisoned = model(x)
+    assert torch.isnan(poisoned).all()
+    poisoned.sum().backward()
+    assert torch.isnan(model.weight.grad).all()  # what the step guard must refuse to apply
+    assert torch.isfinite(model(x)).all()  # once only
+    assert torch.isfinite(model.weight).all()  # the parameters themselves are untouched
