@@ -69,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     import ray
     from fault_loops import fault_loop
-    from ledgers import assert_restores_match, committed_ledger, params_digest, samples_lost
+    from ledgers import (
+        assert_restores_match,
+        committed_ledger,
+        params_digest,
+        restores,
+        samples_lost,
+    )
     from ray.train import FailureConfig, RunConfig
     from train_loops import plain_model
 
@@ -179,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "samples_lost": lost,
         "restores_matched": matched,
         "max_param_diff": diff,
-        "worker_groups": len(groups) if survived else None,
+        "worker_groups_started": len(restores(out)) if survived else None,
+        "worker_groups_that_trained": len(groups) if survived else None,
         "fault_free_s": round(ref_s, 1),
         "soak_s": round(soak_s, 1),
     }
