@@ -155,3 +155,14 @@ def test_nan_poisons_the_next_forward_pass_once(tmp_path):
     assert torch.isnan(model.weight.grad).all()  # what the step guard must refuse to apply
     assert torch.isfinite(model(x)).all()  # once only
     assert torch.isfinite(model.weight).all()  # the parameters themselves are untouched
+
+
+def test_a_corrupted_state_file_is_a_clear_error_naming_it(tmp_path):
+    from raytrain_hetero.worker.checkpoint_state import STATE_FILE, read_state
+
+    (tmp_path / STATE_FILE).write_bytes(CORRUPT_STATE_BYTES)  # not even UTF-8
+    with pytest.raises(ConfigError) as err:
+        read_state(tmp_path)
+    message = str(err.value)
+    assert str(tmp_path / STATE_FILE) in message and "is not valid JSON" in message
+    assert "Fix: resume from an earlier checkpoint, or start a new run" in message
