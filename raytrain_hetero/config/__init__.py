@@ -8,7 +8,8 @@ is frozen and rejects unknown keys; built from Python with bad values it raises 
 
 Modules: ``fields`` (field types, error vocabulary), ``problems`` (pydantic errors ->
 ConfigError), ``base`` (:class:`HeteroModel`), ``specs`` (workers, probing, slowdowns),
-``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks).
+``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks),
+``faults`` (FAULT INJECTION, test/ops tooling).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from raytrain_hetero.config.checks import (
     check_slowdown,
     run_setting_problems,
 )
+from raytrain_hetero.config.faults import FaultInjectionConfig, FaultSpec, check_fault_targets
 from raytrain_hetero.config.groups import (
     BackendConfig,
     BatchConfig,
@@ -43,6 +45,8 @@ __all__ = [
     "ConfigProblem",
     "ElasticConfig",
     "EmulationConfig",
+    "FaultInjectionConfig",
+    "FaultSpec",
     "HeteroModel",
     "PolicyConfig",
     "ProbeConfig",
@@ -50,6 +54,7 @@ __all__ = [
     "SettingPaths",
     "SlowdownInjection",
     "WorkerSpec",
+    "check_fault_targets",
     "check_run_settings",
     "check_slowdown",
     "expand_worker_specs",

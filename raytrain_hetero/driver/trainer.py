@@ -20,11 +20,13 @@ from raytrain_hetero.config import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    FaultInjectionConfig,
     HeteroModel,
     ProbeConfig,
     SchedulerConfig,
     SlowdownInjection,
     WorkerSpec,
+    check_fault_targets,
     check_run_settings,
     check_slowdown,
     expand_worker_specs,
@@ -171,6 +173,8 @@ class HeteroTrainer:
             slots are filled in order, so list essential workers first.
         emulation: EMULATION: slowdowns injected at given steps (CPU-only tests, demos).
         backend: torch process-group backend and collective timeout.
+        faults: FAULT INJECTION (test/ops tooling, off by default): faults fired at phase
+            points of the workers, each once per run (:mod:`raytrain_hetero.worker.faults`).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
         **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
             :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
@@ -191,6 +195,7 @@ class HeteroTrainer:
         elastic: ElasticConfig | Mapping[str, Any] | None = None,
         emulation: EmulationConfig | Mapping[str, Any] | None = None,
         backend: BackendConfig | Mapping[str, Any] | None = None,
+        faults: FaultInjectionConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
@@ -217,6 +222,9 @@ class HeteroTrainer:
         self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
         self.backend = _group("backend", groups["backend"], BackendConfig)
         check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
+        self.faults = check_fault_targets(
+            _group("faults", faults, FaultInjectionConfig), self.specs
+        )
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
@@ -294,6 +302,7 @@ class HeteroTrainer:
             policy=self.policy,
             plan_sync_every=self.scheduler.plan_sync_every,
             slowdown_schedule=self.emulation.slowdowns,
+            faults=self.faults if self.faults.active else None,
         )
 
     def torch_trainer(self) -> TorchTrainer:

@@ -44,6 +44,7 @@ from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
 from raytrain_hetero.worker.checkpoint_state import CheckpointState, read_state, write_state
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
+from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.planning import (
     build_plan,
     gather_rank_slots,
@@ -236,6 +237,7 @@ def update_plan(
         effective_step=effective_step,
         reason=reason,
     )
+    fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
     return _install(runtime, plan)
 
 
@@ -271,8 +273,15 @@ def report(
             if figures is not None:
                 for key in ("samples_per_s", "slice", "weight"):
                     enriched[f"hetero/rank{rank}/{key}"] = figures[key]
+    state_file = None
     if checkpoint is not None:
-        _write_checkpoint_state(runtime, Path(checkpoint.path))
+        state_file = _write_checkpoint_state(runtime, Path(checkpoint.path))
+    fault_point(
+        runtime.identity,
+        "checkpoint_commit",
+        step=enriched.get("hetero/global_step", 0) - 1,
+        state_file=state_file,
+    )
     if runtime.scheduler is not None:
         runtime.scheduler.flush(wait=True)
     ray.train.report(enriched, checkpoint=checkpoint, **kwargs)
@@ -350,6 +359,7 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
 
 
 def _on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
+    fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
     runtime.telemetry.last_record = record
     setup = runtime.identity.setup
     scheduler = runtime.scheduler
@@ -390,4 +400,5 @@ def _sync_with_scheduler(runtime: WorkerRuntime) -> None:
         effective_step=next_free_step(runtime.plans),
         reason=f"live: {proposal['reason']}",
     )
+    fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
     _install(runtime, plan)

@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 from raytrain_hetero.core.allocation import CostModel, allocate
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
+from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.identity import RankIdentity
 from raytrain_hetero.worker.probe import ProbeResult, default_probe_batch_sizes, probe_step_costs
 from raytrain_hetero.worker.sampler import move_to_device
@@ -135,6 +136,7 @@ def _probe_this_worker(
             "Probing needs the model: call prepare_model(model) before iterating the loader "
             "returned by prepare_data_loader (or pass fixed_shares to HeteroTrainer)."
         )
+    fault_point(identity, "probe")  # FAULT INJECTION hook (off unless configured)
     setup, spec = identity.setup, identity.spec
     sizes = setup.probe.batch_sizes or default_probe_batch_sizes(
         setup.global_batch_size, identity.world_size, spec.max_batch
@@ -176,6 +178,7 @@ def calibrate(
     wall-clock busy time (collective waits excluded) replaces its per-sample cost; the
     probe's fixed cost alpha is kept.
     """
+    fault_point(identity, "calibration")  # FAULT INJECTION hook (off unless configured)
     setup = identity.setup
     module = getattr(model, "module", model)
     saved = {k: v.detach().clone() for k, v in module.state_dict().items()}

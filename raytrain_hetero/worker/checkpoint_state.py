@@ -169,9 +169,12 @@ def read_state(directory: Path) -> CheckpointState | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); start a new run.") from exc
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a torn or corrupted file
+        raise ConfigError(
+            f"{path} is not valid JSON ({exc}): this checkpoint cannot be resumed exactly. "
+            "Fix: resume from an earlier checkpoint, or start a new run (new RunConfig name)."
+        ) from exc
     return CheckpointState.from_dict(data, source=str(path))
 
 

@@ -13,6 +13,7 @@ from raytrain_hetero.errors import ConfigError
 
 if TYPE_CHECKING:
     from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
+    from raytrain_hetero.config.faults import FaultInjectionConfig
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class HeteroSetup:
         policy: PolicyConfig fields for the scheduler.
         plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
         slowdown_schedule: EMULATION: injected slowdowns known from the start.
+        faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
     """
 
     run_id: str
@@ -54,6 +56,7 @@ class HeteroSetup:
     policy: dict[str, Any] | None = None
     plan_sync_every: int = 5
     slowdown_schedule: tuple[SlowdownInjection, ...] = ()
+    faults: FaultInjectionConfig | None = None
 
 
 @dataclass(frozen=True)

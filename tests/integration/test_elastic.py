@@ -3,49 +3,44 @@
 A restarted worker group resumes from the newest checkpoint, so steps that the old group ran
 after that checkpoint are rolled back (their updates are discarded with the old model state).
 The ledger that must be exactly-once per epoch is therefore: every group's steps up to the
-step where the next group resumed.
+cursor where the next group resumed. Dropping the rest is only correct if the restored model
+state is the state recorded at that cursor, so every restore is checked against the parameter
+digest the checkpoint's writer recorded with it (``ledgers.assert_restores_match``): a resume
+at the wrong cursor (or with another checkpoint's model) fails the test.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from collections import Counter
 
+import ledgers
 import numpy as np
 import pytest
 import ray
+from ledgers import assert_exactly_once, assert_restores_match, params_digest
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
 from ray_env import worker_runtime_env
-from train_loops import live_loop
+from train_loops import live_loop, wide_model
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 
 pytestmark = pytest.mark.ray
 
 
+def fresh_digest() -> str:
+    """Digest of live_loop's freshly built model (what a group without a checkpoint holds)."""
+    return params_digest(wide_model(64, 3))
+
+
 def committed_ledger(out):
-    """Ledger entries that survived restarts (see the module docstring)."""
-    by_group: dict[str, list[dict]] = {}
-    for path in out.glob("ledger_rank*_*.jsonl"):
-        rank = int(path.name.split("_")[1].removeprefix("rank"))
-        for line in path.read_text().splitlines():
-            entry = {**json.loads(line), "rank": rank}
-            by_group.setdefault(entry["group"], []).append(entry)
-    groups = sorted(by_group.values(), key=lambda es: min(e["step"] for e in es))
-    kept = []
-    for i, entries in enumerate(groups):
-        resume = min(e["step"] for e in groups[i + 1]) if i + 1 < len(groups) else None
-        kept += [e for e in entries if resume is None or e["step"] < resume]
-    return kept, groups
+    """Ledger entries that survived restarts, once every restore is checked (module docstring).
 
-
-def assert_exactly_once(entries, size, epochs):
-    for epoch in epochs:
-        ids = Counter(i for e in entries if e["epoch"] == epoch for i in e["ids"])
-        assert sorted(ids) == list(range(size)), f"epoch {epoch} missed samples"
-        assert max(ids.values()) == 1, f"epoch {epoch} repeated samples"
+    A group's steps count up to the next group's resume cursor, which is only correct if the
+    model state that group restored IS the state at that cursor: checked first.
+    """
+    assert_restores_match(out, fresh_digest())
+    return ledgers.committed_ledger(out)
 
 
 @pytest.fixture
@@ -150,6 +145,8 @@ def test_worker_crash_resumes_to_the_same_parameters(cluster, tmp_path):
     # not have registered the newest checkpoint yet when the worker died.
     resume = min(e["step"] for e in groups[1])
     assert resume in (2, 4)
+    starts = ledgers.restores(crashed)
+    assert [s["resume_step"] for s in starts] == [0, resume]
     assert_exactly_once(kept, 240, [0, 1])
     want = np.load(clean / "final_params.npy")
     got = np.load(crashed / "final_params.npy")

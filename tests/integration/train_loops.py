@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from ledgers import record_checkpoint, record_restore
 
 import raytrain_hetero as rh
 
@@ -180,6 +181,9 @@ def live_loop(config: dict) -> None:
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])
+    # The cursor and the model state this group restored, to be checked against each other.
+    resume_step = loader.state.carver.global_step(loader.state.cursor)
+    record_restore(out, info, resume_step, model)
     ledger = (out / f"ledger_rank{info['rank']}_{info['group']}.jsonl").open("a")
     crash_marker = out / "crashed_once"
     steps_at_full = 0
@@ -229,7 +233,10 @@ def live_loop(config: dict) -> None:
                         {"model": model.module.state_dict(), "optim": optim.state_dict()},
                         os.path.join(d, "model.pt"),
                     )
-                    ck = ray.train.Checkpoint.from_directory(d) if info["rank"] == 0 else None
+                    ck = None
+                    if info["rank"] == 0:
+                        record_checkpoint(out, info, step + 1, model)
+                        ck = ray.train.Checkpoint.from_directory(d)
                     rh.report({"step": step}, checkpoint=ck)
             if info["world_size"] == config.get("stop_at_world"):
                 steps_at_full += 1

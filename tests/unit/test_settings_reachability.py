@@ -166,6 +166,7 @@ def test_every_trainer_knob_is_a_yaml_section():
         "train_loop_config",
         "run_config",
         "deprecated",
+        "faults",  # FAULT INJECTION: test/ops tooling, deliberately not a YAML key
     }
     assert knobs == {"workers", *(attr for _, attr in GROUPS.values())}
     for keyword, (group, field) in DEPRECATED_KEYWORDS.items():

@@ -1,0 +1,159 @@
+"""FAULT INJECTION (test and ops tooling): fire the run's configured faults at phase points.
+
+In the spirit of torchft's fault injector and Horovod's elastic tests, and deterministic: a
+fault (:class:`~raytrain_hetero.config.faults.FaultSpec`) names a phase, optionally a global
+step, a target (worker name or rank) and an action. The worker code calls :func:`fault_point`
+at each phase point (one line per point: probe, calibration, plan switch, end of a training
+step, checkpoint commit); with no faults configured (the default) it returns at once.
+
+Each fault fires at most once per run. The record of a firing is a marker file in the
+configured ``marker_dir``, written atomically *before* the action, not a flag in memory: the
+action may SIGKILL this very process, and the restarted worker group runs in new processes
+(possibly on other nodes) that get the same configuration again, so only a file on storage
+every worker sees can tell them the fault already fired. Without it a fault at step 5 would
+fire again each time the group resumes from a checkpoint before step 5, and the run could
+never finish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raytrain_hetero.atomic import atomic_write_bytes, atomic_write_json
+
+if TYPE_CHECKING:
+    from raytrain_hetero.config.faults import FaultInjectionConfig, FaultSpec
+    from raytrain_hetero.worker.identity import RankIdentity
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CORRUPT_STATE_BYTES", "fault_point", "fired_markers", "marker_path"]
+
+#: What ``corrupt_state`` leaves in a checkpoint's state file: not JSON.
+CORRUPT_STATE_BYTES = b'{"format": 1, "cursor": \x00\xff corrupted by fault injection'
+
+
+def marker_path(config: FaultInjectionConfig, index: int) -> Path:
+    """The marker file recording that fault ``index`` of ``config`` fired."""
+    fault = config.faults[index]
+    assert config.marker_dir is not None  # the config refuses faults without one
+    return Path(config.marker_dir) / f"fault{index:02d}-{fault.phase}-{fault.action}.fired.json"
+
+
+def fired_markers(config: FaultInjectionConfig) -> list[dict[str, Any]]:
+    """The firing records of ``config``'s faults that fired, in fault order."""
+    out = []
+    for index in range(len(config.faults)):
+        path = marker_path(config, index)
+        if path.exists():
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+def fault_point(
+    identity: RankIdentity,
+    phase: str,
+    *,
+    step: int | None = None,
+    model: Any = None,
+    state_file: Path | None = None,
+) -> None:
+    """Fire every configured fault of ``phase`` (and ``step``) that targets this rank.
+
+    Args:
+        identity: This rank (its setup carries the fault configuration).
+        phase: The phase point reached (``probe``, ``calibration``, ``plan_switch``,
+            ``mid_epoch``, ``checkpoint_commit``).
+        step: The global step of a step phase.
+        model: The prepared model (``nan`` poisons its next forward pass).
+        state_file: The checkpoint state file just written (``corrupt_state``).
+    """
+    config = identity.setup.faults
+    if config is None or not config.faults:
+        return
+    for index, fault in enumerate(config.faults):
+        if fault.phase != phase or not fault.targets(identity.spec.name, identity.rank):
+            continue
+        if fault.step is not None and fault.step != step:
+            continue
+        marker = marker_path(config, index)
+        if marker.exists():
+            continue
+        # Recorded before acting: the action may end this process.
+        atomic_write_json(
+            marker,
+            {
+                "fault": index,
+                "what": fault.describe(),
+                "phase": phase,
+                "step": step,
+                "rank": identity.rank,
+                "worker": identity.spec.name,
+                "group": identity.group_id,
+                "pid": os.getpid(),
+                "time": time.time(),
+            },
+        )
+        logger.warning(
+            "FAULT INJECTION: %s (rank %d, worker %s, step %s)",
+            fault.describe(),
+            identity.rank,
+            identity.spec.name,
+            step,
+        )
+        _act(fault, identity, model=model, state_file=state_file)
+
+
+def _act(fault: FaultSpec, identity: RankIdentity, *, model: Any, state_file: Path | None) -> None:
+    if fault.action == "kill":
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # like `kill -9` of the worker process
+    elif fault.action == "hang":
+        time.sleep(fault.hang_s)  # the others wait in their next collective until it times out
+    elif fault.action == "nan":
+        _poison_next_forward(model)
+    elif fault.action == "kill_scheduler":
+        _kill_scheduler(identity)
+    elif fault.action == "corrupt_state":
+        if state_file is None:
+            logger.warning("FAULT INJECTION: no checkpoint state written on this rank to corrupt")
+        else:
+            atomic_write_bytes(state_file, CORRUPT_STATE_BYTES)
+
+
+def _poison_next_forward(model: Any) -> None:
+    """This rank's next forward output (hence loss and gradients) becomes NaN, once."""
+    import torch
+
+    if model is None:
+        logger.warning("FAULT INJECTION: nan needs the prepared model; nothing poisoned")
+        return
+
+    def poison(_module: Any, _inputs: Any, output: Any) -> Any:
+        handle.remove()
+        return output * torch.tensor(float("nan"), dtype=output.dtype, device=output.device)
+
+    handle = model.register_forward_hook(poison)
+
+
+def _kill_scheduler(identity: RankIdentity) -> None:
+    """``ray.kill`` the run's scheduler actor, found by name; Ray restarts it."""
+    import ray
+
+    setup = identity.setup
+    if setup.scheduler_name is None:
+        logger.warning("FAULT INJECTION: the run has no scheduler actor to kill")
+        return
+    try:
+        actor = ray.get_actor(setup.scheduler_name, namespace=setup.scheduler_namespace)
+    except ValueError:
+        logger.warning("FAULT INJECTION: scheduler actor %s not found", setup.scheduler_name)
+        return
+    ray.kill(actor, no_restart=False)

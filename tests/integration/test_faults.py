@@ -1,0 +1,215 @@
+"""Fault-injection suite: deterministic faults in every phase of a run, on a real Ray cluster.
+
+Every fault is a :class:`~raytrain_hetero.config.FaultSpec` fired once per run by the workers
+themselves (``raytrain_hetero.worker.faults``): SIGKILL of a worker process during the probe,
+during calibration, at a plan switch, mid-epoch (before any report of that epoch), between a
+checkpoint's write and its report; a rank hanging before a collective; the scheduler actor
+killed at a plan switch; a node lost while the group restarts (flapping); a corrupted
+checkpoint state file; ``max_failures`` exhausted.
+
+For each run that must survive: it finishes; every restored model state equals the state
+recorded at the restored cursor; the per-epoch sample ledger is exactly-once over the updates
+that reached the final model; and the final parameters equal a fault-free run's (<= 1e-4,
+float32). Runs that must fail raise the promised error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ledgers
+import numpy as np
+import pytest
+import ray
+from fault_loops import fault_loop
+from ledgers import (
+    assert_exactly_once,
+    assert_restores_match,
+    committed_ledger,
+    params_digest,
+)
+from ray.cluster_utils import Cluster
+from ray.train import FailureConfig, RunConfig
+from ray_env import worker_runtime_env
+from train_loops import plain_model
+
+from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero.config import FaultInjectionConfig, FaultSpec, ProbeConfig
+from raytrain_hetero.worker.checkpoint_state import STATE_FILE
+from raytrain_hetero.worker.faults import fired_markers, marker_path
+
+pytestmark = pytest.mark.ray
+
+SIZE, BATCH, EPOCHS = 144, 24, 2  # 6 steps per epoch: epoch 0 = steps 0-5, epoch 1 = 6-11
+QUICK_PROBE = ProbeConfig(
+    batch_sizes=[2, 4], warmup=0, repeats=1, calibration_steps=1, calibration_rounds=1
+)
+TOLERANCE = 1e-4
+
+
+def fresh_digest() -> str:
+    import torch
+
+    return params_digest(plain_model(6, 3, torch.float32))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if ray.is_initialized():
+        ray.shutdown()
+    # The head (no `pool` label) hosts Ray Train's controller and the scheduler actor only.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=3, labels={"pool": "w"})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, runtime_env=worker_runtime_env(), log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def run(tmp_path, name, *, faults=(), workers=3, pool="w", size=SIZE, max_failures=0, **kw):
+    """One HeteroTrainer run of :func:`fault_loop`; returns (trainer, out, result or error)."""
+    out = tmp_path / name
+    out.mkdir()
+    config = {"size": size, "epochs": kw.pop("epochs", EPOCHS), "out": str(out)}
+    config.update(kw.pop("loop", {}))
+    trainer = HeteroTrainer(
+        fault_loop,
+        train_loop_config=config,
+        workers=[WorkerSpec(name=pool, count=workers, label_selector={"pool": pool})],
+        batch=kw.pop("batch", {"global_batch_size": BATCH, "fixed_shares": [1.0] * workers}),
+        faults=FaultInjectionConfig(faults=faults, marker_dir=out / "faults"),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+        **kw,
+    )
+    return trainer, out
+
+
+def assert_survived(out, reference, epochs=(0, 1)):
+    """The run's restores, ledger and final parameters (see the module docstring)."""
+    starts = assert_restores_match(out, fresh_digest())
+    kept, _groups = committed_ledger(out)
+    assert_exactly_once(kept, SIZE, epochs)
+    diff = float(np.max(np.abs(np.load(out / "final_params.npy") - reference)))
+    assert diff <= TOLERANCE, f"final parameters differ from the fault-free run by {diff}"
+    return starts
+
+
+@pytest.fixture(scope="module")
+def reference(cluster, tmp_path_factory):
+    """Final parameters of the fault-free run (fixed equal shares, no probing)."""
+    trainer, out = run(tmp_path_factory.mktemp("reference"), "reference")
+    assert trainer.fit().error is None
+    assert_restores_match(out, fresh_digest())
+    return np.load(out / "final_params.npy")
+
+
+def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
+    hang_s = 120
+    faults = [
+        FaultSpec(phase="probe", action="kill", rank=1),
+        FaultSpec(phase="calibration", action="kill", rank=0),
+        FaultSpec(phase="plan_switch", action="kill", step=2, rank=1),
+        FaultSpec(phase="plan_switch", action="kill_scheduler", step=4, rank=0),
+        # Step 6 opens epoch 1, whose first report is at step 7: before any report of it.
+        FaultSpec(phase="mid_epoch", action="kill", step=6, rank=0),
+        # Step 7's checkpoint is written (state file included) but never reported.
+        FaultSpec(phase="checkpoint_commit", action="kill", step=7, rank=0),
+        # Rank 1 stalls after step 8: rank 0 times out in step 9's gradient all-reduce.
+        FaultSpec(phase="mid_epoch", action="hang", step=8, rank=1, hang_s=hang_s),
+    ]
+    trainer, out = run(
+        tmp_path,
+        "phases",
+        faults=faults,
+        workers=2,
+        max_failures=len(faults),
+        batch={"global_batch_size": BATCH},  # probing and calibration on
+        probe=QUICK_PROBE,
+        backend={"collective_timeout_s": 6},
+        loop={"replan_at": {"2": [3.0, 1.0], "4": [1.0, 3.0]}},
+    )
+    result = trainer.fit()
+    assert result.error is None
+    fired = fired_markers(trainer.faults)
+    assert [f["fault"] for f in fired] == list(range(len(faults))), fired
+    starts = assert_survived(out, reference)
+    resumes = [s["resume_step"] for s in starts]
+    # Probe, calibration: no checkpoint yet. Then one start after each restarting fault, at
+    # the newest checkpoint Ray Train had registered (it may lag the newest report a little).
+    assert len(resumes) == 7, resumes
+    assert resumes[:3] == [0, 0, 0], resumes
+    assert resumes[3] <= 2 and resumes[4] <= 6 and resumes[6] == 8, resumes
+    assert resumes[5] <= 6, "resumed from the checkpoint whose report never happened"
+    # The hang failed the group within the collective timeout, not after hang_s.
+    assert starts[6]["time"] - fired[6]["time"] < hang_s / 2
+    # The scheduler actor came back (Ray restarted it) and kept receiving step records.
+    assert any(r.step >= 8 for r in trainer.step_records)
+
+
+def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monkeypatch):
+    # A restart that still counts the dying node waits this long for its placement before
+    # Ray Train retries with the workers that fit (default 60 s); propagated to the controller.
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "20")
+    cluster.add_node(num_cpus=2, labels={"pool": "f"})
+    doomed = cluster.add_node(num_cpus=1, labels={"pool": "f"})
+    cluster.wait_for_nodes()
+    faults = [FaultSpec(phase="mid_epoch", action="kill", step=3, rank=0)]
+    trainer, out = run(
+        tmp_path,
+        "flapping",
+        faults=faults,
+        pool="f",
+        max_failures=4,
+        elastic={"min_workers": 2, "resize_monitor_interval_s": 1.0},
+        loop={"step_sleep_s": 0.05},
+    )
+    marker = marker_path(trainer.faults, 0)
+    removed = threading.Event()
+
+    def remove_when_killed():
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cluster.remove_node(doomed)  # the worker group is restarting right now
+        removed.set()
+
+    watcher = threading.Thread(target=remove_when_killed, daemon=True)
+    watcher.start()
+    result = trainer.fit()
+    watcher.join(timeout=10)
+    assert result.error is None and removed.is_set()
+    assert_survived(out, reference)
+    worlds = [r.world_size for r in sorted(trainer.step_records, key=lambda r: r.step)]
+    assert worlds[0] == 3 and worlds[-1] == 2, worlds
+
+
+def test_a_corrupted_checkpoint_state_fails_with_the_file_named_once_retries_run_out(
+    reference, tmp_path
+):
+    # Every checkpoint's state file is corrupted as it is written, so whichever one Ray Train
+    # registered last, the restart after the kill restores a corrupted one and fails too:
+    # max_failures=1 is then exhausted, and fit() raises the last worker error.
+    faults = [
+        FaultSpec(phase="checkpoint_commit", action="corrupt_state", step=1, rank=0),
+        FaultSpec(phase="checkpoint_commit", action="corrupt_state", step=3, rank=0),
+        FaultSpec(phase="mid_epoch", action="kill", step=4, rank=1),
+    ]
+    trainer, out = run(
+        tmp_path, "corrupt", faults=faults, workers=2, max_failures=1, epochs=1,
+        loop={"step_sleep_s": 0.3},
+    )  # fmt: skip
+    with pytest.raises(ray.train.TrainingFailedError) as failed:
+        trainer.fit()
+    message = str(failed.value)
+    assert STATE_FILE in message and "is not valid JSON" in message, message
+    assert "this checkpoint cannot be resumed exactly" in message
+    assert len(fired_markers(trainer.faults)) == 3
+    # Two groups ran (the original and the one retry max_failures=1 allows); the retry got
+    # as far as reading the checkpoint state and no further.
+    assert len(ledgers.restores(out)) == 1, "the retry must fail while restoring"
