@@ -30,7 +30,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: The file Ray Train V2 keeps in a run folder listing its reported checkpoints (what a
-#: restore by name reads; ``ray.train.v2._internal.constants``).
+#: restore by name reads; Ray's CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).
 RUN_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 
 
