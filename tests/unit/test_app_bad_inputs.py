@@ -168,3 +168,27 @@ def test_corrupt_config_files_are_refused_naming_the_file(data, capsys, monkeypa
             assume(False)
         err = _front_door(Path(tmp), body, capsys)
         assert "job.yaml" in err, err
+
+
+def test_corrupt_data_file_is_refused_naming_the_file(tmp_path, capsys, monkeypatch):
+    from raytrain_hetero.app.datasets import data_source
+    from raytrain_hetero.workloads.data import generate_dataset
+
+    raw = _base()
+    raw["data"].update(
+        {"root": str(tmp_path / "eurosat"), "generate": {"samples_per_class": 3, "size": 16}}
+    )
+    raw["data"]["on_bad_file"] = "error"
+    job = load_config_text(tmp_path, raw)
+    generate_dataset(data_source(job.data))
+    victim = sorted((tmp_path / "eurosat").rglob("*.tif"))[4]
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated TIFF
+    monkeypatch.chdir(tmp_path)
+    err = _front_door(tmp_path, yaml.safe_dump(raw), capsys)
+    assert victim.name in err, err
+
+
+def load_config_text(tmp: Path, raw: dict[str, Any]):
+    path = tmp / "valid.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_config(path)
