@@ -64,12 +64,21 @@ FIELD_CASES: list[tuple[str, tuple[Any, ...], st.SearchStrategy[Any]]] = [
     ),
     ("elastic.min_workers", ("elastic", "min_workers"), st.integers(4, 50)),
     (
+        "train.fixed_shares",
+        ("train", "fixed_shares"),
+        st.lists(st.floats(0.5, 4), min_size=1, max_size=6).filter(lambda v: len(v) != 3),
+    ),
+    (
         "emulation.slowdowns[0].factor",
         ("emulation", "slowdowns", 0, "factor"),
         st.one_of(st.floats(-5, 0.99), NON_FINITE),
     ),
     ("emulation.slowdowns[0].worker", ("emulation", "slowdowns", 0, "worker"), st.just("nosuch")),
-    ("emulation.slowdowns[0].rank", ("emulation", "slowdowns", 0, "rank"), st.integers(3, 99)),
+    (
+        "emulation.slowdowns[0].rank",
+        ("emulation", "slowdowns"),
+        st.integers(3, 99).map(lambda rank: [{"factor": 2, "rank": rank}]),
+    ),
     ("workers[1].emulated_slowdown", ("workers", 1, "emulated_slowdown"), NON_FINITE),
     ("ray.num_cpus", ("ray", "num_cpus"), st.one_of(st.integers(-4, 0), WRONG_TYPE)),
     ("model.width", ("model", "width"), st.one_of(st.integers(-4, 0), WRONG_TYPE)),
