@@ -436,12 +436,17 @@ def run_job(
     if result.error is not None:
         raise result.error
     records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
+    first_step = records[0].step if records else None
+    if run.resuming:
+        records = _earlier_records(out / "metrics.csv", first_step) + records
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
     summary["run"] = {
         "name": run.name,
         "folder": str(run.folder),
         "resumed": run.resuming,
+        # The first step this submission ran (> 0 after a resume from a checkpoint).
+        "first_step": first_step,
         "max_failures": job.resolved_max_failures(),
     }
     write_metrics_csv(records, out / "metrics.csv")
@@ -454,6 +459,24 @@ def run_job(
         print(f"outputs: {out}")
     print(f"final validation accuracy: {summary['final_val_accuracy']:.4f}")
     return summary
+
+
+def _earlier_records(metrics_csv: Path, before_step: int | None) -> list[StepRecord]:
+    """A resumed run's earlier steps, from the metrics.csv its last submission wrote (the
+    steps before ``before_step``, where this submission took over), so the outputs keep
+    covering the whole run."""
+    from raytrain_hetero.app.outputs import read_metrics_csv
+
+    if not metrics_csv.exists():
+        return []
+    try:
+        rows = read_metrics_csv(metrics_csv)
+        earlier = [StepRecord.from_dict(row) for row in rows]
+    except (OSError, ValueError, TypeError) as exc:
+        logger.warning("%s: earlier steps not kept (%s)", metrics_csv, exc)
+        return []
+    limit = before_step if before_step is not None else float("inf")
+    return sorted((r for r in earlier if r.step < limit), key=lambda r: (r.step, r.rank))
 
 
 def build_summary(
