@@ -115,6 +115,17 @@ def test_cli_predict_refuses_a_non_empty_output(tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
+def test_cli_tune_refuses_a_non_empty_output(tmp_path, capsys):
+    config = _config(tmp_path, tune={"search_space": {"train.lr": {"choice": [0.1, 0.2]}}})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trials.csv").write_text("old")
+    assert main(["tune", str(config), "--output", str(out), "--quiet"]) == 2
+    assert "--overwrite" in _one_line_error(capsys)
+    assert (out / "trials.csv").read_text() == "old" and len(list(out.iterdir())) == 1
+    assert not (tmp_path / "data").exists()
+
+
 def test_predict_never_deletes_a_predictions_dir_holding_foreign_files(tmp_path):
     from raytrain_hetero.app.predict import _check_replaceable, _remove_parquet_parts
 
