@@ -16,7 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "move_into_place",
+]
 
 
 def atomic_write(
@@ -64,3 +70,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def atomic_write_json(path: str | os.PathLike[str], data: Any, *, indent: int | None = 2) -> Path:
     """Write ``data`` as JSON (``allow_nan=False``: NaN is not JSON) to ``path`` atomically."""
     return atomic_write_text(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
+
+
+def move_into_place(staged: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Publish a finished file or directory written elsewhere (e.g. by a library that writes
+    only to a path of its own, such as Ray Data's Parquet writer) under ``path``.
+
+    ``staged`` must be on the same filesystem (write it next to ``path``); the move is one
+    :func:`os.replace`, so readers see the old ``path`` or the complete new one. A directory
+    ``path`` must be absent or empty (nothing is deleted here).
+
+    Returns:
+        The destination path.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, target)
+    return target

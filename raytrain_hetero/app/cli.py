@@ -41,6 +41,15 @@ def _add_job_arguments(
     )
 
 
+def _add_overwrite_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty output directory, replacing the files this command "
+        "writes (nothing else there is deleted); without it a non-empty one is refused",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``raytrain-hetero``."""
     parser = argparse.ArgumentParser(
@@ -59,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
         output_help="output directory (default: output_dir from the config)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    train.add_argument(
+        "--run-name",
+        default=None,
+        help="Ray Train run name, the run's identity in its storage (default: "
+        "<name>-<time>-<random>, unique); with --resume, the run to continue",
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run --run-name from its last checkpoint (same storage)",
+    )
+    _add_overwrite_argument(train)
 
     probe = sub.add_parser(
         "probe", help="measure the workers a config would start; print their speeds and the plan"
@@ -75,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         output_help="output directory (default: output_dir from the config)",
     )
     tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
+    _add_overwrite_argument(tune)
 
     predict = sub.add_parser(
         "predict",
@@ -104,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--batch-size", type=int, default=128, help="batch size of the fastest actor (default 128)"
     )
+    _add_overwrite_argument(predict)
 
     from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
     from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
@@ -133,6 +156,15 @@ def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> P
     return path
 
 
+def _report_error(exc: HeteroError) -> int:
+    """Print ``exc`` as one line on stderr (several problems joined by ``;``); returns 2, the
+    exit status of an error the user can fix."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
+    message = " ".join([*lines[:1], "; ".join(lines[1:])] if len(lines) > 1 else lines)
+    print(f"raytrain-hetero: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``raytrain-hetero`` console script."""
     parser = build_parser()
@@ -144,7 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from raytrain_hetero.app.job import run_job
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_job(job, output_dir=args.output, progress=not args.no_progress)
+            run_job(
+                job,
+                output_dir=args.output,
+                progress=not args.no_progress,
+                run_name=args.run_name,
+                resume=args.resume,
+                overwrite=args.overwrite,
+            )
             return 0
         if args.command == "probe":
             from raytrain_hetero.app.config import load_config, parse_overrides
@@ -158,7 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from raytrain_hetero.app.tune_job import format_best, run_tune
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            summary = run_tune(job, output_dir=args.output, verbose=0 if args.quiet else 1)
+            summary = run_tune(
+                job,
+                output_dir=args.output,
+                verbose=0 if args.quiet else 1,
+                overwrite=args.overwrite,
+            )
             print(format_best(summary))
             print(
                 f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
@@ -177,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 split=args.split,
                 mode=args.mode,
                 batch_size=args.batch_size,
+                overwrite=args.overwrite,
             )
             return 0
         if args.command == "bench":
@@ -188,11 +233,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_sim(args)
     except HeteroError as exc:
-        print(f"raytrain-hetero: error: {exc}", file=sys.stderr)
-        return 2
+        return _report_error(exc)
     except KeyboardInterrupt:
         print("raytrain-hetero: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A worker's HeteroError arrives wrapped in Ray's errors (a traceback as message).
+        from raytrain_hetero.driver._ray_compat import hetero_error_cause
+
+        cause = hetero_error_cause(exc)
+        if cause is None:
+            raise
+        logger.debug("run failed", exc_info=exc)
+        return _report_error(cause)
     finally:
         import ray
 

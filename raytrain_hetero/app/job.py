@@ -29,6 +29,7 @@ from raytrain_hetero.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from ray.train import RunConfig
 
+    from raytrain_hetero.app.runs import RunIdentity
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
 logger = logging.getLogger(__name__)
@@ -319,6 +320,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     from ray.train import RunConfig
 
     from raytrain_hetero.app.outputs import format_worker_table
+    from raytrain_hetero.app.runs import unique_run_name
 
     prepare_dataset(job)
     init_ray(job)
@@ -326,9 +328,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     trainer = build_trainer(
         job,
         probe_loop,
-        RunConfig(
-            name=f"{job.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage)
-        ),
+        RunConfig(name=unique_run_name(f"{job.name}-probe"), storage_path=str(storage)),
         probe_only=True,
     )
     result = trainer.fit()
@@ -354,21 +354,67 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     return plan
 
 
-def run_job(
-    job: JobConfig, *, output_dir: Path | None = None, progress: bool = True
-) -> dict[str, Any]:
-    """Run the job end to end and write its outputs; returns the summary dict."""
-    from ray.train import CheckpointConfig, RunConfig
+def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = None) -> RunConfig:
+    """The Ray Train RunConfig of a job's run: its name and storage, ``train.max_failures``
+    restarts, and checkpoints kept by score as well as by age.
 
+    Ray Train V2 keeps the ``num_to_keep`` best checkpoints by ``val_accuracy`` and never
+    deletes the latest one, so a run resumes from its last state and the best model survives.
+    """
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+
+    return RunConfig(
+        name=run.name,
+        storage_path=str(run.storage),
+        failure_config=FailureConfig(max_failures=job.resolved_max_failures()),
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=2,
+            checkpoint_score_attribute="val_accuracy",
+            checkpoint_score_order="max",
+        ),
+        callbacks=callbacks,
+    )
+
+
+def run_job(
+    job: JobConfig,
+    *,
+    output_dir: Path | None = None,
+    progress: bool = True,
+    run_name: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Run the job end to end and write its outputs; returns the summary dict.
+
+    Args:
+        job: The job.
+        output_dir: Where outputs go (default ``job.output_dir``).
+        progress: Show the progress bar and worker table.
+        run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
+        resume: Continue the run ``run_name`` from its last checkpoint.
+        overwrite: Write into a non-empty output directory (replacing the job's files).
+
+    Raises:
+        ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a
+            run name clash (:func:`~raytrain_hetero.app.runs.resolve_run`); nothing is
+            written then.
+    """
     from raytrain_hetero.app.outputs import (
         format_worker_table,
         plot_worker_throughput,
         write_metrics_csv,
         write_summary,
     )
+    from raytrain_hetero.app.runs import check_output_dir, resolve_run
     from raytrain_hetero.core.carving import EpochCarver
 
     out = Path(output_dir or job.output_dir).resolve()
+    # The run name first: its message (add --resume) is the more specific one.
+    run = resolve_run(
+        job.name, Path(job.ray.storage_path or (out / "ray_results")), run_name, resume
+    )
+    check_output_dir(out, overwrite=overwrite, resume=resume)
     sizes = prepare_dataset(job)
     steps_per_epoch = EpochCarver(
         sizes["train"],
@@ -378,16 +424,7 @@ def run_job(
     ).steps_per_epoch
     init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
-    storage = job.ray.storage_path or (out / "ray_results")
-    trainer = build_trainer(
-        job,
-        classification_loop,
-        RunConfig(
-            name=f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(storage),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),
-        ),
-    )
+    trainer = build_trainer(job, classification_loop, run_config(job, run))
     view = ProgressView(steps_per_epoch * job.train.epochs) if progress else None
     started = time.perf_counter()
     try:
@@ -399,8 +436,19 @@ def run_job(
     if result.error is not None:
         raise result.error
     records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
+    first_step = records[0].step if records else None
+    if run.resuming:
+        records = _earlier_records(out / "metrics.csv", first_step) + records
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+    summary["run"] = {
+        "name": run.name,
+        "folder": str(run.folder),
+        "resumed": run.resuming,
+        # The first step this submission ran (> 0 after a resume from a checkpoint).
+        "first_step": first_step,
+        "max_failures": job.resolved_max_failures(),
+    }
     write_metrics_csv(records, out / "metrics.csv")
     write_summary(summary, out / "summary.json")
     plot_worker_throughput(
@@ -411,6 +459,24 @@ def run_job(
         print(f"outputs: {out}")
     print(f"final validation accuracy: {summary['final_val_accuracy']:.4f}")
     return summary
+
+
+def _earlier_records(metrics_csv: Path, before_step: int | None) -> list[StepRecord]:
+    """A resumed run's earlier steps, from the metrics.csv its last submission wrote (the
+    steps before ``before_step``, where this submission took over), so the outputs keep
+    covering the whole run."""
+    from raytrain_hetero.app.outputs import read_metrics_csv
+
+    if not metrics_csv.exists():
+        return []
+    try:
+        rows = read_metrics_csv(metrics_csv)
+        earlier = [StepRecord.from_dict(row) for row in rows]
+    except (OSError, ValueError, TypeError) as exc:
+        logger.warning("%s: earlier steps not kept (%s)", metrics_csv, exc)
+        return []
+    limit = before_step if before_step is not None else float("inf")
+    return sorted((r for r in earlier if r.step < limit), key=lambda r: (r.step, r.rank))
 
 
 def build_summary(

@@ -13,12 +13,15 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.app.config import JobConfig, check_data_root
-from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.app.runs import check_output_dir
+from raytrain_hetero.atomic import atomic_write_json, move_into_place
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.inference.checkpoints import (
     check_meta_fits,
@@ -93,6 +96,7 @@ def run_predict(
     speeds: Sequence[float] | None = None,
     probe_repeats: int = 3,
     quiet: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it.
 
@@ -108,6 +112,8 @@ def run_predict(
         speeds: Per-group samples/s to use instead of probing (e.g. from an earlier run).
         probe_repeats: Timed batches per probe.
         quiet: Do not print the result lines.
+        overwrite: Write into a non-empty output directory, replacing the files predict
+            writes (``predictions/`` is replaced only if it holds nothing but Parquet parts).
 
     Returns:
         The summary (also written as ``predict_summary.json``): samples, wall time,
@@ -115,7 +121,8 @@ def run_predict(
 
     Raises:
         DataError: Missing/unreadable checkpoint or data; checkpoint trained on other bands.
-        ConfigError: Invalid mode/split/batch size.
+        ConfigError: Invalid mode/split/batch size; a non-empty output directory without
+            ``overwrite``; a ``predictions/`` holding files predict did not write.
     """
     import pyarrow.parquet as pq
     import ray
@@ -142,8 +149,11 @@ def run_predict(
         )
     if split not in _SPLITS:
         raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
-    checkpoint_file = find_checkpoint_file(checkpoint).resolve()
     out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
+    check_output_dir(out, overwrite=overwrite, resume=False)
+    predictions_dir = out / "predictions"
+    _check_replaceable(predictions_dir)
+    checkpoint_file = find_checkpoint_file(checkpoint).resolve()
 
     # Everything checkable happens here, before any actor starts.
     check_data_root(job.data)
@@ -165,8 +175,16 @@ def run_predict(
     if speeds is None:
         speeds = measure_pool_speeds(spec, job.workers, batch_size, probe_repeats)
     plans = plan_actor_pools(job.workers, list(speeds), total, batch_size, mode)
-    predictions_dir = out / "predictions"
-    wall = run_actor_pools(spec, plans, predictions_dir)
+    # Written into a fresh directory of our own, then moved into place: an old predictions/
+    # is replaced only after the new one is complete, and only its Parquet parts are deleted.
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".predictions-", dir=out))
+    try:
+        wall = run_actor_pools(spec, plans, staging / "predictions")
+        _remove_parquet_parts(predictions_dir)
+        move_into_place(staging / "predictions", predictions_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # created above, by this call
 
     table = pq.read_table(predictions_dir).to_pandas()
     summary = summarise(table, plans, wall, mode, split, checkpoint_file, total)
@@ -179,6 +197,30 @@ def run_predict(
         print(format_summary(summary))
         print(f"outputs: {out}")
     return summary
+
+
+def _check_replaceable(predictions_dir: Path) -> None:
+    """Refuse a ``predictions/`` that holds anything predict does not write."""
+    if not predictions_dir.exists():
+        return
+    foreign = sorted(
+        p.name for p in predictions_dir.iterdir() if not (p.is_file() and p.suffix == ".parquet")
+    )
+    if foreign:
+        raise ConfigError(
+            f"{predictions_dir} holds files predict did not write ({', '.join(foreign[:3])}); "
+            "it will not delete them. Fix: choose another --output, or move them away."
+        )
+
+
+def _remove_parquet_parts(predictions_dir: Path) -> None:
+    """Delete the Parquet parts of an earlier prediction, then the (now empty) directory."""
+    if not predictions_dir.exists():
+        return
+    _check_replaceable(predictions_dir)
+    for part in predictions_dir.glob("*.parquet"):
+        part.unlink()
+    predictions_dir.rmdir()
 
 
 def _json_ready(value: Any) -> Any:

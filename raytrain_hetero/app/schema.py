@@ -77,6 +77,9 @@ class TrainConfig(BatchConfig):
         epochs: Passes over the training split.
         global_batch_size: As BatchConfig; a job defaults it to 192.
         lr: SGD learning rate. momentum: SGD momentum. weight_decay: L2 penalty.
+        max_failures: Ray Train ``FailureConfig.max_failures`` of the run (and of each Tune
+            trial); ``None``: 3 for elastic runs, 1 otherwise
+            (:meth:`JobConfig.resolved_max_failures`).
     """
 
     epochs: PositiveInt = Field(3, description="passes over the training split")
@@ -85,9 +88,23 @@ class TrainConfig(BatchConfig):
     lr: PositiveFloat = Field(0.05, description="learning rate")
     momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False, description="SGD momentum")
     weight_decay: NonNegFloat = Field(5e-4, description="L2 weight decay")
+    # Ray's default (0) ends a run at the first worker death or lost node, elastic or not.
+    max_failures: Int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description=(
+            "worker-group failures (worker death, lost node, collective timeout) Ray Train "
+            "recovers from, each time from the last checkpoint; null: 3 for elastic runs "
+            "(elastic.min_workers set: losing a node is expected there), 1 otherwise (one "
+            "restart rides out a crashed worker; a deterministic error such as a corrupt file "
+            "stops after two tries instead of many)"
+        ),
+    )
 
     def batch(self) -> BatchConfig:
-        """The library's BatchConfig of this section (the optimiser keys left out)."""
+        """The library's BatchConfig of this section (the optimiser and retry keys left
+        out)."""
         return BatchConfig(**{k: getattr(self, k) for k in BatchConfig.model_fields})
 
 
@@ -295,6 +312,12 @@ class JobConfig(HeteroModel):
     def total_workers(self) -> int:
         """Number of training workers (sum of the groups' ``count``)."""
         return sum(w.count for w in self.workers)
+
+    def resolved_max_failures(self) -> int:
+        """``train.max_failures``, or its default: 3 for elastic runs, 1 for fixed groups."""
+        if self.train.max_failures is not None:
+            return self.train.max_failures
+        return 3 if self.elastic.min_workers is not None else 1
 
     def expanded_workers(self) -> list[WorkerSpec]:
         """One :class:`WorkerSpec` per worker (``count == 1``), in rank order

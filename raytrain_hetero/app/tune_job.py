@@ -79,21 +79,19 @@ def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path:
         storage_path: Where Ray Train keeps this trial's run (checkpoints).
     """
     from ray import tune
-    from ray.train import CheckpointConfig, RunConfig
 
-    from raytrain_hetero.app.job import build_trainer, classification_loop
+    from raytrain_hetero.app.job import build_trainer, classification_loop, run_config
+    from raytrain_hetero.app.runs import RunIdentity
 
     job = trial_job(JobConfig.model_validate(base_job), params)
     context = tune.get_context()
+    # The trial's own Train run: its FailureConfig restarts the worker group from the
+    # trial's last checkpoint; a retried trial reuses the name and so resumes it too.
+    run = RunIdentity(
+        f"{context.get_experiment_name()}-{context.get_trial_id()}", Path(storage_path)
+    )
     trainer = build_trainer(
-        job,
-        classification_loop,
-        RunConfig(
-            name=f"{context.get_experiment_name()}-{context.get_trial_id()}",
-            storage_path=storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-            callbacks=[trial_report_callback()],
-        ),
+        job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
     )
     trainer.fit()
 
@@ -116,12 +114,14 @@ def run_tune(
     *,
     output_dir: Path | None = None,
     verbose: int = 1,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run the search of ``job.tune`` and write ``trials.csv``, ``trials.png`` and
     ``tune_summary.json``; returns the summary.
 
     Raises:
-        ConfigError: ``job.tune`` is missing, or one trial cannot fit an embedded local Ray.
+        ConfigError: ``job.tune`` is missing, one trial cannot fit an embedded local Ray, or
+            the output directory is not empty and ``overwrite`` is not set.
         HeteroError: Every trial failed (the first error is included).
     """
     from ray import tune
@@ -129,6 +129,7 @@ def run_tune(
 
     from raytrain_hetero.app.job import prepare_dataset
     from raytrain_hetero.app.outputs import write_summary
+    from raytrain_hetero.app.runs import check_output_dir, unique_run_name
     from raytrain_hetero.driver.session import init_ray
 
     if job.tune is None:
@@ -138,6 +139,7 @@ def run_tune(
         )
     cfg = job.tune
     out = Path(output_dir or job.output_dir).resolve()
+    check_output_dir(out, overwrite=overwrite, resume=False)
     prepare_dataset(job)
     init_ray(
         address=job.ray.address,
@@ -147,7 +149,7 @@ def run_tune(
     out.mkdir(parents=True, exist_ok=True)
     storage = Path(job.ray.storage_path or (out / "ray_results")).resolve()
     concurrency = _concurrency(job, cluster_nodes())
-    experiment = f"{job.name}-tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    experiment = unique_run_name(f"{job.name}-tune")
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
     trainable = tune.with_resources(
         tune.with_parameters(
@@ -172,7 +174,13 @@ def run_tune(
             search_alg=search_alg,
             num_samples=cfg.num_samples,
         ),
-        run_config=tune.RunConfig(name=experiment, storage_path=str(storage), verbose=verbose),
+        run_config=tune.RunConfig(
+            name=experiment,
+            storage_path=str(storage),
+            verbose=verbose,
+            # A trial whose driver dies is retried (its Train run resumes by name).
+            failure_config=tune.FailureConfig(max_failures=job.resolved_max_failures()),
+        ),
     )
     started = time.perf_counter()
     grid = tuner.fit()

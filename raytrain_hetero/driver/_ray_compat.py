@@ -56,6 +56,7 @@ __all__ = [
     "abort_train_controller",
     "available_resources_per_node",
     "check_ray_compat",
+    "hetero_error_cause",
     "keep_loopback_node_ip",
     "mark_trainable_mixins",
     "run_backend_config",
@@ -213,6 +214,13 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         "callbacks read run_context.backend_config (our setup, naming the scheduler actor)",
         "public run metadata on TuneReportCallback",
     ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.exceptions",
+        "UserExceptionWithTraceback",
+        "hetero_error_cause reads the worker's original exception from its private _base_exc "
+        "(its str() is the traceback), to show the CLI user the one-line HeteroError",
+        "a public attribute holding the original exception of a worker failure",
+    ),
 )
 
 
@@ -351,3 +359,41 @@ def train_env_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
         if (HEALTH_CHECK_ENV_VAR in environ)
         else {}
     )
+
+
+def hetero_error_cause(error: BaseException) -> HeteroError | None:
+    """The first :class:`HeteroError` behind a failed Ray run, or ``None``.
+
+    A worker's ``DataError`` reaches the driver wrapped: Ray Train V2 raises a
+    ``WorkerGroupError`` (``worker_failures``: rank -> ``UserExceptionWithTraceback``,
+    whose private ``_base_exc`` is the original), a ``ControllerError``
+    (``controller_failure``), or a ``RayTaskError`` (``cause``); every wrapper's ``str()`` is
+    a traceback. This walks those links (and ``__cause__``/``__context__``), lowest rank
+    first, and returns the original exception, whose message is the one-line cause and fix.
+
+    Args:
+        error: What ``fit()`` raised or ``Result.error`` holds.
+    """
+    from ray.exceptions import RayTaskError
+
+    pending: list[BaseException] = [error]
+    seen: set[int] = set()
+    while pending:
+        exc = pending.pop(0)
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        # A RayTaskError may also subclass the cause's type (as_instanceof_cause): the
+        # original is its ``cause``, with the plain message.
+        if isinstance(exc, HeteroError) and not isinstance(exc, RayTaskError):
+            return exc
+        nested: list[object] = []
+        failures = getattr(exc, "worker_failures", None)
+        if isinstance(failures, Mapping):
+            nested.extend(failures[rank] for rank in sorted(failures))
+        nested.extend(
+            getattr(exc, name, None) for name in ("_base_exc", "controller_failure", "cause")
+        )
+        nested.extend((exc.__cause__, exc.__context__))
+        pending.extend(e for e in nested if isinstance(e, BaseException))
+    return None

@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -351,7 +350,8 @@ def run_actor_pools(
     dataset = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
     target = Path(predictions_dir)
     if target.exists():
-        shutil.rmtree(target)
+        # Never delete a directory this call did not create (the caller replaces it).
+        raise ConfigError(f"{target} exists. Fix: give a predictions directory that does not.")
     target.parent.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     dataset.write_parquet(str(target))

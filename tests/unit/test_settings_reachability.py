@@ -179,10 +179,11 @@ def test_every_run_related_yaml_key_is_a_library_setting():
     for cls, (section, _) in GROUPS.items():
         annotation = sections[section].annotation
         if section == "train":
-            # train: = the library's BatchConfig plus the optimiser the job's loop reads.
+            # train: = the library's BatchConfig plus the optimiser the job's loop reads and
+            # max_failures, the job's Ray FailureConfig (HeteroTrainer takes Ray's RunConfig).
             assert annotation is TrainConfig and issubclass(TrainConfig, BatchConfig)
             extra = set(TrainConfig.model_fields) - set(BatchConfig.model_fields)
-            assert extra == {"epochs", "lr", "momentum", "weight_decay"}
+            assert extra == {"epochs", "lr", "momentum", "weight_decay", "max_failures"}
         else:
             assert annotation is cls, section  # the YAML section IS the library class
     assert sections["workers"].annotation == list[WorkerSpec]

@@ -1,0 +1,30 @@
+"""Train loops of tests/integration/test_service.py (importable by reference on Ray workers)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import ray.train
+
+import raytrain_hetero as rh
+from raytrain_hetero.errors import DataError
+
+
+def data_error_loop(config: dict) -> None:
+    """Fails on rank ``config["rank"]`` the way a bad input file does."""
+    if rh.get_rank_info()["rank"] == config["rank"]:
+        raise DataError(config["message"])
+    rh.report({"epoch": 0})
+
+
+def scored_checkpoints_loop(config: dict) -> None:
+    """Reports one checkpoint per score in ``config["scores"]`` (its index in the file)."""
+    for index, score in enumerate(config["scores"]):
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "index.txt").write_text(str(index))
+            # Ray's own report: this loop tests Ray's checkpoint retention, no carving.
+            ray.train.report(
+                {"val_accuracy": score, "index": index},
+                checkpoint=ray.train.Checkpoint.from_directory(directory),
+            )
