@@ -60,11 +60,13 @@ def classification_loop(config: dict[str, Any]) -> None:
         datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
     model = build_model(job.model.name, **model_arguments(job.model, workload))
     model = rh.prepare_model(model)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=job.train.lr,
-        momentum=job.train.momentum,
-        weight_decay=job.train.weight_decay,
+    optimizer = rh.prepare_optimizer(
+        torch.optim.SGD(
+            model.parameters(),
+            lr=job.train.lr,
+            momentum=job.train.momentum,
+            weight_decay=job.train.weight_decay,
+        )
     )
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -85,7 +87,7 @@ def classification_loop(config: dict[str, Any]) -> None:
             loss = F.cross_entropy(model(batch["image"]), batch["label"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            optimizer.step()  # guarded: a non-finite step is skipped on every rank
             rh.log_step_metrics(loss=loss.item())
         metrics: dict[str, Any] = {"epoch": epoch}
         if rank == 0:
@@ -277,6 +279,7 @@ def build_trainer(
         elastic=elastic,
         emulation=job.emulation,
         backend=job.backend,
+        guard=job.guard,
         run_config=run_config,
     )
 

@@ -25,6 +25,7 @@ from raytrain_hetero.config.groups import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    GuardConfig,
     PolicyConfig,
     SchedulerConfig,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigProblem",
     "ElasticConfig",
     "EmulationConfig",
+    "GuardConfig",
     "HeteroModel",
     "PolicyConfig",
     "ProbeConfig",

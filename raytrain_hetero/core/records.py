@@ -52,6 +52,8 @@ class StepRecord:
         world_size: World size of the group.
         wall_s: Wall seconds of the whole step.
         time: Unix time at the end of the step.
+        skipped_nonfinite: The step guard skipped this step's update on every rank (some
+            rank's gradients were non-finite).
     """
 
     step: int
@@ -72,6 +74,7 @@ class StepRecord:
     world_size: int
     wall_s: float
     time: float
+    skipped_nonfinite: bool = False
 
     @property
     def key(self) -> tuple[str, int, int]:

@@ -20,6 +20,7 @@ from raytrain_hetero.config import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    GuardConfig,
     HeteroModel,
     ProbeConfig,
     SchedulerConfig,
@@ -74,6 +75,7 @@ _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "elastic": ElasticConfig,
     "emulation": EmulationConfig,
     "backend": BackendConfig,
+    "guard": GuardConfig,
 }
 
 
@@ -170,6 +172,7 @@ class HeteroTrainer:
             slots are filled in order, so list essential workers first.
         emulation: EMULATION: slowdowns injected at given steps (CPU-only tests, demos).
         backend: torch process-group backend and collective timeout.
+        guard: The step guard of ``prepare_optimizer`` (non-finite steps skipped, then stop).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
         **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
             :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
@@ -190,6 +193,7 @@ class HeteroTrainer:
         elastic: ElasticConfig | Mapping[str, Any] | None = None,
         emulation: EmulationConfig | Mapping[str, Any] | None = None,
         backend: BackendConfig | Mapping[str, Any] | None = None,
+        guard: GuardConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
@@ -199,6 +203,7 @@ class HeteroTrainer:
             "elastic": elastic,
             "emulation": emulation,
             "backend": backend,
+            "guard": guard,
         }
         if deprecated:
             groups = _apply_deprecated(groups, deprecated)
@@ -215,6 +220,7 @@ class HeteroTrainer:
         self.elastic = _group("elastic", groups["elastic"], ElasticConfig)
         self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
         self.backend = _group("backend", groups["backend"], BackendConfig)
+        self.guard = _group("guard", groups["guard"], GuardConfig)
         check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
@@ -293,6 +299,8 @@ class HeteroTrainer:
             policy=self.policy,
             plan_sync_every=self.scheduler.plan_sync_every,
             slowdown_schedule=self.emulation.slowdowns,
+            collective_timeout_s=float(self.backend.collective_timeout_s),
+            max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
         )
 
     def torch_trainer(self) -> TorchTrainer:

@@ -36,6 +36,10 @@ class HeteroSetup:
         policy: PolicyConfig fields for the scheduler.
         plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
         slowdown_schedule: EMULATION: injected slowdowns known from the start.
+        collective_timeout_s: Timeout of every process group the worker creates (gradient
+            and BatchNorm): a rank stuck this long in a collective fails the group.
+        max_consecutive_nonfinite: Step guard: consecutive skipped (non-finite) steps after
+            which the run stops.
     """
 
     run_id: str
@@ -54,6 +58,8 @@ class HeteroSetup:
     policy: dict[str, Any] | None = None
     plan_sync_every: int = 5
     slowdown_schedule: tuple[SlowdownInjection, ...] = ()
+    collective_timeout_s: float = 1800.0
+    max_consecutive_nonfinite: int = 3
 
 
 @dataclass(frozen=True)
