@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
-from raytrain_hetero.core.records import StepRecord, run_samples_per_s
+from raytrain_hetero.core.records import StepRecord, nonfinite_steps_skipped, run_samples_per_s
 from raytrain_hetero.core.records import summarize_workers as aggregate_workers
 from raytrain_hetero.errors import ConfigError, DataError
 
@@ -433,6 +433,7 @@ def build_summary(
         "steps": len({r.step for r in records}),
         "global_batch_size": job.train.global_batch_size,
         "samples_per_s": run_samples_per_s(records),
+        "nonfinite_steps_skipped": nonfinite_steps_skipped(records),
         "wall_time_s": wall_s,
         "train_samples": sizes["train"],
         "val_samples": sizes["val"],

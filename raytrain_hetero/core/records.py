@@ -22,6 +22,7 @@ __all__ = [
     "as_step_record",
     "median_finite",
     "modal",
+    "nonfinite_steps_skipped",
     "run_samples_per_s",
     "summarize_workers",
 ]
@@ -207,3 +208,8 @@ def run_samples_per_s(records: Iterable[StepRecord]) -> float:
             wall[key] = max(wall[key], record.wall_s)
     total_wall = sum(wall.values())
     return sum(samples.values()) / total_wall if total_wall > 0 else float("nan")
+
+
+def nonfinite_steps_skipped(records: Iterable[StepRecord]) -> int:
+    """Steps the step guard skipped, each (group, step) once however many ranks recorded it."""
+    return len({(r.group, r.step) for r in records if r.skipped_nonfinite})
