@@ -46,9 +46,8 @@ from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
 from raytrain_hetero.worker.checkpoint_state import (
-    STATE_FILE,
     CheckpointState,
-    read_state,
+    require_state,
     write_state,
 )
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
@@ -352,17 +351,7 @@ def _restore_from_checkpoint(runtime: WorkerRuntime, carver: EpochCarver) -> Cur
     if checkpoint is None:
         return Cursor(0, 0)
     with checkpoint.as_directory() as directory:
-        state = read_state(Path(directory))
-    if state is None:
-        # Resuming without a cursor would restart the epoch and train on samples twice.
-        raise ConfigError(
-            f"The checkpoint to resume from ({checkpoint.path}) has no {STATE_FILE}: it was "
-            "reported with ray.train.report instead of raytrain_hetero.report, or the file was "
-            "lost. Without it the sample cursor is unknown and resuming would not be "
-            "exactly-once. Fix: report checkpoints with raytrain_hetero.report; to start from "
-            "such weights, load them in the loop from a path you pass in train_loop_config "
-            "and start a new run (new RunConfig name)."
-        )
+        state = require_state(Path(directory), checkpoint.path)
     state.check_carving(carver)
     runtime.plans.restore(state.plans, state.slot_costs())
     rank, world = runtime.identity.rank, runtime.identity.world_size

@@ -31,6 +31,7 @@ __all__ = [
     "STATE_FORMAT",
     "CheckpointState",
     "read_state",
+    "require_state",
     "slot_costs",
     "write_state",
 ]
@@ -186,6 +187,31 @@ def read_state(directory: Path) -> CheckpointState | None:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc}); start a new run.") from exc
     return CheckpointState.from_dict(data, source=str(path))
+
+
+def require_state(directory: Path, source: str) -> CheckpointState:
+    """The state of a checkpoint a run resumes from; a checkpoint without one is refused.
+
+    Resuming without the cursor would restart the epoch and train on samples twice.
+
+    Args:
+        directory: The checkpoint's local directory.
+        source: Where the checkpoint lives (named in the error).
+
+    Raises:
+        ConfigError: The checkpoint has no state file, or an unreadable one.
+    """
+    state = read_state(directory)
+    if state is None:
+        raise ConfigError(
+            f"The checkpoint to resume from ({source}) has no {STATE_FILE}: it was reported "
+            "with ray.train.report instead of raytrain_hetero.report, or the file was lost. "
+            "Without it the sample cursor is unknown and resuming would not be exactly-once. "
+            "Fix: report checkpoints with raytrain_hetero.report; to start from such weights, "
+            "load them in the loop from a path you pass in train_loop_config and start a new "
+            "run (new RunConfig name)."
+        )
+    return state
 
 
 def slot_costs(plans: Sequence[Plan], rank_slots: Sequence[int] | None) -> dict[int, CostModel]:

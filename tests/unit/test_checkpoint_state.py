@@ -15,6 +15,7 @@ from raytrain_hetero.worker.checkpoint_state import (
     STATE_FORMAT,
     CheckpointState,
     read_state,
+    require_state,
     write_state,
 )
 from raytrain_hetero.worker.rng_state import capture_rng
@@ -93,3 +94,11 @@ def test_format_2_carries_every_ranks_generator_state(tmp_path):
     restored = read_state(tmp_path)
     assert restored == state and restored.rng == tuple(rngs)
     assert json.loads((tmp_path / STATE_FILE).read_text())["format"] == 2
+
+
+def test_resuming_from_a_checkpoint_without_state_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "model.pt").write_bytes(b"weights only")
+    with pytest.raises(ConfigError, match=r"/ckpt_7\) has no raytrain_hetero_state.json.*Fix:"):
+        require_state(tmp_path, "/ckpt_7")
+    write_state(tmp_path, _state())
+    assert require_state(tmp_path, "/ckpt_7") == _state()
