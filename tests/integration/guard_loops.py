@@ -35,13 +35,17 @@ def _data(size: int) -> torch.utils.data.TensorDataset:
 
 def guarded_loop(config: dict) -> None:
     """Dropout + BatchNorm model, guarded SGD; a NaN loss on rank 1 at ``nan_at``; a checkpoint
-    at ``checkpoint_at``; with ``hang_s``, rank 1 then sleeps on the first attempt only."""
+    at ``checkpoint_at``; after step ``hang_at`` rank 1 sleeps ``hang_s`` (first attempt only).
+
+    Rank 0 saves the parameters after every step, per attempt (0: first, 1: resumed).
+    """
     out = Path(config["out"])
     model = rh.prepare_model(dropout_bn_model())
     optimizer = rh.prepare_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
     )
     checkpoint = ray.train.get_checkpoint()
+    attempt = 0 if checkpoint is None else 1
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             state = torch.load(os.path.join(directory, "model.pt"), weights_only=True)
@@ -74,13 +78,13 @@ def guarded_loop(config: dict) -> None:
                         )
                         ckpt = ray.train.Checkpoint.from_directory(directory)
                     rh.report({"step": step}, checkpoint=ckpt)
-                hang_marker = out / "hung_once"
-                if config.get("hang_s") and rank == 1 and not hang_marker.exists():
-                    hang_marker.write_text(str(time.time()))
-                    time.sleep(config["hang_s"])  # rank 0 waits in the next collective
-    if rank == 0:
-        params = [p.detach().flatten() for p in model.module.parameters()]
-        np.save(out / "final.npy", torch.cat(params).numpy())
+            if rank == 0:
+                params = [p.detach().flatten() for p in model.module.parameters()]
+                np.save(out / f"params_attempt{attempt}_step{step}.npy", torch.cat(params).numpy())
+            hang_marker = out / "hung_once"
+            if step == config["hang_at"] and rank == 1 and not hang_marker.exists():
+                hang_marker.write_text(str(time.time()))
+                time.sleep(config["hang_s"])  # rank 0 waits in the next collective
     rh.report({"done": 1})
 
 
