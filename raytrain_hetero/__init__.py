@@ -6,7 +6,7 @@ exactly the single-device update for that global batch.
 
 Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
 (:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
-:func:`prepare_model`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`.
+:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`.
 Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
 loads no config library, no Ray and no torch.
 """
@@ -22,6 +22,7 @@ from raytrain_hetero.errors import (
     DataError,
     HeteroError,
     ModelPreparationError,
+    NonFiniteStepError,
     PlacementError,
     ProbeError,
 )
@@ -34,6 +35,7 @@ _LAZY = {
     "BatchConfig": "raytrain_hetero.config",
     "ElasticConfig": "raytrain_hetero.config",
     "EmulationConfig": "raytrain_hetero.config",
+    "GuardConfig": "raytrain_hetero.config",
     "PolicyConfig": "raytrain_hetero.config",
     "ProbeConfig": "raytrain_hetero.config",
     "SchedulerConfig": "raytrain_hetero.config",
@@ -43,6 +45,7 @@ _LAZY = {
     "HeteroTrainer": "raytrain_hetero.driver.trainer",
     "prepare_model": "raytrain_hetero.worker.api",
     "prepare_data_loader": "raytrain_hetero.worker.api",
+    "prepare_optimizer": "raytrain_hetero.worker.api",
     "report": "raytrain_hetero.worker.api",
     "get_device": "raytrain_hetero.worker.api",
     "get_rank_info": "raytrain_hetero.worker.api",
@@ -59,6 +62,7 @@ __all__ = [
     "DataError",
     "HeteroError",
     "ModelPreparationError",
+    "NonFiniteStepError",
     "PlacementError",
     "ProbeError",
     "__version__",

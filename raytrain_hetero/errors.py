@@ -33,3 +33,7 @@ class ProbeError(HeteroError):
 
 class ModelPreparationError(HeteroError):
     """``prepare_model`` cannot make the model exact under uneven slices (names the layer)."""
+
+
+class NonFiniteStepError(HeteroError):
+    """Too many consecutive optimizer steps had non-finite gradients (names the steps and ranks)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
-from raytrain_hetero.core.records import StepRecord, run_samples_per_s
+from raytrain_hetero.core.records import StepRecord, nonfinite_steps_skipped, run_samples_per_s
 from raytrain_hetero.core.records import summarize_workers as aggregate_workers
 from raytrain_hetero.errors import ConfigError, DataError
 
@@ -61,11 +61,13 @@ def classification_loop(config: dict[str, Any]) -> None:
         datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
     model = build_model(job.model.name, **model_arguments(job.model, workload))
     model = rh.prepare_model(model)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=job.train.lr,
-        momentum=job.train.momentum,
-        weight_decay=job.train.weight_decay,
+    optimizer = rh.prepare_optimizer(
+        torch.optim.SGD(
+            model.parameters(),
+            lr=job.train.lr,
+            momentum=job.train.momentum,
+            weight_decay=job.train.weight_decay,
+        )
     )
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -86,7 +88,7 @@ def classification_loop(config: dict[str, Any]) -> None:
             loss = F.cross_entropy(model(batch["image"]), batch["label"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            optimizer.step()  # guarded: a non-finite step is skipped on every rank
             rh.log_step_metrics(loss=loss.item())
         metrics: dict[str, Any] = {"epoch": epoch}
         if rank == 0:
@@ -278,6 +280,7 @@ def build_trainer(
         elastic=elastic,
         emulation=job.emulation,
         backend=job.backend,
+        guard=job.guard,
         run_config=run_config,
     )
 
@@ -496,6 +499,7 @@ def build_summary(
         "steps": len({r.step for r in records}),
         "global_batch_size": job.train.global_batch_size,
         "samples_per_s": run_samples_per_s(records),
+        "nonfinite_steps_skipped": nonfinite_steps_skipped(records),
         "wall_time_s": wall_s,
         "train_samples": sizes["train"],
         "val_samples": sizes["val"],

@@ -48,6 +48,7 @@ METRICS_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
 # Field types as annotated (strings: the module uses postponed annotations).
 _INT_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("int", int))
 _STR_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("str", str))
+_BOOL_COLUMNS = frozenset(f.name for f in fields(StepRecord) if f.type in ("bool", bool))
 
 
 def _as_row(record: StepRecord | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -90,8 +91,8 @@ def write_metrics_csv(
 def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a CSV written by :func:`write_metrics_csv` back into step records.
 
-    Each column comes back as its StepRecord field's type (``int``, ``str``, else
-    ``float``); empty cells as ``None``. A complete row converts with
+    Each column comes back as its StepRecord field's type (``int``, ``str``, ``bool``,
+    else ``float``); empty cells as ``None``. A complete row converts with
     :meth:`StepRecord.from_dict`.
     """
     out: list[dict[str, Any]] = []
@@ -103,6 +104,8 @@ def read_metrics_csv(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     rec[key] = None
                 elif key in _STR_COLUMNS:
                     rec[key] = text
+                elif key in _BOOL_COLUMNS:
+                    rec[key] = text == "True"
                 elif key in _INT_COLUMNS:
                     rec[key] = int(text)
                 else:

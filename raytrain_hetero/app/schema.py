@@ -27,6 +27,7 @@ from raytrain_hetero.config import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    GuardConfig,
     HeteroModel,
     ProbeConfig,
     SchedulerConfig,
@@ -279,6 +280,7 @@ class JobConfig(HeteroModel):
     backend: BackendConfig = Field(
         default_factory=BackendConfig, description="torch process group (backend, timeout)"
     )
+    guard: GuardConfig = Field(default_factory=GuardConfig, description="non-finite step guard")
     output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
     tune: TuneConfig | None = Field(
         None, description="hyperparameter search for raytrain-hetero tune"

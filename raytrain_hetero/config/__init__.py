@@ -27,6 +27,7 @@ from raytrain_hetero.config.groups import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    GuardConfig,
     PolicyConfig,
     SchedulerConfig,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "EmulationConfig",
     "FaultInjectionConfig",
     "FaultSpec",
+    "GuardConfig",
     "HeteroModel",
     "PolicyConfig",
     "ProbeConfig",

@@ -2,8 +2,8 @@
 
 Grouped like Ray's ``ScalingConfig``/``RunConfig``: what each step's batch is and how it is
 carved (:class:`BatchConfig`), live re-planning (:class:`SchedulerConfig`), elastic sizing
-(:class:`ElasticConfig`), emulated slowdowns (:class:`EmulationConfig`) and the torch process
-group (:class:`BackendConfig`). The YAML job uses these same classes as its sections, so each
+(:class:`ElasticConfig`), emulated slowdowns (:class:`EmulationConfig`), the torch process
+group (:class:`BackendConfig`) and the step guard (:class:`GuardConfig`). The YAML job uses these same classes as its sections, so each
 setting, its default and its check are written once, here (the re-planning policy's knobs
 once, in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
 """
@@ -28,6 +28,7 @@ __all__ = [
     "BatchConfig",
     "ElasticConfig",
     "EmulationConfig",
+    "GuardConfig",
     "PolicyConfig",
     "SchedulerConfig",
 ]
@@ -180,4 +181,20 @@ class BackendConfig(HeteroModel):
     )
     collective_timeout_s: PositiveInt = Field(
         1800, description="seconds a rank may wait in a collective before the group fails"
+    )
+
+
+class GuardConfig(HeteroModel):
+    """The step guard of :func:`raytrain_hetero.prepare_optimizer`.
+
+    A step whose gradients are non-finite on any rank is skipped on every rank (no update,
+    no momentum, no weight decay) and counted.
+
+    Attributes:
+        max_consecutive_nonfinite: After this many consecutive skipped steps the run stops
+            with :class:`~raytrain_hetero.errors.NonFiniteStepError` naming the step and rank.
+    """
+
+    max_consecutive_nonfinite: PositiveInt = Field(
+        3, description="consecutive non-finite (skipped) steps after which the run stops"
     )

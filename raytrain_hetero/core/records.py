@@ -22,6 +22,7 @@ __all__ = [
     "as_step_record",
     "median_finite",
     "modal",
+    "nonfinite_steps_skipped",
     "run_samples_per_s",
     "summarize_workers",
 ]
@@ -52,6 +53,8 @@ class StepRecord:
         world_size: World size of the group.
         wall_s: Wall seconds of the whole step.
         time: Unix time at the end of the step.
+        skipped_nonfinite: The step guard skipped this step's update on every rank (some
+            rank's gradients were non-finite).
     """
 
     step: int
@@ -72,6 +75,7 @@ class StepRecord:
     world_size: int
     wall_s: float
     time: float
+    skipped_nonfinite: bool = False
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -204,3 +208,8 @@ def run_samples_per_s(records: Iterable[StepRecord]) -> float:
             wall[key] = max(wall[key], record.wall_s)
     total_wall = sum(wall.values())
     return sum(samples.values()) / total_wall if total_wall > 0 else float("nan")
+
+
+def nonfinite_steps_skipped(records: Iterable[StepRecord]) -> int:
+    """Steps the step guard skipped, each (group, step) once however many ranks recorded it."""
+    return len({(r.group, r.step) for r in records if r.skipped_nonfinite})

@@ -21,6 +21,7 @@ from raytrain_hetero.config import (
     ElasticConfig,
     EmulationConfig,
     FaultInjectionConfig,
+    GuardConfig,
     HeteroModel,
     ProbeConfig,
     SchedulerConfig,
@@ -77,6 +78,7 @@ _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "elastic": ElasticConfig,
     "emulation": EmulationConfig,
     "backend": BackendConfig,
+    "guard": GuardConfig,
 }
 
 
@@ -175,6 +177,7 @@ class HeteroTrainer:
         backend: torch process-group backend and collective timeout.
         faults: FAULT INJECTION (test/ops tooling, off by default): faults fired at phase
             points of the workers, each once per run (:mod:`raytrain_hetero.worker.faults`).
+        guard: The step guard of ``prepare_optimizer`` (non-finite steps skipped, then stop).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
         **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
             :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
@@ -196,6 +199,7 @@ class HeteroTrainer:
         emulation: EmulationConfig | Mapping[str, Any] | None = None,
         backend: BackendConfig | Mapping[str, Any] | None = None,
         faults: FaultInjectionConfig | Mapping[str, Any] | None = None,
+        guard: GuardConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
@@ -205,6 +209,7 @@ class HeteroTrainer:
             "elastic": elastic,
             "emulation": emulation,
             "backend": backend,
+            "guard": guard,
         }
         if deprecated:
             groups = _apply_deprecated(groups, deprecated)
@@ -221,6 +226,7 @@ class HeteroTrainer:
         self.elastic = _group("elastic", groups["elastic"], ElasticConfig)
         self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
         self.backend = _group("backend", groups["backend"], BackendConfig)
+        self.guard = _group("guard", groups["guard"], GuardConfig)
         check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
         self.faults = check_fault_targets(
             _group("faults", faults, FaultInjectionConfig), self.specs
@@ -303,6 +309,8 @@ class HeteroTrainer:
             plan_sync_every=self.scheduler.plan_sync_every,
             slowdown_schedule=self.emulation.slowdowns,
             faults=self.faults if self.faults.active else None,
+            collective_timeout_s=float(self.backend.collective_timeout_s),
+            max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
         )
 
     def torch_trainer(self) -> TorchTrainer:

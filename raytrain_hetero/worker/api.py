@@ -5,7 +5,7 @@ Typical loop::
     def train_loop(config):
         model = raytrain_hetero.prepare_model(build_model())
         loader = raytrain_hetero.prepare_data_loader(train_dataset, num_workers=2)
-        optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+        optimizer = raytrain_hetero.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=config["lr"]))
         for epoch in range(loader.epoch, config["epochs"]):
             for batch in loader:                      # this rank's slice of each global batch
                 loss = loss_fn(model(batch["image"]), batch["label"])   # mean over the slice
@@ -13,8 +13,10 @@ Typical loop::
                 raytrain_hetero.log_step_metrics(loss=loss.item())
             raytrain_hetero.report({"epoch": epoch}, checkpoint=...)
 
-``report`` stores the sampler cursor and the plan history inside the checkpoint, so a
-restarted group resumes at exactly the next unseen step of the epoch.
+``report`` stores the sampler cursor, the plan history and every rank's random-generator
+state inside the checkpoint, so a restarted group resumes at exactly the next unseen step of
+the epoch and draws the same Dropout masks. ``prepare_optimizer`` skips, on every rank, a step
+whose gradients are non-finite on any rank.
 
 This module is the only reader of the per-process runtime
 (:func:`~raytrain_hetero.worker.context.get_runtime`); it hands each part to the modules that
@@ -27,6 +29,7 @@ do the work: :mod:`~raytrain_hetero.worker.ddp` (model), :mod:`~raytrain_hetero.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,9 +45,19 @@ from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
-from raytrain_hetero.worker.checkpoint_state import CheckpointState, read_state, write_state
+from raytrain_hetero.worker.checkpoint_state import (
+    CheckpointState,
+    require_state,
+    write_state,
+)
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
 from raytrain_hetero.worker.faults import fault_point
+from raytrain_hetero.worker.dataset_agreement import (
+    RankDataset,
+    check_agreement,
+    dataset_fingerprint,
+)
+from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
 from raytrain_hetero.worker.planning import (
     build_plan,
     gather_rank_slots,
@@ -52,6 +65,7 @@ from raytrain_hetero.worker.planning import (
     next_free_step,
 )
 from raytrain_hetero.worker.probe import default_probe_loss
+from raytrain_hetero.worker.rng_state import RngState, capture_rng, restore_rng
 from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
 
 logger = logging.getLogger(__name__)
@@ -64,6 +78,7 @@ __all__ = [
     "log_step_metrics",
     "prepare_data_loader",
     "prepare_model",
+    "prepare_optimizer",
     "report",
     "update_plan",
 ]
@@ -116,9 +131,33 @@ def prepare_model(
         weighting=runtime.identity.setup.weighting,
         sync_batchnorm=sync_batchnorm,
         ddp_kwargs=ddp_kwargs,
+        collective_timeout_s=runtime.identity.setup.collective_timeout_s,
+        guard=runtime.guard,
     )
     runtime.model = wrapped
     return wrapped
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Guard ``optimizer.step``: a step with non-finite gradients on any rank is skipped.
+
+    The decision is one all-reduced flag, identical on every rank (it rides on the gradient
+    all-reduce of a model from :func:`prepare_model`), so no rank applies a non-finite update,
+    momentum or weight decay. A skipped step is logged with the rank(s) that produced it and
+    counted (``StepRecord.skipped_nonfinite``, the ``hetero/nonfinite_steps_skipped`` metric of
+    :func:`report`); ``GuardConfig.max_consecutive_nonfinite`` skipped steps in a row stop the
+    run with :class:`~raytrain_hetero.errors.NonFiniteStepError`. Works with
+    ``torch.amp.GradScaler`` (``scaler.step(optimizer)``): steps the scaler finds non-finite
+    are the scaler's to skip and do not count.
+
+    Args:
+        optimizer: The loop's optimizer, over the prepared model's parameters.
+
+    Returns:
+        The same optimizer object, its ``step`` guarded.
+    """
+    runtime = get_runtime()
+    return guard_optimizer(optimizer, lambda opt: _skip_step(runtime, opt))
 
 
 def prepare_data_loader(
@@ -160,6 +199,7 @@ def prepare_data_loader(
         seed=setup.seed,
         min_step_size=setup.max_world_size * setup.min_slice,
     )
+    _check_same_dataset(runtime, dataset_fingerprint(dataset, size))
     runtime.loader = LoaderState(carver, _restore_from_checkpoint(runtime, carver))
     inputs = ProbeInputs(
         dataset=dataset,
@@ -182,6 +222,7 @@ def prepare_data_loader(
         telemetry=runtime.telemetry,
         ensure_plan=ensure_plan,
         on_step_end=lambda record: _on_step_end(runtime, record),
+        before_epoch=lambda: _apply_pending_rng(runtime),
         move_to_device=move_to_device,
         **dataloader_kwargs,
     )
@@ -261,21 +302,30 @@ def report(
     if plan is not None:
         enriched["hetero/plan_version"] = plan.version
         enriched["hetero/slices"] = list(plan.slices)
+    if runtime.guard is not None:
+        enriched["hetero/nonfinite_steps_skipped"] = runtime.guard.skipped_total
+    # Every rank's generators go into the checkpoint, whichever rank writes it.
+    rng: list[RngState] = [capture_rng(runtime.identity.device)]
     if dist.is_initialized():
         # Every rank reports: share each rank's latest figures so rank 0's metrics carry all.
         last = runtime.telemetry.last_record
-        mine = None
+        figures = None
         if last is not None:
-            mine = {"samples_per_s": last.samples_per_s, "slice": last.slice, "weight": last.weight}
+            figures = {
+                "samples_per_s": last.samples_per_s,
+                "slice": last.slice,
+                "weight": last.weight,
+            }
         gathered: list[Any] = [None] * runtime.identity.world_size
-        dist.all_gather_object(gathered, mine)
-        for rank, figures in enumerate(gathered):
-            if figures is not None:
+        dist.all_gather_object(gathered, (figures, rng[0].to_dict()))
+        for rank, (theirs, _) in enumerate(gathered):
+            if theirs is not None:
                 for key in ("samples_per_s", "slice", "weight"):
-                    enriched[f"hetero/rank{rank}/{key}"] = figures[key]
+                    enriched[f"hetero/rank{rank}/{key}"] = theirs[key]
+        rng = [RngState.from_dict(state) for _, state in gathered]
     state_file = None
     if checkpoint is not None:
-        state_file = _write_checkpoint_state(runtime, Path(checkpoint.path))
+        state_file = _write_checkpoint_state(runtime, Path(checkpoint.path), rng)
     fault_point(
         runtime.identity,
         "checkpoint_commit",
@@ -290,7 +340,7 @@ def report(
 # ----------------------------------------------------------------------------- internals
 
 
-def _write_checkpoint_state(runtime: WorkerRuntime, directory: Path) -> Path:
+def _write_checkpoint_state(runtime: WorkerRuntime, directory: Path, rng: list[RngState]) -> Path:
     if runtime.loader is None:
         raise HeteroError("report(checkpoint=...) before prepare_data_loader: nothing to resume.")
     state = CheckpointState.capture(
@@ -299,6 +349,7 @@ def _write_checkpoint_state(runtime: WorkerRuntime, directory: Path) -> Path:
         runtime.identity.world_size,
         runtime.plans.history,
         runtime.plans.rank_slots,
+        rng,
     )
     return write_state(directory, state)
 
@@ -309,12 +360,19 @@ def _restore_from_checkpoint(runtime: WorkerRuntime, carver: EpochCarver) -> Cur
     if checkpoint is None:
         return Cursor(0, 0)
     with checkpoint.as_directory() as directory:
-        state = read_state(Path(directory))
-    if state is None:
-        logger.warning("checkpoint has no raytrain_hetero state: starting the epoch over")
-        return Cursor(0, 0)
+        state = require_state(Path(directory), checkpoint.path)
     state.check_carving(carver)
     runtime.plans.restore(state.plans, state.slot_costs())
+    rank, world = runtime.identity.rank, runtime.identity.world_size
+    if state.rng is not None and len(state.rng) == world:
+        runtime.pending_rng = state.rng[rank]
+    else:
+        logger.info(
+            "checkpoint carries no generator state for a world of %d ranks (it has %s): "
+            "data order resumes exactly, random draws (Dropout) restart",
+            world,
+            "none" if state.rng is None else len(state.rng),
+        )
     logger.info(
         "resuming at epoch %d step %d (global step %d)",
         state.cursor.epoch,
@@ -322,6 +380,50 @@ def _restore_from_checkpoint(runtime: WorkerRuntime, carver: EpochCarver) -> Cur
         state.global_step,
     )
     return state.cursor
+
+
+def _apply_pending_rng(runtime: WorkerRuntime) -> None:
+    """Restore the checkpoint's generators right before the first resumed batch.
+
+    Later than building the model, optimizer and first plan (which draw from them too),
+    so the draws from here on are exactly the uninterrupted run's.
+    """
+    if runtime.pending_rng is not None:
+        restore_rng(runtime.pending_rng, runtime.identity.device)
+        runtime.pending_rng = None
+
+
+def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:
+    """All ranks gather their dataset fingerprints; raise naming the ranks that differ."""
+    if not dist.is_initialized() or runtime.identity.world_size < 2:
+        return
+    node = f"{ray.get_runtime_context().get_node_id()[:12]} ({socket.gethostname()})"
+    gathered: list[Any] = [None] * runtime.identity.world_size
+    dist.all_gather_object(gathered, (node, fingerprint))
+    check_agreement([RankDataset(rank, node, fp) for rank, (node, fp) in enumerate(gathered)])
+
+
+def _skip_step(runtime: WorkerRuntime, optimizer: torch.optim.Optimizer) -> bool:
+    """The guarded optimizer's question: must the step in progress be skipped?"""
+    step = runtime.timing.current
+    guard = runtime.guard
+    if step is None or guard is None:
+        return False  # outside the prepared loader's steps: nothing to agree on
+    verdict = guard.verdict(step.global_step, lambda: optimizer_gradients(optimizer))
+    if not verdict.skip:
+        return False
+    runtime.telemetry.skipped_nonfinite = True
+    rank = runtime.identity.rank
+    if rank == 0 or rank in verdict.ranks:
+        logger.warning(
+            "step %d skipped on every rank: non-finite gradients from rank(s) %s "
+            "(%d in a row, at most %d)",
+            verdict.step,
+            list(verdict.ranks),
+            verdict.consecutive,
+            guard.max_consecutive,
+        )
+    return True
 
 
 def _install(runtime: WorkerRuntime, plan: Plan) -> Plan:

@@ -3,7 +3,9 @@
 ``raytrain_hetero_state.json`` carries the carving cursor, the carving parameters it is only
 valid for, the plan history and which worker slot each rank filled, so a restarted group
 resumes at exactly the next unseen step of the epoch and reuses the cost models of the slots
-it already measured. Written atomically; reading checks the format version.
+it already measured. Since format 2 it also carries every rank's random-generator state
+(:mod:`raytrain_hetero.worker.rng_state`), so Dropout draws the same masks after a resume.
+Written atomically; reading checks the format version and still reads format 1 (no RNG state).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker.rng_state import RngState
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +31,15 @@ __all__ = [
     "STATE_FORMAT",
     "CheckpointState",
     "read_state",
+    "require_state",
     "slot_costs",
     "write_state",
 ]
 
 STATE_FILE = "raytrain_hetero_state.json"
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+#: Formats this release reads (1: before per-rank RNG state).
+READABLE_FORMATS = (1, 2)
 _CARVING_KEYS = ("dataset_size", "global_batch_size", "seed", "min_step_size")
 
 
@@ -51,6 +57,8 @@ class CheckpointState:
         world_size: World size of the group that wrote it.
         plans: Every plan of the run so far.
         rank_slots: Worker slot of each rank of that group (None if never gathered).
+        rng: Random-generator state of each rank of that group (None: format 1, or not
+            gathered).
     """
 
     cursor: Cursor
@@ -62,6 +70,7 @@ class CheckpointState:
     world_size: int
     plans: tuple[Plan, ...]
     rank_slots: tuple[int, ...] | None
+    rng: tuple[RngState, ...] | None = None
 
     @classmethod
     def capture(
@@ -71,8 +80,9 @@ class CheckpointState:
         world_size: int,
         plans: Sequence[Plan],
         rank_slots: Sequence[int] | None,
+        rng: Sequence[RngState] | None = None,
     ) -> CheckpointState:
-        """The state of a worker now."""
+        """The state of a worker now (``rng``: every rank's generators, by rank)."""
         return cls(
             cursor=cursor,
             global_step=carver.global_step(cursor),
@@ -83,6 +93,7 @@ class CheckpointState:
             world_size=world_size,
             plans=tuple(plans),
             rank_slots=tuple(rank_slots) if rank_slots is not None else None,
+            rng=tuple(rng) if rng is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +110,7 @@ class CheckpointState:
             "plans": [p.to_dict() for p in self.plans],
             # Which slot each rank filled: lets a restarted group reuse their cost models.
             "rank_slots": list(self.rank_slots) if self.rank_slots is not None else None,
+            "rng": [r.to_dict() for r in self.rng] if self.rng is not None else None,
         }
 
     @classmethod
@@ -109,13 +121,14 @@ class CheckpointState:
             ConfigError: For a format version this release does not know.
         """
         version = data.get("format")
-        if version != STATE_FORMAT:
+        if version not in READABLE_FORMATS:
             raise ConfigError(
-                f"{source} has format version {version!r}; this raytrain_hetero reads version "
-                f"{STATE_FORMAT}. Resume with the release that wrote it, or start a new run "
+                f"{source} has format version {version!r}; this raytrain_hetero reads versions "
+                f"{', '.join(map(str, READABLE_FORMATS))}. Resume with the release that wrote it, or start a new run "
                 "(new RunConfig name)."
             )
         slots = data.get("rank_slots")
+        rng = data.get("rng")
         return cls(
             cursor=Cursor(int(data["cursor"]["epoch"]), int(data["cursor"]["step_in_epoch"])),
             global_step=int(data["global_step"]),
@@ -126,6 +139,7 @@ class CheckpointState:
             world_size=int(data["world_size"]),
             plans=tuple(Plan.from_dict(p) for p in data.get("plans", [])),
             rank_slots=tuple(int(s) for s in slots) if slots else None,
+            rng=tuple(RngState.from_dict(r) for r in rng) if rng else None,
         )
 
     def check_carving(self, carver: EpochCarver) -> None:
@@ -176,6 +190,31 @@ def read_state(directory: Path) -> CheckpointState | None:
             "Fix: resume from an earlier checkpoint, or start a new run (new RunConfig name)."
         ) from exc
     return CheckpointState.from_dict(data, source=str(path))
+
+
+def require_state(directory: Path, source: str) -> CheckpointState:
+    """The state of a checkpoint a run resumes from; a checkpoint without one is refused.
+
+    Resuming without the cursor would restart the epoch and train on samples twice.
+
+    Args:
+        directory: The checkpoint's local directory.
+        source: Where the checkpoint lives (named in the error).
+
+    Raises:
+        ConfigError: The checkpoint has no state file, or an unreadable one.
+    """
+    state = read_state(directory)
+    if state is None:
+        raise ConfigError(
+            f"The checkpoint to resume from ({source}) has no {STATE_FILE}: it was reported "
+            "with ray.train.report instead of raytrain_hetero.report, or the file was lost. "
+            "Without it the sample cursor is unknown and resuming would not be exactly-once. "
+            "Fix: report checkpoints with raytrain_hetero.report; to start from such weights, "
+            "load them in the loop from a path you pass in train_loop_config and start a new "
+            "run (new RunConfig name)."
+        )
+    return state
 
 
 def slot_costs(plans: Sequence[Plan], rank_slots: Sequence[int] | None) -> dict[int, CostModel]:

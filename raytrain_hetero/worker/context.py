@@ -15,7 +15,11 @@ The runtime is composed of focused parts, each written by one owner:
 * ``loader`` (carver and cursor): the loader, once ``prepare_data_loader`` made it;
 * ``telemetry`` (the step's logged metrics, the last record): the loop and the loader;
 * ``scheduler`` (client of the run's scheduler actor): pushes and polls;
-* ``model``: the prepared model, set by ``prepare_model``.
+* ``model``: the prepared model, set by ``prepare_model``;
+* ``guard`` (:class:`~raytrain_hetero.worker.guard.StepGuard`): the gradient hook and the
+  guarded optimizer;
+* ``pending_rng``: generator states restored from the checkpoint, applied by the loader
+  right before the first resumed batch.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.emulation import SlowdownSchedule
+from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.planning import PlanState
 from raytrain_hetero.worker.scheduler_client import SchedulerClient
@@ -34,6 +39,7 @@ from raytrain_hetero.worker.timing import ComputeClock, StepTiming
 
 if TYPE_CHECKING:
     from raytrain_hetero.core.records import StepRecord
+    from raytrain_hetero.worker.rng_state import RngState
     from raytrain_hetero.worker.sampler import LoaderState
 
 logger = logging.getLogger(__name__)
@@ -43,10 +49,14 @@ __all__ = ["HeteroSetup", "Telemetry", "WorkerRuntime", "get_runtime", "install_
 
 @dataclass
 class Telemetry:
-    """Scalar metrics the loop logged for the step in progress, and the last step's record."""
+    """Scalar metrics the loop logged for the step in progress, and the last step's record.
+
+    ``skipped_nonfinite`` is set by the step guard when it skips the step in progress.
+    """
 
     step_metrics: dict[str, float] = field(default_factory=dict)
     last_record: StepRecord | None = None
+    skipped_nonfinite: bool = False
 
     def log(self, metrics: dict[str, float]) -> None:
         """Attach metrics to the step in progress."""
@@ -56,6 +66,11 @@ class Telemetry:
         """The step's metrics; the next step starts with none."""
         metrics, self.step_metrics = self.step_metrics, {}
         return metrics
+
+    def take_skipped(self) -> bool:
+        """Whether the step guard skipped the step; the next step starts unskipped."""
+        skipped, self.skipped_nonfinite = self.skipped_nonfinite, False
+        return skipped
 
 
 @dataclass
@@ -71,6 +86,8 @@ class WorkerRuntime:
         loader: Carving state, once ``prepare_data_loader`` ran.
         telemetry: Logged metrics and the last step record.
         model: The prepared (DDP-wrapped) model, for probing and calibration.
+        guard: The step guard (non-finite steps skipped on every rank).
+        pending_rng: Generator states from the checkpoint, not yet applied.
     """
 
     identity: RankIdentity
@@ -81,6 +98,8 @@ class WorkerRuntime:
     loader: LoaderState | None = None
     telemetry: Telemetry = field(default_factory=Telemetry)
     model: Any = None
+    guard: StepGuard | None = None
+    pending_rng: RngState | None = None
 
     @classmethod
     def start(cls, identity: RankIdentity) -> WorkerRuntime:
@@ -101,7 +120,14 @@ class WorkerRuntime:
                 world_size=identity.world_size,
             )
         timing = StepTiming(ComputeClock(identity.device), slowdowns.factor_at)
-        return cls(identity=identity, slowdowns=slowdowns, timing=timing, scheduler=scheduler)
+        guard = StepGuard(identity.rank, identity.world_size, setup.max_consecutive_nonfinite)
+        return cls(
+            identity=identity,
+            slowdowns=slowdowns,
+            timing=timing,
+            scheduler=scheduler,
+            guard=guard,
+        )
 
 
 _lock = threading.Lock()

@@ -8,12 +8,17 @@ over the whole global batch: the update a single device would make.
 
 ``weighting="uniform"`` scales by 1/world_size instead, reproducing the seed papers' earlier
 HDP baseline (uneven slices, plain averaging), which biases updates toward small slices.
+
+With a :class:`~raytrain_hetero.worker.guard.StepGuard`, the hook also checks each bucket for
+non-finite values before the reduction and appends the per-rank indicator to the last
+bucket's all-reduce, so the step guard's decision costs no extra collective.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -22,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import BatchNormBinding, convert_batchnorm
+from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.timing import StepTiming
 
 logger = logging.getLogger(__name__)
@@ -35,11 +41,13 @@ class WeightedSyncState:
         timing: The worker's step timing (the step in progress, compute accounting).
         weighting: "proportional" or "uniform".
         process_group: Group the gradients are reduced over.
+        guard: The step guard whose indicator rides on the last bucket (None: no guard).
     """
 
     timing: StepTiming
     weighting: str
     process_group: Any
+    guard: StepGuard | None = None
 
 
 def weighted_allreduce_hook(
@@ -55,19 +63,30 @@ def weighted_allreduce_hook(
     state.timing.before_collective()
     tensor = bucket.buffer()
     tensor.mul_(step.weight(state.weighting))
+    guard = state.guard
+    flags = None
+    if guard is not None:
+        guard.check_bucket(step.global_step, tensor)
+        if bucket.is_last():  # DDP launches buckets in order: every other one was checked
+            flags = guard.indicator(step.global_step, tensor)
+    payload = tensor if flags is None else torch.cat([tensor, flags])
     group = state.process_group
-    if tensor.is_cuda and dist.get_backend(group) == dist.Backend.GLOO:
+    if payload.is_cuda and dist.get_backend(group) == dist.Backend.GLOO:
         # Mixed CPU/GPU groups run gloo; stage through host memory.
-        staged = tensor.cpu()
-        fut = dist.all_reduce(staged, group=group, async_op=True).get_future()
+        payload = payload.cpu()
+    size = tensor.numel()
 
-        def copy_back(f: torch.futures.Future) -> torch.Tensor:
-            tensor.copy_(f.value()[0], non_blocking=False)
-            return tensor
+    def unpack(f: torch.futures.Future) -> torch.Tensor:
+        reduced = f.value()[0]
+        if flags is not None and guard is not None:
+            guard.receive(step.global_step, reduced[size:])
+            reduced = reduced[:size]
+        if reduced.data_ptr() != tensor.data_ptr():
+            tensor.copy_(reduced, non_blocking=False)
+        return tensor
 
-        return fut.then(copy_back)
-    fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+    fut = dist.all_reduce(payload, group=group, async_op=True).get_future()
+    return fut.then(unpack)
 
 
 # DDP checks the hook's annotations as objects; postponed (string) annotations fail that check.
@@ -106,6 +125,8 @@ def wrap_model(
     weighting: str,
     sync_batchnorm: bool = True,
     ddp_kwargs: dict[str, Any] | None = None,
+    collective_timeout_s: float | None = None,
+    guard: StepGuard | None = None,
 ) -> DistributedDataParallel:
     """Move ``model`` to the worker's device and wrap it in DDP with the weighted hook.
 
@@ -117,6 +138,9 @@ def wrap_model(
         sync_batchnorm: Replace BatchNorm layers by global-statistics HeteroBatchNorm. Turning
             it off keeps per-slice statistics, which is inexact under uneven slices.
         ddp_kwargs: Extra keyword arguments for DistributedDataParallel.
+        collective_timeout_s: Timeout of the BatchNorm statistics group (``new_group``
+            otherwise takes torch's 30-minute default, not the world group's timeout).
+        guard: Step guard fed by the gradient hook (non-finite indicator).
 
     Returns:
         The DDP-wrapped model.
@@ -129,7 +153,8 @@ def wrap_model(
     device = torch.device(device)
     if sync_batchnorm:
         # A dedicated group keeps statistics collectives from interleaving with DDP buckets.
-        bn_group = dist.new_group(backend=dist.get_backend())
+        timeout = None if collective_timeout_s is None else timedelta(seconds=collective_timeout_s)
+        bn_group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
         model = convert_batchnorm(model, bn_group, batchnorm_binding(timing, weighting))
     else:
         logger.warning(
@@ -143,6 +168,8 @@ def wrap_model(
         kwargs["device_ids"] = [device.index if device.index is not None else 0]
     kwargs.update(ddp_kwargs or {})
     ddp_model = DistributedDataParallel(model, **kwargs)
-    state = WeightedSyncState(timing=timing, weighting=weighting, process_group=dist.group.WORLD)
+    state = WeightedSyncState(
+        timing=timing, weighting=weighting, process_group=dist.group.WORLD, guard=guard
+    )
     ddp_model.register_comm_hook(state, weighted_allreduce_hook)
     return ddp_model

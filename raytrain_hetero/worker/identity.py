@@ -38,6 +38,10 @@ class HeteroSetup:
         plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
         slowdown_schedule: EMULATION: injected slowdowns known from the start.
         faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
+        collective_timeout_s: Timeout of every process group the worker creates (gradient
+            and BatchNorm): a rank stuck this long in a collective fails the group.
+        max_consecutive_nonfinite: Step guard: consecutive skipped (non-finite) steps after
+            which the run stops.
     """
 
     run_id: str
@@ -57,6 +61,8 @@ class HeteroSetup:
     plan_sync_every: int = 5
     slowdown_schedule: tuple[SlowdownInjection, ...] = ()
     faults: FaultInjectionConfig | None = None
+    collective_timeout_s: float = 1800.0
+    max_consecutive_nonfinite: int = 3
 
 
 @dataclass(frozen=True)

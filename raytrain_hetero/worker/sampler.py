@@ -111,6 +111,8 @@ class HeteroDataLoader:
         telemetry: Metrics the loop logs during a step.
         ensure_plan: Called before each epoch; makes sure a plan exists (probing if needed).
         on_step_end: Called with the finished step's record.
+        before_epoch: Called after ``ensure_plan`` and before the first batch of each
+            iteration (restores the checkpoint's generator states once).
         move_to_device: Move each batch to the worker's device.
         dataloader_kwargs: Other ``torch.utils.data.DataLoader`` arguments.
     """
@@ -126,6 +128,7 @@ class HeteroDataLoader:
         telemetry: Telemetry,
         ensure_plan: Callable[[], None],
         on_step_end: Callable[[StepRecord], None],
+        before_epoch: Callable[[], None] | None = None,
         move_to_device: bool = True,
         **dataloader_kwargs: Any,
     ) -> None:
@@ -143,10 +146,18 @@ class HeteroDataLoader:
         self.telemetry = telemetry
         self._ensure_plan = ensure_plan
         self._on_step_end = on_step_end
+        self._before_epoch = before_epoch
         self._move = move_to_device
         self._device = torch.device(identity.device)
         self._clock = ComputeClock(self._device)
         self.batch_sampler = CarvingBatchSampler(state.carver, schedule, identity.rank)
+        # A DataLoader iterator draws its workers' base seed from a generator: from torch's
+        # global one by default, which would shift every later draw (Dropout) by where an
+        # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
+        self._generator: torch.Generator | None = None
+        if dataloader_kwargs.get("generator") is None:
+            self._generator = torch.Generator()
+            dataloader_kwargs["generator"] = self._generator
         self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
 
@@ -170,8 +181,12 @@ class HeteroDataLoader:
     def __iter__(self) -> Iterator[Any]:
         state = self.state
         self._ensure_plan()
+        if self._before_epoch is not None:
+            self._before_epoch()
         epoch, start = state.cursor.epoch, state.cursor.step_in_epoch
         self.batch_sampler.set_position(epoch, start)
+        if self._generator is not None:
+            self._generator.manual_seed((state.carver.seed * 1_000_003 + epoch) % 2**63)
         steps = state.carver.steps_per_epoch
         step = start
         batches = iter(self.loader)
@@ -188,6 +203,7 @@ class HeteroDataLoader:
                 load_s = self._clock.now() - load_started
                 load_wall_s = time.perf_counter() - load_wall_started
                 self.telemetry.take()  # metrics logged between steps belong to no step
+                self.telemetry.take_skipped()
                 # Begun after the batch is on the device: loading is accounted separately.
                 self.timing.begin(self._step_info(epoch, step))
                 state.cursor = Cursor(epoch, step + 1) if step + 1 < steps else Cursor(epoch + 1, 0)
@@ -239,4 +255,5 @@ class HeteroDataLoader:
             world_size=identity.world_size,
             wall_s=wall,
             time=time.time(),
+            skipped_nonfinite=self.telemetry.take_skipped(),
         )

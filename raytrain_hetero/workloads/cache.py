@@ -24,6 +24,8 @@ class InMemoryDataset(Dataset):
 
     def __init__(self, dataset: Dataset) -> None:
         started = time.perf_counter()
+        # Kept so ranks can compare the source's file list (prepare_data_loader's agreement).
+        self.dataset = dataset
         self.items = [dataset[i] for i in range(len(dataset))]  # type: ignore[arg-type]
         logger.info("cached %d items in %.1f s", len(self.items), time.perf_counter() - started)
 

@@ -15,8 +15,10 @@ from raytrain_hetero.worker.checkpoint_state import (
     STATE_FORMAT,
     CheckpointState,
     read_state,
+    require_state,
     write_state,
 )
+from raytrain_hetero.worker.rng_state import capture_rng
 
 CARVER = EpochCarver(dataset_size=470, global_batch_size=48, seed=3, min_step_size=3)
 
@@ -53,7 +55,7 @@ def test_an_unknown_format_version_is_refused_with_a_fix(tmp_path):
     data = _state().to_dict()
     data["format"] = STATE_FORMAT + 1
     (tmp_path / STATE_FILE).write_text(json.dumps(data))
-    with pytest.raises(ConfigError, match=r"format version 2.*reads version 1.*new run"):
+    with pytest.raises(ConfigError, match=r"format version 3.*reads versions 1, 2.*new run"):
         read_state(tmp_path)
 
 
@@ -83,3 +85,20 @@ def test_resuming_under_another_carving_names_what_differs():
     other = EpochCarver(dataset_size=470, global_batch_size=64, seed=4, min_step_size=3)
     with pytest.raises(ConfigError, match=r"global_batch_size: checkpoint 48 vs now 64, seed"):
         state.check_carving(other)
+
+
+def test_format_2_carries_every_ranks_generator_state(tmp_path):
+    rngs = [capture_rng(), capture_rng()]
+    state = CheckpointState.capture(CARVER, Cursor(1, 4), 2, [], [0, 1], rngs)
+    write_state(tmp_path, state)
+    restored = read_state(tmp_path)
+    assert restored == state and restored.rng == tuple(rngs)
+    assert json.loads((tmp_path / STATE_FILE).read_text())["format"] == 2
+
+
+def test_resuming_from_a_checkpoint_without_state_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "model.pt").write_bytes(b"weights only")
+    with pytest.raises(ConfigError, match=r"/ckpt_7\) has no raytrain_hetero_state.json.*Fix:"):
+        require_state(tmp_path, "/ckpt_7")
+    write_state(tmp_path, _state())
+    assert require_state(tmp_path, "/ckpt_7") == _state()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -14,6 +15,7 @@ from raytrain_hetero.core.records import (
     as_step_record,
     median_finite,
     modal,
+    nonfinite_steps_skipped,
     run_samples_per_s,
     summarize_workers,
 )
@@ -85,6 +87,16 @@ def test_run_samples_per_s_is_samples_over_slowest_walls() -> None:
 def test_a_step_a_restarted_group_repeats_counts_again() -> None:
     records = [rec(0, 0, 40, 1.0, group="a"), rec(0, 0, 40, 1.0, group="b")]
     assert run_samples_per_s(records) == pytest.approx(80 / 1.0)
+
+
+def test_a_skipped_step_counts_once_per_group_whatever_its_ranks() -> None:
+    def skipped(step: int, rank: int, group: str = "g") -> StepRecord:
+        return dataclasses.replace(rec(step, rank, 30, 1.0, group=group), skipped_nonfinite=True)
+
+    records = [skipped(3, 0), skipped(3, 1), rec(4, 0, 30, 1.0), skipped(3, 0, group="h")]
+    assert nonfinite_steps_skipped(records) == 2
+    assert nonfinite_steps_skipped([rec(1, 0, 30, 1.0)]) == 0
+    assert StepRecord.from_dict(skipped(3, 0).to_dict()).skipped_nonfinite is True
 
 
 def test_modal_ties_go_to_the_largest_and_empty_is_an_error() -> None:

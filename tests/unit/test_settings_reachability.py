@@ -25,6 +25,7 @@ from raytrain_hetero.config import (
     BatchConfig,
     ElasticConfig,
     EmulationConfig,
+    GuardConfig,
     PolicyConfig,
     ProbeConfig,
     SchedulerConfig,
@@ -43,6 +44,7 @@ GROUPS: dict[type, tuple[str, str]] = {
     ElasticConfig: ("elastic", "elastic"),
     EmulationConfig: ("emulation", "emulation"),
     BackendConfig: ("backend", "backend"),
+    GuardConfig: ("guard", "guard"),
 }
 
 #: A non-default value for every library field (the test below proves the table complete).
@@ -72,6 +74,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (ElasticConfig, "resize_monitor_interval_s"): 2.0,
     (BackendConfig, "torch_backend"): "gloo",
     (BackendConfig, "collective_timeout_s"): 60,
+    (GuardConfig, "max_consecutive_nonfinite"): 5,
     (WorkerSpec, "name"): "c",
     (WorkerSpec, "count"): 2,
     (WorkerSpec, "resources"): {"CPU": 2.0},

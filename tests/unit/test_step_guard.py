@@ -1,0 +1,200 @@
+"""The step guard on a real 2-process gloo group (no Ray): the worker API's prepare_model and
+prepare_optimizer, the weighted DDP hook carrying the non-finite indicator, real SGD."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.errors import NonFiniteStepError
+from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
+from raytrain_hetero.worker.guard import StepGuard
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.timing import StepInfo
+
+SLICES = (3, 5)
+STEPS = 6
+NAN_STEP = 2
+
+SETUP = HeteroSetup(
+    run_id="guard",
+    specs=(WorkerSpec(name="a"), WorkerSpec(name="b")),
+    global_batch_size=sum(SLICES),
+    weighting="proportional",
+    fixed_shares=None,
+    min_slice=1,
+    max_world_size=2,
+    probe=ProbeConfig(),
+    collective_timeout_s=60.0,
+    max_consecutive_nonfinite=3,
+)
+
+
+def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + step)
+    return torch.randn(sum(SLICES), 4, generator=g), torch.randint(
+        0, 3, (sum(SLICES),), generator=g
+    )
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def _params(model: torch.nn.Module) -> torch.Tensor:
+    module = getattr(model, "module", model)
+    return torch.cat([p.detach().flatten() for p in module.parameters()]).clone()
+
+
+def _momentum(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [s["momentum_buffer"].clone() for s in optimizer.state.values()]
+
+
+def _run(rank, *, nan_steps=(), skip_batches=(), inf_steps=(), scaler=None, steps=STEPS):
+    """Train ``steps`` steps with the guarded optimizer; returns params after each step."""
+    import raytrain_hetero as rh
+
+    runtime = get_runtime()
+    runtime.guard = StepGuard(rank, 2, SETUP.max_consecutive_nonfinite)
+    model = rh.prepare_model(_model(), sync_batchnorm=False)
+    optimizer = rh.prepare_optimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    )
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)
+    history, skipped, momenta = [_params(model)], [], []
+    start = sum(SLICES[:rank])
+    for step in range(steps):
+        if step in skip_batches:
+            continue
+        runtime.timing.begin(StepInfo(step, 0, step, SLICES, rank, 0))
+        x, y = _batch(step)
+        x, y = x[start : start + SLICES[rank]], y[start : start + SLICES[rank]]
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if rank == 1 and step in nan_steps:
+            loss = loss * float("nan")
+        if rank == 1 and step in inf_steps:
+            loss = loss * float("inf")
+        optimizer.zero_grad()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        schedule.step()
+        skipped.append(runtime.telemetry.take_skipped())
+        runtime.timing.end()
+        history.append(_params(model))
+        momenta.append(_momentum(optimizer))
+    return history, skipped, momenta, runtime.guard.skipped_total
+
+
+def _rank_main(rank: int, port: int, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.set_num_threads(1)
+        identity = RankIdentity(setup=SETUP, slot=rank, rank=rank, world_size=2)
+        install_runtime(WorkerRuntime.start(identity))
+        results: dict = {}
+        results["nan"] = _run(rank, nan_steps=(NAN_STEP,))
+        results["reference"] = _run(rank, skip_batches=(NAN_STEP,))
+        try:
+            _run(rank, nan_steps=(1, 2, 3))
+            results["error"] = None
+        except NonFiniteStepError as exc:
+            results["error"] = str(exc)
+        # GradScaler: the scaler owns overflow; the guard neither applies nor counts it.
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+        results["amp"] = _run(rank, inf_steps=(1, 2, 3, 4), scaler=scaler)
+        # No DDP model: the guard falls back to one tiny all-reduce of its own.
+        runtime = get_runtime()
+        runtime.guard = StepGuard(rank, 2, 3)
+        grads = [torch.tensor([float("nan") if rank == 0 else 1.0])]
+        results["fallback"] = runtime.guard.verdict(7, lambda: grads).ranks
+        blob = io.BytesIO()
+        torch.save(results, blob)
+        queue.put((rank, blob.getvalue()))
+    except BaseException:  # noqa: BLE001 - reported to the test
+        queue.put((rank, traceback.format_exc().encode()))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, port, queue)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    out = {}
+    for _ in procs:
+        rank, blob = queue.get(timeout=180)
+        try:
+            out[rank] = torch.load(io.BytesIO(blob), weights_only=False)
+        except Exception:  # noqa: BLE001
+            pytest.fail(blob.decode())
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    return out
+
+
+def test_a_nonfinite_step_is_skipped_on_every_rank_and_counted(results):
+    for rank in (0, 1):
+        history, skipped, momenta, total = results[rank]["nan"]
+        assert skipped == [step == NAN_STEP for step in range(STEPS)]
+        assert total == 1
+        # No update, no momentum, no weight decay at the skipped step.
+        assert torch.equal(history[NAN_STEP + 1], history[NAN_STEP])
+        for before, after in zip(momenta[NAN_STEP - 1], momenta[NAN_STEP]):
+            assert torch.equal(before, after)
+        assert all(torch.isfinite(p).all() for p in history)
+        assert not torch.equal(history[-1], history[NAN_STEP])  # the run went on
+    assert torch.equal(results[0]["nan"][0][-1], results[1]["nan"][0][-1])
+
+
+def test_a_run_with_a_nan_step_equals_one_that_never_saw_that_batch(results):
+    for rank in (0, 1):
+        assert torch.equal(results[rank]["nan"][0][-1], results[rank]["reference"][0][-1])
+
+
+def test_consecutive_nonfinite_steps_stop_the_run_naming_step_and_rank(results):
+    for rank in (0, 1):
+        error = results[rank]["error"]
+        assert error is not None
+        assert "3 consecutive" in error and "steps 1..3" in error
+        assert "at step 3" in error and "rank(s) [1]" in error
+        assert "max_consecutive_nonfinite" in error
+
+
+def test_gradscaler_overflow_is_the_scalers_business(results):
+    for rank in (0, 1):
+        history, skipped, _, total = results[rank]["amp"]
+        assert total == 0 and not any(skipped)  # not counted toward the limit
+        for step in (1, 2, 3, 4):
+            assert torch.equal(history[step + 1], history[step])  # never applied
+        assert not torch.equal(history[1], history[0])  # finite steps are applied
+        assert not torch.equal(history[-1], history[-2])
+
+
+def test_without_ddp_the_guard_falls_back_to_one_all_reduce(results):
+    assert results[0]["fallback"] == (0,) and results[1]["fallback"] == (0,)
