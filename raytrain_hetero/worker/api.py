@@ -51,12 +51,12 @@ from raytrain_hetero.worker.checkpoint_state import (
     write_state,
 )
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
-from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.dataset_agreement import (
     RankDataset,
     check_agreement,
     dataset_fingerprint,
 )
+from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
 from raytrain_hetero.worker.planning import (
     build_plan,
