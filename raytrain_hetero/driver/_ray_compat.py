@@ -61,6 +61,7 @@ __all__ = [
     "mark_trainable_mixins",
     "run_backend_config",
     "run_controller_with_scaling_policy",
+    "train_collective_timeout",
     "train_env_passthrough",
 ]
 
@@ -72,6 +73,12 @@ PINNED_RAY_VERSION = "2.60.0"
 #: benchmarks set it small (0.2 s) and the driver passes it on to workers.
 #: Public replacement: a RunConfig/ScalingConfig field for the health-check interval.
 HEALTH_CHECK_ENV_VAR = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+#: Ray Train 2.60 reads this environment variable (not a documented setting) in the driver when
+#: ``fit()`` creates the controller and propagates it to the workers: the timeout of Ray
+#: Train's own collectives (the barrier inside ``ray.train.report``). Unset, they wait forever.
+#: Public replacement: a RunConfig field for the collective timeout.
+COLLECTIVE_TIMEOUT_ENV_VAR = "RAY_TRAIN_COLLECTIVE_TIMEOUT_S"
 
 
 class RayCompatError(HeteroError):
@@ -221,6 +228,13 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         "(its str() is the traceback), to show the CLI user the one-line HeteroError",
         "a public attribute holding the original exception of a worker failure",
     ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.constants",
+        "COLLECTIVE_TIMEOUT_S_ENV_VAR",
+        "train_collective_timeout sets this variable so Ray Train's report barrier times out "
+        "with BackendConfig.collective_timeout_s (it has no timeout by default)",
+        "a RunConfig field for Ray Train's collective timeout",
+    ),
 )
 
 
@@ -359,6 +373,36 @@ def train_env_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
         if (HEALTH_CHECK_ENV_VAR in environ)
         else {}
     )
+
+
+@contextlib.contextmanager
+def train_collective_timeout(
+    timeout_s: float, environ: dict[str, str] | None = None
+) -> Iterator[None]:
+    """Ray Train's own collectives time out after ``timeout_s`` while the block runs.
+
+    Why: a rank that hangs between the package's collectives and ``ray.train.report`` leaves
+    the other ranks in Ray Train's report barrier, which has no timeout unless
+    :data:`COLLECTIVE_TIMEOUT_ENV_VAR` is set in the driver when the controller starts (Ray then
+    propagates it to every worker). Setting it for the duration of ``fit()`` makes
+    ``BackendConfig.collective_timeout_s`` bound that barrier too. A value the user exported
+    wins and is left untouched.
+
+    Args:
+        timeout_s: Seconds a rank may wait in a collective.
+        environ: The environment to change (``os.environ``; a dict in tests).
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    if COLLECTIVE_TIMEOUT_ENV_VAR in env:
+        yield
+        return
+    env[COLLECTIVE_TIMEOUT_ENV_VAR] = str(float(timeout_s))
+    try:
+        yield
+    finally:
+        env.pop(COLLECTIVE_TIMEOUT_ENV_VAR, None)
 
 
 def hetero_error_cause(error: BaseException) -> HeteroError | None:

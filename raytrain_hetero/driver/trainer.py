@@ -35,7 +35,7 @@ from raytrain_hetero.config import (
 )
 from raytrain_hetero.core.placement import SlotDemand
 from raytrain_hetero.core.records import StepRecord
-from raytrain_hetero.driver._ray_compat import check_ray_compat
+from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
 from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer
 from raytrain_hetero.driver.scheduler import (
@@ -368,7 +368,9 @@ class HeteroTrainer:
             collector.decisions,
         )
         try:
-            return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
+            # Bounds Ray Train's report barrier as well as the package's process groups.
+            with train_collective_timeout(self.backend.collective_timeout_s):
+                return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
         finally:
             self._scheduler = None
             kill_scheduler(scheduler, self.run_id)

@@ -122,6 +122,9 @@ def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
         FaultSpec(phase="checkpoint_commit", action="kill", step=7, rank=0),
         # Rank 1 stalls after step 8: rank 0 times out in step 9's gradient all-reduce.
         FaultSpec(phase="mid_epoch", action="hang", step=8, rank=1, hang_s=hang_s),
+        # Rank 1 stalls inside report() after step 9's checkpoint: rank 0 waits in Ray Train's
+        # report barrier, which only BackendConfig.collective_timeout_s bounds.
+        FaultSpec(phase="checkpoint_commit", action="hang", step=9, rank=1, hang_s=hang_s),
     ]
     trainer, out = run(
         tmp_path,
@@ -142,12 +145,16 @@ def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
     resumes = [s["resume_step"] for s in starts]
     # Probe, calibration: no checkpoint yet. Then one start after each restarting fault, at
     # the newest checkpoint Ray Train had registered (it may lag the newest report a little).
-    assert len(resumes) == 7, resumes
+    assert len(resumes) == 8, resumes
     assert resumes[:3] == [0, 0, 0], resumes
     assert resumes[3] <= 2 and resumes[4] <= 6 and resumes[6] == 8, resumes
     assert resumes[5] <= 6, "resumed from the checkpoint whose report never happened"
     # The hang failed the group within the collective timeout, not after hang_s.
     assert starts[6]["time"] - fired[6]["time"] < hang_s / 2
+    # The hang inside report() failed the group within the timeout too; step 9's checkpoint
+    # never registered, so the group resumed after step 7's.
+    assert resumes[7] == 8, resumes
+    assert starts[7]["time"] - fired[7]["time"] < hang_s / 2
     # The scheduler actor came back (Ray restarted it) and kept receiving step records.
     assert any(r.step >= 8 for r in trainer.step_records)
 

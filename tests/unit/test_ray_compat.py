@@ -82,3 +82,33 @@ def test_no_private_ray_name_outside_the_compat_module() -> None:
         if "compat" not in path.name and pattern.search(path.read_text())
     ]
     assert offenders == [], f"private Ray names outside driver/_ray_compat.py: {offenders}"
+
+
+def test_collective_timeout_is_set_for_the_block_and_removed_after() -> None:
+    from ray.train.v2._internal.constants import COLLECTIVE_TIMEOUT_S_ENV_VAR
+
+    from raytrain_hetero.driver._ray_compat import (
+        COLLECTIVE_TIMEOUT_ENV_VAR,
+        train_collective_timeout,
+    )
+
+    assert COLLECTIVE_TIMEOUT_ENV_VAR == COLLECTIVE_TIMEOUT_S_ENV_VAR  # the name Ray reads
+    env: dict[str, str] = {}
+    with train_collective_timeout(7, env):
+        assert env == {COLLECTIVE_TIMEOUT_ENV_VAR: "7.0"}
+    assert env == {}
+    with pytest.raises(RuntimeError), train_collective_timeout(7, env):
+        raise RuntimeError("fit failed")
+    assert env == {}  # removed on failure too
+
+
+def test_a_collective_timeout_the_user_exported_wins() -> None:
+    from raytrain_hetero.driver._ray_compat import (
+        COLLECTIVE_TIMEOUT_ENV_VAR,
+        train_collective_timeout,
+    )
+
+    env = {COLLECTIVE_TIMEOUT_ENV_VAR: "99"}
+    with train_collective_timeout(7, env):
+        assert env[COLLECTIVE_TIMEOUT_ENV_VAR] == "99"
+    assert env == {COLLECTIVE_TIMEOUT_ENV_VAR: "99"}
