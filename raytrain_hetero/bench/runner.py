@@ -26,13 +26,6 @@ class ScenarioUnavailable(RuntimeError):
     """The scenario needs hardware this machine does not have."""
 
 
-def _ray_env() -> dict[str, Any] | None:
-    from raytrain_hetero.driver._ray_compat import train_env_passthrough
-
-    env = train_env_passthrough(os.environ)
-    return {"env_vars": env} if env else None
-
-
 def _check_hardware(scenario: Scenario) -> None:
     if not scenario.needs_gpu:
         return
@@ -160,18 +153,13 @@ def _run_train(
     from raytrain_hetero.bench.analysis import alone_jobs, fit_figures
     from raytrain_hetero.bench.contenders import measure_alone_speeds, run_fit
     from raytrain_hetero.bench.plots import timeline_points
+    from raytrain_hetero.driver.session import init_ray
 
     cpus = sum(float(s.resources.get("CPU", 1)) for s in setup.specs)
     if ray.is_initialized():
         ray.shutdown()
-    # address="local": always a new Ray of our own, never a cluster someone left running.
-    ray.init(
-        address="local",
-        num_cpus=math.ceil(cpus) + 2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env=_ray_env(),
-    )
+    # Always a new Ray of our own (bound to 127.0.0.1), never a cluster someone left running.
+    init_ray(num_cpus=math.ceil(cpus) + 2)
     contenders = options["contenders"]
     order = [(c, r) for r in range(int(options["repeats"])) for c in contenders]
     if options["warmup"]:
@@ -251,6 +239,8 @@ def _run_join(
         setup.max_steps = 5000  # bounds a fit whose join is never picked up
     contenders = options["contenders"]
     order = [(c, r) for r in range(int(options["repeats"])) for c in contenders]
+    from raytrain_hetero.driver.session import init_ray
+
     if ray.is_initialized():
         ray.shutdown()
     for index, (contender, repeat) in enumerate(order):
@@ -260,7 +250,7 @@ def _run_join(
         try:
             cluster.add_node(num_cpus=start)
             cluster.wait_for_nodes()
-            ray.init(address=cluster.address, log_to_driver=False, runtime_env=_ray_env())
+            init_ray(address=cluster.address)
             joined: dict[str, float] = {}
 
             def add_node(cluster: Any = cluster, joined: dict[str, float] = joined) -> None:
