@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from network_sockets import descendants
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.app.config import load_config
@@ -82,28 +83,9 @@ def test_best_and_latest_checkpoints_survive(ray_local, tmp_path):
 # ------------------------------------------------------------------------------ the CLI
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, pending = [], [root]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
-            pending.append(child)
-    return found
-
-
 def _train_workers(root: int) -> list[int]:
     pids = []
-    for pid in _descendants(root):
+    for pid in descendants(root)[1:]:  # below the CLI process
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
