@@ -81,18 +81,23 @@ def descendants(root: int) -> list[int]:
 
 
 def process_name(pid: int) -> str:
-    """The process's command line, shortened (its comm if the command line is unreadable)."""
+    """The process's command line, shortened, its program by base name (``gcs_server ...``).
+
+    The base name keeps the program visible however long the install path (a CI venv under
+    /tmp); the comm is used if the command line is unreadable.
+    """
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
-        return cmdline.decode(errors="replace")[:80] or Path(f"/proc/{pid}/comm").read_text()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        args = [a for a in args if a]
+        if not args:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        return " ".join([Path(args[0]).name, *args[1:]])[:80]
     except OSError:
         return "?"
 
 
-def listening_sockets(pids: list[int]) -> list[ListeningSocket]:
-    """Every listening TCP socket held by one of ``pids``."""
-    by_inode = _listening_by_inode()
-    found = []
+def _socket_inodes(pids: list[int]) -> set[int]:
+    inodes = set()
     for pid in pids:
         try:
             fds = list(Path(f"/proc/{pid}/fd").iterdir())
@@ -104,10 +109,36 @@ def listening_sockets(pids: list[int]) -> list[ListeningSocket]:
             except OSError:
                 continue
             if target.startswith("socket:["):
-                inode = int(target[len("socket:[") : -1])
-                if inode in by_inode:
-                    address, port = by_inode[inode]
-                    found.append(ListeningSocket(pid, process_name(pid), address, port))
+                inodes.add(int(target[len("socket:[") : -1]))
+    return inodes
+
+
+def exposed_listeners_outside(pids: list[int], port: int) -> list[str]:
+    """Non-loopback listeners on ``port`` held by processes *not* among ``pids``.
+
+    A connection through an outside address to such a port reaches that other program (another
+    Ray on a shared machine binds Ray's default ports on every interface), not this session.
+    """
+    own = _socket_inodes(pids)
+    found = []
+    for inode, (address, listen_port) in _listening_by_inode().items():
+        if listen_port != port or inode in own:
+            continue
+        probe = ListeningSocket(0, "", address, listen_port)
+        if not probe.loopback_only:
+            found.append(f"{address}:{listen_port} (socket inode {inode})")
+    return found
+
+
+def listening_sockets(pids: list[int]) -> list[ListeningSocket]:
+    """Every listening TCP socket held by one of ``pids``."""
+    by_inode = _listening_by_inode()
+    found = []
+    for pid in pids:
+        for inode in _socket_inodes([pid]):
+            if inode in by_inode:
+                address, port = by_inode[inode]
+                found.append(ListeningSocket(pid, process_name(pid), address, port))
     return sorted(set(found), key=lambda s: (s.port, s.pid))
 
 
