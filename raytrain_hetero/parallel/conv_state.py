@@ -27,7 +27,6 @@ import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
-from raytrain_hetero.core.kernel_split import channel_offsets
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.conv_split import SplitConv2d, all_gather_blocks, split_layers
 from raytrain_hetero.worker.emulation import SlowdownEmulator
@@ -176,8 +175,10 @@ def resplit(
         if name not in new_kernels_per_rank:
             continue
         sizes = tuple(int(k) for k in new_kernels_per_rank[name])
-        if len(sizes) != len(layer.kernels_per_rank) or channel_offsets(sizes)[-1] != (
-            layer.out_channels
+        if (
+            len(sizes) != len(layer.kernels_per_rank)
+            or min(sizes) < 1
+            or sum(sizes) != layer.out_channels
         ):
             raise ModelParallelError(
                 f"new split {list(sizes)} of {name!r} must give each of the "
