@@ -1,0 +1,116 @@
+"""Conv-split train loop run on Ray workers by test_conv_split.py (importable by reference).
+
+Every rank of the split group reads the SAME carved global batch (the group is one
+data-parallel replica: the carving's step bounds, not a per-rank slice), computes its share of
+each split layer's kernels, and the replicated layers stay identical without any all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from raytrain_hetero.core.carving import EpochCarver
+from raytrain_hetero.parallel.conv_split import (
+    CollectiveHooks,
+    check_replicas_identical,
+    split_conv_layers,
+)
+from raytrain_hetero.parallel.conv_state import (
+    full_state_dict,
+    gather_kernel_costs,
+    probe_kernel_cost,
+)
+from raytrain_hetero.worker.context import get_runtime
+from raytrain_hetero.worker.emulation import SlowdownEmulator
+from raytrain_hetero.worker.timing import ComputeClock
+
+SPLIT_LAYERS = ("conv1", "conv2")
+
+
+class SmallCnn(torch.nn.Module):
+    """conv 3->8, BatchNorm, conv 8->24, pooling, linear head: small Marques-style CNN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 24, 3, padding=1)
+        self.head = torch.nn.Linear(24, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.conv2(x))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def build_model(dtype: torch.dtype) -> SmallCnn:
+    torch.manual_seed(0)
+    return SmallCnn().to(dtype)
+
+
+def make_images(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(size, 3, 16, 16, generator=g, dtype=torch.float64).to(dtype)
+    y = torch.randint(0, 4, (size,), generator=g)
+    return x, y
+
+
+def conv_split_loop(config: dict) -> None:
+    """Probe, split by measured per-kernel cost, train on whole batches; rank 0 saves results."""
+    torch.set_num_threads(1)
+    dtype = getattr(torch, config["dtype"])
+    identity = get_runtime().identity
+    slowdown = identity.spec.emulated_slowdown
+    x, y = make_images(config["size"], dtype)
+    model = build_model(dtype)
+
+    # Per-kernel costs of each layer on this worker (EMULATION through the one emulator).
+    shapes = {"conv1": (config["batch"], 3, 16, 16), "conv2": (config["batch"], 8, 8, 8)}
+    costs = {
+        name: gather_kernel_costs(
+            probe_kernel_cost(getattr(model, name), shapes[name], slowdown=slowdown, repeats=5)
+        )
+        for name in SPLIT_LAYERS
+    }
+    # The split layers stretch this rank's compute before each collective, as a slower
+    # device would reach it later.
+    emulator = SlowdownEmulator(ComputeClock("cpu"))
+
+    def before_collective() -> None:
+        emulator.stretch(slowdown)
+
+    def after_collective() -> None:
+        emulator.mark()
+
+    hooks = CollectiveHooks(before=before_collective, after=after_collective)
+    splits = split_conv_layers(model, list(SPLIT_LAYERS), costs=costs, hooks=hooks)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    carver = EpochCarver(config["size"], config["batch"], seed=0, min_step_size=1)
+    spreads = []
+    for epoch in range(config["epochs"]):
+        permutation = torch.from_numpy(carver.permutation(epoch))
+        for k in range(carver.steps_per_epoch):
+            lo, hi = carver.step_bounds(k)
+            ids = permutation[lo:hi]  # the whole global batch, the same on every rank
+            emulator.mark()
+            loss = F.cross_entropy(model(x[ids]), y[ids])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            spreads.append(check_replicas_identical(model))
+    state = full_state_dict(model)
+    if dist.get_rank() == 0:
+        out = Path(config["out"])
+        torch.save(state, out / "model.pt")
+        summary = {
+            "splits": {k: list(v) for k, v in splits.items()},
+            "betas": {k: [c.beta for c in v] for k, v in costs.items()},
+            "spreads": spreads,
+        }
+        (out / "summary.json").write_text(json.dumps(summary))
