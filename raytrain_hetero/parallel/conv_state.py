@@ -144,6 +144,24 @@ def load_full_optimizer_state_dict(
     optimizer.load_state_dict(local)
 
 
+def _move_optimizer_entry(
+    optimizer: torch.optim.Optimizer,
+    param: nn.Parameter,
+    moved: nn.Parameter,
+    layer: SplitConv2d,
+    old_sizes: Sequence[int],
+) -> None:
+    """Hand ``param``'s place in the optimizer to ``moved``, its per-kernel state re-sliced."""
+    keys = _per_kernel_state(optimizer, param)
+    entries = optimizer.state.pop(param, None)
+    if entries is not None:
+        for key in keys:
+            entries[key] = _gather(layer, entries[key], old_sizes)[layer.block].clone()
+        optimizer.state[moved] = entries
+    for group in optimizer.param_groups:
+        group["params"] = [moved if p is param else p for p in group["params"]]
+
+
 def resplit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -153,9 +171,13 @@ def resplit(
 
     Call between steps (gradients are dropped). Each changed layer's blocks are gathered in
     full and re-sliced, which at conv sizes (a few MB) costs one all-gather per tensor. The
-    Parameter objects are kept (their ``.data`` is resized) so the optimizer's param groups
-    stay valid; state tensors shaped like the parameter (SGD ``momentum_buffer``, Adam
-    ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``) are re-sliced the same way.
+    layer gets NEW Parameter objects, and the optimizer's param groups and state are moved to
+    them: resizing ``.data`` in place is not enough, because autograd caches a leaf's shape in
+    its gradient accumulator, which lives as long as any graph built before the re-split (a
+    ``loss`` still referenced) and then rejects the new shape. State tensors shaped like the
+    parameter (SGD ``momentum_buffer``, Adam ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``)
+    are re-sliced; scalars (Adam ``step``) are the same on every rank and stay. Anything else
+    holding the old Parameters (an EMA copy, a DDP wrapper) must be rebuilt.
 
     Args:
         model: The split model.
@@ -189,13 +211,17 @@ def resplit(
             continue
         old = layer.kernels_per_rank
         layer.kernels_per_rank = sizes
-        for param in (p for p in (layer.weight, layer.bias) if p is not None):
+        for attr in ("weight", "bias"):
+            param = getattr(layer, attr)
+            if param is None:
+                continue
+            moved = nn.Parameter(
+                _gather(layer, param.detach(), old)[layer.block].clone(),
+                requires_grad=param.requires_grad,
+            )
             if optimizer is not None:
-                entries = optimizer.state.get(param, {})
-                for key in _per_kernel_state(optimizer, param):
-                    entries[key] = _gather(layer, entries[key], old)[layer.block].clone()
-            param.data = _gather(layer, param.data, old)[layer.block].clone()
-            param.grad = None
+                _move_optimizer_entry(optimizer, param, moved, layer, old)
+            setattr(layer, attr, moved)
 
 
 def probe_kernel_cost(

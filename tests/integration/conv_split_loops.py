@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from raytrain_hetero.core.carving import EpochCarver
+from raytrain_hetero.core.kernel_split import proposed_resplit
 from raytrain_hetero.parallel.conv_split import (
     CollectiveHooks,
     check_replicas_identical,
@@ -24,6 +25,7 @@ from raytrain_hetero.parallel.conv_state import (
     full_state_dict,
     gather_kernel_costs,
     probe_kernel_cost,
+    resplit,
 )
 from raytrain_hetero.worker.context import get_runtime
 from raytrain_hetero.worker.emulation import SlowdownEmulator
@@ -60,29 +62,39 @@ def make_images(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tens
     return x, y
 
 
+def _probe_costs(model: torch.nn.Module, batch: int, slowdown: float) -> dict:
+    """Every rank's per-kernel cost model of each split layer (EMULATION applied)."""
+    shapes = {"conv1": (batch, 3, 16, 16), "conv2": (batch, 8, 8, 8)}
+    probes = {}
+    for name in SPLIT_LAYERS:
+        layer = getattr(model, name)
+        plain = torch.nn.Conv2d(
+            layer.in_channels, layer.out_channels, layer.kernel_size, padding=layer.padding
+        ).to(layer.weight.dtype)
+        cost = probe_kernel_cost(plain, shapes[name], slowdown=slowdown, repeats=5)
+        probes[name] = gather_kernel_costs(cost)
+    return probes
+
+
 def conv_split_loop(config: dict) -> None:
-    """Probe, split by measured per-kernel cost, train on whole batches; rank 0 saves results."""
+    """Probe, split by measured per-kernel cost, train on whole batches, re-probe at each
+    epoch start and re-split when it pays (hysteresis); rank 0 saves results."""
     torch.set_num_threads(1)
     dtype = getattr(torch, config["dtype"])
-    identity = get_runtime().identity
-    slowdown = identity.spec.emulated_slowdown
+    runtime = get_runtime()
     x, y = make_images(config["size"], dtype)
     model = build_model(dtype)
+    carver = EpochCarver(config["size"], config["batch"], seed=0, min_step_size=1)
+    step = 0
 
     # Per-kernel costs of each layer on this worker (EMULATION through the one emulator).
-    shapes = {"conv1": (config["batch"], 3, 16, 16), "conv2": (config["batch"], 8, 8, 8)}
-    costs = {
-        name: gather_kernel_costs(
-            probe_kernel_cost(getattr(model, name), shapes[name], slowdown=slowdown, repeats=5)
-        )
-        for name in SPLIT_LAYERS
-    }
+    costs = _probe_costs(model, config["batch"], runtime.slowdowns.factor_at(step))
     # The split layers stretch this rank's compute before each collective, as a slower
     # device would reach it later.
     emulator = SlowdownEmulator(ComputeClock("cpu"))
 
     def before_collective() -> None:
-        emulator.stretch(slowdown)
+        emulator.stretch(runtime.slowdowns.factor_at(step))
 
     def after_collective() -> None:
         emulator.mark()
@@ -91,9 +103,23 @@ def conv_split_loop(config: dict) -> None:
     splits = split_conv_layers(model, list(SPLIT_LAYERS), costs=costs, hooks=hooks)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
-    carver = EpochCarver(config["size"], config["batch"], seed=0, min_step_size=1)
     spreads = []
+    resplits = []
     for epoch in range(config["epochs"]):
+        if epoch > 0:  # live re-split: fresh measurements, the scheduler's hysteresis
+            fresh = _probe_costs(model, config["batch"], runtime.slowdowns.factor_at(step))
+            moves = {}
+            for name, layer_costs in fresh.items():
+                proposal = proposed_resplit(
+                    getattr(model, name).kernels_per_rank,
+                    [c.beta for c in layer_costs],
+                    fixed_costs=[c.alpha for c in layer_costs],
+                    min_gain=config["min_gain"],
+                )
+                if proposal is not None:
+                    moves[name] = proposal
+            resplit(model, optimizer, moves)
+            resplits.append({"step": step, **{k: list(v) for k, v in moves.items()}})
         permutation = torch.from_numpy(carver.permutation(epoch))
         for k in range(carver.steps_per_epoch):
             lo, hi = carver.step_bounds(k)
@@ -104,6 +130,7 @@ def conv_split_loop(config: dict) -> None:
             loss.backward()
             optimizer.step()
             spreads.append(check_replicas_identical(model))
+            step += 1
     state = full_state_dict(model)
     if dist.get_rank() == 0:
         out = Path(config["out"])
@@ -112,5 +139,6 @@ def conv_split_loop(config: dict) -> None:
             "splits": {k: list(v) for k, v in splits.items()},
             "betas": {k: [c.beta for c in v] for k, v in costs.items()},
             "spreads": spreads,
+            "resplits": resplits,
         }
         (out / "summary.json").write_text(json.dumps(summary))

@@ -1,7 +1,9 @@
 """Conv split in a real HeteroTrainer group: 2 workers with emulated speeds 1 and 1/2.
 
 The split comes from each worker's probed per-kernel cost (the slower worker owns fewer
-kernels); every rank reads the whole global batch; the trained model equals one device.
+kernels); every rank reads the whole global batch; when the fast worker slows down 4x (an
+injected slowdown) the group re-probes, re-splits live (weights and momentum move between
+ranks) and the trained model still equals one device.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from raytrain_hetero.core.carving import EpochCarver
 
 pytestmark = pytest.mark.ray
 
-CONFIG = {"size": 40, "batch": 16, "epochs": 2, "dtype": "float64"}
+CONFIG = {"size": 40, "batch": 16, "epochs": 2, "dtype": "float64", "min_gain": 0.1}
+STEPS_PER_EPOCH = 3  # 40 samples, batch 16: 16, 16, 8
 
 
 def one_device(config: dict) -> dict[str, torch.Tensor]:
@@ -45,6 +48,8 @@ def test_conv_split_group_trains_like_one_device(ray_local, tmp_path, run_config
         train_loop_config={**CONFIG, "out": str(tmp_path)},
         workers=[WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=2.0)],
         batch={"global_batch_size": CONFIG["batch"]},
+        # From the second epoch "fast" is 4x slower than its hardware: half the speed of "slow".
+        emulation={"slowdowns": [{"factor": 4.0, "worker": "fast", "from_step": STEPS_PER_EPOCH}]},
         run_config=run_config,
     )
     result = trainer.fit()
@@ -56,6 +61,12 @@ def test_conv_split_group_trains_like_one_device(ray_local, tmp_path, run_config
     assert betas[1] > 1.3 * betas[0], summary["betas"]
     fast, slow = summary["splits"]["conv2"]
     assert fast + slow == 24 and fast > slow >= 1, summary["splits"]
+    # Live re-split at the second epoch: the kernels of conv2 move to the now faster rank,
+    # and the trajectory below is still the one-device trajectory.
+    [event] = summary["resplits"]
+    assert event["step"] == STEPS_PER_EPOCH
+    new_fast, new_slow = event["conv2"]
+    assert new_fast + new_slow == 24 and new_slow > new_fast >= 1, event
     # Replicated layers stayed bitwise identical on both ranks after every step.
     assert summary["spreads"] and max(summary["spreads"]) == 0.0
     got = torch.load(tmp_path / "model.pt", weights_only=True)

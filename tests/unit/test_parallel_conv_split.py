@@ -114,11 +114,13 @@ def _error(call) -> str:
     return "no error"
 
 
-def _train(model: nn.Module, optimizer, steps: range, dtype: torch.dtype) -> None:
+def _train(model: nn.Module, optimizer, steps: range, dtype: torch.dtype) -> torch.Tensor:
     for step in steps:
         optimizer.zero_grad(set_to_none=True)
-        _loss(model, step, dtype).backward()
+        loss = _loss(model, step, dtype)
+        loss.backward()
         optimizer.step()
+    return loss  # its graph (and the parameters' gradient accumulators) stays alive
 
 
 def _optimizer(name: str, model: nn.Module):
@@ -163,12 +165,13 @@ def _scenarios(rank: int, dtype: torch.dtype) -> dict[str, object]:
         opt_base, opt_never, opt_moved = (_optimizer(opt_name, m) for m in (base, never, moved))
         _train(base, opt_base, range(STEPS_BEFORE), dtype)
         _train(never, opt_never, range(STEPS_BEFORE), dtype)
-        _train(moved, opt_moved, range(STEPS_BEFORE), dtype)
-        resplit(moved, opt_moved, RESPLIT)
+        last_loss = _train(moved, opt_moved, range(STEPS_BEFORE), dtype)
+        resplit(moved, opt_moved, RESPLIT)  # while the last step's graph is still referenced
         after = range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER)
         _train(base, opt_base, after, dtype)
         _train(never, opt_never, after, dtype)
         _train(moved, opt_moved, after, dtype)
+        del last_loss
         figures[f"{opt_name}_moved_kernels"] = moved.conv2.kernels_per_rank
         figures[f"{opt_name}_moved_local"] = tuple(moved.conv2.weight.shape)
         full_moved = full_state_dict(moved)
