@@ -311,3 +311,16 @@ def test_conv_split_equals_one_device(rank_figures, dtype, tolerance, trajectory
         split = results[0]["probed_split"]
         assert sum(split) == 64 and min(split) >= 1
         assert split[0] >= split[1] >= split[2] and split[0] > split[2], split
+
+
+def test_package_exports_lazily():
+    import subprocess
+    import sys
+
+    import raytrain_hetero.parallel as parallel
+
+    assert parallel.SplitConv2d is SplitConv2d and parallel.resplit is resplit
+    assert set(parallel.__all__) <= set(dir(parallel))
+    code = "import sys, raytrain_hetero.parallel; assert 'torch' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
