@@ -18,7 +18,6 @@ rank must call it, with the same arguments, in the same order.
 from __future__ import annotations
 
 import copy
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -238,7 +237,8 @@ def probe_kernel_cost(
 
     Times forward + backward of a copy of the layer with ``k`` output channels on a random
     batch of ``input_shape`` (the whole batch, as a split rank computes it), for each ``k`` of
-    ``kernel_counts`` (default: a quarter of the kernels and all of them). Compute is
+    ``kernel_counts`` (default: a quarter of the kernels and all of them), in interleaved
+    rounds, keeping each count's fastest round. Compute is
     measured with the worker's compute clock and stretched by ``slowdown`` through the one
     :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept).
     Not a collective; the layer itself is not touched.
@@ -258,9 +258,8 @@ def probe_kernel_cost(
     clock = ComputeClock(device)
     emulator = SlowdownEmulator(clock)
     inputs = torch.randn(*input_shape, device=device, dtype=dtype, requires_grad=True)
-    seconds = []
-    for count in counts:
-        trial = nn.Conv2d(
+    trials = [
+        nn.Conv2d(
             conv.in_channels,
             count,
             conv.kernel_size,
@@ -270,18 +269,27 @@ def probe_kernel_cost(
             bias=conv.bias is not None,
             padding_mode=conv.padding_mode,
         ).to(device=device, dtype=dtype)
+        for count in counts
+    ]
 
-        def one_pass(trial: nn.Conv2d = trial) -> float:
-            emulator.mark()
-            trial(inputs).sum().backward()
-            elapsed = emulator.stretch(slowdown, sleep=False)
-            inputs.grad = None
-            trial.zero_grad(set_to_none=True)
-            return elapsed
+    def one_pass(trial: nn.Conv2d) -> float:
+        emulator.mark()
+        trial(inputs).sum().backward()
+        elapsed = emulator.stretch(slowdown, sleep=False)
+        inputs.grad = None
+        trial.zero_grad(set_to_none=True)
+        return elapsed
 
+    for trial in trials:
         for _ in range(warmup):
-            one_pass()
-        seconds.append(statistics.median(one_pass() for _ in range(max(1, repeats))))
+            one_pass(trial)
+    # Interleaved rounds, so drift hits every count alike; the minimum per count, because
+    # interference from co-located processes (caches, memory bandwidth) only ever adds time.
+    timings: list[list[float]] = [[] for _ in trials]
+    for _ in range(max(1, repeats)):
+        for trial, times in zip(trials, timings, strict=True):
+            times.append(one_pass(trial))
+    seconds = [min(times) for times in timings]
     return fit_cost_model(counts, [max(s, 1e-9) for s in seconds])
 
 

@@ -35,14 +35,16 @@ SPLIT_LAYERS = ("conv1", "conv2")
 
 
 class SmallCnn(torch.nn.Module):
-    """conv 3->8, BatchNorm, conv 8->24, pooling, linear head: small Marques-style CNN."""
+    """conv 3->16, BatchNorm, conv 16->48, pooling, linear head: small Marques-style CNN.
+
+    Large enough (tens of MFLOP per conv) that probe timings stand above timer noise."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
-        self.bn1 = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 24, 3, padding=1)
-        self.head = torch.nn.Linear(24, 4)
+        self.conv1 = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 48, 3, padding=1)
+        self.head = torch.nn.Linear(48, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
@@ -57,14 +59,14 @@ def build_model(dtype: torch.dtype) -> SmallCnn:
 
 def make_images(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(3)
-    x = torch.randn(size, 3, 16, 16, generator=g, dtype=torch.float64).to(dtype)
+    x = torch.randn(size, 3, 32, 32, generator=g, dtype=torch.float64).to(dtype)
     y = torch.randint(0, 4, (size,), generator=g)
     return x, y
 
 
 def _probe_costs(model: torch.nn.Module, batch: int, slowdown: float) -> dict:
     """Every rank's per-kernel cost model of each split layer (EMULATION applied)."""
-    shapes = {"conv1": (batch, 3, 16, 16), "conv2": (batch, 8, 8, 8)}
+    shapes = {"conv1": (batch, 3, 32, 32), "conv2": (batch, 16, 16, 16)}
     probes = {}
     for name in SPLIT_LAYERS:
         layer = getattr(model, name)
@@ -138,6 +140,7 @@ def conv_split_loop(config: dict) -> None:
         summary = {
             "splits": {k: list(v) for k, v in splits.items()},
             "betas": {k: [c.beta for c in v] for k, v in costs.items()},
+            "full_layer_s": {k: [c.time(48) for c in v] for k, v in costs.items()},
             "spreads": spreads,
             "resplits": resplits,
         }

@@ -55,18 +55,19 @@ def test_conv_split_group_trains_like_one_device(ray_local, tmp_path, run_config
     result = trainer.fit()
     assert result.error is None
     summary = json.loads((tmp_path / "summary.json").read_text())
-    # Emulated 2x slower: the probe sees it (on conv2; conv1's few kernels cost too little to
-    # time reliably on a shared 2-core box), and the slow rank owns fewer kernels.
-    betas = summary["betas"]["conv2"]
-    assert betas[1] > 1.3 * betas[0], summary["betas"]
+    # Emulated 2x slower: the probe sees it (the whole conv2 layer's fitted time; a slope fitted
+    # from two kernel counts on a loaded 2-core box is noisier), and the slow rank owns fewer
+    # kernels.
+    fast_s, slow_s = summary["full_layer_s"]["conv2"]
+    assert slow_s > 1.3 * fast_s, summary
     fast, slow = summary["splits"]["conv2"]
-    assert fast + slow == 24 and fast > slow >= 1, summary["splits"]
+    assert fast + slow == 48 and fast > slow >= 1, summary["splits"]
     # Live re-split at the second epoch: the kernels of conv2 move to the now faster rank,
     # and the trajectory below is still the one-device trajectory.
     [event] = summary["resplits"]
     assert event["step"] == STEPS_PER_EPOCH
     new_fast, new_slow = event["conv2"]
-    assert new_fast + new_slow == 24 and new_slow > new_fast >= 1, event
+    assert new_fast + new_slow == 48 and new_slow > new_fast >= 1, event
     # Replicated layers stayed bitwise identical on both ranks after every step.
     assert summary["spreads"] and max(summary["spreads"]) == 0.0
     got = torch.load(tmp_path / "model.pt", weights_only=True)
