@@ -37,3 +37,7 @@ class ModelPreparationError(HeteroError):
 
 class NonFiniteStepError(HeteroError):
     """Too many consecutive optimizer steps had non-finite gradients (names the steps and ranks)."""
+
+
+class ModelParallelError(HeteroError, ValueError):
+    """A layer cannot be split across ranks as asked (names the layer and the fix)."""

@@ -57,8 +57,8 @@ class LayerRule:
 
 
 ALL_LAYERS = frozenset(
-    {"root", "__main__", "errors", "atomic", "config", "core", "worker", "driver", "tune",
-     "inference", "sim", "workloads", "app", "bench"}
+    {"root", "__main__", "errors", "atomic", "config", "core", "worker", "parallel", "driver",
+     "tune", "inference", "sim", "workloads", "app", "bench"}
 )  # fmt: skip
 
 RULES: tuple[LayerRule, ...] = (
@@ -78,9 +78,14 @@ RULES: tuple[LayerRule, ...] = (
         allowed=frozenset(),
     ),
     LayerRule(
-        "worker never imports driver, app, tune, inference, bench or sim",
+        "worker never imports parallel, driver, app, tune, inference, bench or sim",
         importers=frozenset({"worker"}),
-        forbidden=frozenset({"driver", "app", "tune", "inference", "bench", "sim"}),
+        forbidden=frozenset({"parallel", "driver", "app", "tune", "inference", "bench", "sim"}),
+    ),
+    LayerRule(
+        "parallel (model parallelism) imports only core, config, errors, atomic and worker",
+        importers=frozenset({"parallel"}),
+        allowed=frozenset({"core", "config", "errors", "atomic", "worker"}),
     ),
     LayerRule(
         "driver never imports app, tune, inference or bench",

@@ -1,0 +1,396 @@
+"""Speed-proportional conv split: chosen ``nn.Conv2d`` layers computed across a group of ranks.
+
+Marques, Falcão and Alexandre (Applied AI 2018) distribute only the convolutional layers of a
+CNN over heterogeneous devices: each device computes a share of a layer's kernels (output
+channels) for the whole batch, sized by its speed, and the feature maps are gathered. Here:
+
+* Rank r of the group owns a contiguous block of ``k_r`` output channels (weights and bias
+  slice) of each split layer; ``k_r`` comes from
+  :func:`~raytrain_hetero.core.kernel_split.split_kernels` fed per-kernel costs measured by
+  :func:`probe_kernel_cost` on each rank (>= 1 kernel each).
+* Forward: every rank sees the whole batch, computes its block, and the uneven blocks are
+  all-gathered along the channel dimension. gloo's ``all_gather`` needs equal sizes, so each
+  block is zero-padded to the widest block and trimmed after the gather.
+* Backward: the gradient of the full output is identical on every rank (same loss on the same
+  gathered activations); each rank keeps the slice of its own block for its weight gradients,
+  which stay local (never reduced), and the input gradient, of which each rank holds only the
+  part flowing through its own kernels, is all-reduced (SUM) over the group.
+
+Bytes moved per split layer and step, per rank, for a batch of N and an output of
+``C x H x W`` split over R ranks with widest block ``k_max`` (e bytes per element):
+forward gather ``(R - 1) * N * k_max * H * W * e`` received; backward input-gradient
+all-reduce ``N * C_in * H_in * W_in * e`` (times ``2 (R - 1) / R`` with a ring).
+
+Layers not split run replicated and stay identical on every rank without any gradient
+all-reduce: see :func:`check_replicas_identical`. Checkpoints hold the full (unsplit) model:
+:mod:`raytrain_hetero.parallel.conv_state`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.kernel_split import channel_offsets, split_kernels
+from raytrain_hetero.errors import ModelParallelError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CollectiveHooks",
+    "SplitConv2d",
+    "all_gather_blocks",
+    "check_replicas_identical",
+    "split_conv_layers",
+    "split_layers",
+]
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class CollectiveHooks:
+    """What a split layer calls around each of its collectives (injected, like BatchNorm's).
+
+    Attributes:
+        before: Right before a gather or all-reduce: the rank's compute up to here is
+            accounted, and stretched under EMULATION
+            (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`).
+        after: Right after it (the wait is not compute).
+    """
+
+    before: Callable[[], None] = _nothing
+    after: Callable[[], None] = _nothing
+
+
+NO_HOOKS = CollectiveHooks()
+
+
+def all_gather_blocks(
+    local: torch.Tensor,
+    sizes: Sequence[int],
+    dim: int,
+    group: dist.ProcessGroup | None,
+    hooks: CollectiveHooks = NO_HOOKS,
+) -> torch.Tensor:
+    """Concatenate each rank's block of uneven size along ``dim`` on every rank.
+
+    Every block is zero-padded to the widest one (gloo's all_gather wants equal shapes) and
+    trimmed after the gather.
+
+    Args:
+        local: This rank's block (``sizes[rank]`` along ``dim``).
+        sizes: Block size of each rank of ``group``, in group-rank order.
+        dim: Dimension the blocks are stacked along.
+        group: Process group (None = the default group).
+        hooks: Called around the collective.
+
+    Returns:
+        The full tensor, ``sum(sizes)`` along ``dim``.
+    """
+    widest = max(sizes)
+    block = local.movedim(dim, 0)
+    if block.shape[0] < widest:
+        padding = block.new_zeros((widest - block.shape[0], *block.shape[1:]))
+        block = torch.cat([block, padding], dim=0)
+    block = block.contiguous()
+    gathered = [torch.empty_like(block) for _ in sizes]
+    hooks.before()
+    dist.all_gather(gathered, block, group=group)
+    hooks.after()
+    full = torch.cat([part[:size] for part, size in zip(gathered, sizes, strict=True)], dim=0)
+    return full.movedim(0, dim)
+
+
+class _SumInputGradient(torch.autograd.Function):
+    """Identity forward; backward all-reduces (SUM) the input gradient over the group.
+
+    Each rank's convolution back-propagates only through its own kernels, so its input
+    gradient is one term of the sum over kernel blocks that the single-device layer computes.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, inputs: torch.Tensor, group: dist.ProcessGroup | None, hooks: CollectiveHooks
+    ) -> torch.Tensor:
+        ctx.group = group
+        ctx.hooks = hooks
+        return inputs.view_as(inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        total = grad.contiguous().clone()  # the all-reduce writes in place
+        ctx.hooks.before()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=ctx.group)
+        ctx.hooks.after()
+        return total, None, None
+
+
+class _GatherChannels(torch.autograd.Function):
+    """Forward all-gathers the channel blocks; backward keeps this rank's block of the grad.
+
+    The gradient of the gathered output is the same on every rank (every rank computes the
+    same loss from the same activations), so no communication is needed backward here.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        block: torch.Tensor,
+        sizes: tuple[int, ...],
+        rank: int,
+        group: dist.ProcessGroup | None,
+        hooks: CollectiveHooks,
+    ) -> torch.Tensor:
+        ctx.start = sum(sizes[:rank])
+        ctx.size = sizes[rank]
+        return all_gather_blocks(block, sizes, 1, group, hooks).contiguous()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
+        own = grad.narrow(1, ctx.start, ctx.size).contiguous()
+        return own, None, None, None, None
+
+
+def _check_splittable(name: str, module: nn.Module | None, ranks: int) -> nn.Conv2d:
+    """The Conv2d at ``name``, or a ModelParallelError saying why it cannot be split."""
+    if module is None:
+        raise ModelParallelError(
+            f"layer {name!r} not found in the model; name a Conv2d as model.named_modules() "
+            "lists it (e.g. 'features.0')"
+        )
+    if isinstance(module, SplitConv2d):
+        raise ModelParallelError(f"layer {name!r} is already split; split each layer once")
+    if not isinstance(module, nn.Conv2d):
+        raise ModelParallelError(
+            f"layer {name!r} is a {type(module).__name__}, not an nn.Conv2d; only Conv2d layers "
+            "can be split by kernels"
+        )
+    if module.groups != 1:
+        raise ModelParallelError(
+            f"layer {name!r} is a grouped or depthwise convolution (groups={module.groups}); "
+            "its kernels read disjoint input channels and cannot be split by output channel "
+            "here; leave it replicated"
+        )
+    if module.out_channels < ranks:
+        raise ModelParallelError(
+            f"layer {name!r} has {module.out_channels} kernels but the split group has {ranks} "
+            "ranks; every rank needs at least one kernel: use fewer ranks or leave it replicated"
+        )
+    return module
+
+
+class SplitConv2d(nn.Module):
+    """An ``nn.Conv2d`` whose output channels are split in contiguous blocks over a group.
+
+    Parameters keep the plain layer's names (``weight``, ``bias``), holding this rank's block,
+    so the split model's parameter order is the plain model's.
+
+    Args:
+        conv: The layer to split (identical on every rank); its weights are sliced, not kept.
+        kernels_per_rank: Output channels of each rank of ``group``, >= 1 each.
+        rank: This process's rank within ``group``.
+        group: Process group of the split (None = the default group).
+        hooks: Called around every collective (emulation and timing).
+
+    Raises:
+        ModelParallelError: If the layer cannot be split this way.
+    """
+
+    def __init__(
+        self,
+        conv: nn.Conv2d,
+        kernels_per_rank: Sequence[int],
+        *,
+        rank: int,
+        group: dist.ProcessGroup | None = None,
+        hooks: CollectiveHooks = NO_HOOKS,
+    ) -> None:
+        super().__init__()
+        _check_splittable("<given>", conv, len(kernels_per_rank))
+        sizes = tuple(int(k) for k in kernels_per_rank)
+        offsets = channel_offsets(sizes)
+        if offsets[-1] != conv.out_channels:
+            raise ModelParallelError(
+                f"kernels_per_rank {list(sizes)} sum to {offsets[-1]} but the layer has "
+                f"{conv.out_channels} output channels"
+            )
+        if not 0 <= rank < len(sizes):
+            raise ModelParallelError(f"rank {rank} is outside the split group of {len(sizes)}")
+        self.in_channels = conv.in_channels
+        self.out_channels = conv.out_channels
+        self.kernel_size = conv.kernel_size
+        self.stride = conv.stride
+        self.padding = conv.padding
+        self.dilation = conv.dilation
+        self.padding_mode = conv.padding_mode
+        self._reversed_padding_repeated_twice = list(conv._reversed_padding_repeated_twice)
+        self.rank = rank
+        self.group = group
+        self.hooks = hooks
+        self.kernels_per_rank = sizes
+        block = slice(offsets[rank], offsets[rank + 1])
+        self.weight = nn.Parameter(conv.weight.detach()[block].clone())
+        self.bias = None if conv.bias is None else nn.Parameter(conv.bias.detach()[block].clone())
+
+    @property
+    def block(self) -> slice:
+        """This rank's output channels in the full layer."""
+        offsets = channel_offsets(self.kernels_per_rank)
+        return slice(offsets[self.rank], offsets[self.rank + 1])
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, kernels_per_rank={self.kernels_per_rank}, rank={self.rank}"
+        )
+
+    def _local_conv(self, inputs: torch.Tensor) -> torch.Tensor:
+        # Same arithmetic as nn.Conv2d._conv_forward, on this rank's kernels only.
+        if self.padding_mode != "zeros":
+            padded = F.pad(inputs, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return F.conv2d(padded, self.weight, self.bias, self.stride, 0, self.dilation)
+        return F.conv2d(inputs, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The full layer's output (all channels) on every rank."""
+        if inputs.requires_grad:
+            inputs = _SumInputGradient.apply(inputs, self.group, self.hooks)
+        block = self._local_conv(inputs)
+        return _GatherChannels.apply(
+            block, self.kernels_per_rank, self.rank, self.group, self.hooks
+        )
+
+
+def split_layers(model: nn.Module) -> list[tuple[str, SplitConv2d]]:
+    """Every split layer of ``model`` with its name, in ``named_modules`` order."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, SplitConv2d)]
+
+
+def _replicated_tensors(model: nn.Module) -> list[torch.Tensor]:
+    split_ids = {id(t) for _, layer in split_layers(model) for t in layer.parameters()}
+    tensors = [p.detach() for p in model.parameters() if id(p) not in split_ids]
+    tensors += [b.detach() for b in model.buffers() if b.is_floating_point()]
+    return tensors
+
+
+def check_replicas_identical(
+    model: nn.Module,
+    group: dist.ProcessGroup | None = None,
+    *,
+    tolerance: float = 0.0,
+) -> float:
+    """Largest difference between ranks of any replicated parameter or float buffer.
+
+    Layers that are not split run on every rank on the same whole batch and the same gathered
+    activations, so their gradients come out identical on every rank without any all-reduce,
+    and identical replicas stay identical after identical optimizer steps. This check catches
+    what would break that (different initial weights, a rank-dependent layer such as dropout
+    with unsynchronised seeds). A collective: every rank of ``group`` must call it.
+
+    Args:
+        model: The model, split or not (split layers' own blocks are skipped).
+        group: Process group (None = the default group).
+        tolerance: Largest difference accepted.
+
+    Returns:
+        max over elements of (max over ranks - min over ranks).
+
+    Raises:
+        ModelParallelError: If the difference exceeds ``tolerance``.
+    """
+    tensors = _replicated_tensors(model)
+    if not tensors:
+        return 0.0
+    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+    # One all-reduce of [x, -x] gives both the max and (negated) min of every element.
+    both = torch.cat([flat, -flat])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+    spread = float((both[: flat.numel()] + both[flat.numel() :]).max()) if flat.numel() else 0.0
+    if spread > tolerance:
+        raise ModelParallelError(
+            f"replicated (not split) parameters differ between ranks by up to {spread:.3g} "
+            f"(tolerance {tolerance:.3g}); build the model from the same seed on every rank and "
+            "keep rank-dependent randomness (dropout) seeded identically"
+        )
+    return spread
+
+
+def split_conv_layers(
+    model: nn.Module,
+    layers: Sequence[str],
+    group: dist.ProcessGroup | None = None,
+    *,
+    kernels_per_rank: Mapping[str, Sequence[int]] | None = None,
+    costs: Mapping[str, Sequence[CostModel]] | None = None,
+    hooks: CollectiveHooks = NO_HOOKS,
+    check: bool = True,
+) -> dict[str, tuple[int, ...]]:
+    """Replace the named Conv2d layers of ``model`` in place by :class:`SplitConv2d`.
+
+    A collective when ``check`` is set: every rank of ``group`` must call it with the same
+    arguments. Each layer's split is, in order of precedence, ``kernels_per_rank[name]``, the
+    makespan-optimal split for ``costs[name]`` (one per-kernel cost model per rank, e.g. from
+    :func:`probe_kernel_cost` and :func:`gather_kernel_costs`), or an equal split.
+
+    Args:
+        model: The plain model, identical on every rank.
+        layers: Names of the Conv2d layers to split (as ``model.named_modules()`` names them).
+        group: Process group of the split (None = the default group).
+        kernels_per_rank: Explicit splits by layer name.
+        costs: Per-rank cost models by layer name.
+        hooks: Called around every collective of the split layers.
+        check: Verify first that the whole model is identical on every rank.
+
+    Returns:
+        The split of each layer, by name.
+
+    Raises:
+        ModelParallelError: If a layer is missing, not a Conv2d, grouped, narrower than the
+            group, named twice, or the model differs between ranks.
+    """
+    ranks = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if "" in layers:
+        raise ModelParallelError("an empty layer name names the whole model; name a sub-layer")
+    if len(set(layers)) != len(layers):
+        raise ModelParallelError(f"layers {list(layers)} name a layer twice; name each once")
+    modules = dict(model.named_modules())
+    convs = {name: _check_splittable(name, modules.get(name), ranks) for name in layers}
+    if check:
+        check_replicas_identical(model, group)  # before splitting: the convs are checked too
+    splits: dict[str, tuple[int, ...]] = {}
+    for name, conv in convs.items():
+        if kernels_per_rank is not None and name in kernels_per_rank:
+            sizes = tuple(int(k) for k in kernels_per_rank[name])
+        elif costs is not None and name in costs:
+            models = costs[name]
+            sizes = split_kernels(
+                conv.out_channels, [m.beta for m in models], [m.alpha for m in models]
+            )
+        else:
+            sizes = split_kernels(conv.out_channels, [1.0] * ranks)
+        if len(sizes) != ranks:
+            raise ModelParallelError(
+                f"layer {name!r}: split {list(sizes)} has {len(sizes)} entries but the group "
+                f"has {ranks} ranks"
+            )
+        split = SplitConv2d(conv, sizes, rank=rank, group=group, hooks=hooks)
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, split)
+        splits[name] = sizes
+        logger.info(
+            "split %s (%d kernels) over %d ranks: %s", name, conv.out_channels, ranks, sizes
+        )
+    return splits

@@ -1,0 +1,303 @@
+"""State of a conv-split model: full checkpoints, re-splitting, and per-kernel cost probes.
+
+* :func:`full_state_dict` / :func:`load_full_state_dict`: checkpoints hold the unsplit model,
+  so a checkpoint written in conv-split mode loads into the plain model (data-parallel mode,
+  ``predict``) and any split of any group size, and vice versa.
+* :func:`full_optimizer_state_dict` / :func:`load_full_optimizer_state_dict`: the same for the
+  optimizer (the split model keeps the plain model's parameter order, so the indices match).
+* :func:`resplit`: moves kernels' weights and optimizer state between ranks when the split
+  changes. The Parameter objects are kept and their ``.data`` resized, so the optimizer's
+  param groups stay valid and its per-parameter state is re-sliced in place.
+* :func:`probe_kernel_cost` / :func:`gather_kernel_costs`: the per-kernel cost of a layer on
+  this worker (through the one slowdown emulator) and every rank's, for the split solver.
+
+Every function that touches a split layer's parameters is a collective over its group: every
+rank must call it, with the same arguments, in the same order.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from raytrain_hetero.core.allocation import CostModel, fit_cost_model
+from raytrain_hetero.errors import ModelParallelError
+from raytrain_hetero.parallel.conv_split import SplitConv2d, all_gather_blocks, split_layers
+from raytrain_hetero.worker.emulation import SlowdownEmulator
+from raytrain_hetero.worker.timing import ComputeClock
+
+__all__ = [
+    "full_optimizer_state_dict",
+    "full_state_dict",
+    "gather_kernel_costs",
+    "load_full_optimizer_state_dict",
+    "load_full_state_dict",
+    "probe_kernel_cost",
+    "resplit",
+]
+
+
+def _split_params(model: nn.Module) -> list[tuple[str, SplitConv2d, nn.Parameter]]:
+    """(state-dict key, layer, parameter) of every split parameter, in model order."""
+    found = []
+    for name, layer in split_layers(model):
+        for attr in ("weight", "bias"):
+            param = getattr(layer, attr)
+            if param is not None:
+                found.append((f"{name}.{attr}" if name else attr, layer, param))
+    return found
+
+
+def _gather(layer: SplitConv2d, block: torch.Tensor, sizes: Sequence[int] = ()) -> torch.Tensor:
+    """The full tensor (all output channels along dim 0) from every rank's block, the blocks
+    sized by ``sizes`` (default: the layer's current split)."""
+    return all_gather_blocks(block.detach(), sizes or layer.kernels_per_rank, 0, layer.group)
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The unsplit model's state_dict: split layers' blocks gathered (a collective).
+
+    Loadable into the plain model with ``load_state_dict``.
+    """
+    state = dict(model.state_dict())
+    for key, layer, param in _split_params(model):
+        state[key] = _gather(layer, param).clone()
+    return state
+
+
+def load_full_state_dict(
+    model: nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True
+) -> None:
+    """Load an unsplit state_dict into a split model: each rank takes its own block.
+
+    Not a collective (every rank holds the full state).
+
+    Raises:
+        ModelParallelError: If a split layer's tensor in ``state`` has the wrong width.
+    """
+    local = dict(state)
+    for key, layer, _ in _split_params(model):
+        if key not in local:
+            continue  # load_state_dict reports missing keys when strict
+        full = local[key]
+        if full.shape[0] != layer.out_channels:
+            raise ModelParallelError(
+                f"checkpoint tensor {key!r} has {full.shape[0]} output channels, the layer "
+                f"{layer.out_channels}; the checkpoint is of a different model"
+            )
+        local[key] = full[layer.block]
+    model.load_state_dict(local, strict=strict)
+
+
+def _per_kernel_state(optimizer: torch.optim.Optimizer, param: nn.Parameter) -> list[str]:
+    """Names of the optimizer state entries of ``param`` shaped like it (sorted: same order on
+    every rank); scalars such as Adam's ``step`` are the same on every rank and stay."""
+    state = optimizer.state.get(param, {})
+    return sorted(
+        k for k, v in state.items() if isinstance(v, torch.Tensor) and v.shape == param.shape
+    )
+
+
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state_dict as the plain model's optimizer would hold it (a collective).
+
+    The split model keeps the plain model's parameter order, so parameter indices match.
+    """
+    state = optimizer.state_dict()
+    index_of = {
+        id(p): i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])
+    }
+    for _, layer, param in _split_params(model):
+        index = index_of.get(id(param))
+        if index is None:
+            continue
+        for name in _per_kernel_state(optimizer, param):
+            state["state"][index][name] = _gather(layer, optimizer.state[param][name]).clone()
+    return state
+
+
+def load_full_optimizer_state_dict(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]
+) -> None:
+    """Load an unsplit optimizer state_dict into a split model's optimizer (each rank its block)."""
+    local = copy.deepcopy(dict(state))
+    index_of = {
+        id(p): i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])
+    }
+    for _, layer, param in _split_params(model):
+        entry = local["state"].get(index_of.get(id(param), -1))
+        if not entry:
+            continue
+        for name, value in entry.items():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.dim() > 0
+                and value.shape[0] == layer.out_channels
+            ):
+                entry[name] = value[layer.block].clone()
+    optimizer.load_state_dict(local)
+
+
+def _move_optimizer_entry(
+    optimizer: torch.optim.Optimizer,
+    param: nn.Parameter,
+    moved: nn.Parameter,
+    layer: SplitConv2d,
+    old_sizes: Sequence[int],
+) -> None:
+    """Hand ``param``'s place in the optimizer to ``moved``, its per-kernel state re-sliced."""
+    keys = _per_kernel_state(optimizer, param)
+    entries = optimizer.state.pop(param, None)
+    if entries is not None:
+        for key in keys:
+            entries[key] = _gather(layer, entries[key], old_sizes)[layer.block].clone()
+        optimizer.state[moved] = entries
+    for group in optimizer.param_groups:
+        group["params"] = [moved if p is param else p for p in group["params"]]
+
+
+def resplit(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    new_kernels_per_rank: Mapping[str, Sequence[int]],
+) -> None:
+    """Move kernels between ranks: weights and per-kernel optimizer state (a collective).
+
+    Call between steps (gradients are dropped). Each changed layer's blocks are gathered in
+    full and re-sliced, which at conv sizes (a few MB) costs one all-gather per tensor. The
+    layer gets NEW Parameter objects, and the optimizer's param groups and state are moved to
+    them: resizing ``.data`` in place is not enough, because autograd caches a leaf's shape in
+    its gradient accumulator, which lives as long as any graph built before the re-split (a
+    ``loss`` still referenced) and then rejects the new shape. State tensors shaped like the
+    parameter (SGD ``momentum_buffer``, Adam ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``)
+    are re-sliced; scalars (Adam ``step``) are the same on every rank and stay. Anything else
+    holding the old Parameters (an EMA copy, a DDP wrapper) must be rebuilt.
+
+    Args:
+        model: The split model.
+        optimizer: Its optimizer, or None.
+        new_kernels_per_rank: New split by layer name (layers not named keep theirs).
+
+    Raises:
+        ModelParallelError: If a name is not a split layer or a split is invalid.
+    """
+    layers = dict(split_layers(model))
+    for name in new_kernels_per_rank:
+        if name not in layers:
+            raise ModelParallelError(
+                f"{name!r} is not a split layer of the model; split layers: {sorted(layers)}"
+            )
+    for name, layer in layers.items():
+        if name not in new_kernels_per_rank:
+            continue
+        sizes = tuple(int(k) for k in new_kernels_per_rank[name])
+        if (
+            len(sizes) != len(layer.kernels_per_rank)
+            or min(sizes) < 1
+            or sum(sizes) != layer.out_channels
+        ):
+            raise ModelParallelError(
+                f"new split {list(sizes)} of {name!r} must give each of the "
+                f"{len(layer.kernels_per_rank)} ranks >= 1 kernel and sum to "
+                f"{layer.out_channels}"
+            )
+        if sizes == layer.kernels_per_rank:
+            continue
+        old = layer.kernels_per_rank
+        layer.kernels_per_rank = sizes
+        for attr in ("weight", "bias"):
+            param = getattr(layer, attr)
+            if param is None:
+                continue
+            moved = nn.Parameter(
+                _gather(layer, param.detach(), old)[layer.block].clone(),
+                requires_grad=param.requires_grad,
+            )
+            if optimizer is not None:
+                _move_optimizer_entry(optimizer, param, moved, layer, old)
+            setattr(layer, attr, moved)
+
+
+def probe_kernel_cost(
+    conv: nn.Conv2d,
+    input_shape: Sequence[int],
+    *,
+    device: torch.device | str = "cpu",
+    slowdown: float = 1.0,
+    kernel_counts: Sequence[int] | None = None,
+    warmup: int = 1,
+    repeats: int = 3,
+) -> CostModel:
+    """This worker's cost of ``conv`` per kernel, fitted as ``t(k) = alpha + beta * k``.
+
+    Times forward + backward of a copy of the layer with ``k`` output channels on a random
+    batch of ``input_shape`` (the whole batch, as a split rank computes it), for each ``k`` of
+    ``kernel_counts`` (default: a quarter of the kernels and all of them), in interleaved
+    rounds, keeping each count's fastest round. Compute is
+    measured with the worker's compute clock and stretched by ``slowdown`` through the one
+    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept).
+    Not a collective; the layer itself is not touched.
+
+    Raises:
+        ModelParallelError: If the layer is not a Conv2d or a count is invalid.
+    """
+    if not isinstance(conv, nn.Conv2d) or isinstance(conv, SplitConv2d):
+        raise ModelParallelError(f"probe_kernel_cost needs a plain nn.Conv2d, got {type(conv)}")
+    counts = sorted(set(kernel_counts or (max(1, conv.out_channels // 4), conv.out_channels)))
+    if len(counts) < 2 or counts[0] < 1:
+        raise ModelParallelError(
+            f"kernel_counts must hold >= 2 distinct counts >= 1, got {kernel_counts}"
+        )
+    device = torch.device(device)
+    dtype = conv.weight.dtype
+    clock = ComputeClock(device)
+    emulator = SlowdownEmulator(clock)
+    inputs = torch.randn(*input_shape, device=device, dtype=dtype, requires_grad=True)
+    trials = [
+        nn.Conv2d(
+            conv.in_channels,
+            count,
+            conv.kernel_size,
+            stride=conv.stride,
+            padding=conv.padding,
+            dilation=conv.dilation,
+            bias=conv.bias is not None,
+            padding_mode=conv.padding_mode,
+        ).to(device=device, dtype=dtype)
+        for count in counts
+    ]
+
+    def one_pass(trial: nn.Conv2d) -> float:
+        emulator.mark()
+        trial(inputs).sum().backward()
+        elapsed = emulator.stretch(slowdown, sleep=False)
+        inputs.grad = None
+        trial.zero_grad(set_to_none=True)
+        return elapsed
+
+    for trial in trials:
+        for _ in range(warmup):
+            one_pass(trial)
+    # Interleaved rounds, so drift hits every count alike; the minimum per count, because
+    # interference from co-located processes (caches, memory bandwidth) only ever adds time.
+    timings: list[list[float]] = [[] for _ in trials]
+    for _ in range(max(1, repeats)):
+        for trial, times in zip(trials, timings, strict=True):
+            times.append(one_pass(trial))
+    seconds = [min(times) for times in timings]
+    return fit_cost_model(counts, [max(s, 1e-9) for s in seconds])
+
+
+def gather_kernel_costs(
+    cost: CostModel, group: dist.ProcessGroup | None = None
+) -> tuple[CostModel, ...]:
+    """Every rank's per-kernel cost model of a layer, in group-rank order (a collective)."""
+    mine = torch.tensor([cost.alpha, cost.beta], dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    return tuple(CostModel(alpha=float(t[0]), beta=float(t[1])) for t in every)
