@@ -37,3 +37,7 @@ class ModelPreparationError(HeteroError):
 
 class NonFiniteStepError(HeteroError):
     """Too many consecutive optimizer steps had non-finite gradients (names the steps and ranks)."""
+
+
+class ModelParallelError(HeteroError):
+    """A model cannot be split or placed as asked."""

@@ -36,6 +36,7 @@ from raytrain_hetero.workloads.hyperspectral import (
     split_scene_pixels,
     write_class_map,
 )
+from raytrain_hetero.workloads.branch_model import BranchModel
 from raytrain_hetero.workloads.models import (
     MODEL_NAMES,
     SmallCNN,
@@ -77,6 +78,7 @@ from raytrain_hetero.workloads.uc_merced import (
 )
 
 __all__ = [
+    "BranchModel",
     "EUROSAT_BANDS",
     "EUROSAT_CLASSES",
     "EUROSAT_MEAN",

@@ -58,7 +58,7 @@ class LayerRule:
 
 ALL_LAYERS = frozenset(
     {"root", "__main__", "errors", "atomic", "config", "core", "worker", "driver", "tune",
-     "inference", "sim", "workloads", "app", "bench"}
+     "inference", "sim", "workloads", "app", "bench", "parallel"}
 )  # fmt: skip
 
 RULES: tuple[LayerRule, ...] = (
@@ -81,6 +81,17 @@ RULES: tuple[LayerRule, ...] = (
         "worker never imports driver, app, tune, inference, bench or sim",
         importers=frozenset({"worker"}),
         forbidden=frozenset({"driver", "app", "tune", "inference", "bench", "sim"}),
+    ),
+    LayerRule(
+        "parallel imports core, config, errors, atomic, worker and workloads; never driver, "
+        "app, tune, inference, bench or sim",
+        importers=frozenset({"parallel"}),
+        allowed=frozenset({"core", "config", "errors", "atomic", "worker", "workloads"}),
+    ),
+    LayerRule(
+        "worker never imports parallel",
+        importers=frozenset({"worker"}),
+        forbidden=frozenset({"parallel"}),
     ),
     LayerRule(
         "driver never imports app, tune, inference or bench",
