@@ -231,9 +231,7 @@ def place_branches(
     assignment, head_rank = best
     stage = placement_stage_times(assignment, head_rank, costs, heads)
     logger.debug("branch placement %s head %d stage times %s", assignment, head_rank, stage)
-    return BranchPlacement(
-        tuple(zip(names, assignment, strict=True)), head_rank, world, stage
-    )
+    return BranchPlacement(tuple(zip(names, assignment, strict=True)), head_rank, world, stage)
 
 
 def _all_busy(assignment: Sequence[int], head_rank: int, world: int) -> bool:

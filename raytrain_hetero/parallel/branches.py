@@ -323,7 +323,9 @@ class BranchPipeline:
                 chunks = list(module(part).split(list(sizes)))
                 if not self.is_head:
                     for chunk in chunks:
-                        send_tensor(chunk, head_dst, _FORWARD_TAG + index, traffic, group=self.group)
+                        send_tensor(
+                            chunk, head_dst, _FORWARD_TAG + index, traffic, group=self.group
+                        )
             else:
                 chunks = []
                 for piece in part.split(list(sizes)):

@@ -15,6 +15,7 @@ dataset registers its adapter); :mod:`~raytrain_hetero.workloads.data` reads a
 * Models: :func:`build_model` (small_cnn, resnet18/50, cnn3d, fusion_cnn).
 """
 
+from raytrain_hetero.workloads.branch_model import BranchModel
 from raytrain_hetero.workloads.eurosat import (
     EUROSAT_BANDS,
     EUROSAT_CLASSES,
@@ -36,7 +37,6 @@ from raytrain_hetero.workloads.hyperspectral import (
     split_scene_pixels,
     write_class_map,
 )
-from raytrain_hetero.workloads.branch_model import BranchModel
 from raytrain_hetero.workloads.models import (
     MODEL_NAMES,
     SmallCNN,
@@ -78,7 +78,6 @@ from raytrain_hetero.workloads.uc_merced import (
 )
 
 __all__ = [
-    "BranchModel",
     "EUROSAT_BANDS",
     "EUROSAT_CLASSES",
     "EUROSAT_MEAN",
@@ -91,6 +90,7 @@ __all__ = [
     "S2_BANDS",
     "UCMERCED_CLASSES",
     "BandStats",
+    "BranchModel",
     "CheckedLoader",
     "DataSource",
     "DatasetAdapter",

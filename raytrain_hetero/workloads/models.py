@@ -185,7 +185,9 @@ class TwoBranchFusionCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         parts = self._modality_inputs(x)
-        embeddings = [self.branches[m](part) for m, part in zip(self.modalities, parts, strict=True)]
+        embeddings = [
+            self.branches[m](part) for m, part in zip(self.modalities, parts, strict=True)
+        ]
         return self.head(torch.cat(embeddings, dim=1))
 
     def _modality_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
