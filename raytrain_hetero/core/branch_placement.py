@@ -9,7 +9,9 @@ a placement is the busiest rank's total work, the *stage time*::
     stage(r) = sum(cost[r][b] for b placed on r) + (head_cost[r] if the head is on r)
 
 :func:`place_branches` returns the placement minimising the largest stage time, with every
-rank holding at least a branch or the head. It searches exhaustively while the number of
+rank holding at least one branch (the head is small: a rank holding only the head would idle
+while the branches run), except that with one rank more than branches the extra rank runs
+the head alone. It searches exhaustively while the number of
 candidates is small (every real multimodal model: a handful of branches on a handful of
 ranks) and otherwise falls back to longest-processing-time-first greedy assignment. Ties are
 broken deterministically: the first candidate in a fixed enumeration order wins, so equal
@@ -196,7 +198,8 @@ def place_branches(
 
     Returns:
         The optimal placement (exhaustive search for small cases, greedy longest-first
-        otherwise), every rank busy.
+        otherwise) among those giving every rank a branch (with ``branches + 1`` ranks: every
+        rank but the head's, which runs the head alone).
 
     Raises:
         ModelParallelError: Mis-shaped or invalid costs, or more ranks than branches + 1.
@@ -234,8 +237,9 @@ def place_branches(
     return BranchPlacement(tuple(zip(names, assignment, strict=True)), head_rank, world, stage)
 
 
-def _all_busy(assignment: Sequence[int], head_rank: int, world: int) -> bool:
-    return len({*assignment, head_rank}) == world
+def _spread(assignment: Sequence[int], world: int) -> bool:
+    """Whether branches cover every rank (all but the head's when there is one rank more)."""
+    return len(set(assignment)) == min(world, len(assignment))
 
 
 def _exhaustive(
@@ -246,7 +250,9 @@ def _exhaustive(
     best_time = math.inf
     for head_rank in range(world):
         for assignment in itertools.product(range(world), repeat=n_branches):
-            if not _all_busy(assignment, head_rank, world):
+            if not _spread(assignment, world) or (
+                len(assignment) < world and head_rank in assignment
+            ):
                 continue
             span = max(placement_stage_times(assignment, head_rank, costs, heads))
             if best is None or span < best_time * (1.0 - _TIE_TOLERANCE):
@@ -268,9 +274,9 @@ def _greedy(
     for position, branch in enumerate(order):
         remaining = n_branches - position
         idle = [r for r in range(world) if r not in holds]
-        # At most one rank may stay without a branch (the head's): while more ranks are idle
-        # than branches remain, the branch must go to an idle rank.
-        candidates = idle if len(idle) > remaining else range(world)
+        # Every rank gets a branch (one more rank than branches: all but the head's): while
+        # as many ranks are idle as branches remain, the branch must go to an idle rank.
+        candidates = idle if len(idle) >= remaining else range(world)
         rank = min(candidates, key=lambda r: (stage[r] + costs[r][branch], r))
         assignment[branch] = rank
         stage[rank] += costs[rank][branch]

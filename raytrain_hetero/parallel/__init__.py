@@ -15,6 +15,11 @@ from raytrain_hetero.core.branch_placement import (
     costs_from_speeds,
     place_branches,
 )
+from raytrain_hetero.parallel.branch_costs import (
+    BranchCosts,
+    measure_branch_costs,
+    plan_branch_placement,
+)
 from raytrain_hetero.parallel.branches import (
     BranchPipeline,
     BranchStep,
@@ -26,6 +31,7 @@ from raytrain_hetero.parallel.branches import (
 from raytrain_hetero.parallel.p2p import Traffic
 
 __all__ = [
+    "BranchCosts",
     "BranchPipeline",
     "BranchPlacement",
     "BranchStep",
@@ -33,7 +39,9 @@ __all__ = [
     "branch_model_of",
     "costs_from_speeds",
     "data_parallel_bytes_per_step",
+    "measure_branch_costs",
     "micro_batch_sizes",
     "place_branches",
+    "plan_branch_placement",
     "predicted_branch_bytes_per_step",
 ]

@@ -31,6 +31,7 @@ from raytrain_hetero.parallel import (
     branch_model_of,
     data_parallel_bytes_per_step,
     micro_batch_sizes,
+    plan_branch_placement,
     predicted_branch_bytes_per_step,
 )
 from raytrain_hetero.workloads import BranchModel
@@ -204,6 +205,17 @@ def _errors(rank: int, world: int) -> dict[str, str]:
     return messages
 
 
+def _measured_placement(rank: int) -> BranchPlacement:
+    """Placement from costs measured on each rank, rank 1 emulated 4x slower."""
+    model = TwoBranchFusionCNN(S1, S2, CLASSES, width=8).double()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, _ = _batch(0, torch.float64)
+    placement = plan_branch_placement(model, x, repeats=2, slowdown=(1.0, 4.0)[rank])
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "measuring changed the model"
+    return placement
+
+
 def _rank_main(rank: int, world: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -211,6 +223,7 @@ def _rank_main(rank: int, world: int, port: int, queue) -> None:
         torch.set_num_threads(1)
         payload = {sc.name: _run(sc, rank, world) for sc in _scenarios(world)}
         payload["errors"] = _errors(rank, world) if world == 2 else {}
+        payload["measured"] = _measured_placement(rank) if world == 2 else None
         blob = io.BytesIO()
         torch.save(payload, blob)
         queue.put((rank, None, blob.getvalue()))
@@ -292,6 +305,14 @@ def test_pipeline_errors_name_the_problem(two_ranks):
         assert "placement is for 3 rank(s)" in errors["wrong_world"]
         assert "SmallCNN does not declare its branches" in errors["no_branches"]
         assert "unknown: ['a', 'b']" in errors["foreign_placement"]
+
+
+def test_measured_placement_is_agreed_by_every_rank(two_ranks):
+    placements = [two_ranks[r]["measured"] for r in (0, 1)]
+    assert placements[0] == placements[1]
+    placement = placements[0]
+    assert placement.world_size == 2 and sorted(placement.branch_names) == ["s1", "s2"]
+    assert len(placement.stage_times) == 2 and all(t > 0 for t in placement.stage_times)
 
 
 def test_branch_placement_moves_fewer_bytes_than_data_parallel():
