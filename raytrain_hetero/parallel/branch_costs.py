@@ -65,8 +65,9 @@ def measure_branch_costs(
 ) -> BranchCosts:
     """Time each branch and the head of ``model`` on this rank (best of ``repeats``).
 
-    Gradients the measurement leaves in the model are cleared; BatchNorm running statistics
-    are restored, so measuring does not change training.
+    Gradients the measurement leaves in the model are cleared (set to None); BatchNorm
+    running statistics and the CPU torch RNG state are restored, so measuring does not change
+    training.
 
     Args:
         model: The whole model (declaring its branches), before placement.
@@ -86,12 +87,15 @@ def measure_branch_costs(
     parts = declared.split_inputs(example_input)
     costs = []
     embeddings = []
-    for (name, module), part in zip(declared.branches, parts, strict=True):
-        costs.append((name, _timed(clock, lambda m=module, p=part: m(p).sum().backward(), repeats)))
-        with torch.no_grad():
-            embeddings.append(module(part))
-    fused = torch.cat(embeddings, dim=1)
-    head = _timed(clock, lambda: declared.head(fused).sum().backward(), repeats)
+    # Forked RNG: dropout during the measurement must not shift the training run's draws.
+    with torch.random.fork_rng(devices=[]):
+        for (name, module), part in zip(declared.branches, parts, strict=True):
+            run = lambda m=module, p=part: m(p).sum().backward()  # noqa: E731
+            costs.append((name, _timed(clock, run, repeats)))
+            with torch.no_grad():
+                embeddings.append(module(part))
+        fused = torch.cat(embeddings, dim=1)
+        head = _timed(clock, lambda: declared.head(fused).sum().backward(), repeats)
     declared.model.load_state_dict(saved)
     declared.model.zero_grad(set_to_none=True)
     return BranchCosts(tuple((n, c * slowdown) for n, c in costs), head * slowdown)

@@ -210,7 +210,9 @@ def _measured_placement(rank: int) -> BranchPlacement:
     model = TwoBranchFusionCNN(S1, S2, CLASSES, width=8).double()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     x, _ = _batch(0, torch.float64)
+    rng = torch.get_rng_state()
     placement = plan_branch_placement(model, x, repeats=2, slowdown=(1.0, 4.0)[rank])
+    assert torch.equal(torch.get_rng_state(), rng), "measuring moved the RNG"
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "measuring changed the model"
     return placement
