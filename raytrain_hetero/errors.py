@@ -40,4 +40,4 @@ class NonFiniteStepError(HeteroError):
 
 
 class ModelParallelError(HeteroError, ValueError):
-    """A layer cannot be split across ranks as asked (names the layer and the fix)."""
+    """A model cannot be split or placed as asked (names the layer or branch and the fix)."""

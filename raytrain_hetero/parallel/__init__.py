@@ -1,14 +1,17 @@
-"""Model parallelism on heterogeneous workers: conv layers split by device speed.
+"""Model parallelism on heterogeneous workers.
 
-* ``conv_split``: :class:`SplitConv2d` (a Conv2d whose output channels are split in uneven,
-  speed-proportional blocks over a process group), :func:`split_conv_layers`,
-  :func:`check_replicas_identical`.
-* ``conv_state``: full (unsplit) checkpoints of a split model, :func:`resplit` (weights and
-  optimizer state move between ranks), :func:`probe_kernel_cost`.
+* Conv split (``conv_split``, ``conv_state``): :class:`SplitConv2d` (a Conv2d whose output
+  channels are split in uneven, speed-proportional blocks over a process group),
+  :func:`split_conv_layers`, :func:`check_replicas_identical`; full (unsplit) checkpoints of a
+  split model, :func:`resplit` (weights and optimizer state move between ranks),
+  :func:`probe_kernel_cost`.
+* Branch placement (``branches``, ``branch_costs``, ``p2p``): the modality branches of a
+  multimodal model on different ranks, the fusion head on one of them, activations and their
+  gradients sent point to point, micro-batches pipelined; exact against one device.
 
-Imports core, config, errors, atomic and worker (and torch), never the driver or the app layer;
-the worker layer never imports this package. Names are imported lazily so ``import
-raytrain_hetero.parallel`` loads no torch.
+Layer rule: ``parallel`` imports core, config, errors, atomic, worker, workloads and torch;
+never driver, app, tune, inference, bench or sim; worker never imports parallel. Names are
+imported lazily so ``import raytrain_hetero.parallel`` loads no torch.
 """
 
 from __future__ import annotations
@@ -16,19 +19,37 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+_CONV_SPLIT = "raytrain_hetero.parallel.conv_split"
+_CONV_STATE = "raytrain_hetero.parallel.conv_state"
+_BRANCHES = "raytrain_hetero.parallel.branches"
+_BRANCH_COSTS = "raytrain_hetero.parallel.branch_costs"
+
 _LAZY = {
-    "CollectiveHooks": "raytrain_hetero.parallel.conv_split",
-    "SplitConv2d": "raytrain_hetero.parallel.conv_split",
-    "check_replicas_identical": "raytrain_hetero.parallel.conv_split",
-    "split_conv_layers": "raytrain_hetero.parallel.conv_split",
-    "split_layers": "raytrain_hetero.parallel.conv_split",
-    "full_optimizer_state_dict": "raytrain_hetero.parallel.conv_state",
-    "full_state_dict": "raytrain_hetero.parallel.conv_state",
-    "gather_kernel_costs": "raytrain_hetero.parallel.conv_state",
-    "load_full_optimizer_state_dict": "raytrain_hetero.parallel.conv_state",
-    "load_full_state_dict": "raytrain_hetero.parallel.conv_state",
-    "probe_kernel_cost": "raytrain_hetero.parallel.conv_state",
-    "resplit": "raytrain_hetero.parallel.conv_state",
+    "CollectiveHooks": _CONV_SPLIT,
+    "SplitConv2d": _CONV_SPLIT,
+    "check_replicas_identical": _CONV_SPLIT,
+    "split_conv_layers": _CONV_SPLIT,
+    "split_layers": _CONV_SPLIT,
+    "full_optimizer_state_dict": _CONV_STATE,
+    "full_state_dict": _CONV_STATE,
+    "gather_kernel_costs": _CONV_STATE,
+    "load_full_optimizer_state_dict": _CONV_STATE,
+    "load_full_state_dict": _CONV_STATE,
+    "probe_kernel_cost": _CONV_STATE,
+    "resplit": _CONV_STATE,
+    "BranchPlacement": "raytrain_hetero.core.branch_placement",
+    "costs_from_speeds": "raytrain_hetero.core.branch_placement",
+    "place_branches": "raytrain_hetero.core.branch_placement",
+    "BranchCosts": _BRANCH_COSTS,
+    "measure_branch_costs": _BRANCH_COSTS,
+    "plan_branch_placement": _BRANCH_COSTS,
+    "BranchPipeline": _BRANCHES,
+    "BranchStep": _BRANCHES,
+    "branch_model_of": _BRANCHES,
+    "data_parallel_bytes_per_step": _BRANCHES,
+    "micro_batch_sizes": _BRANCHES,
+    "predicted_branch_bytes_per_step": _BRANCHES,
+    "Traffic": "raytrain_hetero.parallel.p2p",
 }
 
 __all__ = sorted(_LAZY)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.branch_model import BranchModel
 
 __all__ = [
     "MODEL_NAMES",
@@ -183,9 +184,28 @@ class TwoBranchFusionCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        parts = {"s1": x[:, : self.s1_channels], "s2": x[:, self.s1_channels :]}
-        embeddings = [self.branches[m](parts[m]) for m in self.modalities]
+        parts = self._modality_inputs(x)
+        embeddings = [
+            self.branches[m](part) for m, part in zip(self.modalities, parts, strict=True)
+        ]
         return self.head(torch.cat(embeddings, dim=1))
+
+    def _modality_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        parts = {"s1": x[:, : self.s1_channels], "s2": x[:, self.s1_channels :]}
+        return [parts[m] for m in self.modalities]
+
+    def declared_branches(self) -> BranchModel:
+        """This model as modality branches (``"s1"``, ``"s2"``) plus its fusion head.
+
+        A view sharing this model's modules, for branch placement across workers; computing
+        through it gives exactly :meth:`forward`.
+        """
+        return BranchModel(
+            model=self,
+            branches=tuple((m, self.branches[m]) for m in self.modalities),
+            head=self.head,
+            split_inputs=self._modality_inputs,
+        )
 
 
 def _positive_int(name: str, value: Any) -> int:

@@ -83,9 +83,10 @@ RULES: tuple[LayerRule, ...] = (
         forbidden=frozenset({"parallel", "driver", "app", "tune", "inference", "bench", "sim"}),
     ),
     LayerRule(
-        "parallel (model parallelism) imports only core, config, errors, atomic and worker",
+        "parallel imports core, config, errors, atomic, worker and workloads; never driver, "
+        "app, tune, inference, bench or sim",
         importers=frozenset({"parallel"}),
-        allowed=frozenset({"core", "config", "errors", "atomic", "worker"}),
+        allowed=frozenset({"core", "config", "errors", "atomic", "worker", "workloads"}),
     ),
     LayerRule(
         "driver never imports app, tune, inference or bench",

@@ -1,0 +1,136 @@
+"""Measuring what each branch and the head cost on each rank, and placing them from that.
+
+Before branches are placed, every rank still holds the whole model: it times the forward +
+backward of each branch (and the head) on an example batch with its own compute clock
+(:class:`~raytrain_hetero.worker.timing.ComputeClock`: thread/process CPU time on CPU, so
+co-located workers do not count each other's work), scales the readings by its emulated
+slowdown factor (EMULATION: a factor-k worker behaves like a device k times slower; 1.0 on
+real heterogeneous hardware), and the ranks exchange their rows. Every rank then solves the
+same placement problem on the same matrix
+(:func:`~raytrain_hetero.core.branch_placement.place_branches`), so they agree without a
+further broadcast.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
+from raytrain_hetero.errors import ModelParallelError
+from raytrain_hetero.parallel.branches import branch_model_of
+from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.workloads.branch_model import BranchModel
+
+__all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BranchCosts:
+    """Seconds of forward + backward on one rank, per branch and for the head.
+
+    Attributes:
+        branches: ``(name, seconds)`` in fusion order.
+        head: Seconds of the fusion head.
+    """
+
+    branches: tuple[tuple[str, float], ...]
+    head: float
+
+
+def _timed(clock: ComputeClock, run: Any, repeats: int) -> float:
+    run()  # warm-up: first calls allocate and pick kernels
+    best = float("inf")
+    for _ in range(repeats):
+        start = clock.now()
+        run()
+        best = min(best, clock.now() - start)
+    return max(best, 1e-9)
+
+
+def measure_branch_costs(
+    model: nn.Module | BranchModel,
+    example_input: torch.Tensor,
+    *,
+    repeats: int = 3,
+    slowdown: float = 1.0,
+    device: torch.device | str = "cpu",
+) -> BranchCosts:
+    """Time each branch and the head of ``model`` on this rank (best of ``repeats``).
+
+    Gradients the measurement leaves in the model are cleared (set to None); BatchNorm
+    running statistics and the CPU torch RNG state are restored, so measuring does not change
+    training.
+
+    Args:
+        model: The whole model (declaring its branches), before placement.
+        example_input: A batch like the training ones (the batch size matters).
+        repeats: Timed repetitions per part; the fastest counts.
+        slowdown: EMULATION factor of this worker (readings are multiplied by it).
+        device: Device the model runs on (selects the clock).
+
+    Raises:
+        ModelParallelError: No declared branches, or a slowdown that is not > 0.
+    """
+    if not slowdown > 0:
+        raise ModelParallelError(f"slowdown must be > 0, got {slowdown}")
+    declared = branch_model_of(model)
+    clock = ComputeClock(device)
+    saved = {k: v.clone() for k, v in declared.model.state_dict().items()}
+    parts = declared.split_inputs(example_input)
+    costs = []
+    embeddings = []
+    # Forked RNG: dropout during the measurement must not shift the training run's draws.
+    with torch.random.fork_rng(devices=[]):
+        for (name, module), part in zip(declared.branches, parts, strict=True):
+            run = lambda m=module, p=part: m(p).sum().backward()  # noqa: E731
+            costs.append((name, _timed(clock, run, repeats)))
+            with torch.no_grad():
+                embeddings.append(module(part))
+        fused = torch.cat(embeddings, dim=1)
+        head = _timed(clock, lambda: declared.head(fused).sum().backward(), repeats)
+    declared.model.load_state_dict(saved)
+    declared.model.zero_grad(set_to_none=True)
+    return BranchCosts(tuple((n, c * slowdown) for n, c in costs), head * slowdown)
+
+
+def plan_branch_placement(
+    model: nn.Module | BranchModel,
+    example_input: torch.Tensor,
+    *,
+    group: Any = None,
+    repeats: int = 3,
+    slowdown: float = 1.0,
+    device: torch.device | str = "cpu",
+) -> BranchPlacement:
+    """Measure on every rank, exchange the costs, and place branches and head (collective).
+
+    Every rank of ``group`` calls it with the same model and example batch; all get the same
+    placement (with its predicted ``stage_times``).
+    """
+    mine = measure_branch_costs(
+        model, example_input, repeats=repeats, slowdown=slowdown, device=device
+    )
+    rows: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(rows, mine, group=group)
+    names = tuple(name for name, _ in mine.branches)
+    placement = place_branches(
+        names,
+        [[cost for _, cost in row.branches] for row in rows],
+        [row.head for row in rows],
+    )
+    logger.info(
+        "branch placement from measured costs %s: %s, head on rank %d, stage times %s",
+        [row.branches for row in rows],
+        placement.branch_ranks,
+        placement.head_rank,
+        placement.stage_times,
+    )
+    return placement

@@ -1,0 +1,142 @@
+"""Point-to-point tensor transfer with byte counting (torch.distributed send/recv).
+
+A receiver does not know the shape of an activation in advance (the last batch of an epoch
+is short, micro-batches are uneven), so every tensor whose shape the receiver cannot derive
+travels behind a fixed-size header: 8 int64 values (dtype code, number of dimensions, up to
+six sizes). Gradients travel back without a header: they have the shape of the activation
+they belong to. Every byte sent or received, headers included, is counted in a
+:class:`Traffic` record so the benchmark can compare it with data parallelism.
+
+Works with gloo (CPU tensors) and NCCL (CUDA tensors); the tests use gloo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from raytrain_hetero.errors import ModelParallelError
+
+__all__ = ["HEADER_BYTES", "Traffic", "recv_tensor", "send_tensor"]
+
+_HEADER_LEN = 8
+_MAX_DIMS = _HEADER_LEN - 2
+#: Bytes of the shape header that precedes each activation.
+HEADER_BYTES = _HEADER_LEN * 8
+_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+@dataclass
+class Traffic:
+    """Bytes and messages one rank sent and received (mutable counter).
+
+    Attributes:
+        bytes_sent: Payload bytes sent by this rank, headers included.
+        bytes_received: Payload bytes received by this rank, headers included.
+        messages_sent: Number of send operations.
+    """
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    _pending: list[dist.Work] = field(default_factory=list, repr=False)
+    _keep_alive: list[torch.Tensor] = field(default_factory=list, repr=False)
+
+    def add_sent(self, nbytes: int) -> None:
+        """Count one send of ``nbytes``."""
+        self.bytes_sent += nbytes
+        self.messages_sent += 1
+
+    def wait_all(self) -> None:
+        """Wait until every asynchronous send started through this counter has completed."""
+        for work in self._pending:
+            work.wait()
+        self._pending.clear()
+        self._keep_alive.clear()
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _isend(tensor: torch.Tensor, dst: int, tag: int, traffic: Traffic, group: object) -> None:
+    work = dist.isend(tensor, dst=dst, group=group, tag=tag)  # type: ignore[arg-type]
+    traffic.add_sent(_nbytes(tensor))
+    if work is not None:
+        traffic._pending.append(work)
+    traffic._keep_alive.append(tensor)  # the buffer must outlive the send
+
+
+def send_tensor(
+    tensor: torch.Tensor,
+    dst: int,
+    tag: int,
+    traffic: Traffic,
+    *,
+    group: object = None,
+    with_header: bool = True,
+) -> None:
+    """Start sending ``tensor`` to global rank ``dst`` (asynchronous; see Traffic.wait_all).
+
+    Args:
+        tensor: The tensor to send (made contiguous; detached).
+        dst: Global rank of the receiver.
+        tag: Message tag; the receiver uses the same one. Messages with one (src, tag) pair
+            arrive in the order they were sent.
+        traffic: Counter that also keeps the send alive until waited for.
+        group: Process group (default: the world).
+        with_header: Precede the tensor by its shape header (for receivers that cannot
+            derive the shape).
+
+    Raises:
+        ModelParallelError: A dtype or rank the header cannot describe.
+    """
+    payload = tensor.detach().contiguous()
+    if with_header:
+        if payload.dtype not in _DTYPES or payload.dim() > _MAX_DIMS:
+            raise ModelParallelError(
+                f"cannot send a {payload.dtype} tensor of {payload.dim()} dimension(s) between "
+                f"branch ranks: supported dtypes {[str(d) for d in _DTYPES]}, at most "
+                f"{_MAX_DIMS} dimensions"
+            )
+        header = torch.zeros(_HEADER_LEN, dtype=torch.int64, device=payload.device)
+        header[0] = _DTYPES.index(payload.dtype)
+        header[1] = payload.dim()
+        header[2 : 2 + payload.dim()] = torch.tensor(payload.shape, dtype=torch.int64)
+        _isend(header, dst, tag, traffic, group)
+    _isend(payload, dst, tag, traffic, group)
+
+
+def recv_tensor(
+    src: int,
+    tag: int,
+    traffic: Traffic,
+    *,
+    group: object = None,
+    like: torch.Tensor | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Receive one tensor from global rank ``src`` (blocking).
+
+    Args:
+        src: Global rank of the sender.
+        tag: Message tag the sender used.
+        traffic: Counter of received bytes.
+        group: Process group (default: the world).
+        like: If given, the message has no header and this tensor's shape and dtype.
+        device: Device of the received tensor (CPU for gloo, the local GPU for NCCL).
+    """
+    if like is None:
+        header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=device)
+        dist.recv(header, src=src, group=group, tag=tag)  # type: ignore[arg-type]
+        traffic.bytes_received += HEADER_BYTES
+        values = header.tolist()
+        shape = values[2 : 2 + values[1]]
+        out = torch.empty(shape, dtype=_DTYPES[values[0]], device=device)
+    else:
+        out = torch.empty_like(like, device=device)
+    dist.recv(out, src=src, group=group, tag=tag)  # type: ignore[arg-type]
+    traffic.bytes_received += _nbytes(out)
+    return out
