@@ -11,14 +11,10 @@ whole-batch mean loss, and its exchange hooks run around every statistics all-re
 
 from __future__ import annotations
 
-import io
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_group import run_gloo_group
 
 from raytrain_hetero.worker.batchnorm import BatchNormBinding, HeteroBatchNorm, convert_batchnorm
 
@@ -55,66 +51,38 @@ def _weights(bound: bool) -> list[float]:
     return [1.0 / len(SLICES)] * len(SLICES)
 
 
-def _rank_main(rank: int, port: int, dtype: torch.dtype, bound: bool, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=len(SLICES))
-    try:
-        torch.set_num_threads(1)
-        x, target = _batch(dtype)
-        start = sum(SLICES[:rank])
-        part = slice(start, start + SLICES[rank])
-        weight = _weights(bound)[rank]
-        exchanges = {"before": 0, "after": 0}
+def _rank_main(rank: int, world_size: int, dtype: torch.dtype, bound: bool) -> tuple:
+    x, target = _batch(dtype)
+    start = sum(SLICES[:rank])
+    part = slice(start, start + SLICES[rank])
+    weight = _weights(bound)[rank]
+    exchanges = {"before": 0, "after": 0}
 
-        def count(key: str):
-            return lambda: exchanges.__setitem__(key, exchanges[key] + 1)
+    def count(key: str):
+        return lambda: exchanges.__setitem__(key, exchanges[key] + 1)
 
-        if bound:
-            binding = BatchNormBinding(lambda: weight, count("before"), count("after"))
-            model = convert_batchnorm(_model(dtype), dist.group.WORLD, binding)
-        else:
-            model = convert_batchnorm(_model(dtype), dist.group.WORLD)
-        inputs = x[part].clone().requires_grad_()
-        out = model(inputs)
-        loss = ((out - target[part]) ** 2).mean()
-        loss.backward()
-        grads = []
-        for param in model.parameters():
-            grad = param.grad * weight
-            dist.all_reduce(grad)
-            grads.append(grad)
-        buffers = [model[1].running_mean, model[1].running_var, model[4].running_var]
-        payload = (out.detach(), inputs.grad, grads, [b.clone() for b in buffers], exchanges)
-        # As bytes: tensors shared through torch's queue vanish if this process exits first.
-        blob = io.BytesIO()
-        torch.save(payload, blob)
-        queue.put((rank, blob.getvalue()))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    if bound:
+        binding = BatchNormBinding(lambda: weight, count("before"), count("after"))
+        model = convert_batchnorm(_model(dtype), dist.group.WORLD, binding)
+    else:
+        model = convert_batchnorm(_model(dtype), dist.group.WORLD)
+    inputs = x[part].clone().requires_grad_()
+    out = model(inputs)
+    loss = ((out - target[part]) ** 2).mean()
+    loss.backward()
+    grads = []
+    for param in model.parameters():
+        grad = param.grad * weight
+        dist.all_reduce(grad)
+        grads.append(grad)
+    buffers = [model[1].running_mean, model[1].running_var, model[4].running_var]
+    return out.detach(), inputs.grad, grads, [b.clone() for b in buffers], exchanges
 
 
 @pytest.mark.parametrize("bound", [False, True], ids=["unbound", "bound"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance, bound):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, dtype, bound, queue)) for r in range(3)]
-    for proc in procs:
-        proc.start()
-    results = {}
-    for _ in procs:
-        rank, blob = queue.get(timeout=120)
-        results[rank] = torch.load(io.BytesIO(blob), weights_only=True)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    results = run_gloo_group(_rank_main, len(SLICES), dtype, bound)
 
     # One device, native BatchNorm, loss weighted per slice the same way.
     x, target = _batch(torch.float64)

@@ -13,15 +13,11 @@ Errors are ``max |got - want| / max(1, max |want|)``: float64 <= 1e-10, float32 
 
 from __future__ import annotations
 
-import io
-import os
-import socket
 from dataclasses import dataclass, field
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_group import run_gloo_group
 from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
@@ -218,61 +214,21 @@ def _measured_placement(rank: int) -> BranchPlacement:
     return placement
 
 
-def _rank_main(rank: int, world: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        torch.set_num_threads(1)
-        payload = {sc.name: _run(sc, rank, world) for sc in _scenarios(world)}
-        payload["errors"] = _errors(rank, world) if world == 2 else {}
-        payload["measured"] = _measured_placement(rank) if world == 2 else None
-        blob = io.BytesIO()
-        torch.save(payload, blob)
-        queue.put((rank, None, blob.getvalue()))
-    except BaseException as exc:
-        queue.put((rank, repr(exc), b""))
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _spawn(world: int) -> dict[int, dict]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, queue)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    results: dict[int, dict] = {}
-    try:
-        for _ in procs:
-            rank, failure, blob = queue.get(timeout=120)
-            if failure is not None:
-                pytest.fail(f"rank {rank} failed: {failure}")
-            results[rank] = torch.load(io.BytesIO(blob), weights_only=False)
-    finally:
-        for proc in procs:
-            proc.join(timeout=60)
-            if proc.exitcode is None:
-                proc.kill()
-    assert all(proc.exitcode == 0 for proc in procs)
-    return results
+def _rank_main(rank: int, world: int) -> dict:
+    payload = {sc.name: _run(sc, rank, world) for sc in _scenarios(world)}
+    payload["errors"] = _errors(rank, world) if world == 2 else {}
+    payload["measured"] = _measured_placement(rank) if world == 2 else None
+    return payload
 
 
 @pytest.fixture(scope="module")
 def two_ranks() -> dict[int, dict]:
-    return _spawn(2)
+    return run_gloo_group(_rank_main, 2)
 
 
 @pytest.fixture(scope="module")
 def three_ranks() -> dict[int, dict]:
-    return _spawn(3)
+    return run_gloo_group(_rank_main, 3)
 
 
 def _check(results: dict[int, dict], sc: Scenario) -> None:

@@ -9,13 +9,10 @@ data-parallel weighting. The result equals one device on the whole batch.
 from __future__ import annotations
 
 import copy
-import os
-import socket
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_group import run_gloo_group
 from torch import nn
 
 from raytrain_hetero.core.weighting import proportional_weights
@@ -50,71 +47,47 @@ def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _rank_main(rank: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        # Every rank creates every group, in the same order (torch.distributed's rule).
-        split_groups = [dist.new_group(list(g)) for g in SPLIT_GROUPS]
-        replica_groups = [dist.new_group(list(g)) for g in REPLICA_GROUPS]
-        replica = rank // 2
-        split_group, replica_group = split_groups[replica], replica_groups[rank % 2]
-        weights = proportional_weights(REPLICA_SLICES)
-        start = sum(REPLICA_SLICES[:replica])
-        part = slice(start, start + REPLICA_SLICES[replica])
+def _rank_main(rank: int, world_size: int) -> dict:
+    # Every rank creates every group, in the same order (torch.distributed's rule).
+    split_groups = [dist.new_group(list(g)) for g in SPLIT_GROUPS]
+    replica_groups = [dist.new_group(list(g)) for g in REPLICA_GROUPS]
+    replica = rank // 2
+    split_group, replica_group = split_groups[replica], replica_groups[rank % 2]
+    weights = proportional_weights(REPLICA_SLICES)
+    start = sum(REPLICA_SLICES[:replica])
+    part = slice(start, start + REPLICA_SLICES[replica])
 
-        reference = _model()
-        model = copy.deepcopy(reference)
-        model_names = {"conv1": "0", "conv2": "2"}
-        split_conv_layers(
-            model,
-            list(model_names.values()),
-            split_group,
-            kernels_per_rank={model_names[k]: v for k, v in KERNELS.items()},
-        )
-        opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
-        opt_ref = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=0.9)
-        for step in range(STEPS):
-            x, y = _batch(step)
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[part]), y[part]).backward()
-            for param in model.parameters():  # data-parallel sync across replicas
-                param.grad.mul_(weights[replica])
-                dist.all_reduce(param.grad, group=replica_group)
-            opt.step()
-            opt_ref.zero_grad()
-            nn.functional.cross_entropy(reference(x), y).backward()
-            opt_ref.step()
-        got = full_state_dict(model)
-        want = reference.state_dict()
-        diff = max(float((got[k] - want[k]).abs().max()) for k in want)
-        queue.put((rank, {"diff": diff, "local": tuple(model[2].weight.shape)}))
-    except Exception:  # noqa: BLE001 - reported to the test process, which fails on it
-        queue.put((rank, {"crash": traceback.format_exc()}))
-    finally:
-        dist.destroy_process_group()
+    reference = _model()
+    model = copy.deepcopy(reference)
+    model_names = {"conv1": "0", "conv2": "2"}
+    split_conv_layers(
+        model,
+        list(model_names.values()),
+        split_group,
+        kernels_per_rank={model_names[k]: v for k, v in KERNELS.items()},
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=0.9)
+    for step in range(STEPS):
+        x, y = _batch(step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[part]), y[part]).backward()
+        for param in model.parameters():  # data-parallel sync across replicas
+            param.grad.mul_(weights[replica])
+            dist.all_reduce(param.grad, group=replica_group)
+        opt.step()
+        opt_ref.zero_grad()
+        nn.functional.cross_entropy(reference(x), y).backward()
+        opt_ref.step()
+    got = full_state_dict(model)
+    want = reference.state_dict()
+    diff = max(float((got[k] - want[k]).abs().max()) for k in want)
+    return {"diff": diff, "local": tuple(model[2].weight.shape)}
 
 
 def test_two_replicas_of_a_two_way_split_equal_one_device():
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = [ctx.Process(target=_rank_main, args=(r, port, queue)) for r in range(WORLD)]
-    for proc in procs:
-        proc.start()
-    results = {}
-    try:
-        for _ in procs:
-            rank, figures = queue.get(timeout=120)
-            results[rank] = figures
-    finally:
-        for proc in procs:
-            proc.join(timeout=60)
+    results = run_gloo_group(_rank_main, WORLD)
     for rank in range(WORLD):
         figures = results[rank]
-        assert "crash" not in figures, figures.get("crash")
         assert figures["local"] == (KERNELS["conv2"][rank % 2], 6, 3, 3)
         assert figures["diff"] <= 1e-10, (rank, figures)

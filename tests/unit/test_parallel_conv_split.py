@@ -12,14 +12,11 @@ asserts on them.
 from __future__ import annotations
 
 import copy
-import os
-import socket
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_group import run_gloo_group
 from torch import nn
 
 from raytrain_hetero.core.allocation import CostModel
@@ -227,45 +224,14 @@ def _scenarios(rank: int, dtype: torch.dtype) -> dict[str, object]:
     return figures
 
 
-def _rank_main(rank: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=RANKS)
-    try:
-        torch.set_num_threads(1)
-        figures = {str(dtype): _scenarios(rank, dtype) for dtype in (torch.float64, torch.float32)}
-        queue.put((rank, figures))
-    except Exception:  # noqa: BLE001 - reported to the test process, which fails on it
-        queue.put((rank, {"crash": traceback.format_exc()}))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _rank_main(rank: int, world_size: int) -> dict[str, dict[str, object]]:
+    return {str(dtype): _scenarios(rank, dtype) for dtype in (torch.float64, torch.float32)}
 
 
 @pytest.fixture(scope="module")
 def rank_figures() -> dict[int, dict[str, dict[str, object]]]:
     """Figures of every rank, by dtype: one group of processes runs both dtypes."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, queue)) for r in range(RANKS)]
-    for proc in procs:
-        proc.start()
-    results = {}
-    try:
-        for _ in procs:
-            rank, figures = queue.get(timeout=120)
-            results[rank] = figures
-    finally:
-        for proc in procs:
-            proc.join(timeout=60)
-    for rank, figures in results.items():
-        assert "crash" not in figures, f"rank {rank} crashed:\n{figures['crash']}"
-    return results
+    return run_gloo_group(_rank_main, RANKS)
 
 
 @pytest.mark.parametrize(

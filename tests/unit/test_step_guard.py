@@ -3,15 +3,9 @@ prepare_optimizer, the weighted DDP hook carrying the non-finite indicator, real
 
 from __future__ import annotations
 
-import io
-import os
-import socket
-import traceback
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_group import run_gloo_group
 
 from raytrain_hetero.config import ProbeConfig, WorkerSpec
 from raytrain_hetero.errors import NonFiniteStepError
@@ -99,63 +93,31 @@ def _run(rank, *, nan_steps=(), skip_batches=(), inf_steps=(), scaler=None, step
     return history, skipped, momenta, runtime.guard.skipped_total
 
 
-def _rank_main(rank: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank_main(rank: int, world_size: int) -> dict:
+    identity = RankIdentity(setup=SETUP, slot=rank, rank=rank, world_size=world_size)
+    install_runtime(WorkerRuntime.start(identity))
+    results: dict = {}
+    results["nan"] = _run(rank, nan_steps=(NAN_STEP,))
+    results["reference"] = _run(rank, skip_batches=(NAN_STEP,))
     try:
-        torch.set_num_threads(1)
-        identity = RankIdentity(setup=SETUP, slot=rank, rank=rank, world_size=2)
-        install_runtime(WorkerRuntime.start(identity))
-        results: dict = {}
-        results["nan"] = _run(rank, nan_steps=(NAN_STEP,))
-        results["reference"] = _run(rank, skip_batches=(NAN_STEP,))
-        try:
-            _run(rank, nan_steps=(1, 2, 3))
-            results["error"] = None
-        except NonFiniteStepError as exc:
-            results["error"] = str(exc)
-        # GradScaler: the scaler owns overflow; the guard neither applies nor counts it.
-        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
-        results["amp"] = _run(rank, inf_steps=(1, 2, 3, 4), scaler=scaler)
-        # No DDP model: the guard falls back to one tiny all-reduce of its own.
-        runtime = get_runtime()
-        runtime.guard = StepGuard(rank, 2, 3)
-        grads = [torch.tensor([float("nan") if rank == 0 else 1.0])]
-        results["fallback"] = runtime.guard.verdict(7, lambda: grads).ranks
-        blob = io.BytesIO()
-        torch.save(results, blob)
-        queue.put((rank, blob.getvalue()))
-    except BaseException:  # noqa: BLE001 - reported to the test
-        queue.put((rank, traceback.format_exc().encode()))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        _run(rank, nan_steps=(1, 2, 3))
+        results["error"] = None
+    except NonFiniteStepError as exc:
+        results["error"] = str(exc)
+    # GradScaler: the scaler owns overflow; the guard neither applies nor counts it.
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    results["amp"] = _run(rank, inf_steps=(1, 2, 3, 4), scaler=scaler)
+    # No DDP model: the guard falls back to one tiny all-reduce of its own.
+    runtime = get_runtime()
+    runtime.guard = StepGuard(rank, 2, 3)
+    grads = [torch.tensor([float("nan") if rank == 0 else 1.0])]
+    results["fallback"] = runtime.guard.verdict(7, lambda: grads).ranks
+    return results
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    out = {}
-    for _ in procs:
-        rank, blob = queue.get(timeout=180)
-        try:
-            out[rank] = torch.load(io.BytesIO(blob), weights_only=False)
-        except Exception:  # noqa: BLE001
-            pytest.fail(blob.decode())
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
-    return out
+    return run_gloo_group(_rank_main, 2, timeout_s=180)
 
 
 def test_a_nonfinite_step_is_skipped_on_every_rank_and_counted(results):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch.distributed as dist
+from gloo_group import run_gloo_group
 
 from raytrain_hetero.config import ProbeConfig, WorkerSpec
 from raytrain_hetero.core.allocation import CostModel
@@ -78,20 +78,21 @@ def test_install_announces_and_restore_continues_the_versions():
     assert resumed.restored_slot_costs == {0: CostModel(0.0, 0.01)}
 
 
-def test_collectives_on_a_one_rank_group(tmp_path):
-    dist.init_process_group(
-        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
-    )
-    try:
-        setup = dataclasses.replace(SETUP, max_world_size=1)
-        identity = RankIdentity(setup=setup, slot=2, rank=0, world_size=1)
-        plans = PlanState()
-        assert gather_rank_slots(identity, plans) == (2,)
-        plan = build_plan(identity, plans, shares=[1.0], effective_step=0, reason="one")
-        install_plan(plans, plan)
-        assert next_free_step(plans) == 0  # nothing carved yet
-        plans.schedule.mark_carved(0)
-        plans.schedule.mark_carved(1)
-        assert next_free_step(plans) == 2
-    finally:
-        dist.destroy_process_group()
+def _one_rank_collectives(rank: int, world_size: int) -> tuple:
+    setup = dataclasses.replace(SETUP, max_world_size=1)
+    identity = RankIdentity(setup=setup, slot=2, rank=rank, world_size=world_size)
+    plans = PlanState()
+    slots = gather_rank_slots(identity, plans)
+    plan = build_plan(identity, plans, shares=[1.0], effective_step=0, reason="one")
+    install_plan(plans, plan)
+    free_before = next_free_step(plans)
+    plans.schedule.mark_carved(0)
+    plans.schedule.mark_carved(1)
+    return slots, free_before, next_free_step(plans)
+
+
+def test_collectives_on_a_one_rank_group():
+    slots, free_before, free_after = run_gloo_group(_one_rank_collectives, 1)[0]
+    assert slots == (2,)
+    assert free_before == 0  # nothing carved yet
+    assert free_after == 2

@@ -1,0 +1,126 @@
+"""One real gloo process group of spawned processes on 127.0.0.1, for unit tests (no Ray).
+
+A test passes a module-level ``target(rank, world_size, *args)``; each spawned process joins
+the group, runs it with one torch thread and sends its return value back as ``torch.save``
+bytes (tensors shared through a multiprocessing queue vanish once the sending process exits).
+A rank that raises fails the calling test with that rank's traceback. Test files import this
+module by its bare name (pytest puts tests/unit on ``sys.path``; spawned children inherit it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import queue as queue_module
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+FAILURE_GRACE_S = 10.0  # after a rank fails, how long to wait for the others' reports
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_main(
+    target: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    args: tuple,
+    init_timeout_s: float | None,
+    results,
+) -> None:
+    """One spawned rank: join the group, run ``target``, send back its value or traceback."""
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        timeout = {}
+        if init_timeout_s is not None:
+            timeout["timeout"] = datetime.timedelta(seconds=init_timeout_s)
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, **timeout)
+        try:
+            torch.set_num_threads(1)
+            value = target(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+        blob = io.BytesIO()
+        torch.save(value, blob)
+        results.put((rank, None, blob.getvalue()))
+    except BaseException:  # noqa: BLE001 - sent to the test process, which fails with it
+        results.put((rank, traceback.format_exc(), b""))
+        sys.exit(1)
+
+
+def run_gloo_group(
+    target: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout_s: float = 120.0,
+    init_timeout_s: float | None = None,
+) -> dict[int, Any]:
+    """Run ``target(rank, world_size, *args)`` on ``world_size`` spawned processes forming one
+    gloo group; return each rank's return value by rank.
+
+    ``target`` must be a module-level function (it is pickled into spawned processes), and
+    its return value must survive ``torch.save``/``torch.load``. A rank's exception fails the
+    calling test with that rank's traceback; so does a group that has not answered within
+    ``timeout_s`` seconds (all ranks together). ``init_timeout_s`` is the group's own
+    collective timeout (torch's default when None). Every process is joined (killed if it
+    outlives a failure) and must exit 0.
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(
+            target=_rank_main,
+            args=(target, rank, world_size, port, args, init_timeout_s, results),
+        )
+        for rank in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failures: dict[int, str] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) + len(failures) < world_size:
+            try:
+                rank, error, blob = results.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue_module.Empty:
+                break
+            if error is None:
+                values[rank] = torch.load(io.BytesIO(blob), weights_only=False)
+                continue
+            if not failures:  # the other ranks' reports (their own failures) come soon after
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
+            failures[rank] = error
+    finally:
+        for proc in procs:
+            proc.join(timeout=5 if failures or len(values) < world_size else 60)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    if failures:
+        pytest.fail(
+            "\n".join(f"rank {rank} failed:\n{failures[rank]}" for rank in sorted(failures)),
+            pytrace=False,
+        )
+    if len(values) < world_size:
+        silent = sorted(set(range(world_size)) - set(values))
+        pytest.fail(f"rank(s) {silent} sent nothing within {timeout_s:g} s", pytrace=False)
+    exit_codes = [proc.exitcode for proc in procs]
+    assert exit_codes == [0] * world_size, f"exit codes by rank: {exit_codes}"
+    return values
