@@ -36,6 +36,7 @@ from train_loops import plain_model
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.config import FaultInjectionConfig, FaultSpec, ProbeConfig
+from raytrain_hetero.driver._ray_compat import available_resources_per_node
 from raytrain_hetero.worker.checkpoint_state import STATE_FILE
 from raytrain_hetero.worker.faults import fired_markers, marker_path
 
@@ -88,6 +89,18 @@ def run(tmp_path, name, *, faults=(), workers=3, pool="w", size=SIZE, max_failur
         **kw,
     )
     return trainer, out
+
+
+def wait_for_free_cpus(cpus_by_node: dict[str, float], timeout_s: float = 60) -> None:
+    """Block until every node of ``cpus_by_node`` reports that many free CPUs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free = available_resources_per_node()
+        if all(free.get(node, {}).get("CPU", 0) >= cpus for node, cpus in cpus_by_node.items()):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"nodes never reported their free CPUs {cpus_by_node}: {free}")
+        time.sleep(0.2)
 
 
 def assert_survived(out, reference, epochs=(0, 1)):
@@ -162,10 +175,13 @@ def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
 def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monkeypatch):
     # A restart that still counts the dying node waits this long for its placement before
     # Ray Train retries with the workers that fit (default 60 s); propagated to the controller.
-    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "20")
-    cluster.add_node(num_cpus=2, labels={"pool": "f"})
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "30")
+    kept = cluster.add_node(num_cpus=2, labels={"pool": "f"})
     doomed = cluster.add_node(num_cpus=1, labels={"pool": "f"})
     cluster.wait_for_nodes()
+    # The elastic group is sized from each node's free CPUs: start only once both new nodes
+    # report theirs, or a loaded machine starts the first group with two workers, not three.
+    wait_for_free_cpus({kept.node_id: 2, doomed.node_id: 1})
     faults = [FaultSpec(phase="mid_epoch", action="kill", step=3, rank=0)]
     trainer, out = run(
         tmp_path,
