@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from raytrain_hetero.config.groups import BackendConfig, GuardConfig
 from raytrain_hetero.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -61,8 +62,9 @@ class HeteroSetup:
     plan_sync_every: int = 5
     slowdown_schedule: tuple[SlowdownInjection, ...] = ()
     faults: FaultInjectionConfig | None = None
-    collective_timeout_s: float = 1800.0
-    max_consecutive_nonfinite: int = 3
+    # Defaults read from the library config objects, where each setting is defined once.
+    collective_timeout_s: float = float(BackendConfig.model_fields["collective_timeout_s"].default)
+    max_consecutive_nonfinite: int = GuardConfig.model_fields["max_consecutive_nonfinite"].default
 
 
 @dataclass(frozen=True)

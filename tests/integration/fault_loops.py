@@ -18,7 +18,12 @@ import ray
 import torch
 import torch.nn.functional as F
 from ledgers import record_checkpoint, record_restore, record_step
-from train_loops import flat_params, make_regression_data, plain_model
+from train_loops import (
+    flat_params,
+    make_regression_data,
+    plain_model,
+    restore_model_and_optimizer,
+)
 
 import raytrain_hetero as rh
 
@@ -28,12 +33,7 @@ def fault_loop(config: dict) -> None:
     x, y, idx = make_regression_data(config["size"], 6, 3, torch.float32)
     model = rh.prepare_model(plain_model(6, 3, torch.float32))
     optim = torch.optim.SGD(model.parameters(), lr=config.get("lr", 0.1))
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
-        model.module.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
+    restore_model_and_optimizer(model, optim)
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])

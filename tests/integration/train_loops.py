@@ -82,17 +82,24 @@ def trajectory_loop(config: dict) -> None:
     rh.report({"steps": steps})
 
 
-def ledger_loop(config: dict) -> None:
-    """Records each rank's sample ids per step; changes plan mid-epoch; fails once after a checkpoint."""
-    x, y, idx = make_regression_data(config["size"], 6, 3, torch.float32)
-    model = rh.prepare_model(plain_model(6, 3, torch.float32))
-    optim = torch.optim.SGD(model.parameters(), lr=0.1)
-    checkpoint = __import__("ray").train.get_checkpoint()
+def restore_model_and_optimizer(model, optim) -> None:
+    """Load ``model.pt`` (model + optimizer state) of the checkpoint this group resumes from."""
+    import ray
+
+    checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
         model.module.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
+
+
+def ledger_loop(config: dict) -> None:
+    """Records each rank's sample ids per step; changes plan mid-epoch; fails once after a checkpoint."""
+    x, y, idx = make_regression_data(config["size"], 6, 3, torch.float32)
+    model = rh.prepare_model(plain_model(6, 3, torch.float32))
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    restore_model_and_optimizer(model, optim)
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])
@@ -172,12 +179,7 @@ def live_loop(config: dict) -> None:
     x, y, idx = make_regression_data(config["size"], 64, 3, torch.float32)
     model = rh.prepare_model(wide_model(64, 3))
     optim = torch.optim.SGD(model.parameters(), lr=0.1)
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            state = torch.load(os.path.join(d, "model.pt"), weights_only=True)
-        model.module.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
+    restore_model_and_optimizer(model, optim)
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])
