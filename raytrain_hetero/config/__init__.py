@@ -9,7 +9,7 @@ is frozen and rejects unknown keys; built from Python with bad values it raises 
 Modules: ``fields`` (field types, error vocabulary), ``problems`` (pydantic errors ->
 ConfigError), ``base`` (:class:`HeteroModel`), ``specs`` (workers, probing, slowdowns),
 ``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks),
-``faults`` (FAULT INJECTION, test/ops tooling).
+``parallel`` (model-parallel layout), ``faults`` (FAULT INJECTION, test/ops tooling).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from raytrain_hetero.config.groups import (
     PolicyConfig,
     SchedulerConfig,
 )
+from raytrain_hetero.config.parallel import ParallelConfig, ParallelMode
 from raytrain_hetero.config.problems import ConfigProblem
 from raytrain_hetero.config.specs import (
     ProbeConfig,
@@ -50,6 +51,8 @@ __all__ = [
     "FaultSpec",
     "GuardConfig",
     "HeteroModel",
+    "ParallelConfig",
+    "ParallelMode",
     "PolicyConfig",
     "ProbeConfig",
     "SchedulerConfig",
