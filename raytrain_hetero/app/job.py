@@ -5,7 +5,8 @@ the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer
 a live progress bar and per-worker table, and writes ``metrics.csv``, ``summary.json`` and
 ``throughput.png`` into the output directory.
 
-Worker side (:func:`classification_loop`): the train loop every Ray worker runs.
+Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
+Ray worker runs (re-exported here).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
+from raytrain_hetero.app.train_loop import classification_loop
 from raytrain_hetero.core.records import StepRecord, nonfinite_steps_skipped, run_samples_per_s
 from raytrain_hetero.core.records import summarize_workers as aggregate_workers
 from raytrain_hetero.errors import ConfigError, DataError
@@ -33,87 +35,6 @@ if TYPE_CHECKING:
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
 logger = logging.getLogger(__name__)
-
-# ----------------------------------------------------------------------------- worker side
-
-
-def classification_loop(config: dict[str, Any]) -> None:
-    """Per-worker loop: carved training, count-weighted sync, per-epoch validation + checkpoint."""
-    import ray.train
-    import torch
-    import torch.nn.functional as F
-
-    import raytrain_hetero as rh
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
-    from raytrain_hetero.workloads import build_model
-    from raytrain_hetero.workloads.evaluation import dataset_accuracy
-
-    # validate_config turns validation errors into a ConfigError, which pickles back to the
-    # driver (pydantic's errors with custom types do not).
-    job = validate_config(config["job"], source="job config on a worker")
-    torch.manual_seed(job.train.seed)
-    # Any data.dataset; unreadable files the driver found are left out (cached list).
-    workload = open_configured_datasets(job.data, ("train", "val"))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
-    model = rh.prepare_model(model)
-    optimizer = rh.prepare_optimizer(
-        torch.optim.SGD(
-            model.parameters(),
-            lr=job.train.lr,
-            momentum=job.train.momentum,
-            weight_decay=job.train.weight_decay,
-        )
-    )
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            state = torch.load(Path(directory) / "model.pt", weights_only=True, map_location="cpu")
-        model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-    loader = rh.prepare_data_loader(
-        datasets["train"],
-        num_workers=job.data.num_workers,
-        pin_memory=rh.get_device().type == "cuda",
-        persistent_workers=job.data.num_workers > 0,
-    )
-    rank = rh.get_rank_info()["rank"]
-    for epoch in range(loader.epoch, job.train.epochs):
-        model.train()
-        for batch in loader:
-            loss = F.cross_entropy(model(batch["image"]), batch["label"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()  # guarded: a non-finite step is skipped on every rank
-            rh.log_step_metrics(loss=loss.item())
-        metrics: dict[str, Any] = {"epoch": epoch}
-        if rank == 0:
-            metrics["val_accuracy"] = dataset_accuracy(
-                model.module, datasets["val"], rh.get_device()
-            )
-            with tempfile.TemporaryDirectory() as directory:
-                torch.save(
-                    {
-                        "model": model.module.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        # What the model was trained on (predict checks it against its data).
-                        "meta": {
-                            "dataset": job.data.dataset,
-                            "in_channels": workload.in_channels,
-                            "num_classes": workload.num_classes,
-                            "s1_channels": workload.s1_channels,
-                        },
-                    },
-                    Path(directory) / "model.pt",
-                )
-                rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
-        else:
-            rh.report(metrics)
-
 
 # ----------------------------------------------------------------------------- driver side
 
@@ -133,6 +54,7 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
     from raytrain_hetero.app.datasets import check_model_fits_data, data_source
+    from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
     from raytrain_hetero.workloads.data import generate_dataset, open_datasets
     from raytrain_hetero.workloads.registry import dataset_adapter
 
@@ -150,7 +72,8 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
             f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
             f"{expected}; fix data.bands or the dataset."
         )
-    check_model_fits_data(job.model, workload, source=root)
+    model = check_model_fits_data(job.model, workload, source=root)
+    check_parallel_fits_model(job.parallel, model, job.total_workers)
     sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
     need = job.total_workers * job.train.min_slice
     if sizes["train"] < need:
@@ -174,13 +97,33 @@ def init_ray(job: JobConfig) -> None:
     )
 
 
-class ProgressView:
-    """Live progress: a tqdm bar over global steps and the per-worker table on plan changes."""
+#: Header of the per-rank layout column of a model-parallel mode's worker table.
+LAYOUT_HEADERS = {"conv_split": "kernels", "branches": "branches"}
 
-    def __init__(self, total_steps: int, stream: TextIO = sys.stderr) -> None:
+
+class ProgressView:
+    """Live progress: a tqdm bar over global steps and the per-worker table on plan changes.
+
+    In a model-parallel mode (``layout_dir`` set: the run's folder) the table shows each
+    rank's share of the model (kernels per split layer, or branches) in place of its slice,
+    from the layout rank 0 writes into each checkpoint; a new layout (a re-split, a restart
+    with a new split) is printed when its checkpoint lands.
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        stream: TextIO = sys.stderr,
+        *,
+        layout_dir: Path | None = None,
+        layout_header: str | None = None,
+    ) -> None:
         from tqdm import tqdm
 
         self.stream = stream
+        self.layout_dir = layout_dir
+        self.layout_header = layout_header
+        self.layout: dict[str, Any] | None = None
         self.bar = tqdm(
             total=total_steps,
             desc="train",
@@ -224,14 +167,56 @@ class ProgressView:
         ):
             self.tabled_versions.add(newest)
             self.bar.write(self.table(), file=self.stream)
+        if self.layout_dir is not None and self._new_layout():
+            assert self.layout is not None
+            self.bar.write(
+                f"layout after epoch {self.layout['epoch']}: {_layout_text(self.layout)}",
+                file=self.stream,
+            )
+            self.bar.write(self.table(), file=self.stream)
+
+    def _new_layout(self) -> bool:
+        """Read the newest checkpoint's layout; True if it differs from the one shown."""
+        from raytrain_hetero.app.train_loop import LAYOUT_FILE
+
+        assert self.layout_dir is not None
+        newest: dict[str, Any] | None = None
+        for path in self.layout_dir.glob(f"checkpoint_*/{LAYOUT_FILE}"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written
+            if newest is None or record["epoch"] > newest["epoch"]:
+                newest = record
+        if newest is None or (
+            self.layout is not None and newest["layout"] == self.layout["layout"]
+        ):
+            return False
+        self.layout = newest
+        return True
 
     def table(self) -> str:
         from raytrain_hetero.app.outputs import format_worker_table
 
-        return format_worker_table([r.to_dict() for _, r in sorted(self.latest.items())])
+        rows = [r.to_dict() for _, r in sorted(self.latest.items())]
+        if self.layout is not None:
+            rows = with_layout(rows, self.layout["layout"])
+        return format_worker_table(rows, self.layout_header if self.layout_dir else None)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _layout_text(layout: Mapping[str, Any]) -> str:
+    return " | ".join(f"rank {rank}: {text}" for rank, text in enumerate(layout["layout"]))
+
+
+def with_layout(rows: list[dict[str, Any]], per_rank: Sequence[str]) -> list[dict[str, Any]]:
+    """``rows`` (one per rank) with each rank's share of the model as ``layout``."""
+    return [
+        {**row, "layout": per_rank[row["rank"]] if row["rank"] < len(per_rank) else None}
+        for row in rows
+    ]
 
 
 def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
@@ -263,13 +248,15 @@ def build_trainer(
         probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity) and no
             live re-planning.
     """
-    from raytrain_hetero.config import ElasticConfig
+    from raytrain_hetero.config import ElasticConfig, ParallelConfig
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
-    scheduler, elastic = job.scheduler, job.elastic
+    scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
     if probe_only:
         scheduler = scheduler.model_copy(update={"live": False})
         elastic = ElasticConfig()
+        # The probe times each rank's speed on the whole model (each rank's plan share).
+        parallel = ParallelConfig()
     return HeteroTrainer(
         train_loop,
         train_loop_config={"job": job.model_dump(mode="json")},
@@ -281,6 +268,7 @@ def build_trainer(
         emulation=job.emulation,
         backend=job.backend,
         guard=job.guard,
+        parallel=parallel,
         run_config=run_config,
     )
 
@@ -428,7 +416,16 @@ def run_job(
     init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
     trainer = build_trainer(job, classification_loop, run_config(job, run))
-    view = ProgressView(steps_per_epoch * job.train.epochs) if progress else None
+    header = LAYOUT_HEADERS.get(job.parallel.mode)
+    view = (
+        ProgressView(
+            steps_per_epoch * job.train.epochs,
+            layout_dir=run.folder if header else None,
+            layout_header=header,
+        )
+        if progress
+        else None
+    )
     started = time.perf_counter()
     try:
         result = trainer.fit(progress=view, poll_interval_s=1.0)
@@ -458,7 +455,10 @@ def run_job(
         records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
     )
     if progress:
-        print(format_worker_table(summary["workers"]))
+        rows = summary["workers"]
+        if header and summary["parallel"].get("layout"):
+            rows = with_layout(rows, summary["parallel"]["layout"])
+        print(format_worker_table(rows, header))
         print(f"outputs: {out}")
     print(f"final validation accuracy: {summary['final_val_accuracy']:.4f}")
     return summary
@@ -508,6 +508,28 @@ def build_summary(
         "workers": summarize_workers(records),
         "plans": plans,
         "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
+        "parallel": parallel_summary(job, final_metrics),
         # What rank 0 reported last through Ray Train (plan version, per-rank figures).
         "reported": {k: v for k, v in final_metrics.items() if k.startswith("hetero/")},
+    }
+
+
+def parallel_summary(job: JobConfig, final_metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """summary.json's ``parallel``: the mode, its groups, the final layout and the traffic.
+
+    From rank 0's last checkpointed report: ``layout`` holds each rank's share of the model
+    (``"features.0:20 features.4:44"``, ``"s2+head"``; ``None`` in data mode), ``resplits``
+    the live re-splits of the last submission, ``bytes_per_step`` what the ranks together
+    sent per step (model-parallel: measured activations and gradients; data: the
+    gradient all-reduce's volume, computed from the model size).
+    """
+    return {
+        "mode": job.parallel.mode,
+        "group_size": job.parallel.group_size,
+        "micro_batches": job.parallel.micro_batches if job.parallel.mode == "branches" else None,
+        "layers": list(job.parallel.layers),
+        "groups": final_metrics.get("hetero/groups"),
+        "layout": final_metrics.get("hetero/layout"),
+        "resplits": final_metrics.get("hetero/resplits", 0),
+        "bytes_per_step": final_metrics.get("hetero/bytes_per_step"),
     }

@@ -314,7 +314,7 @@ _RULED_HEAD = Box(
 )
 
 
-def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def format_worker_table(rows: Sequence[Mapping[str, Any]], layout_header: str | None = None) -> str:
     """Render workers as a fixed-width plain-text table (a :class:`rich.table.Table`).
 
     Columns: rank, worker, device, samples/s (one decimal), slice, weight (three
@@ -323,7 +323,11 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
     Args:
         rows: Dicts with keys ``rank``, ``worker``, ``device``, ``samples_per_s``,
-            ``slice``, ``weight`` (any may be missing).
+            ``slice``, ``weight`` (any may be missing), and ``layout`` in a model-parallel run.
+        layout_header: In a model-parallel run the header of the ``layout`` column
+            (``"kernels"``, ``"branches"``) shown instead of the slice: each rank's share of
+            the model (e.g. ``"conv1:120 conv2:360"``, ``"s2+head"``); every rank of a group
+            reads its replica's whole slice, so a per-rank slice would mislead.
 
     Returns:
         The table (header, rule, one line per row), without a trailing newline.
@@ -331,10 +335,16 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]]) -> str:
     table = Table(
         box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0, header_style="", safe_box=True
     )
-    for header, _, align in _TABLE_COLUMNS:
+    columns = _TABLE_COLUMNS
+    if layout_header is not None:
+        columns = tuple(
+            (layout_header, "layout", "<") if key == "slice" else (header, key, align)
+            for header, key, align in _TABLE_COLUMNS
+        )
+    for header, _, align in columns:
         table.add_column(header, justify="right" if align == ">" else "left", no_wrap=True)
     for row in rows:
-        table.add_row(*(_cell(key, row.get(key)) for _, key, _ in _TABLE_COLUMNS))
+        table.add_row(*(_cell(key, row.get(key)) for _, key, _ in columns))
     # Plain text: no colour, no terminal width limit (rows are never wrapped or cut).
     console = Console(
         file=io.StringIO(),

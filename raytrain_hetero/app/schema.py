@@ -4,9 +4,11 @@ A job is one YAML file (see ``examples/configs/eurosat_local.yaml``) that valida
 :class:`JobConfig`. Its run sections ARE the library's config classes (``probe:``
 :class:`~raytrain_hetero.config.ProbeConfig`, ``workers:`` a list of
 :class:`~raytrain_hetero.config.WorkerSpec`, ``scheduler:``, ``elastic:``, ``emulation:``,
-``backend:``, and ``train:`` extends :class:`~raytrain_hetero.config.BatchConfig` with the
-optimiser), so defaults and checks are the library's; cross-section checks are the library's
-one :func:`~raytrain_hetero.config.run_setting_problems`. YAML-only sections: ``data``,
+``backend:``, ``parallel:`` :class:`~raytrain_hetero.config.ParallelConfig`, and ``train:``
+extends :class:`~raytrain_hetero.config.BatchConfig` with the optimiser), so defaults and
+checks are the library's; cross-section checks are the library's one
+:func:`~raytrain_hetero.config.run_setting_problems` plus the parallel layout against the
+workers and the model (:mod:`raytrain_hetero.app.parallel_checks`). YAML-only sections: ``data``,
 ``model`` (:mod:`raytrain_hetero.app.sections`), the optimiser keys of ``train``, ``ray``,
 ``tune``, ``output_dir``. Every model is frozen and rejects unknown keys.
 """
@@ -21,6 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from raytrain_hetero.app.overrides import dotted_to_nested, merge_overrides
+from raytrain_hetero.app.parallel_checks import parallel_setting_problems
 from raytrain_hetero.app.sections import DataConfig, ModelConfig
 from raytrain_hetero.config import (
     BackendConfig,
@@ -29,6 +32,7 @@ from raytrain_hetero.config import (
     EmulationConfig,
     GuardConfig,
     HeteroModel,
+    ParallelConfig,
     ProbeConfig,
     SchedulerConfig,
     SettingPaths,
@@ -281,6 +285,10 @@ class JobConfig(HeteroModel):
         default_factory=BackendConfig, description="torch process group (backend, timeout)"
     )
     guard: GuardConfig = Field(default_factory=GuardConfig, description="non-finite step guard")
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="model parallelism: mode data | conv_split | branches, layers, group_size",
+    )
     output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
     tune: TuneConfig | None = Field(
         None, description="hyperparameter search for raytrain-hetero tune"
@@ -349,6 +357,7 @@ class JobConfig(HeteroModel):
         problems = run_setting_problems(
             self.workers, self.train, self.elastic, self.emulation, JOB_PATHS
         )
+        problems += parallel_setting_problems(self)
         if problems:
             raise multiple(problems)
         return self

@@ -82,6 +82,41 @@ FIELD_CASES: list[tuple[str, tuple[Any, ...], st.SearchStrategy[Any]]] = [
     ("workers[1].emulated_slowdown", ("workers", 1, "emulated_slowdown"), NON_FINITE),
     ("ray.num_cpus", ("ray", "num_cpus"), st.one_of(st.integers(-4, 0), WRONG_TYPE)),
     ("model.width", ("model", "width"), st.one_of(st.integers(-4, 0), WRONG_TYPE)),
+    (
+        "parallel.mode",
+        ("parallel", "mode"),
+        st.one_of(st.sampled_from(["model", "conv", "split", "pipeline"]), WRONG_TYPE),
+    ),
+    (
+        "parallel.group_size",
+        ("parallel", "group_size"),
+        st.one_of(st.integers(-4, 0), st.text(alphabet="abc", min_size=1, max_size=3)),
+    ),
+    (
+        "parallel.micro_batches",
+        ("parallel", "micro_batches"),
+        st.one_of(st.integers(-4, 0), WRONG_TYPE),
+    ),
+    (
+        # conv_split over the three workers of the base job: groups that do not cut 3 workers
+        "parallel.group_size",
+        ("parallel",),
+        st.sampled_from([2, 4, 5]).map(
+            lambda size: {"mode": "conv_split", "layers": ["features.0"], "group_size": size}
+        ),
+    ),
+    (
+        # branch placement of a model without declared branches (small_cnn)
+        "parallel.mode",
+        ("parallel",),
+        st.just({"mode": "branches"}),
+    ),
+    (
+        # conv_split without layers
+        "parallel.layers",
+        ("parallel",),
+        st.sampled_from([{"mode": "conv_split"}, {"mode": "conv_split", "layers": []}]),
+    ),
 ]
 
 
@@ -137,7 +172,9 @@ def test_invalid_values_are_refused_naming_the_field(case, data, capsys, monkeyp
 
 @SWEEP
 @given(
-    section=st.sampled_from(["", "train", "data", "probe", "backend", "elastic", "ray"]),
+    section=st.sampled_from(
+        ["", "train", "data", "probe", "backend", "elastic", "ray", "parallel"]
+    ),
     unknown=st.from_regex(r"[a-z]{3,8}_(zz|qq)", fullmatch=True),
 )
 def test_unknown_keys_are_refused_naming_the_key(section, unknown, capsys, monkeypatch):

@@ -26,6 +26,7 @@ from raytrain_hetero.config import (
     ElasticConfig,
     EmulationConfig,
     GuardConfig,
+    ParallelConfig,
     PolicyConfig,
     ProbeConfig,
     SchedulerConfig,
@@ -45,6 +46,7 @@ GROUPS: dict[type, tuple[str, str]] = {
     EmulationConfig: ("emulation", "emulation"),
     BackendConfig: ("backend", "backend"),
     GuardConfig: ("guard", "guard"),
+    ParallelConfig: ("parallel", "parallel"),
 }
 
 #: A non-default value for every library field (the test below proves the table complete).
@@ -86,6 +88,10 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (SlowdownInjection, "worker"): "b",
     (SlowdownInjection, "rank"): 1,
     (SlowdownInjection, "from_step"): 5,
+    (ParallelConfig, "mode"): "conv_split",
+    (ParallelConfig, "layers"): ["features.0", "features.4"],
+    (ParallelConfig, "group_size"): 2,
+    (ParallelConfig, "micro_batches"): 3,
 }
 
 #: Fields that hold another config class: walked into instead of set as a whole.
@@ -134,6 +140,10 @@ def yaml_key_and_reader(cls: type, name: str, value: typing.Any):
         return [f"emulation.slowdowns=[{json.dumps(item)}]"], lambda t: getattr(
             t.emulation.slowdowns[0], name
         )
+    if cls is ParallelConfig:
+        # A model-parallel section needs its mode (and conv_split its layers) beside the key.
+        section = {"mode": "conv_split", "layers": ["features.0"], name: value}
+        return [f"parallel={json.dumps(section)}"], lambda t: getattr(t.parallel, name)
     if cls is WorkerSpec:
         return [f"workers.0.{name}={json.dumps(value)}"], lambda t: getattr(t.workers[0], name)
     section, attribute = GROUPS[cls]

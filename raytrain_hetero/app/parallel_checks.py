@@ -1,0 +1,163 @@
+"""Checks of a job's ``parallel:`` section against the rest of the job and against its model.
+
+Two stages, both before any Ray worker starts:
+
+* :func:`parallel_setting_problems` (at YAML load time, pure): the group layout against the
+  worker count (fixed and elastic), branch placement against the configured model.
+* :func:`check_parallel_fits_model` (on the driver, once the data fixed the band count): the
+  model is built on the CPU and every ``parallel.layers`` entry must name a plain,
+  ungrouped ``nn.Conv2d`` with at least as many kernels as a group has ranks; a branch
+  placement needs a model that declares its branches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from raytrain_hetero.config.fields import Problem
+from raytrain_hetero.config.problems import closest
+from raytrain_hetero.errors import ConfigError, ModelParallelError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from raytrain_hetero.app.schema import JobConfig
+    from raytrain_hetero.config import ParallelConfig
+
+__all__ = ["check_parallel_fits_model", "group_size_of", "parallel_setting_problems"]
+
+#: Models of the job schema that declare modality branches (``declared_branches()``).
+BRANCH_MODELS: tuple[str, ...] = ("fusion_cnn",)
+
+
+def group_size_of(parallel: ParallelConfig, world_size: int) -> int:
+    """Ranks per model-parallel group in a world of ``world_size`` ranks (1 in data mode)."""
+    if not parallel.model_parallel:
+        return 1
+    return world_size if parallel.group_size is None else parallel.group_size
+
+
+def _world_sizes(job: JobConfig) -> list[int]:
+    """The world sizes the job can run with: its worker count, and each elastic size."""
+    total = job.total_workers
+    low = job.elastic.min_workers
+    return [total] if low is None else list(range(low, total + 1))
+
+
+def parallel_setting_problems(job: JobConfig) -> list[Problem]:
+    """What is wrong with ``job.parallel`` given the job's workers, elasticity and model.
+
+    Returns:
+        One ``(location, message, fix)`` per problem (empty when the section fits).
+    """
+    parallel = job.parallel
+    if not parallel.model_parallel:
+        return []
+    problems: list[Problem] = []
+    mode = parallel.mode
+    bad_sizes = []
+    for world in _world_sizes(job):
+        try:
+            parallel.groups(world)
+        except ConfigError:
+            bad_sizes.append(world)
+    if bad_sizes:
+        elastic = job.elastic.min_workers is not None
+        size = parallel.group_size
+        problems.append(
+            (
+                ("parallel", "group_size"),
+                (
+                    f"{mode} groups of {size if size is not None else 'all'} rank(s) do not cut "
+                    f"{', '.join(map(str, bad_sizes))} worker(s) into groups of >= 2 ranks"
+                    + (" (elastic.min_workers lets the group shrink to that)" if elastic else "")
+                ),
+                (
+                    "choose a group_size that divides "
+                    + (
+                        f"every worker count from elastic.min_workers to {job.total_workers}"
+                        if elastic
+                        else f"the number of workers ({job.total_workers})"
+                    )
+                    + ", or change the workers"
+                ),
+            )
+        )
+    if mode == "branches":
+        model = job.model
+        if model.name not in BRANCH_MODELS:
+            problems.append(
+                (
+                    ("parallel", "mode"),
+                    (
+                        f"branch placement needs a model that declares modality branches; "
+                        f"{model.name} does not (models with branches: {', '.join(BRANCH_MODELS)})"
+                    ),
+                    "use model.name: fusion_cnn (dataset multimodal), or parallel.mode: "
+                    "data or conv_split",
+                )
+            )
+        elif model.modalities is not None and len(model.modalities) < 2:
+            problems.append(
+                (
+                    ("parallel", "mode"),
+                    (
+                        f"model.modalities {list(model.modalities)} builds one branch: there is "
+                        "nothing to place on a second rank"
+                    ),
+                    "use model.modalities: [s1, s2], or parallel.mode: data",
+                )
+            )
+    return problems
+
+
+def _conv_names(model: nn.Module) -> list[str]:
+    from torch import nn
+
+    return [name for name, m in model.named_modules() if isinstance(m, nn.Conv2d)]
+
+
+def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_size: int) -> None:
+    """Check the ``parallel`` section against the job's built (CPU) model.
+
+    Args:
+        parallel: The job's parallel section.
+        model: The configured model, built once on the driver (its weights do not matter).
+        world_size: Workers of the job (the group size when ``group_size`` is null).
+
+    Raises:
+        ConfigError: A ``parallel.layers`` entry that is missing, not a plain ungrouped
+            ``nn.Conv2d``, or narrower than a group; a branch placement of a model without
+            declared branches. Each message names the layer and the fix.
+    """
+    from raytrain_hetero.parallel.branches import branch_model_of
+    from raytrain_hetero.parallel.conv_split import _check_splittable
+
+    group = group_size_of(parallel, world_size)
+    kind = type(model).__name__
+    if parallel.mode == "conv_split":
+        convs = _conv_names(model)
+        modules = dict(model.named_modules())
+        for name in parallel.layers:
+            try:
+                _check_splittable(name, modules.get(name) if name else None, group)
+            except ModelParallelError as exc:
+                hint = closest(name, convs) if name not in modules else None
+                raise ConfigError(
+                    f"parallel.layers: {exc}. The {kind} of this job has the Conv2d layers "
+                    f"{', '.join(convs) or '(none)'}"
+                    + (f"; did you mean {hint!r}?" if hint else ".")
+                    + " Fix: list Conv2d layers of the model in parallel.layers, or use "
+                    "parallel.mode: data."
+                ) from None
+    elif parallel.mode == "branches":
+        try:
+            branches = branch_model_of(model).branch_names
+        except ModelParallelError as exc:
+            raise ConfigError(f"parallel.mode branches: {exc}") from None
+        if len(branches) < 2:
+            raise ConfigError(
+                f"parallel.mode branches: the {kind} declares only the branch(es) "
+                f"{list(branches)}; placement needs two or more. Fix: build the model with "
+                "several branches (model.modalities), or use parallel.mode: data."
+            )
