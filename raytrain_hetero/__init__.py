@@ -6,7 +6,8 @@ exactly the single-device update for that global batch.
 
 Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
 (:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
-:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`.
+:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`;
+model parallelism (``HeteroTrainer(parallel=ParallelConfig(...))``): :func:`prepare_model_parallel`.
 Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
 loads no config library, no Ray and no torch.
 """
@@ -21,6 +22,7 @@ from raytrain_hetero.errors import (
     ConfigError,
     DataError,
     HeteroError,
+    ModelParallelError,
     ModelPreparationError,
     NonFiniteStepError,
     PlacementError,
@@ -54,6 +56,11 @@ _LAZY = {
     "current_plan": "raytrain_hetero.worker.api",
     "current_step_number": "raytrain_hetero.worker.api",
     "HeteroBatchNorm": "raytrain_hetero.worker.batchnorm",
+    "ParallelConfig": "raytrain_hetero.config",
+    "prepare_model_parallel": "raytrain_hetero.parallel.training",
+    "ParallelModel": "raytrain_hetero.parallel.training",
+    "ParallelStep": "raytrain_hetero.parallel.training",
+    "ParallelLayout": "raytrain_hetero.parallel.layout",
 }
 
 __all__ = [
@@ -61,6 +68,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "HeteroError",
+    "ModelParallelError",
     "ModelPreparationError",
     "NonFiniteStepError",
     "PlacementError",

@@ -23,6 +23,7 @@ from raytrain_hetero.config import (
     FaultInjectionConfig,
     GuardConfig,
     HeteroModel,
+    ParallelConfig,
     ProbeConfig,
     SchedulerConfig,
     SlowdownInjection,
@@ -79,6 +80,7 @@ _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "emulation": EmulationConfig,
     "backend": BackendConfig,
     "guard": GuardConfig,
+    "parallel": ParallelConfig,
 }
 
 
@@ -126,6 +128,56 @@ def _group(name: str, value: Any, cls: type[_Group]) -> _Group:
         f"HeteroTrainer: {name}: expected a {cls.__name__} (or a mapping of its fields), got "
         f"{type(value).__name__}. Fix: pass {name}={cls.__name__}(...)."
     )
+
+
+def check_parallel_layout(
+    parallel: ParallelConfig, workers: int, min_workers: int | None, weighting: str
+) -> None:
+    """Refuse at construction a parallel layout that cannot fit the run's worker counts.
+
+    Args:
+        parallel: The layout.
+        workers: Worker slots (the largest world).
+        min_workers: Elastic lower bound (None: the world is always ``workers``).
+        weighting: ``batch.weighting``.
+
+    Raises:
+        ConfigError: A group size that does not divide every possible world size, a
+            model-parallel world of fewer than two workers, or uniform weighting (replicas are
+            weighted by the samples they process; "uniform" has no model-parallel meaning).
+    """
+    if not parallel.model_parallel:
+        return
+    if weighting != "proportional":
+        raise ConfigError(
+            f"HeteroTrainer: batch.weighting {weighting!r} with parallel.mode "
+            f"{parallel.mode!r}: model-parallel replicas are weighted by the samples they "
+            "process (exact). Fix: set batch.weighting: proportional, or parallel.mode: data."
+        )
+    lowest = workers if min_workers is None else min_workers
+    worlds = range(lowest, workers + 1)
+    size = parallel.group_size
+    if size is None:
+        if lowest < 2:
+            raise ConfigError(
+                f"HeteroTrainer: parallel.mode {parallel.mode!r} splits the model over all "
+                f"workers, but the run may have {lowest}. Fix: give it >= 2 workers (and "
+                "elastic.min_workers >= 2)."
+            )
+        return
+    bad = [n for n in worlds if n % size]
+    if bad:
+        where = (
+            f"the {workers} worker(s)"
+            if min_workers is None
+            else f"elastic world sizes {bad} (between elastic.min_workers {min_workers} and "
+            f"{workers} worker slots)"
+        )
+        raise ConfigError(
+            f"HeteroTrainer: parallel.group_size {size} does not divide {where}: every model-"
+            f"parallel group needs {size} ranks. Fix: use a multiple of {size} workers, set "
+            "elastic.min_workers so every possible count is a multiple, or change group_size."
+        )
 
 
 def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict[str, Any]:
@@ -178,6 +230,9 @@ class HeteroTrainer:
         faults: FAULT INJECTION (test/ops tooling, off by default): faults fired at phase
             points of the workers, each once per run (:mod:`raytrain_hetero.worker.faults`).
         guard: The step guard of ``prepare_optimizer`` (non-finite steps skipped, then stop).
+        parallel: Model parallelism (:class:`~raytrain_hetero.config.ParallelConfig`): mode
+            ``data`` (default), ``conv_split`` or ``branches``, in groups of ``group_size``
+            ranks; the loop then calls ``prepare_model_parallel`` instead of ``prepare_model``.
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
         **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
             :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
@@ -200,6 +255,7 @@ class HeteroTrainer:
         backend: BackendConfig | Mapping[str, Any] | None = None,
         faults: FaultInjectionConfig | Mapping[str, Any] | None = None,
         guard: GuardConfig | Mapping[str, Any] | None = None,
+        parallel: ParallelConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
@@ -228,6 +284,10 @@ class HeteroTrainer:
         self.backend = _group("backend", groups["backend"], BackendConfig)
         self.guard = _group("guard", groups["guard"], GuardConfig)
         check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
+        self.parallel = _group("parallel", parallel, ParallelConfig)
+        check_parallel_layout(
+            self.parallel, len(self.specs), self.elastic.min_workers, self.batch.weighting
+        )
         self.faults = check_fault_targets(
             _group("faults", faults, FaultInjectionConfig), self.specs
         )
@@ -311,6 +371,7 @@ class HeteroTrainer:
             faults=self.faults if self.faults.active else None,
             collective_timeout_s=float(self.backend.collective_timeout_s),
             max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
+            parallel=self.parallel,
         )
 
     def torch_trainer(self) -> TorchTrainer:

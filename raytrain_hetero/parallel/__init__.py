@@ -8,6 +8,9 @@
 * Branch placement (``branches``, ``branch_costs``, ``p2p``): the modality branches of a
   multimodal model on different ranks, the fusion head on one of them, activations and their
   gradients sent point to point, micro-batches pipelined; exact against one device.
+* Training through ``HeteroTrainer`` (``training``, ``layout``, ``optimizer_state``):
+  :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step, maybe_resplit, full
+  checkpoints, :class:`ParallelLayout`), R data-parallel replicas x G-way groups.
 
 Layer rule: ``parallel`` imports core, config, errors, atomic, worker, workloads and torch;
 never driver, app, tune, inference, bench or sim; worker never imports parallel. Names are
@@ -50,6 +53,12 @@ _LAZY = {
     "micro_batch_sizes": _BRANCHES,
     "predicted_branch_bytes_per_step": _BRANCHES,
     "Traffic": "raytrain_hetero.parallel.p2p",
+    "ParallelGroups": "raytrain_hetero.parallel.layout",
+    "ParallelLayout": "raytrain_hetero.parallel.layout",
+    "RankLayout": "raytrain_hetero.parallel.layout",
+    "ParallelModel": "raytrain_hetero.parallel.training",
+    "ParallelStep": "raytrain_hetero.parallel.training",
+    "prepare_model_parallel": "raytrain_hetero.parallel.training",
 }
 
 __all__ = sorted(_LAZY)

@@ -19,7 +19,9 @@ the epoch and draws the same Dropout masks. ``prepare_optimizer`` skips, on ever
 whose gradients are non-finite on any rank.
 
 This module is the only reader of the per-process runtime
-(:func:`~raytrain_hetero.worker.context.get_runtime`); it hands each part to the modules that
+(:func:`~raytrain_hetero.worker.context.get_runtime`) in the worker layer (above it, the
+model-parallel counterpart of ``prepare_model``,
+:func:`raytrain_hetero.parallel.training.prepare_model_parallel`, reads it too); it hands each part to the modules that
 do the work: :mod:`~raytrain_hetero.worker.ddp` (model), :mod:`~raytrain_hetero.worker.sampler`
 (loader), :mod:`~raytrain_hetero.worker.calibration` (first measurements),
 :mod:`~raytrain_hetero.worker.planning` (plans), :mod:`~raytrain_hetero.worker.checkpoint_state`
@@ -43,7 +45,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
-from raytrain_hetero.errors import ConfigError, HeteroError
+from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
 from raytrain_hetero.worker.checkpoint_state import (
     CheckpointState,
@@ -124,6 +126,13 @@ def prepare_model(
     from raytrain_hetero.worker.ddp import wrap_model
 
     runtime = get_runtime()
+    parallel = runtime.identity.setup.parallel
+    if parallel.model_parallel:
+        raise ModelPreparationError(
+            f"prepare_model wraps a model for data parallelism, but the run's parallel mode "
+            f"is {parallel.mode!r}. Fix: call raytrain_hetero.prepare_model_parallel(model, "
+            "example_input=...) instead, or set HeteroTrainer(parallel=...) mode: data."
+        )
     wrapped = wrap_model(
         model,
         device=runtime.identity.device,
@@ -171,7 +180,10 @@ def prepare_data_loader(
 
     Restores the cursor and plan history from ``ray.train.get_checkpoint()`` when resuming.
     The first iteration probes this worker (unless fixed shares were given) and agrees a plan
-    with all ranks.
+    with all ranks. In a model-parallel mode (``HeteroTrainer(parallel=...)``) every rank of a
+    group reads its replica's slice, the union of the group's plan slices
+    (:class:`~raytrain_hetero.worker.sampler.CarvingBatchSampler`); the probe then times the
+    plain model that :func:`~raytrain_hetero.parallel.training.prepare_model_parallel` kept.
 
     Args:
         dataset: Map-style dataset with ``len()``; identical on every worker.

@@ -6,10 +6,11 @@ writes them afterwards, so every part of the worker can hold them without copies
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from raytrain_hetero.config.groups import BackendConfig, GuardConfig
+from raytrain_hetero.config.parallel import ParallelConfig
 from raytrain_hetero.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class HeteroSetup:
             and BatchNorm): a rank stuck this long in a collective fails the group.
         max_consecutive_nonfinite: Step guard: consecutive skipped (non-finite) steps after
             which the run stops.
+        parallel: The parallel layout (data parallelism by default; in a model-parallel mode
+            every rank of a group reads its replica's slice, see
+            :mod:`raytrain_hetero.worker.sampler`).
     """
 
     run_id: str
@@ -65,6 +69,13 @@ class HeteroSetup:
     # Defaults read from the library config objects, where each setting is defined once.
     collective_timeout_s: float = float(BackendConfig.model_fields["collective_timeout_s"].default)
     max_consecutive_nonfinite: int = GuardConfig.model_fields["max_consecutive_nonfinite"].default
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
+        """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""
+        if not self.parallel.model_parallel:
+            return (rank,)
+        return next(g for g in self.parallel.groups(world_size) if rank in g)
 
 
 @dataclass(frozen=True)

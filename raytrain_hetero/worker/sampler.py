@@ -53,16 +53,43 @@ class LoaderState:
 class CarvingBatchSampler(Sampler[list[int]]):
     """Yields this rank's dataset indices for each step of one epoch.
 
+    Group reading (model-parallel modes). The ranks of a model-parallel group (a conv split
+    or a branch placement) together form one data-parallel replica, and every one of them
+    needs the replica's whole batch. With ``readers`` (the group's ranks, consecutive), each
+    rank yields the union of its group members' plan slices: since the slices of consecutive
+    ranks are adjacent in the carved global batch, the union is one contiguous range, the same
+    on every rank of the group, and the groups' ranges tile the global batch (every sample
+    once per epoch, exactly once per replica). The data plan itself stays per rank: each
+    rank's probed speed is its share, so a replica's slice is the sum of its members' shares,
+    which approximates the replica's speed (a group runs at the pace its split or placement
+    balances, roughly the sum of its members' speeds). Hence calibration, planning, the
+    scheduler, carving, exactly-once and checkpoint cursors work unchanged.
+
     Args:
         carver: The run's epoch carver.
         schedule: Plans of the worker group (read lazily, step by step).
         rank: This rank.
+        readers: Consecutive ranks whose slices this rank reads (its model-parallel group,
+            which contains ``rank``); None or ``(rank,)``: its own slice.
     """
 
-    def __init__(self, carver: EpochCarver, schedule: PlanSchedule, rank: int) -> None:
+    def __init__(
+        self,
+        carver: EpochCarver,
+        schedule: PlanSchedule,
+        rank: int,
+        readers: tuple[int, ...] | None = None,
+    ) -> None:
+        readers = tuple(readers) if readers else (rank,)
+        if rank not in readers or list(readers) != list(range(readers[0], readers[-1] + 1)):
+            raise ConfigError(
+                f"rank {rank} cannot read the slices of ranks {list(readers)}: a reading group "
+                "is consecutive ranks containing the reader"
+            )
         self.carver = carver
         self.schedule = schedule
         self.rank = rank
+        self.readers = readers
         self.epoch = 0
         self.start_step = 0
 
@@ -77,7 +104,12 @@ class CarvingBatchSampler(Sampler[list[int]]):
             global_step = self.epoch * self.carver.steps_per_epoch + k
             plan = self.schedule.plan_for(global_step)
             self.schedule.mark_carved(global_step)
-            yield self.carver.rank_indices(self.epoch, k, plan, self.rank, permutation).tolist()
+            if len(self.readers) == 1:
+                yield self.carver.rank_indices(self.epoch, k, plan, self.rank, permutation).tolist()
+            else:
+                lo, _ = self.carver.rank_positions(k, plan, self.readers[0])
+                _, hi = self.carver.rank_positions(k, plan, self.readers[-1])
+                yield permutation[lo:hi].tolist()
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step
@@ -98,6 +130,9 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
 
 class HeteroDataLoader:
     """One epoch per iteration of this rank's slices of every global batch.
+
+    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
+    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
 
     Use ``for epoch in range(loader.epoch, num_epochs): for batch in loader: ...``; after a
     restart ``loader.epoch`` and the first iteration resume exactly at the checkpointed step.
@@ -150,7 +185,12 @@ class HeteroDataLoader:
         self._move = move_to_device
         self._device = torch.device(identity.device)
         self._clock = ComputeClock(self._device)
-        self.batch_sampler = CarvingBatchSampler(state.carver, schedule, identity.rank)
+        self.batch_sampler = CarvingBatchSampler(
+            state.carver,
+            schedule,
+            identity.rank,
+            identity.setup.reading_group(identity.rank, identity.world_size),
+        )
         # A DataLoader iterator draws its workers' base seed from a generator: from torch's
         # global one by default, which would shift every later draw (Dropout) by where an
         # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
