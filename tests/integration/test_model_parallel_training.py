@@ -73,12 +73,13 @@ def test_conv_split_resumes_across_modes_and_resplits_after_a_crash(ray_local, t
     config = {"model": "cnn", "size": SIZE, "dtype": "float64", "out": str(out)}
     name, storage = f"mp-{uuid.uuid4().hex[:8]}", str(tmp_path / "ray_results")
     conv_split = {"mode": "conv_split", "layers": ["conv1", "conv2"]}
-    # Probed shares for the first submission, fixed ones after (the group reads the whole
-    # global batch either way: one replica).
+    # Fixed data shares (the group reads the whole global batch anyway: one replica; the
+    # branch test probes them); the kernel split is probed at every worker-group start.
+    fixed = {"global_batch_size": BATCH, "fixed_shares": [2.0, 1.0]}
     fit(
         {**config, "mode": "conv_split", "epochs": 1},
         RunConfig(name=name, storage_path=storage),
-        batch={"global_batch_size": BATCH},
+        batch=fixed,
         parallel=conv_split,
     )
     state = torch.load(out / "latest.pt", weights_only=True)
@@ -90,7 +91,6 @@ def test_conv_split_resumes_across_modes_and_resplits_after_a_crash(ray_local, t
     assert len(traffic) == STEPS_PER_EPOCH and all(s > 0 and r > 0 for s, r in traffic)
 
     # Data parallelism resumes the conv-split checkpoint (full model + optimizer state).
-    fixed = {"global_batch_size": BATCH, "fixed_shares": [2.0, 1.0]}
     fit(
         {**config, "mode": "data", "epochs": 2},
         RunConfig(name=name, storage_path=storage),
@@ -132,7 +132,8 @@ def test_branch_placement_trains_like_one_device(ray_local, tmp_path):
     fit(
         config,
         RunConfig(name=f"mpb-{uuid.uuid4().hex[:8]}", storage_path=str(tmp_path / "ray")),
-        batch={"global_batch_size": BATCH},
+        batch={"global_batch_size": BATCH},  # probed: the data plan times the plain model
+        probe={"calibration_steps": 1},
         parallel={"mode": "branches", "micro_batches": 2},
     )
     [start] = starts(tmp_path)
