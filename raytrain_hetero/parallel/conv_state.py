@@ -109,6 +109,9 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
     The split model keeps the plain model's parameter order, so parameter indices match.
     """
     state = optimizer.state_dict()
+    # state_dict() shares each parameter's state dict with the live optimizer: copy them, so
+    # writing the gathered tensors below leaves the optimizer's own (local) state untouched.
+    state["state"] = {index: dict(entry) for index, entry in state["state"].items()}
     index_of = {
         id(p): i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])
     }

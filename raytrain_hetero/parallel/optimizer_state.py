@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["full_optimizer_state_of_share", "share_of_full_optimizer_state"]
+__all__ = ["copy_to_cpu", "full_optimizer_state_of_share", "share_of_full_optimizer_state"]
 
 
 def _local_full_indices(
@@ -26,11 +26,14 @@ def _local_full_indices(
     return [full_index[id(p)] for g in optimizer.param_groups for p in g["params"]]
 
 
-def _to_cpu(value: Any) -> Any:
+def copy_to_cpu(value: Any) -> Any:
+    """``value`` with every tensor (in nested dicts and lists) copied to the CPU."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
+        return {k: copy_to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_to_cpu(v) for v in value]
     return value
 
 
@@ -44,7 +47,7 @@ def full_optimizer_state_of_share(
     """
     local = optimizer.state_dict()
     indices = _local_full_indices(optimizer, full_index)
-    state = {indices[i]: _to_cpu(v) for i, v in local["state"].items()}
+    state = {indices[i]: copy_to_cpu(v) for i, v in local["state"].items()}
     param_groups = [
         {**g, "params": [indices[i] for i in g["params"]]} for g in local["param_groups"]
     ]

@@ -58,6 +58,7 @@ from raytrain_hetero.parallel.layout import (
     reduce_across_replicas,
 )
 from raytrain_hetero.parallel.optimizer_state import (
+    copy_to_cpu,
     full_optimizer_state_of_share,
     share_of_full_optimizer_state,
 )
@@ -317,14 +318,18 @@ class ParallelModel:
         """
         if self.pipeline is not None:
             return self.pipeline.full_state_dict()
-        return {k: v.detach().cpu() for k, v in conv_state.full_state_dict(self.module).items()}
+        state = conv_state.full_state_dict(self.module)
+        return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
     def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state_dict as torch.optim over the single-device model's
-        ``parameters()`` holds it (index-keyed, same order); a collective over the group."""
+        ``parameters()`` holds it (index-keyed, same order); a collective over the group.
+
+        A snapshot: CPU copies, which later steps do not change (``optimizer.state_dict()``
+        itself returns the live tensors)."""
         if self.pipeline is not None:
             return full_optimizer_state_of_share(optimizer, self._full_index, self.groups.split)
-        return conv_state.full_optimizer_state_dict(self.module, optimizer)
+        return copy_to_cpu(conv_state.full_optimizer_state_dict(self.module, optimizer))
 
     def restore(
         self,
