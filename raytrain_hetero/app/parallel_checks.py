@@ -7,7 +7,8 @@ Two stages, both before any Ray worker starts:
 * :func:`check_parallel_fits_model` (on the driver, once the data fixed the band count): the
   model is built on the CPU and every ``parallel.layers`` entry must name a plain,
   ungrouped ``nn.Conv2d`` with at least as many kernels as a group has ranks; a branch
-  placement needs a model that declares its branches.
+  placement needs a model that declares two or more branches, and one rank per branch in a
+  group (or one more for the head alone).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
     Raises:
         ConfigError: A ``parallel.layers`` entry that is missing, not a plain ungrouped
             ``nn.Conv2d``, or narrower than a group; a branch placement of a model without
-            declared branches. Each message names the layer and the fix.
+            (two or more) declared branches, or a group size other than the number of
+            branches (or one more, the head alone). Each message names the key and the fix.
     """
     from raytrain_hetero.parallel.branches import branch_model_of
     from raytrain_hetero.parallel.conv_split import _check_splittable
@@ -160,4 +162,13 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
                 f"parallel.mode branches: the {kind} declares only the branch(es) "
                 f"{list(branches)}; placement needs two or more. Fix: build the model with "
                 "several branches (model.modalities), or use parallel.mode: data."
+            )
+        # One rank per branch, the head on one of them or alone on one more rank.
+        fits = (len(branches), len(branches) + 1)
+        if group not in fits:
+            raise ConfigError(
+                f"parallel.group_size: a branches group of {group} rank(s) does not fit the "
+                f"{kind}'s {len(branches)} branches {list(branches)}; a group has one rank per "
+                f"branch (the head on one of them) or one more (the head alone). Fix: set "
+                f"parallel.group_size to {fits[0]} or {fits[1]} (and the workers to a multiple)."
             )

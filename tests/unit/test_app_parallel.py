@@ -147,6 +147,15 @@ def test_branch_placement_of_a_model_without_declared_branches_is_refused():
     check_parallel_fits_model(ParallelConfig(mode="branches"), TwoBranchFusionCNN(2, 10, 10), 2)
 
 
+def test_a_branches_group_has_one_rank_per_branch_or_one_more_for_the_head():
+    fusion = TwoBranchFusionCNN(2, 10, 10)
+    placement = ParallelConfig(mode="branches")
+    check_parallel_fits_model(placement, fusion, 3)  # the head alone on the third rank
+    with pytest.raises(ConfigError, match=r"group of 4 rank\(s\) does not fit .* 2 or 3"):
+        check_parallel_fits_model(placement, fusion, 4)
+    check_parallel_fits_model(ParallelConfig(mode="branches", group_size=2), fusion, 4)
+
+
 def test_a_bad_layer_stops_the_cli_before_ray_with_one_line(tmp_path, capsys, monkeypatch):
     raw = yaml.safe_load((CONFIGS / "conv_split_local.yaml").read_text())
     raw["data"]["root"] = str(tmp_path / "data")
