@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from gloo_group import run_gloo_group
 from torch import nn
 
-from raytrain_hetero.config import ParallelConfig, ProbeConfig, WorkerSpec
+from raytrain_hetero.config import ParallelConfig, ProbeConfig, SlowdownInjection, WorkerSpec
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.parallel.training import prepare_model_parallel
-from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.sampler import LoaderState
 from raytrain_hetero.workloads.models import TwoBranchFusionCNN
@@ -69,6 +69,10 @@ def _install(rank: int, parallel: ParallelConfig) -> None:
         probe=ProbeConfig(),
         parallel=parallel,
         collective_timeout_s=60.0,
+        # EMULATION: rank 0 (position 0 of replica 0) turns 8x slower from step 1.
+        slowdown_schedule=(SlowdownInjection(factor=8.0, worker="w0", from_step=1),),
+        # No hysteresis: on these tiny layers fixed costs dominate the predicted gain.
+        policy={"improvement_threshold": 0.0},
     )
     runtime = WorkerRuntime.start(RankIdentity(setup=setup, slot=rank, rank=rank, world_size=4))
     runtime.loader = LoaderState(EpochCarver(20, 10, seed=0, min_step_size=4), Cursor(0, 0))
@@ -98,7 +102,14 @@ def _rank_main(rank: int, world_size: int, mode: str) -> dict:
         pm.eval()
     optimizer = torch.optim.SGD(pm.parameters(), lr=0.2, momentum=0.9)
     losses = []
+    resplit = None
     for step in range(STEPS):
+        if step == 1 and mode == "conv_split":  # re-probe under rank 0's slowdown
+            get_runtime().loader.cursor = Cursor(0, 1)  # the upcoming step: 1
+            before = dict(pm.layout().kernels)
+            moved = pm.maybe_resplit(optimizer)
+            after = dict(pm.layout().kernels)
+            resplit = {"before": before, "after": after, "moved": moved}
         losses.append(_train(pm, optimizer, step, replica, channels))
         x, y = _batch(step, channels)
         opt_ref.zero_grad()
@@ -131,7 +142,7 @@ def _rank_main(rank: int, world_size: int, mode: str) -> dict:
     )
     plain = resumed.unsplit_model()
     x, _ = _batch(9, channels)
-    unsplit_diff = float((plain(x) - reference(x)).abs().max())
+    unsplit_diff = float((plain(x) - reference(x)).detach().abs().max())
     return {
         "diff": diff,
         "momentum": max(momentum),
@@ -139,6 +150,7 @@ def _rank_main(rank: int, world_size: int, mode: str) -> dict:
         "unsplit": unsplit_diff,
         "layout": [r.text for r in pm.layout().ranks],
         "losses": losses,
+        "resplit": resplit,
     }
 
 
@@ -151,6 +163,12 @@ def _check(results: dict, mode: str) -> None:
         # train_step's loss is the global batch's (both replicas, sample-weighted).
         losses = result["losses"]
         assert all(abs(a - b) <= 1e-10 for a, b in zip(losses[::2], losses[1::2], strict=True))
+    if mode == "conv_split":  # the slowed position never gains kernels; still exact above
+        change = results[0]["resplit"]
+        for name, split in change["after"].items():
+            assert split[0] <= change["before"][name][0], change
+        assert change["moved"], change
+        assert all(result["resplit"] == change for result in results.values())
     layout = results[0]["layout"]
     assert layout[:2] == layout[2:]  # the same split / placement in both replicas
     if mode == "branches":
