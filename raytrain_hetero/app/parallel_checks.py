@@ -2,8 +2,9 @@
 
 Two stages, both before any Ray worker starts:
 
-* :func:`parallel_setting_problems` (at YAML load time, pure): the group layout against the
-  worker count (fixed and elastic), branch placement against the configured model.
+* :func:`parallel_setting_problems` (at YAML load time, pure): branch placement against the
+  configured model (the group layout against the worker counts and the weighting is
+  :func:`~raytrain_hetero.config.run_setting_problems`'s, shared with ``HeteroTrainer``).
 * :func:`check_parallel_fits_model` (on the driver, once the data fixed the band count): the
   model is built on the CPU and every ``parallel.layers`` entry must name a plain,
   ungrouped ``nn.Conv2d`` with at least as many kernels as a group has ranks; a branch
@@ -38,15 +39,9 @@ def group_size_of(parallel: ParallelConfig, world_size: int) -> int:
     return world_size if parallel.group_size is None else parallel.group_size
 
 
-def _world_sizes(job: JobConfig) -> list[int]:
-    """The world sizes the job can run with: its worker count, and each elastic size."""
-    total = job.total_workers
-    low = job.elastic.min_workers
-    return [total] if low is None else list(range(low, total + 1))
-
-
 def parallel_setting_problems(job: JobConfig) -> list[Problem]:
-    """What is wrong with ``job.parallel`` given the job's workers, elasticity and model.
+    """What is wrong with ``job.parallel`` given the job's model (the layout against the
+    workers and weighting is :func:`~raytrain_hetero.config.run_setting_problems`'s).
 
     Returns:
         One ``(location, message, fix)`` per problem (empty when the section fits).
@@ -56,34 +51,6 @@ def parallel_setting_problems(job: JobConfig) -> list[Problem]:
         return []
     problems: list[Problem] = []
     mode = parallel.mode
-    bad_sizes = []
-    for world in _world_sizes(job):
-        try:
-            parallel.groups(world)
-        except ConfigError:
-            bad_sizes.append(world)
-    if bad_sizes:
-        elastic = job.elastic.min_workers is not None
-        size = parallel.group_size
-        problems.append(
-            (
-                ("parallel", "group_size"),
-                (
-                    f"{mode} groups of {size if size is not None else 'all'} rank(s) do not cut "
-                    f"{', '.join(map(str, bad_sizes))} worker(s) into groups of >= 2 ranks"
-                    + (" (elastic.min_workers lets the group shrink to that)" if elastic else "")
-                ),
-                (
-                    "choose a group_size that divides "
-                    + (
-                        f"every worker count from elastic.min_workers to {job.total_workers}"
-                        if elastic
-                        else f"the number of workers ({job.total_workers})"
-                    )
-                    + ", or change the workers"
-                ),
-            )
-        )
     if mode == "branches":
         model = job.model
         if model.name not in BRANCH_MODELS:
@@ -133,7 +100,7 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
             branches (or one more, the head alone). Each message names the key and the fix.
     """
     from raytrain_hetero.parallel.branches import branch_model_of
-    from raytrain_hetero.parallel.conv_split import _check_splittable
+    from raytrain_hetero.parallel.conv_split import check_splittable
 
     group = group_size_of(parallel, world_size)
     kind = type(model).__name__
@@ -142,7 +109,7 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
         modules = dict(model.named_modules())
         for name in parallel.layers:
             try:
-                _check_splittable(name, modules.get(name) if name else None, group)
+                check_splittable(name, modules.get(name) if name else None, group)
             except ModelParallelError as exc:
                 hint = closest(name, convs) if name not in modules else None
                 raise ConfigError(

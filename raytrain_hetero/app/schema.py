@@ -355,7 +355,7 @@ class JobConfig(HeteroModel):
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
         problems = run_setting_problems(
-            self.workers, self.train, self.elastic, self.emulation, JOB_PATHS
+            self.workers, self.train, self.elastic, self.emulation, JOB_PATHS, self.parallel
         )
         problems += parallel_setting_problems(self)
         if problems:

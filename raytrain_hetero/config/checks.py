@@ -12,12 +12,14 @@ from dataclasses import dataclass
 
 from raytrain_hetero.config.fields import Problem
 from raytrain_hetero.config.groups import BatchConfig, ElasticConfig, EmulationConfig
+from raytrain_hetero.config.parallel import ParallelConfig
 from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
 from raytrain_hetero.config.specs import (
     SlowdownInjection,
     WorkerSpec,
     expand_worker_specs,
 )
+from raytrain_hetero.errors import ConfigError
 
 __all__ = ["SettingPaths", "check_run_settings", "check_slowdown", "run_setting_problems"]
 
@@ -33,12 +35,14 @@ class SettingPaths:
         batch: The :class:`BatchConfig` (its fields are addressed below it).
         elastic: The :class:`ElasticConfig`.
         slowdowns: The list of slowdown injections.
+        parallel: The :class:`ParallelConfig`.
     """
 
     workers: Loc = ("workers",)
     batch: Loc = ("batch",)
     elastic: Loc = ("elastic",)
     slowdowns: Loc = ("emulation", "slowdowns")
+    parallel: Loc = ("parallel",)
 
     def key(self, group: Loc, field: str) -> str:
         """Dotted key of ``field`` under ``group``, e.g. ``train.min_slice``."""
@@ -111,6 +115,7 @@ def run_setting_problems(
     elastic: ElasticConfig,
     emulation: EmulationConfig,
     paths: SettingPaths = SettingPaths(),
+    parallel: ParallelConfig | None = None,
 ) -> list[Problem]:
     """Every inconsistency between the worker groups and the run's settings.
 
@@ -118,6 +123,7 @@ def run_setting_problems(
         workers: The worker groups as given (``count`` not expanded).
         batch: Batch settings. elastic: Elastic settings. emulation: Injected slowdowns.
         paths: Where each group sits, for the problems' locations and messages.
+        parallel: The model-parallel layout (None: data parallelism).
 
     Returns:
         ``(location, what is wrong, how to fix it)`` per problem; empty if all is well.
@@ -187,6 +193,79 @@ def run_setting_problems(
         )
     for i, injection in enumerate(emulation.slowdowns):
         problems.extend(_slowdown_problems(injection, names, (*paths.slowdowns, i)))
+    if parallel is not None:
+        problems.extend(_parallel_problems(parallel, n, elastic.min_workers, batch, paths))
+    return problems
+
+
+def _parallel_problems(
+    parallel: ParallelConfig,
+    workers: int,
+    min_workers: int | None,
+    batch: BatchConfig,
+    paths: SettingPaths,
+) -> list[Problem]:
+    """The model-parallel layout against every world size the run can reach, and weighting."""
+    if not parallel.model_parallel:
+        return []
+    problems: list[Problem] = []
+    if batch.weighting != "proportional":
+        problems.append(
+            (
+                (*paths.batch, "weighting"),
+                (
+                    f"{batch.weighting!r} with parallel.mode {parallel.mode!r}: model-parallel "
+                    "replicas are weighted by the samples they process (exact)"
+                ),
+                "set weighting: proportional, or parallel.mode: data",
+            )
+        )
+    worlds = [workers] if min_workers is None else list(range(min_workers, workers + 1))
+    bad = []
+    for world in worlds:
+        try:
+            parallel.groups(world)
+        except ConfigError:
+            bad.append(world)
+    elastic_key = paths.key(paths.elastic, "min_workers")
+    size = parallel.group_size
+    if bad and size is None:
+        problems.append(
+            (
+                (*paths.parallel, "mode"),
+                (
+                    f"{parallel.mode} splits the model over all workers, but the run may have "
+                    f"{min(bad)}"
+                ),
+                "give it >= 2 workers"
+                + (f" and set {elastic_key} >= 2" if min_workers is not None else ""),
+            )
+        )
+    elif bad:
+        problems.append(
+            (
+                (*paths.parallel, "group_size"),
+                (
+                    f"group_size {size} does not divide "
+                    + (
+                        f"the elastic world sizes {bad} ({elastic_key} {min_workers} to "
+                        f"{workers} worker slots)"
+                        if min_workers is not None
+                        else f"the {workers} worker(s)"
+                    )
+                    + f": every {parallel.mode} group needs {size} ranks"
+                ),
+                (
+                    f"use a multiple of {size} workers"
+                    + (
+                        f", set {elastic_key} so every possible count is a multiple"
+                        if min_workers is not None
+                        else ""
+                    )
+                    + ", or change group_size"
+                ),
+            )
+        )
     return problems
 
 
@@ -196,13 +275,14 @@ def check_run_settings(
     elastic: ElasticConfig,
     emulation: EmulationConfig,
     source: str = "HeteroTrainer",
+    parallel: ParallelConfig | None = None,
 ) -> None:
     """:func:`run_setting_problems` with the Python paths; raise one ConfigError if any.
 
     Raises:
         ConfigError: Listing every problem with its fix.
     """
-    problems = run_setting_problems(workers, batch, elastic, emulation)
+    problems = run_setting_problems(workers, batch, elastic, emulation, parallel=parallel)
     if problems:
         raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
 

@@ -130,56 +130,6 @@ def _group(name: str, value: Any, cls: type[_Group]) -> _Group:
     )
 
 
-def check_parallel_layout(
-    parallel: ParallelConfig, workers: int, min_workers: int | None, weighting: str
-) -> None:
-    """Refuse at construction a parallel layout that cannot fit the run's worker counts.
-
-    Args:
-        parallel: The layout.
-        workers: Worker slots (the largest world).
-        min_workers: Elastic lower bound (None: the world is always ``workers``).
-        weighting: ``batch.weighting``.
-
-    Raises:
-        ConfigError: A group size that does not divide every possible world size, a
-            model-parallel world of fewer than two workers, or uniform weighting (replicas are
-            weighted by the samples they process; "uniform" has no model-parallel meaning).
-    """
-    if not parallel.model_parallel:
-        return
-    if weighting != "proportional":
-        raise ConfigError(
-            f"HeteroTrainer: batch.weighting {weighting!r} with parallel.mode "
-            f"{parallel.mode!r}: model-parallel replicas are weighted by the samples they "
-            "process (exact). Fix: set batch.weighting: proportional, or parallel.mode: data."
-        )
-    lowest = workers if min_workers is None else min_workers
-    worlds = range(lowest, workers + 1)
-    size = parallel.group_size
-    if size is None:
-        if lowest < 2:
-            raise ConfigError(
-                f"HeteroTrainer: parallel.mode {parallel.mode!r} splits the model over all "
-                f"workers, but the run may have {lowest}. Fix: give it >= 2 workers (and "
-                "elastic.min_workers >= 2)."
-            )
-        return
-    bad = [n for n in worlds if n % size]
-    if bad:
-        where = (
-            f"the {workers} worker(s)"
-            if min_workers is None
-            else f"elastic world sizes {bad} (between elastic.min_workers {min_workers} and "
-            f"{workers} worker slots)"
-        )
-        raise ConfigError(
-            f"HeteroTrainer: parallel.group_size {size} does not divide {where}: every model-"
-            f"parallel group needs {size} ranks. Fix: use a multiple of {size} workers, set "
-            "elastic.min_workers so every possible count is a multiple, or change group_size."
-        )
-
-
 def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict[str, Any]:
     """Fold 0.1-style keywords into their config groups, warning about each."""
     unknown = sorted(set(legacy) - set(DEPRECATED_KEYWORDS))
@@ -283,10 +233,9 @@ class HeteroTrainer:
         self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
         self.backend = _group("backend", groups["backend"], BackendConfig)
         self.guard = _group("guard", groups["guard"], GuardConfig)
-        check_run_settings(self.workers, self.batch, self.elastic, self.emulation)
         self.parallel = _group("parallel", parallel, ParallelConfig)
-        check_parallel_layout(
-            self.parallel, len(self.specs), self.elastic.min_workers, self.batch.weighting
+        check_run_settings(
+            self.workers, self.batch, self.elastic, self.emulation, parallel=self.parallel
         )
         self.faults = check_fault_targets(
             _group("faults", faults, FaultInjectionConfig), self.specs

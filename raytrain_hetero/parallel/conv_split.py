@@ -49,6 +49,7 @@ __all__ = [
     "SplitConv2d",
     "all_gather_blocks",
     "check_replicas_identical",
+    "check_splittable",
     "split_conv_layers",
     "split_layers",
 ]
@@ -162,7 +163,7 @@ class _GatherChannels(torch.autograd.Function):
         return own, None, None, None, None
 
 
-def _check_splittable(name: str, module: nn.Module | None, ranks: int) -> nn.Conv2d:
+def check_splittable(name: str, module: nn.Module | None, ranks: int) -> nn.Conv2d:
     """The Conv2d at ``name``, or a ModelParallelError saying why it cannot be split."""
     if module is None:
         raise ModelParallelError(
@@ -217,7 +218,7 @@ class SplitConv2d(nn.Module):
         hooks: CollectiveHooks = NO_HOOKS,
     ) -> None:
         super().__init__()
-        _check_splittable("<given>", conv, len(kernels_per_rank))
+        check_splittable("<given>", conv, len(kernels_per_rank))
         sizes = tuple(int(k) for k in kernels_per_rank)
         offsets = channel_offsets(sizes)
         if offsets[-1] != conv.out_channels:
@@ -366,7 +367,7 @@ def split_conv_layers(
     if len(set(layers)) != len(layers):
         raise ModelParallelError(f"layers {list(layers)} name a layer twice; name each once")
     modules = dict(model.named_modules())
-    convs = {name: _check_splittable(name, modules.get(name), ranks) for name in layers}
+    convs = {name: check_splittable(name, modules.get(name), ranks) for name in layers}
     if check:
         check_replicas_identical(model, group)  # before splitting: the convs are checked too
     splits: dict[str, tuple[int, ...]] = {}

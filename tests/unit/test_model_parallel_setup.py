@@ -42,7 +42,7 @@ def make(n: int = 4, **kwargs):
     [
         (
             lambda: make(3, parallel={"mode": "conv_split", "layers": ["c"], "group_size": 2}),
-            "parallel.group_size 2 does not divide the 3 worker(s)",
+            "parallel.group_size: group_size 2 does not divide the 3 worker(s)",
         ),
         (
             lambda: make(
@@ -50,7 +50,7 @@ def make(n: int = 4, **kwargs):
                 parallel={"mode": "conv_split", "layers": ["c"], "group_size": 2},
                 elastic=ElasticConfig(min_workers=1),
             ),
-            "elastic world sizes [1, 3]",
+            "elastic world sizes [1, 3] (elastic.min_workers 1 to 4 worker slots)",
         ),
         (
             lambda: make(1, parallel={"mode": "branches"}),
@@ -58,7 +58,7 @@ def make(n: int = 4, **kwargs):
         ),
         (
             lambda: make(2, parallel={"mode": "branches"}, elastic=ElasticConfig(min_workers=1)),
-            "elastic.min_workers >= 2",
+            "set elastic.min_workers >= 2",
         ),
         (
             lambda: make(
@@ -66,7 +66,7 @@ def make(n: int = 4, **kwargs):
                 parallel={"mode": "branches"},
                 batch=BatchConfig(global_batch_size=16, weighting="uniform"),
             ),
-            "batch.weighting 'uniform' with parallel.mode 'branches'",
+            "batch.weighting: 'uniform' with parallel.mode 'branches'",
         ),
         (lambda: make(2, parallel={"mode": "conv_split"}), "conv_split needs the layers"),
         (
