@@ -94,7 +94,11 @@ def measure_costs(
     ]
     reused = sum(g is None for g in gathered)
     how = "probe" if not reused else f"probe of {identity.world_size - reused} new slot(s)"
-    if probe_cfg.calibration_steps > 0 and probe_cfg.calibration_rounds > 0:
+    # Calibration times real DDP steps of the prepared model; in a model-parallel mode the
+    # kept plain model has no DDP hooks (no emulated stretch, no exchange) and a rank's step
+    # is its group's, so the probe's per-rank speeds are the share of the data plan.
+    model_parallel = identity.setup.parallel.model_parallel
+    if probe_cfg.calibration_steps > 0 and probe_cfg.calibration_rounds > 0 and not model_parallel:
         costs = calibrate(identity, model, timing, inputs, costs, rank_slots=rank_slots)
         how += " + calibration"
     return costs, how
