@@ -55,7 +55,7 @@ MP_SCENARIOS: dict[str, dict[str, Any]] = {
             "steps": 1,
             "rounds": 2,
             "configs": ["hetero3"],
-            "delays": [0.0, 8.0],
+            "delays": [0.0, 40.0],
             "sweep_batch": 16,
             "lr": 0.01,
         },

@@ -258,5 +258,7 @@ def plot_conv_split(result: dict[str, Any], path: Path) -> Path:
     right.set_ylabel("step seconds")
     right.set_title("bandwidth sweep")
     right.legend(fontsize=7)
-    fig.suptitle(result.get("note", ""), fontsize=8)
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(result.get("note", ""), 160)), fontsize=7)
     return _save(fig, path)
