@@ -288,8 +288,8 @@ def _branches_markdown(result: dict[str, Any]) -> list[str]:
             f"{raw['factors']}; placement {place['branch_ranks']}, head on rank "
             f"{place['head_rank']}; data-parallel slices {raw['data_slices']}",
             "",
-            "| contender | step s | samples/s | bytes/step measured | bytes/step predicted "
-            "| val accuracy | inference ms/sample |",
+            "| contender | step s | samples/s | bytes/step (branches: send counters; data: "
+            "ring formula) | bytes/step predicted | val accuracy | inference ms/sample |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name, c in raw["contenders"].items():
