@@ -102,6 +102,8 @@ def mp_options(name: str, args: argparse.Namespace) -> dict[str, Any]:
         options["width"] = args.width
     if args.batches:
         options["batches"] = _ints(args.batches)
+        if "sweep_batch" in options:  # never sweep at a batch larger than any measured
+            options["sweep_batch"] = min(options["sweep_batch"], max(options["batches"]))
     if args.batch is not None:
         options["batch"] = args.batch
         options.setdefault("batches", [args.batch])
