@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model_parallel.add_argument(
         "--delays",
         default=None,
-        help="conv-split: comma-separated EMULATED link delays in ms per MB for the sweep (1 GB/s = 1)",
+        help="conv-split: comma-separated EMULATED link delays in ms per MB for the sweep "
+        "(1 GB/s = 1), or none",
     )
     model_parallel.add_argument(
         "--configs",

@@ -114,7 +114,7 @@ def mp_options(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.rounds is not None:
         options["rounds"] = args.rounds
     if args.delays:
-        options["delays"] = _floats(args.delays)
+        options["delays"] = [] if args.delays == "none" else _floats(args.delays)
     if args.configs:
         options["configs"] = [c.strip() for c in args.configs.split(",") if c.strip()]
     known = CONV_CONFIGS if name == "conv-split" else BRANCH_CONFIGS
