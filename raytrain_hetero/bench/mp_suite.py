@@ -343,7 +343,7 @@ def _note(name: str, options: dict[str, Any]) -> str:
                 "kernels take minutes per step on one CPU thread), so the paper-shape target is "
                 "NOT measured here. "
                 if scaled
-                else "the paper's shapes. "
+                else "measured at the paper's shapes (width 500: conv 500 -> 1500 kernels). "
             )
             + "No GPU was available: the GPU + CPU run of the paper was not made."
         )

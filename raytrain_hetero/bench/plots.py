@@ -256,8 +256,9 @@ def plot_conv_split(result: dict[str, Any], path: Path) -> Path:
         )
     right.set_xlabel("EMULATED link delay (ms per MB a worker sends)")
     right.set_ylabel("step seconds")
-    right.set_title("bandwidth sweep")
-    right.legend(fontsize=7)
+    right.set_title("bandwidth sweep" if right.lines else "bandwidth sweep (not run)")
+    if right.lines:
+        right.legend(fontsize=7)
     import textwrap
 
     fig.suptitle("\n".join(textwrap.wrap(result.get("note", ""), 160)), fontsize=7)
