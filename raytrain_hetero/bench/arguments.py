@@ -17,7 +17,11 @@ __all__ = ["add_arguments", "command_line", "scenario_options"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``raytrain-hetero bench`` (also ``python -m raytrain_hetero.bench``)."""
-    parser.add_argument("scenario", choices=sorted(SCENARIOS), help="scenario to run")
+    from raytrain_hetero.bench.mp_suite import MP_SCENARIOS
+
+    parser.add_argument(
+        "scenario", choices=sorted([*SCENARIOS, *MP_SCENARIOS]), help="scenario to run"
+    )
     parser.add_argument(
         "--output",
         type=Path,
@@ -88,6 +92,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run nothing: recompute the summary, table and plots from the "
         "bench.json already in --output",
+    )
+    model_parallel = parser.add_argument_group(
+        "model parallelism (conv-split, branches)",
+        "conv-split: Marques' CNN split by kernels vs data parallelism; branches: the S1+S2 "
+        "fusion model's branches placed on workers vs data parallelism",
+    )
+    model_parallel.add_argument(
+        "--quick", action="store_true", help="the smallest form (tests, a first look)"
+    )
+    model_parallel.add_argument(
+        "--batches", default=None, help="conv-split: comma-separated global batch sizes"
+    )
+    model_parallel.add_argument("--steps", type=int, default=None, help="timed steps per round")
+    model_parallel.add_argument(
+        "--rounds", type=int, default=None, help="alternation rounds (A B C D, D C B A, ...)"
+    )
+    model_parallel.add_argument(
+        "--delays",
+        default=None,
+        help="conv-split: comma-separated EMULATED link delays in ms per MB for the sweep "
+        "(1 GB/s = 1), or none",
+    )
+    model_parallel.add_argument(
+        "--configs",
+        default=None,
+        help="worker configurations (conv-split: hetero2, hetero3, same2, same4; "
+        "branches: hetero2, hetero3)",
     )
     parser.add_argument(
         "--wait-load",

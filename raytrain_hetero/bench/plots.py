@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_accuracy", "plot_throughput", "plot_timeline"]
+__all__ = ["plot_accuracy", "plot_conv_split", "plot_throughput", "plot_timeline"]
 
 COLORS = {
     "stock": "#7f7f7f",
@@ -203,3 +203,63 @@ def timeline_points(
                 point["since_join_s"] = cur["time"] - join_time
             points.append(point)
     return points
+
+
+MP_COLORS = {"alone": "#7f7f7f", "equal": "#ff7f0e", "proportional": "#1f77b4", "data": "#2ca02c"}
+
+
+def plot_conv_split(result: dict[str, Any], path: Path) -> Path:
+    """Left: speed-up over the fastest worker alone vs batch size, per configuration and
+    contender. Right: step time vs emulated per-byte link delay (the bandwidth crossover)."""
+    fig = _figure((11.0, 4.5))
+    left, right = fig.subplots(1, 2)
+    styles = itertools.cycle(["-", "--", ":", "-."])
+    for config, style in zip(result["configs"], styles):
+        rows = config["figures"]["rows"]
+        for name in ("equal", "proportional", "data"):
+            points = sorted((r["batch"], r["speedup"]) for r in rows if r["contender"] == name)
+            if points:
+                left.plot(
+                    [b for b, _ in points],
+                    [v for _, v in points],
+                    style,
+                    marker="o",
+                    color=MP_COLORS[name],
+                    label=f"{config['label']} {name}",
+                )
+        left.axhline(config["figures"]["ideal_speedup"], color="k", ls=style, lw=0.6)
+    left.set_xscale("log", base=2)
+    left.set_xlabel("global batch size")
+    left.set_ylabel("speed-up over the fastest worker alone (whole step)")
+    left.set_title("conv split vs data parallelism (thin black: sum of speeds)")
+    left.legend(fontsize=6, ncol=2)
+    for config, style in zip(result["configs"], itertools.cycle(["-", "--", ":"])):
+        sweep = config["figures"]["sweep"]
+        if not sweep:
+            continue
+        delays = [e["delay_ms_per_mb"] for e in sweep]
+        right.plot(
+            delays,
+            [e["proportional_s"] for e in sweep],
+            style,
+            marker="o",
+            color=MP_COLORS["proportional"],
+            label=f"{config['label']} proportional split",
+        )
+        right.plot(
+            delays,
+            [e["data_s"] for e in sweep],
+            style,
+            marker="s",
+            color=MP_COLORS["data"],
+            label=f"{config['label']} data parallel",
+        )
+    right.set_xlabel("EMULATED link delay (ms per MB a worker sends)")
+    right.set_ylabel("step seconds")
+    right.set_title("bandwidth sweep" if right.lines else "bandwidth sweep (not run)")
+    if right.lines:
+        right.legend(fontsize=7)
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(result.get("note", ""), 160)), fontsize=7)
+    return _save(fig, path)

@@ -81,6 +81,10 @@ def render_only(name: str, output: Path) -> int:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the scenario named in ``args``; print the table; write the outputs."""
+    from raytrain_hetero.bench.mp_suite import MP_SCENARIOS, run_model_parallel
+
+    if args.scenario in MP_SCENARIOS:
+        return run_model_parallel(args)
     output = args.output or Path("outputs/bench") / args.scenario
     args.output = output
     if args.render_only:

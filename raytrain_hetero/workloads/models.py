@@ -6,6 +6,8 @@
   patches, in the style of the seed group's spectral-spatial networks.
 * :class:`TwoBranchFusionCNN`: one CNN branch per modality (Sentinel-1 SAR, Sentinel-2
   multispectral), late fusion of the branch embeddings; either branch alone for ablations.
+* :class:`MarquesCNN`: the CIFAR-10 network of Marques et al. (two conv layers of 500 and
+  1500 kernels), the conv-split benchmark's model, scalable by ``width``.
 
 Everything is built offline: no weights are ever downloaded. ``pretrained=True`` is refused
 with a :class:`~raytrain_hetero.errors.ConfigError` instead of hanging on the network;
@@ -30,6 +32,7 @@ from raytrain_hetero.workloads.branch_model import BranchModel
 
 __all__ = [
     "MODEL_NAMES",
+    "MarquesCNN",
     "SmallCNN",
     "SpectralSpatial3DCNN",
     "TwoBranchFusionCNN",
@@ -42,7 +45,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Names accepted by :func:`build_model`.
-MODEL_NAMES: tuple[str, ...] = ("small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn")
+MODEL_NAMES: tuple[str, ...] = (
+    "small_cnn",
+    "resnet18",
+    "resnet50",
+    "cnn3d",
+    "fusion_cnn",
+    "marques_cnn",
+)
 _RESNETS = ("resnet18", "resnet50")
 
 
@@ -208,6 +218,39 @@ class TwoBranchFusionCNN(nn.Module):
         )
 
 
+class MarquesCNN(nn.Module):
+    """Marques, Falcão and Alexandre's CIFAR-10 CNN (Applied AI 2018): two wide conv layers.
+
+    ``conv1`` (``width`` kernels, 5x5) -> ReLU -> 2x2 max-pool -> ``conv2`` (``3 * width``
+    kernels, 5x5) -> ReLU -> 2x2 max-pool -> 2x2 average pool -> linear head. ``width=500``
+    is the paper's network (500 then 1500 kernels); smaller widths keep its shape (conv2 has
+    three times conv1's kernels) at a cost that fits a CPU. The two conv layers are the ones
+    the conv split distributes (``conv1``, ``conv2``); :meth:`features` is everything up to
+    the head, so a benchmark can time the conv layers apart from the head.
+    """
+
+    #: The layers the paper distributes (names for ``split_conv_layers``).
+    SPLIT_LAYERS: tuple[str, ...] = ("conv1", "conv2")
+
+    def __init__(self, in_channels: int = 3, num_classes: int = 10, width: int = 500) -> None:
+        super().__init__()
+        self.width = width
+        self.conv1 = nn.Conv2d(in_channels, width, 5, padding=2)
+        self.conv2 = nn.Conv2d(width, 3 * width, 5, padding=2)
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(3 * width * 4, num_classes)
+        )
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The conv layers (with their activations and pooling): input to the head."""
+        x = self.pool(torch.relu(self.conv1(x)))
+        return self.pool(torch.relu(self.conv2(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"build_model: {name} must be a positive integer, got {value!r}")
@@ -302,6 +345,8 @@ def build_model(
       block's filters, 8 is plenty).
     * ``"fusion_cnn"``: :class:`TwoBranchFusionCNN`; ``s1_channels`` of the ``in_channels``
       are SAR (first), the rest multispectral; ``modalities`` picks the branches.
+    * ``"marques_cnn"``: :class:`MarquesCNN` (``width`` = kernels of conv1; 500 is the
+      paper's network).
 
     Raises:
         ConfigError: Unknown ``name`` (lists the valid ones), non-positive sizes,
@@ -326,6 +371,8 @@ def build_model(
                 else "."
             )
         )
+    if name == "marques_cnn":
+        return MarquesCNN(in_channels=in_channels, num_classes=num_classes, width=width)
     if name == "small_cnn":
         return SmallCNN(in_channels=in_channels, num_classes=num_classes, width=width)
     if name == "cnn3d":

@@ -292,3 +292,54 @@ def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys)
     for png in ("throughput.png", "accuracy.png"):
         assert (out / png).stat().st_size > 10_000
     assert "hetero3" in (out / "COMMAND").read_text()
+
+
+@pytest.mark.ray
+def test_model_parallel_scenarios_quick_forms(tmp_path, capsys):
+    """conv-split and branches in their quickest forms: report structure and sanity."""
+    conv_out = tmp_path / "conv"
+    assert bench_main(["conv-split", "--quick", "--output", str(conv_out)]) == 0
+    result = json.loads((conv_out / "bench.json").read_text())
+    [config] = result["configs"]
+    assert config["label"] == "hetero3" and config["figures"]["factors"] == [1.0, 2.0, 4.0]
+    rows = config["figures"]["rows"]
+    assert {r["contender"] for r in rows} == {"alone", "equal", "proportional", "data"}
+    assert {r["batch"] for r in rows} == {16, 32}
+    for row in rows:
+        assert row["step_s"] > 0 and math.isfinite(row["speedup"]), row
+        assert row["conv_s"] <= row["step_s"] * 1.01, row
+    for row in (r for r in rows if r["contender"] == "proportional"):
+        # The probe saw the emulated speeds: kernels follow them (fastest owns the most).
+        for kernels in row["kernels"].values():
+            assert kernels[0] > max(kernels[1:]) and min(kernels) >= 1
+    for row in (r for r in rows if r["contender"] == "data"):
+        assert sum(row["slices"]) == row["batch"] and row["slices"][0] > row["slices"][2]
+    alone = [r for r in rows if r["contender"] == "alone"]
+    assert all(r["bytes_per_step"] == 0 for r in alone)
+    sweep = config["figures"]["sweep"]
+    assert [e["delay_ms_per_mb"] for e in sweep] == [0.0, 40.0]
+    # The emulated link slows the contender that moves more bytes by more.
+    split_grew = sweep[1]["proportional_s"] - sweep[0]["proportional_s"]
+    data_grew = sweep[1]["data_s"] - sweep[0]["data_s"]
+    assert sweep[0]["proportional_bytes"] > sweep[0]["data_bytes"]
+    assert split_grew > data_grew
+    assert result["targets"] and "EMULATED" in (conv_out / "results.md").read_text()
+    assert (conv_out / "conv_split.png").stat().st_size > 10_000
+
+    branch_out = tmp_path / "branches"
+    code = bench_main(["branches", "--quick", "--configs", "hetero3", "--output", str(branch_out)])
+    assert code == 0
+    [run] = json.loads((branch_out / "bench.json").read_text())["configs"]
+    raw = run["raw"]
+    assert raw["world"] == 3
+    # 2 branches and the head on 3 workers: every worker busy, the head alone on one.
+    busy = {rank for _, rank in raw["placement"]["branch_ranks"]}
+    assert busy | {raw["placement"]["head_rank"]} == {0, 1, 2}
+    branches, data = raw["contenders"]["branches"], raw["contenders"]["data"]
+    # Measured counters equal the prediction; fewer bytes than data parallelism.
+    assert branches["bytes_per_step"] == branches["predicted_bytes_per_step"]
+    assert branches["bytes_per_step"] < data["bytes_per_step"]
+    for figures in (branches, data):
+        assert figures["samples_per_s"] > 0 and 0 <= figures["val_accuracy"] <= 1
+        assert figures["inference_s_per_sample"] > 0
+    assert "branch placement moves fewer bytes" in capsys.readouterr().out
