@@ -64,6 +64,30 @@ def make_images(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tens
     return x, y
 
 
+def train_one_device(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    carver: EpochCarver,
+    epochs: int,
+    *,
+    lr: float,
+    momentum: float,
+) -> dict[str, torch.Tensor]:
+    """The reference: one device trained on the same carved global batches, epoch by epoch."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    for epoch in range(epochs):
+        permutation = torch.from_numpy(carver.permutation(epoch))
+        for k in range(carver.steps_per_epoch):
+            lo, hi = carver.step_bounds(k)
+            ids = permutation[lo:hi]
+            loss = F.cross_entropy(model(x[ids]), y[ids])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return dict(model.state_dict())
+
+
 def _probe_costs(model: torch.nn.Module, batch: int, slowdown: float) -> dict:
     """Every rank's per-kernel cost model of each split layer (EMULATION applied)."""
     shapes = {"conv1": (batch, 3, 32, 32), "conv2": (batch, 16, 16, 16)}

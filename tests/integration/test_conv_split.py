@@ -12,8 +12,7 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
-from conv_split_loops import build_model, conv_split_loop, make_images
+from conv_split_loops import build_model, conv_split_loop, make_images, train_one_device
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.core.carving import EpochCarver
@@ -27,19 +26,10 @@ STEPS_PER_EPOCH = 3  # 40 samples, batch 16: 16, 16, 8
 def one_device(config: dict) -> dict[str, torch.Tensor]:
     dtype = getattr(torch, config["dtype"])
     x, y = make_images(config["size"], dtype)
-    model = build_model(dtype)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     carver = EpochCarver(config["size"], config["batch"], seed=0, min_step_size=1)
-    for epoch in range(config["epochs"]):
-        permutation = torch.from_numpy(carver.permutation(epoch))
-        for k in range(carver.steps_per_epoch):
-            lo, hi = carver.step_bounds(k)
-            ids = permutation[lo:hi]
-            loss = F.cross_entropy(model(x[ids]), y[ids])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return dict(model.state_dict())
+    return train_one_device(
+        build_model(dtype), x, y, carver, config["epochs"], lr=0.1, momentum=0.9
+    )
 
 
 def test_conv_split_group_trains_like_one_device(ray_local, tmp_path, run_config):

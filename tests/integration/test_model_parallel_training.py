@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conv_split_loops import train_one_device
 from model_parallel_loops import LR, MOMENTUM, model_and_data, mp_loop
 from ray.train import FailureConfig, RunConfig
 
@@ -35,19 +35,9 @@ WORKERS = [WorkerSpec(name="fast"), WorkerSpec(name="slow", emulated_slowdown=2.
 def one_device(config: dict, epochs: int) -> dict[str, torch.Tensor]:
     """The single-device model after ``epochs`` epochs of the same carved global batches."""
     model, x, y = model_and_data(config)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     batch = BatchConfig(global_batch_size=BATCH)
     carver = EpochCarver(SIZE, BATCH, seed=batch.seed, min_step_size=len(WORKERS) * batch.min_slice)
-    for epoch in range(epochs):
-        permutation = torch.from_numpy(carver.permutation(epoch))
-        for k in range(carver.steps_per_epoch):
-            lo, hi = carver.step_bounds(k)
-            ids = permutation[lo:hi]
-            loss = F.cross_entropy(model(x[ids]), y[ids])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return dict(model.state_dict())
+    return train_one_device(model, x, y, carver, epochs, lr=LR, momentum=MOMENTUM)
 
 
 def worst_difference(got: dict, want: dict) -> float:

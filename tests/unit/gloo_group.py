@@ -124,3 +124,20 @@ def run_gloo_group(
     exit_codes = [proc.exitcode for proc in procs]
     assert exit_codes == [0] * world_size, f"exit codes by rank: {exit_codes}"
     return values
+
+
+def tiny_conv_net() -> torch.nn.Module:
+    """Two small convs (6 and 7 kernels) and a linear head, float64, seeded: the composed
+    layouts' model (uneven kernel blocks fit on 2-way splits)."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.Tanh(),
+        nn.Conv2d(6, 7, 3, padding=1),
+        nn.Tanh(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(7, 3),
+    ).double()

@@ -14,7 +14,7 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from gloo_group import run_gloo_group
+from gloo_group import run_gloo_group, tiny_conv_net
 from torch import nn
 
 from raytrain_hetero.config import ParallelConfig, ProbeConfig, SlowdownInjection, WorkerSpec
@@ -28,19 +28,6 @@ from raytrain_hetero.workloads.models import TwoBranchFusionCNN
 WORLD = 4
 REPLICA_SLICES = (6, 4)
 STEPS = 3
-
-
-def _cnn() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1),
-        nn.Tanh(),
-        nn.Conv2d(6, 7, 3, padding=1),
-        nn.Tanh(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(7, 3),
-    ).double()
 
 
 def _fusion() -> nn.Module:
@@ -89,7 +76,7 @@ def _train(pm, optimizer, step: int, replica: int, channels: int) -> float:
 def _rank_main(rank: int, world_size: int, mode: str) -> dict:
     if mode == "conv_split":
         parallel = ParallelConfig(mode=mode, layers=("0", "2"), group_size=2)
-        build, channels = _cnn, 3
+        build, channels = tiny_conv_net, 3
     else:
         parallel = ParallelConfig(mode=mode, group_size=2, micro_batches=2)
         build, channels = _fusion, 5

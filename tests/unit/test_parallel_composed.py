@@ -12,7 +12,7 @@ import copy
 
 import torch
 import torch.distributed as dist
-from gloo_group import run_gloo_group
+from gloo_group import run_gloo_group, tiny_conv_net
 from torch import nn
 
 from raytrain_hetero.core.weighting import proportional_weights
@@ -25,19 +25,6 @@ REPLICA_GROUPS = ((0, 2), (1, 3))  # same kernel block, different replicas
 REPLICA_SLICES = (6, 4)
 KERNELS = {"conv1": (2, 4), "conv2": (5, 2)}
 STEPS = 3
-
-
-def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1),
-        nn.Tanh(),
-        nn.Conv2d(6, 7, 3, padding=1),
-        nn.Tanh(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(7, 3),
-    ).double()
 
 
 def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,7 +44,7 @@ def _rank_main(rank: int, world_size: int) -> dict:
     start = sum(REPLICA_SLICES[:replica])
     part = slice(start, start + REPLICA_SLICES[replica])
 
-    reference = _model()
+    reference = tiny_conv_net()
     model = copy.deepcopy(reference)
     model_names = {"conv1": "0", "conv2": "2"}
     split_conv_layers(
