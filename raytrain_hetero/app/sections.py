@@ -287,9 +287,12 @@ class ModelConfig(HeteroModel):
 
     Attributes:
         name: ``small_cnn``, ``resnet18``, ``resnet50`` (timm/torchgeo, any band count),
-            ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches) or ``fusion_cnn``
-            (two-branch SAR + multispectral late fusion, dataset multimodal).
-        width: Base channel width (small_cnn, cnn3d, fusion_cnn branches).
+            ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches), ``fusion_cnn``
+            (two-branch SAR + multispectral late fusion, dataset multimodal) or
+            ``marques_cnn`` (Marques et al.'s two wide conv layers, ``conv1`` and ``conv2``:
+            the conv-split network).
+        width: Base channel width (small_cnn, cnn3d, fusion_cnn branches; marques_cnn:
+            kernels of conv1, 500 is the paper's network).
         pretrained: ``false``, or the name of torchgeo weights for a ResNet
             (``ResNet18_Weights.SENTINEL2_ALL_MOCO``), loaded from the local torch hub cache
             only; ``true`` is refused (nothing can be downloaded).
@@ -299,10 +302,12 @@ class ModelConfig(HeteroModel):
             ``[s1]`` or ``[s2]`` (single-branch ablations).
     """
 
-    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn"] = Field(
-        "small_cnn", description="architecture"
+    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn", "marques_cnn"] = (
+        Field("small_cnn", description="architecture")
     )
-    width: PositiveInt = Field(32, description="base channel width (small_cnn, cnn3d, fusion_cnn)")
+    width: PositiveInt = Field(
+        32, description="base channel width (small_cnn, cnn3d, fusion_cnn; marques_cnn: conv1)"
+    )
     pretrained: bool | str = Field(
         False, description="false, or torchgeo weights name for resnet18/50 (local cache only)"
     )

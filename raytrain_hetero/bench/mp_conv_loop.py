@@ -19,8 +19,8 @@ the conv forward (to the head's input) plus the conv backward (from the gradient
 head's input to the end of backward), MAX over workers.
 
 Traffic: the bytes each collective moves are counted from the tensor shapes (a ring model
-for all-reduce: ``2 (R - 1) / R`` of the buffer per rank; an all-gather sends the rank's
-zero-padded block to each other rank). The bandwidth sweep adds an EMULATED link: after each
+for all-reduce: ``2 (R - 1) / R`` of the buffer per rank; the gather broadcasts the rank's
+block, at its own size, to each other rank). The bandwidth sweep adds an EMULATED link: after each
 collective the worker sleeps ``delay x bytes it sent``, through the split layers'
 :class:`~raytrain_hetero.parallel.conv_split.CollectiveHooks` and, for data parallelism,
 around the gradient all-reduce.
@@ -94,18 +94,9 @@ class _LayerLink:
         self.phase = "forward"
 
     def gather_bytes(self) -> int:
-        """Bytes this rank sends in the forward all-gather (padded block to R - 1 ranks)."""
-        n, _, h, w = self.input_shape
-        conv = self.layer
-        out_h = (h + 2 * conv.padding[0] - conv.dilation[0] * (conv.kernel_size[0] - 1) - 1) // (
-            conv.stride[0]
-        ) + 1
-        out_w = (w + 2 * conv.padding[1] - conv.dilation[1] * (conv.kernel_size[1] - 1) - 1) // (
-            conv.stride[1]
-        ) + 1
-        widest = max(conv.kernels_per_rank)
-        ranks = len(conv.kernels_per_rank)
-        return (ranks - 1) * n * widest * out_h * out_w * _ELEMENT_BYTES
+        """Bytes this rank sends in the forward gather (its exact block to R - 1 ranks)."""
+        sent, _ = self.layer.gather_bytes(self.input_shape, _ELEMENT_BYTES)
+        return sent
 
     def reduce_bytes(self) -> int:
         """Bytes this rank sends in the backward input-gradient all-reduce (ring model)."""

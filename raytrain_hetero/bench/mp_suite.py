@@ -29,6 +29,7 @@ __all__ = ["MP_SCENARIOS", "format_markdown", "run_model_parallel"]
 #: Worker configurations: EMULATED slowdown factor of each worker (speed = 1 / factor).
 CONV_CONFIGS: dict[str, tuple[float, ...]] = {
     "hetero2": (1.0, 2.0),
+    "hetero2x4": (1.0, 4.0),  # the 4x speed difference of the proportional-vs-equal target
     "hetero3": (1.0, 2.0, 4.0),
     "same2": (1.0, 1.0),
     "same4": (1.0, 1.0, 1.0, 1.0),

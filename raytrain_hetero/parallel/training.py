@@ -187,21 +187,14 @@ class ParallelModel:
         x = inputs[0]
         ranks = len(layer.kernels_per_rank)
         element = x.element_size()
-        out_h = (
-            x.shape[2] + 2 * layer.padding[0] - layer.dilation[0] * (layer.kernel_size[0] - 1) - 1
-        ) // layer.stride[0] + 1
-        out_w = (
-            x.shape[3] + 2 * layer.padding[1] - layer.dilation[1] * (layer.kernel_size[1] - 1) - 1
-        ) // layer.stride[1] + 1
-        block = x.shape[0] * max(layer.kernels_per_rank) * out_h * out_w * element
-        gather = (ranks - 1) * block  # gloo all_gather: each rank's padded block to the others
+        sent, received = layer.gather_bytes(tuple(x.shape), element)  # exact-size broadcasts
         grad = (
             _ring_bytes(x.numel(), element, ranks)
             if x.requires_grad and torch.is_grad_enabled()
             else 0
         )
-        self._traffic[0] += gather + grad
-        self._traffic[1] += gather + grad
+        self._traffic[0] += sent + grad
+        self._traffic[1] += received + grad
 
     def _replica_weight(self, batch: int) -> float:
         """``n_i / N`` of this rank's replica in the step in progress."""

@@ -18,7 +18,7 @@ from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
 from raytrain_hetero.config import ParallelConfig
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.workloads.models import SmallCNN, TwoBranchFusionCNN
+from raytrain_hetero.workloads.models import MarquesCNN, SmallCNN, TwoBranchFusionCNN, build_model
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "examples" / "configs"
@@ -93,6 +93,21 @@ def test_library_checks_of_the_section_reach_the_yaml_user():
 
 
 # ---------------------------------------------------------------- the built model (driver side)
+
+
+def test_marques_cnn_is_selectable_from_yaml_with_its_width_and_split_layers():
+    marques = job(
+        BASE,
+        "model.name=marques_cnn",
+        "model.width=24",
+        'parallel={"mode": "conv_split", "layers": ["conv1", "conv2"]}',
+    )
+    assert (marques.model.name, marques.model.width) == ("marques_cnn", 24)
+    built = build_model(marques.model.name, in_channels=3, num_classes=10, width=24)
+    assert isinstance(built, MarquesCNN)
+    assert (built.conv1.out_channels, built.conv2.out_channels) == (24, 72)
+    check_parallel_fits_model(marques.parallel, built, 2)
+    assert "marques_cnn" in refused(BASE, "model.name=marques_cnn_typo")
 
 
 def split(*layers: str, group_size: int | None = None) -> ParallelConfig:

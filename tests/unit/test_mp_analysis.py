@@ -156,3 +156,17 @@ def test_generated_data_is_seeded_and_class_structured():
     mx, my = multimodal_like(140, seed=2)
     assert mx.shape == (140, 12, 16, 16) and not math.isnan(float(mx.sum()))
     assert set(my.tolist()) == set(range(7))
+
+
+def test_a_4x_speed_config_is_selectable_and_gets_the_proportional_target():
+    import argparse
+
+    from raytrain_hetero.bench.mp_suite import CONV_CONFIGS, mp_options
+
+    fields = ("width", "batches", "batch", "epochs", "steps", "rounds", "delays", "contenders")
+    args = argparse.Namespace(quick=True, configs="hetero2x4", **dict.fromkeys(fields))
+    assert mp_options("conv-split", args)["configs"] == ["hetero2x4"]
+    factors = CONV_CONFIGS["hetero2x4"]
+    assert max(factors) / min(factors) == 4
+    with pytest.raises(ValueError, match="unknown --configs"):
+        mp_options("conv-split", argparse.Namespace(**{**vars(args), "configs": "hetero9"}))

@@ -213,7 +213,20 @@ def _scenarios(rank: int, dtype: torch.dtype) -> dict[str, object]:
         differing.head.bias.add_(rank)
     figures["error_replicas_differ"] = _error(lambda: split_conv_layers(differing, ["conv1"]))
 
-    # Per-kernel cost probe through the emulator: rank r is emulated (r + 1)^2 times slower.
+    # Exact-size gather over a subgroup (group ranks are not global ranks) and its bytes.
+    if dtype == torch.float64:
+        pair = dist.new_group([1, 2])  # a collective: every rank creates it
+        if rank in (1, 2):
+            sizes = (2, 5)
+            full = torch.arange(6 * 7 * 4, dtype=dtype).reshape(6, 7, 4)
+            mine = full[:, :2] if rank == 1 else full[:, 2:]
+            gathered = all_gather_blocks(mine, sizes, 1, pair)
+            figures["subgroup_gather_exact"] = bool(torch.equal(gathered, full))
+            figures["error_gather_size"] = _error(
+                lambda: all_gather_blocks(full[:, :3], sizes, 1, pair)
+            )
+        figures["gather_bytes"] = split.conv1.gather_bytes((6, 3, 8, 8), 4)
+        # Per-kernel cost probe through the emulator: rank r is emulated (r + 1)^2 times slower.
     if dtype == torch.float32:
         conv = nn.Conv2d(16, 64, 3, padding=1)
         cost = probe_kernel_cost(conv, (8, 16, 16, 16), slowdown=(rank + 1) ** 2, repeats=3)
@@ -277,6 +290,21 @@ def test_conv_split_equals_one_device(rank_figures, dtype, tolerance, trajectory
         split = results[0]["probed_split"]
         assert sum(split) == 64 and min(split) >= 1
         assert split[0] >= split[1] >= split[2] and split[0] > split[2], split
+
+
+def test_gather_moves_each_block_at_its_own_size(rank_figures):
+    figures = {rank: f[str(torch.float64)] for rank, f in rank_figures.items()}
+    for rank in (1, 2):
+        assert figures[rank]["subgroup_gather_exact"] is True
+        assert "every rank must pass the same sizes" in figures[rank]["error_gather_size"]
+    # conv1 split (1, 1, 3), output 6 x 8 x 8 float32 per channel = 1536 bytes: each rank
+    # sends its own block to the 2 others and receives the rest; nothing is padded.
+    channel = 6 * 8 * 8 * 4
+    assert figures[0]["gather_bytes"] == (2 * 1 * channel, 4 * channel)
+    assert figures[1]["gather_bytes"] == (2 * 1 * channel, 4 * channel)
+    assert figures[2]["gather_bytes"] == (2 * 3 * channel, 2 * channel)
+    sent = sum(f["gather_bytes"][0] for f in figures.values())
+    assert sent == sum(f["gather_bytes"][1] for f in figures.values()) == 2 * 5 * channel
 
 
 def test_package_exports_lazily():
