@@ -39,7 +39,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from raytrain_hetero.bench.mp_data import multimodal_like
-from raytrain_hetero.core.allocation import CostModel, allocate, fit_cost_model
+from raytrain_hetero.bench.mp_probe import proportional_slices
+from raytrain_hetero.core.allocation import CostModel, allocate
 from raytrain_hetero.parallel.branch_costs import plan_branch_placement
 from raytrain_hetero.parallel.branches import (
     BranchPipeline,
@@ -77,23 +78,6 @@ def _sum_over_workers(value: float) -> float:
     return float(t[0])
 
 
-def _slices(model: TwoBranchFusionCNN, x: torch.Tensor, batch: int, clock: _Clock) -> list[int]:
-    probe = copy.deepcopy(model)
-    sizes = (4, 16)
-    seconds = []
-    for size in sizes:
-        best = float("inf")
-        for _ in range(3):
-            clock.emulator.mark()
-            probe(x[:size]).sum().backward()
-            best = min(best, clock.emulator.stretch(clock.factor, sleep=False))
-        seconds.append(best)
-    mine = fit_cost_model(sizes, seconds)
-    rows: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(rows, (mine.alpha, mine.beta))
-    return list(allocate(batch, [CostModel(alpha=a, beta=b) for a, b in rows]))
-
-
 def _hook_emulation(pipe: BranchPipeline, clock: _Clock) -> None:
     for _, module in pipe.declared.branches:
         module.register_forward_hook(clock.stretch)
@@ -126,7 +110,7 @@ def branches_bench_loop(config: dict[str, Any]) -> None:
     pipe_opt = torch.optim.SGD(pipe.parameters(), lr=lr, momentum=0.9)
     dp_model = copy.deepcopy(base)
     dp_opt = torch.optim.SGD(dp_model.parameters(), lr=lr, momentum=0.9)
-    slices = _slices(base, x, batch, clock)
+    slices = proportional_slices(base, x, batch, clock.emulator, clock.factor)
     start, size = sum(slices[:rank]), slices[rank]
     figures: dict[str, dict[str, list[float]]] = {
         "branches": {"step_s": [], "bytes": []},

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raytrain_hetero.bench.mp_data import cifar_like
-from raytrain_hetero.core.allocation import CostModel, allocate, fit_cost_model
+from raytrain_hetero.bench.mp_probe import proportional_slices
 from raytrain_hetero.core.kernel_split import split_kernels
 from raytrain_hetero.parallel.conv_split import CollectiveHooks, split_conv_layers
 from raytrain_hetero.parallel.conv_state import gather_kernel_costs, probe_kernel_cost
@@ -163,25 +163,6 @@ def _kernel_splits(base: MarquesCNN, batch: int, worker: _Worker) -> dict[str, l
             split_kernels(layer.out_channels, [c.beta for c in costs], [c.alpha for c in costs])
         )
     return splits
-
-
-def _data_slices(base: MarquesCNN, x: torch.Tensor, batch: int, worker: _Worker) -> list[int]:
-    """Proportional slices: raytrain_hetero's allocation fed by every rank's per-sample cost."""
-    probe = copy.deepcopy(base)
-    sizes = (4, 16)
-    seconds = []
-    for size in sizes:
-        best = float("inf")
-        for _ in range(3):
-            worker.emulator.mark()
-            probe(x[:size]).sum().backward()
-            best = min(best, worker.emulator.stretch(worker.factor, sleep=False))
-        seconds.append(best)
-    mine = fit_cost_model(sizes, seconds)
-    rows: list[Any] = [None] * worker.world
-    dist.all_gather_object(rows, (mine.alpha, mine.beta))
-    costs = [CostModel(alpha=float(a), beta=float(b)) for a, b in rows]
-    return list(allocate(batch, costs))
 
 
 def _build(
@@ -338,7 +319,7 @@ def conv_split_bench_loop(config: dict[str, Any]) -> None:
             n: list(split_kernels(getattr(base, n).out_channels, [1.0] * worker.world))
             for n in MarquesCNN.SPLIT_LAYERS
         }
-        slices = _data_slices(base, x, int(batch), worker)
+        slices = proportional_slices(base, x, int(batch), worker.emulator, worker.factor)
         contenders = [
             _build("alone", base, worker, lr),
             _build("equal", base, worker, lr, kernels=equal),
@@ -354,7 +335,7 @@ def conv_split_bench_loop(config: dict[str, Any]) -> None:
         batch = int(sweep_batch)
         batches = _batches(x, y, batch, steps * rounds, seed + 7 * batch)
         kernels = _kernel_splits(base, batch, worker)
-        slices = _data_slices(base, x, batch, worker)
+        slices = proportional_slices(base, x, batch, worker.emulator, worker.factor)
         for delay in config["delays_ms_per_mb"]:
             pair = [
                 _build("proportional", base, worker, lr, kernels=kernels),
