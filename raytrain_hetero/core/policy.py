@@ -34,6 +34,10 @@ class PolicyConfig:
         improvement_threshold: Re-plan only if the predicted step time improves by more than
             this fraction (0.1 = 10 %).
         confirm_windows: Consecutive windows that must all predict that improvement.
+        urgent_improvement: A predicted improvement above this fraction re-plans after one
+            window, without waiting for ``confirm_windows`` (a worker slowed down 3x: every
+            window of waiting costs about 2x the step time). Noise does not predict gains this
+            large, so the noise target is kept. 1.0 turns the fast path off.
         min_steps_between_replans: Minimum global steps between two re-plans.
         outlier_factor: Samples whose per-sample cost is more than this factor away from the
             window median are rejected (e.g. a step that hit a garbage collection).
@@ -44,6 +48,7 @@ class PolicyConfig:
     window_steps: int = 8
     improvement_threshold: float = 0.10
     confirm_windows: int = 2
+    urgent_improvement: float = 0.30
     min_steps_between_replans: int = 8
     outlier_factor: float = 3.0
     straggler_timeout_s: float = 60.0
@@ -58,6 +63,10 @@ class PolicyConfig:
                 "a fraction in [0, 1)",
             ),
             "confirm_windows": (self.confirm_windows >= 1, "an integer >= 1"),
+            "urgent_improvement": (
+                0 <= self.urgent_improvement <= 1,
+                "a fraction in [0, 1]; 1 turns the fast path off",
+            ),
             "min_steps_between_replans": (self.min_steps_between_replans >= 0, "an integer >= 0"),
             "outlier_factor": (
                 math.isfinite(self.outlier_factor) and self.outlier_factor > 1,
@@ -367,7 +376,7 @@ def decide(
             f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"
         ), replace(state, streak=0)
     streak = state.streak + 1
-    if streak < cfg.confirm_windows:
+    if streak < cfg.confirm_windows and improvement <= cfg.urgent_improvement:
         return Noop(
             f"gain {improvement:.1%} seen in {streak}/{cfg.confirm_windows} windows"
         ), replace(state, streak=streak)

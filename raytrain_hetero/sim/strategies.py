@@ -49,6 +49,9 @@ class StrategyResult:
         replans: Plan changes decided by the policy (restarts not counted).
         moved_fraction: Mean fraction of the global batch that changed hands per re-plan.
         restarts: Worker-group restarts (joins and failures).
+        stepping_efficiency: Oracle's stepping time / this strategy's (restarts and probes
+            excluded): how close the plans alone come to the optimum.
+        replan_steps: Steps at which the policy's re-plans took effect.
     """
 
     strategy: str
@@ -61,6 +64,8 @@ class StrategyResult:
     replans: int
     moved_fraction: float
     restarts: int
+    stepping_efficiency: float = 1.0
+    replan_steps: tuple[int, ...] = ()
 
 
 # ----------------------------------------------------------------------------- one strategy
@@ -72,7 +77,7 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
     steps = cfg.steps
     step_s = np.zeros(steps)
     overhead_s = 0.0
-    replans = 0
+    replan_steps: list[int] = []
     moved: list[float] = []
     restarts = 0
     members = np.flatnonzero(trace.present[0])
@@ -115,7 +120,7 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
             moved.append(float(np.abs(new - slices).sum()) / (2 * total))
             slices, plan_costs = new, pending[2]
             pending = None
-            replans += 1
+            replan_steps.append(step)
             state = PolicyState(last_replan_step=step, last_decision_step=step - 1)
             window = []
         busy = (alpha + beta * slices) * trace.noise[step, members]
@@ -160,7 +165,8 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
         "stepping_samples_per_s": total * steps / float(step_s.sum()),
         "overhead_s": overhead_s,
         "bound_samples_per_s": bound,
-        "replans": replans,
+        "replans": len(replan_steps),
+        "replan_steps": tuple(replan_steps),
         "moved_fraction": statistics.fmean(moved) if moved else 0.0,
         "restarts": restarts,
         "step_s": step_s,
@@ -187,6 +193,8 @@ def simulate(cfg: SimConfig, strategies: Sequence[str] = STRATEGIES) -> list[Str
             replans=runs[s]["replans"],
             moved_fraction=runs[s]["moved_fraction"],
             restarts=runs[s]["restarts"],
+            stepping_efficiency=float(runs["oracle"]["step_s"].sum() / runs[s]["step_s"].sum()),
+            replan_steps=runs[s]["replan_steps"],
         )
         for s in strategies
     ]
