@@ -35,9 +35,10 @@ class PolicyConfig:
             this fraction (0.1 = 10 %).
         confirm_windows: Consecutive windows that must all predict that improvement.
         urgent_improvement: A predicted improvement above this fraction re-plans after one
-            window, without waiting for ``confirm_windows`` (a worker slowed down 3x: every
-            window of waiting costs about 2x the step time). Noise does not predict gains this
-            large, so the noise target is kept. 1.0 turns the fast path off.
+            window, without waiting for ``confirm_windows`` or ``min_steps_between_replans``
+            (a worker slowed down 3x: every window of waiting costs about 2x the step time).
+            Noise does not predict gains this large, so the noise target is kept. 1.0 turns
+            the fast path off.
         min_steps_between_replans: Minimum global steps between two re-plans.
         outlier_factor: Samples whose per-sample cost is more than this factor away from the
             window median are rejected (e.g. a step that hit a garbage collection).
@@ -376,11 +377,12 @@ def decide(
             f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"
         ), replace(state, streak=0)
     streak = state.streak + 1
-    if streak < cfg.confirm_windows and improvement <= cfg.urgent_improvement:
+    urgent = improvement > cfg.urgent_improvement
+    if streak < cfg.confirm_windows and not urgent:
         return Noop(
             f"gain {improvement:.1%} seen in {streak}/{cfg.confirm_windows} windows"
         ), replace(state, streak=streak)
-    if step - state.last_replan_step < cfg.min_steps_between_replans:
+    if step - state.last_replan_step < cfg.min_steps_between_replans and not urgent:
         return Noop("too soon after the last re-plan"), replace(state, streak=streak)
     speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))
     silent = f"; silent ranks {list(estimates.stragglers)}" if estimates.stragglers else ""
