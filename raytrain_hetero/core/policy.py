@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from raytrain_hetero.core.allocation import CostModel, allocate, makespan
 from raytrain_hetero.errors import ConfigError
 
@@ -32,6 +34,11 @@ class PolicyConfig:
         improvement_threshold: Re-plan only if the predicted step time improves by more than
             this fraction (0.1 = 10 %).
         confirm_windows: Consecutive windows that must all predict that improvement.
+        urgent_improvement: A predicted improvement above this fraction re-plans after one
+            window, without waiting for ``confirm_windows`` or ``min_steps_between_replans``
+            (a worker slowed down 3x: every window of waiting costs about 2x the step time).
+            Noise does not predict gains this large, so the noise target is kept. 1.0 turns
+            the fast path off.
         min_steps_between_replans: Minimum global steps between two re-plans.
         outlier_factor: Samples whose per-sample cost is more than this factor away from the
             window median are rejected (e.g. a step that hit a garbage collection).
@@ -42,6 +49,7 @@ class PolicyConfig:
     window_steps: int = 8
     improvement_threshold: float = 0.10
     confirm_windows: int = 2
+    urgent_improvement: float = 0.30
     min_steps_between_replans: int = 8
     outlier_factor: float = 3.0
     straggler_timeout_s: float = 60.0
@@ -56,6 +64,10 @@ class PolicyConfig:
                 "a fraction in [0, 1)",
             ),
             "confirm_windows": (self.confirm_windows >= 1, "an integer >= 1"),
+            "urgent_improvement": (
+                0 <= self.urgent_improvement <= 1,
+                "a fraction in [0, 1]; 1 turns the fast path off",
+            ),
             "min_steps_between_replans": (self.min_steps_between_replans >= 0, "an integer >= 0"),
             "outlier_factor": (
                 math.isfinite(self.outlier_factor) and self.outlier_factor > 1,
@@ -167,8 +179,132 @@ def robust_per_sample_cost(values: Sequence[float], outlier_factor: float) -> fl
     return statistics.median(kept) if kept else first
 
 
+@dataclass(frozen=True)
+class SampleColumns:
+    """Step measurements as columns: the form :func:`decide` computes on.
+
+    A list of :class:`StepSample` is converted once (:meth:`from_samples`); a caller that
+    already holds arrays (the large-cluster simulator) builds this directly and skips the
+    per-object work, which at 10,000 ranks x a window of 8 steps is most of the cost.
+
+    Attributes:
+        rank: Rank of each measurement (int64).
+        step: Global step (int64).
+        samples: Samples processed (float64).
+        busy_s: Busy seconds (float64; NaN where the measurement was not a number).
+        time_s: Clock time of the measurement (float64).
+    """
+
+    rank: np.ndarray
+    step: np.ndarray
+    samples: np.ndarray
+    busy_s: np.ndarray
+    time_s: np.ndarray
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[StepSample]) -> SampleColumns:
+        """Columns of ``samples``; a non-numeric ``busy_s`` becomes NaN (invalid)."""
+        n = len(samples)
+        numeric = (int, float)
+        busy = np.fromiter(
+            (s.busy_s if isinstance(s.busy_s, numeric) else math.nan for s in samples),
+            dtype=np.float64,
+            count=n,
+        )
+        return cls(
+            rank=np.fromiter((s.rank for s in samples), dtype=np.int64, count=n),
+            step=np.fromiter((s.step for s in samples), dtype=np.int64, count=n),
+            samples=np.fromiter((s.samples for s in samples), dtype=np.float64, count=n),
+            busy_s=busy,
+            time_s=np.fromiter((s.time_s for s in samples), dtype=np.float64, count=n),
+        )
+
+
+def _row_medians(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Median of the first ``counts[i]`` finite entries of each row (NaN-padded rows).
+
+    Same arithmetic as :func:`statistics.median`: the middle value, or the mean of the two
+    middle values as ``(a + b) / 2``. Rows with a zero count give NaN.
+    """
+    ordered = np.sort(values, axis=1)  # NaN padding sorts last
+    low = np.clip((counts - 1) // 2, 0, None)
+    high = np.clip(counts // 2, 0, values.shape[1] - 1)
+    rows = np.arange(values.shape[0])
+    medians: np.ndarray = (ordered[rows, low] + ordered[rows, high]) / 2
+    medians[counts == 0] = np.nan
+    return medians
+
+
+def _estimate_arrays(
+    columns: SampleColumns,
+    world_size: int,
+    prior_alpha: np.ndarray | None,
+    prior_beta: np.ndarray | None,
+    cfg: PolicyConfig,
+    now: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Vectorised core of :func:`estimate_costs`: (alpha, beta, silent mask) or None."""
+    window = cfg.window_steps
+    keep = (
+        (columns.rank >= 0)
+        & (columns.rank < world_size)
+        & (columns.samples > 0)
+        & np.isfinite(columns.busy_s)
+        & (columns.busy_s > 0)
+    )
+    rank = columns.rank[keep]
+    step = columns.step[keep]
+    samples = columns.samples[keep]
+    busy = columns.busy_s[keep]
+    seen_at = columns.time_s[keep]
+    # Stable order by (rank, step), input order among equal steps, as sorted() keeps it.
+    order = np.lexsort((np.arange(rank.size), step, rank))
+    rank, samples, busy = rank[order], samples[order], busy[order]
+    per_rank = np.bincount(rank, minlength=world_size)
+    recent_count = np.minimum(per_rank, window)
+    last_seen = np.full(world_size, -np.inf)
+    np.maximum.at(last_seen, columns.rank[keep], seen_at)
+    silent = (per_rank == 0) | (now - last_seen > cfg.straggler_timeout_s)
+    if np.any((recent_count < window) & ~silent):
+        return None
+    if prior_beta is None and np.any(per_rank == 0):
+        return None
+    alpha = prior_alpha if prior_alpha is not None else np.zeros(world_size)
+    # Position of each sample from the end of its rank's run; the newest ``window`` are kept.
+    ends = np.cumsum(per_rank)
+    from_end = ends[rank] - np.arange(rank.size) - 1
+    newest = from_end < window
+    table = np.full((world_size, window), np.nan)
+    table[rank[newest], window - 1 - from_end[newest]] = (
+        np.maximum(busy[newest] - alpha[rank[newest]], 1e-12) / samples[newest]
+    )
+    first = _row_medians(table, recent_count)
+    factor = cfg.outlier_factor
+    with np.errstate(invalid="ignore"):
+        inside = (first[:, None] / factor <= table) & (table <= first[:, None] * factor)
+    kept_count = inside.sum(axis=1)
+    second = _row_medians(np.where(inside, table, np.nan), kept_count)
+    beta = np.where(kept_count > 0, second, first)
+    if prior_beta is not None:
+        beta = np.where(recent_count == 0, prior_beta, beta)
+    beta = np.where(silent, beta * cfg.straggler_penalty, beta)
+    return alpha, beta, silent
+
+
+def _cost_columns(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
+    n = len(costs)
+    return (
+        np.fromiter((c.alpha for c in costs), dtype=np.float64, count=n),
+        np.fromiter((c.beta for c in costs), dtype=np.float64, count=n),
+    )
+
+
+def _to_cost_models(alpha: np.ndarray, beta: np.ndarray) -> tuple[CostModel, ...]:
+    return tuple(CostModel(a, b) for a, b in zip(alpha.tolist(), beta.tolist()))
+
+
 def estimate_costs(
-    samples: Sequence[StepSample],
+    samples: Sequence[StepSample] | SampleColumns,
     world_size: int,
     prior: Sequence[CostModel] | None,
     cfg: PolicyConfig,
@@ -177,43 +313,28 @@ def estimate_costs(
     """Per-rank affine cost models from the newest ``window_steps`` valid samples of each rank.
 
     The fixed cost alpha of each rank is kept from ``prior`` (the probe's fit) when given; beta
-    is re-estimated as the robust median of (busy - alpha) / samples.
+    is re-estimated as the robust median of (busy - alpha) / samples (see
+    :func:`robust_per_sample_cost`), computed for all ranks at once with numpy.
 
     Returns:
         The estimates, or None while some rank has fewer than ``window_steps`` valid samples
         and is not yet silent long enough to be a straggler.
     """
-    by_rank: dict[int, list[StepSample]] = {r: [] for r in range(world_size)}
-    for s in samples:
-        if 0 <= s.rank < world_size and s.valid:
-            by_rank[s.rank].append(s)
-    costs: list[CostModel] = []
-    stragglers: list[int] = []
-    for rank in range(world_size):
-        recent = sorted(by_rank[rank], key=lambda s: s.step)[-cfg.window_steps :]
-        alpha = prior[rank].alpha if prior is not None else 0.0
-        last_seen = max((s.time_s for s in by_rank[rank]), default=None)
-        silent = last_seen is None or now - last_seen > cfg.straggler_timeout_s
-        if len(recent) < cfg.window_steps and not silent:
-            return None
-        if silent:
-            stragglers.append(rank)
-        if recent:
-            per_sample = [max(s.busy_s - alpha, 1e-12) / s.samples for s in recent]
-            beta = robust_per_sample_cost(per_sample, cfg.outlier_factor)
-        elif prior is not None:
-            beta = prior[rank].beta
-        else:
-            return None
-        if silent:
-            beta *= cfg.straggler_penalty
-        costs.append(CostModel(alpha=alpha, beta=beta))
-    return Estimates(costs=tuple(costs), stragglers=tuple(stragglers))
+    columns = samples if isinstance(samples, SampleColumns) else SampleColumns.from_samples(samples)
+    prior_alpha, prior_beta = _cost_columns(prior) if prior is not None else (None, None)
+    found = _estimate_arrays(columns, world_size, prior_alpha, prior_beta, cfg, now)
+    if found is None:
+        return None
+    alpha, beta, silent = found
+    return Estimates(
+        costs=_to_cost_models(alpha, beta),
+        stragglers=tuple(int(r) for r in np.flatnonzero(silent)),
+    )
 
 
 def decide(
     slices: Sequence[int],
-    samples: Sequence[StepSample],
+    samples: Sequence[StepSample] | SampleColumns,
     state: PolicyState,
     cfg: PolicyConfig,
     now: float,
@@ -256,11 +377,12 @@ def decide(
             f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"
         ), replace(state, streak=0)
     streak = state.streak + 1
-    if streak < cfg.confirm_windows:
+    urgent = improvement > cfg.urgent_improvement
+    if streak < cfg.confirm_windows and not urgent:
         return Noop(
             f"gain {improvement:.1%} seen in {streak}/{cfg.confirm_windows} windows"
         ), replace(state, streak=streak)
-    if step - state.last_replan_step < cfg.min_steps_between_replans:
+    if step - state.last_replan_step < cfg.min_steps_between_replans and not urgent:
         return Noop("too soon after the last re-plan"), replace(state, streak=streak)
     speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))
     silent = f"; silent ranks {list(estimates.stragglers)}" if estimates.stragglers else ""

@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from raytrain_hetero.core.allocation import CostModel, allocate, proportional_slices
-from raytrain_hetero.core.policy import PolicyConfig, PolicyState, Replan, StepSample, decide
+from raytrain_hetero.core.policy import (
+    PolicyConfig,
+    PolicyState,
+    Replan,
+    SampleColumns,
+    StepSample,
+    decide,
+)
 from raytrain_hetero.sim.traces import SimConfig, Trace, allreduce_s, cost_models, make_trace
 
 __all__ = ["STRATEGIES", "StrategyResult", "allocation_time", "run_sweep", "simulate"]
@@ -42,6 +49,9 @@ class StrategyResult:
         replans: Plan changes decided by the policy (restarts not counted).
         moved_fraction: Mean fraction of the global batch that changed hands per re-plan.
         restarts: Worker-group restarts (joins and failures).
+        stepping_efficiency: Oracle's stepping time / this strategy's (restarts and probes
+            excluded): how close the plans alone come to the optimum.
+        replan_steps: Steps at which the policy's re-plans took effect.
     """
 
     strategy: str
@@ -54,6 +64,8 @@ class StrategyResult:
     replans: int
     moved_fraction: float
     restarts: int
+    stepping_efficiency: float = 1.0
+    replan_steps: tuple[int, ...] = ()
 
 
 # ----------------------------------------------------------------------------- one strategy
@@ -65,7 +77,7 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
     steps = cfg.steps
     step_s = np.zeros(steps)
     overhead_s = 0.0
-    replans = 0
+    replan_steps: list[int] = []
     moved: list[float] = []
     restarts = 0
     members = np.flatnonzero(trace.present[0])
@@ -108,7 +120,7 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
             moved.append(float(np.abs(new - slices).sum()) / (2 * total))
             slices, plan_costs = new, pending[2]
             pending = None
-            replans += 1
+            replan_steps.append(step)
             state = PolicyState(last_replan_step=step, last_decision_step=step - 1)
             window = []
         busy = (alpha + beta * slices) * trace.noise[step, members]
@@ -121,11 +133,15 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
         # decide() returns at once until a window is complete; skip building its inputs.
         if step - state.last_decision_step < cfg.policy.window_steps:
             continue
-        samples = [
-            StepSample(rank=r, step=s, samples=int(b[r]), busy_s=float(t[r]), time_s=clock)
-            for s, b, t in window
-            for r in range(members.size)
-        ]
+        # The window as columns (what decide computes on): no per-sample objects at 10,000.
+        ranks = np.arange(members.size)
+        samples = SampleColumns(
+            rank=np.tile(ranks, len(window)),
+            step=np.repeat([s for s, _, _ in window], members.size),
+            samples=np.concatenate([b for _, b, _ in window]).astype(np.float64),
+            busy_s=np.concatenate([t for _, _, t in window]),
+            time_s=np.full(len(window) * members.size, clock),
+        )
         decision, state = decide(
             tuple(int(b) for b in slices),
             samples,
@@ -149,7 +165,8 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
         "stepping_samples_per_s": total * steps / float(step_s.sum()),
         "overhead_s": overhead_s,
         "bound_samples_per_s": bound,
-        "replans": replans,
+        "replans": len(replan_steps),
+        "replan_steps": tuple(replan_steps),
         "moved_fraction": statistics.fmean(moved) if moved else 0.0,
         "restarts": restarts,
         "step_s": step_s,
@@ -176,6 +193,8 @@ def simulate(cfg: SimConfig, strategies: Sequence[str] = STRATEGIES) -> list[Str
             replans=runs[s]["replans"],
             moved_fraction=runs[s]["moved_fraction"],
             restarts=runs[s]["restarts"],
+            stepping_efficiency=float(runs["oracle"]["step_s"].sum() / runs[s]["step_s"].sum()),
+            replan_steps=runs[s]["replan_steps"],
         )
         for s in strategies
     ]
@@ -187,7 +206,9 @@ def allocation_time(
     """Median wall milliseconds of one :func:`allocate` and one :func:`decide` at this size.
 
     ``decide`` is timed on a full window of samples for every rank (the policy's real work:
-    robust per-rank estimates, then an allocation).
+    robust per-rank estimates, then an allocation), given as :class:`StepSample` objects as
+    the scheduler actor passes them (``decide_ms``, conversion to columns included) and as
+    :class:`SampleColumns` as the simulator passes them (``decide_columns_ms``).
     """
     rng = np.random.default_rng(seed)
     costs = cost_models(
@@ -212,12 +233,19 @@ def allocation_time(
         for r in range(workers)
     ]
     state = PolicyState(last_replan_step=0, last_decision_step=-1)
+    columns = SampleColumns.from_samples(samples)
     dec: list[float] = []
+    dec_columns: list[float] = []
     for _ in range(max(1, repeats // 2)):
-        started = time.perf_counter()
-        decide(slices, samples, state, cfg, 0.0, step=cfg.window_steps, prior=costs)
-        dec.append((time.perf_counter() - started) * 1e3)
-    return {"allocate_ms": statistics.median(alloc), "decide_ms": statistics.median(dec)}
+        for given, times in ((samples, dec), (columns, dec_columns)):
+            started = time.perf_counter()
+            decide(slices, given, state, cfg, 0.0, step=cfg.window_steps, prior=costs)
+            times.append((time.perf_counter() - started) * 1e3)
+    return {
+        "allocate_ms": statistics.median(alloc),
+        "decide_ms": statistics.median(dec),
+        "decide_columns_ms": statistics.median(dec_columns),
+    }
 
 
 def run_sweep(

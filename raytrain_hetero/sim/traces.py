@@ -16,7 +16,32 @@ import numpy as np
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.policy import PolicyConfig
 
-__all__ = ["SimConfig", "Trace", "allreduce_s", "cost_models", "make_trace"]
+__all__ = [
+    "JOIN_CALIBRATION",
+    "JOIN_PROBE_S",
+    "JOIN_RESTART_S",
+    "SimConfig",
+    "Trace",
+    "allreduce_s",
+    "cost_models",
+    "make_trace",
+]
+
+
+#: Restart and probe costs measured on this repository's real elastic join
+#: (benchmarks/results/join: 2 CPU workers, a third node joins, medians of 3 repeats).
+#: raytrain_hetero's join -> first step at full size took 14.0 s; its setup (launch -> first
+#: step, probe and calibration included) took 4.16 s against stock DDP's 2.45 s, so the probe
+#: costs 1.7 s and the rest of the restart 14.0 - 1.7 = 12.3 s. That rest includes the
+#: resize monitor's detection (interval 5 s), during which the old group still trains, so
+#: 12.3 s is an upper bound of the time a restart stops training.
+JOIN_RESTART_S = 12.3
+JOIN_PROBE_S = 1.7
+JOIN_CALIBRATION = (
+    f"restart {JOIN_RESTART_S:.1f} s + probe {JOIN_PROBE_S:.1f} s per (re)start, calibrated "
+    "from benchmarks/results/join (hetero join -> full size 14.0 s; probe = hetero setup "
+    "4.16 s - stock setup 2.45 s)"
+)
 
 
 @dataclass(frozen=True)
@@ -44,8 +69,10 @@ class SimConfig:
         model_bytes: Gradient bytes all-reduced per step.
         bandwidth_bytes_s: Link bandwidth of the all-reduce.
         latency_s: Per-hop latency of the all-reduce.
-        restart_s: Seconds a worker-group restart costs (every strategy).
-        probe_s: Extra seconds the probe costs at each (re)start (static and live).
+        restart_s: Seconds a worker-group restart costs (every strategy). Calibrated from
+            the measured join (:data:`JOIN_CALIBRATION`).
+        probe_s: Extra seconds the probe (and calibration) costs at each (re)start (static
+            and live). Calibrated from the measured join.
         plan_delay_steps: Steps from a policy decision until every rank uses the plan.
         policy: The live policy's settings (the scheduler's defaults).
         seed: Seed of every random draw (identical traces for every strategy).
@@ -71,8 +98,8 @@ class SimConfig:
     model_bytes: float = 10e6
     bandwidth_bytes_s: float = 1.25e9
     latency_s: float = 50e-6
-    restart_s: float = 5.0
-    probe_s: float = 1.0
+    restart_s: float = JOIN_RESTART_S
+    probe_s: float = JOIN_PROBE_S
     plan_delay_steps: int = 5
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     seed: int = 0

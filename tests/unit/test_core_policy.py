@@ -151,3 +151,29 @@ def test_invalid_policy_values_name_the_field_and_the_valid_range(field, value, 
     with pytest.raises(ConfigError) as info:
         PolicyConfig(**{field: value})
     assert f"{field}={value!r}" in str(info.value) and f"use {valid}" in str(info.value)
+
+
+def _first_replan_after_slowdown(cfg):
+    run = SimulatedRun([0.001, 0.002, 0.004], cfg=cfg)
+    for step in range(40):
+        run.step(step)
+    run.per_sample_s[0] *= 3
+    for step in range(40, 120):
+        run.step(step)
+        if run.replans:
+            return run.replans[0][0] - 40
+    return None
+
+
+def test_a_large_predicted_gain_replans_without_waiting_for_confirmation():
+    fast = _first_replan_after_slowdown(PolicyConfig())
+    confirmed = _first_replan_after_slowdown(PolicyConfig(urgent_improvement=1.0))
+    assert fast is not None and confirmed is not None
+    # One window (8 steps) sooner: the confirmation window is skipped.
+    assert fast <= confirmed - PolicyConfig().window_steps
+    assert fast <= 16
+
+
+def test_urgent_improvement_is_validated():
+    with pytest.raises(ConfigError, match="urgent_improvement"):
+        PolicyConfig(urgent_improvement=1.5)

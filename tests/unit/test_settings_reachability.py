@@ -68,6 +68,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (PolicyConfig, "window_steps"): 4,
     (PolicyConfig, "improvement_threshold"): 0.2,
     (PolicyConfig, "confirm_windows"): 3,
+    (PolicyConfig, "urgent_improvement"): 0.5,
     (PolicyConfig, "min_steps_between_replans"): 5,
     (PolicyConfig, "outlier_factor"): 2.5,
     (PolicyConfig, "straggler_timeout_s"): 30.0,

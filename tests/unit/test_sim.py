@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,34 @@ def test_simulator_imports_neither_ray_nor_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("workers", [10, 100])
+def test_ten_percent_noise_replans_at_most_once_per_100_steps(workers):
+    """The noise target, in the simulator: constant speeds, ±10 % step-time noise.
+
+    Lognormal sigma 0.058 has the standard deviation of uniform ±10 % noise.
+    """
+    cfg = SimConfig(workers=workers, steps=300, **{**QUIET, "noise": 0.058, "probe_error": 0.05})
+    live = by_strategy(simulate(cfg, strategies=("live",)))["live"]
+    per_100 = [sum(1 for s in live.replan_steps if lo <= s < lo + 100) for lo in (0, 100, 200)]
+    assert max(per_100) <= 1, live.replan_steps
+
+
+def test_restart_and_probe_costs_come_from_the_measured_join(capsys, tmp_path):
+    from raytrain_hetero.sim.traces import JOIN_PROBE_S, JOIN_RESTART_S
+
+    join = json.loads(
+        (Path(__file__).parents[2] / "benchmarks/results/join/bench.json").read_text()
+    )
+    hetero = join["summary"]["contenders"]["hetero"]
+    stock = join["summary"]["contenders"]["stock"]
+    probe = hetero["startup_s"] - stock["startup_s"]
+    assert pytest.approx(probe, abs=0.05) == JOIN_PROBE_S
+    assert pytest.approx(hetero["join_latency_s"] - probe, abs=0.05) == JOIN_RESTART_S
+    cfg = SimConfig(workers=4)
+    assert (cfg.restart_s, cfg.probe_s) == (JOIN_RESTART_S, JOIN_PROBE_S)
+    out = tmp_path / "sim"
+    assert cli_main(["sim", "--workers", "4", "--steps", "20", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "restart 12.3 s, probe 1.7 s" in printed and "benchmarks/results/join" in printed
