@@ -26,17 +26,10 @@ if TYPE_CHECKING:
     from raytrain_hetero.app.schema import JobConfig
     from raytrain_hetero.config import ParallelConfig
 
-__all__ = ["check_parallel_fits_model", "group_size_of", "parallel_setting_problems"]
+__all__ = ["check_parallel_fits_model", "parallel_setting_problems"]
 
 #: Models of the job schema that declare modality branches (``declared_branches()``).
 BRANCH_MODELS: tuple[str, ...] = ("fusion_cnn",)
-
-
-def group_size_of(parallel: ParallelConfig, world_size: int) -> int:
-    """Ranks per model-parallel group in a world of ``world_size`` ranks (1 in data mode)."""
-    if not parallel.model_parallel:
-        return 1
-    return world_size if parallel.group_size is None else parallel.group_size
 
 
 def parallel_setting_problems(job: JobConfig) -> list[Problem]:
@@ -99,10 +92,11 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
             (two or more) declared branches, or a group size other than the number of
             branches (or one more, the head alone). Each message names the key and the fix.
     """
+    from raytrain_hetero.core.branch_placement import check_branch_group
     from raytrain_hetero.parallel.branches import branch_model_of
     from raytrain_hetero.parallel.conv_split import check_splittable
 
-    group = group_size_of(parallel, world_size)
+    group = parallel.ranks_per_group(world_size)
     kind = type(model).__name__
     if parallel.mode == "conv_split":
         convs = _conv_names(model)
@@ -130,12 +124,10 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
                 f"{list(branches)}; placement needs two or more. Fix: build the model with "
                 "several branches (model.modalities), or use parallel.mode: data."
             )
-        # One rank per branch, the head on one of them or alone on one more rank.
-        fits = (len(branches), len(branches) + 1)
-        if group not in fits:
+        try:
+            check_branch_group(branches, group)
+        except ModelParallelError as exc:
             raise ConfigError(
-                f"parallel.group_size: a branches group of {group} rank(s) does not fit the "
-                f"{kind}'s {len(branches)} branches {list(branches)}; a group has one rank per "
-                f"branch (the head on one of them) or one more (the head alone). Fix: set "
-                f"parallel.group_size to {fits[0]} or {fits[1]} (and the workers to a multiple)."
-            )
+                f"parallel.group_size: {exc} (and the workers to a multiple). Fix: change "
+                "parallel.group_size, or use parallel.mode: data."
+            ) from None

@@ -84,6 +84,12 @@ class ParallelConfig(HeteroModel):
         """True for the conv_split and branches modes."""
         return self.mode != "data"
 
+    def ranks_per_group(self, world_size: int) -> int:
+        """Ranks per model-parallel group in a world of ``world_size`` ranks (1 in data mode)."""
+        if not self.model_parallel:
+            return 1
+        return world_size if self.group_size is None else self.group_size
+
     def groups(self, world_size: int) -> tuple[tuple[int, ...], ...]:
         """The model-parallel groups (consecutive ranks) of a world of ``world_size`` ranks.
 
@@ -93,7 +99,7 @@ class ParallelConfig(HeteroModel):
         """
         from raytrain_hetero.errors import ConfigError
 
-        size = world_size if self.group_size is None else self.group_size
+        size = self.ranks_per_group(world_size)
         if self.mode == "data":
             return tuple((rank,) for rank in range(world_size))
         if world_size % size or size < 2:

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "BranchPlacement",
+    "check_branch_group",
     "costs_from_speeds",
     "place_branches",
     "placement_stage_times",
@@ -149,6 +150,23 @@ class BranchPlacement:
             tuple((name, int(branch_ranks[name])) for name in branch_names),
             int(head_rank),
             int(world_size),
+        )
+
+
+def check_branch_group(branch_names: Sequence[str], group_size: int) -> None:
+    """Refuse a group that cannot hold the branches: one rank per branch, the head on one of
+    them, or one rank more (the head alone).
+
+    Raises:
+        ModelParallelError: Naming the branches and the group sizes that fit.
+    """
+    fits = (len(branch_names), len(branch_names) + 1)
+    if group_size not in fits:
+        raise ModelParallelError(
+            f"a branches group of {group_size} rank(s) does not fit the {fits[0]} declared "
+            f"branch(es) {list(branch_names)}: a group has one rank per branch (the head on one "
+            f"of them) or one more (the head alone); set parallel.group_size to {fits[0]} or "
+            f"{fits[1]}"
         )
 
 

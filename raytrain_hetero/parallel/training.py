@@ -38,7 +38,11 @@ import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
+from raytrain_hetero.core.branch_placement import (
+    BranchPlacement,
+    check_branch_group,
+    place_branches,
+)
 from raytrain_hetero.core.kernel_split import proposed_resplit
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel import conv_state
@@ -429,13 +433,7 @@ def _place_branches(
     identity = runtime.identity
     declared = branch_model_of(model)
     names = declared.branch_names
-    if groups.group_size not in (len(names), len(names) + 1):
-        raise ModelParallelError(
-            f"mode branches places the {len(names)} declared branch(es) {list(names)} on a "
-            f"group of {groups.group_size} ranks; it needs {len(names)} ranks (the head on one "
-            f"of them) or {len(names) + 1} (the head alone on the extra rank). Fix: set "
-            f"parallel.group_size to {len(names)}."
-        )
+    check_branch_group(names, groups.group_size)
     replica_batch = max(1, identity.setup.global_batch_size // groups.replicas)
     with torch.random.fork_rng(devices=[]):
         costs = measure_branch_costs(
