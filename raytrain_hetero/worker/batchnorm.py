@@ -180,11 +180,14 @@ def _sum_over_ranks(tensor: torch.Tensor, group: Any, binding: BatchNormBinding)
 class _PendingSum:
     """A started exchange of per-channel statistics; :meth:`wait` returns their sum.
 
-    On gloo the statistics (a few hundred float64 values) are all-gathered and summed
-    locally in rank order: a ring all-gather takes world-1 hops where gloo's all-reduce takes
-    2(world-1), and at these sizes the hops (a rendezvous each, with every rank scheduled) are
-    the whole cost. Summing in rank order also gives bit-identical sums on every rank. NCCL
-    keeps its all-reduce. The binding's hooks run around each blocking part: the launch and
+    On gloo every rank sends its statistics (a few hundred float64 values) straight to every
+    other rank (an all-to-all of copies) and sums what it receives in rank order. At these
+    sizes the sequential hops are the whole cost, each a rendezvous that needs the peer
+    scheduled: gloo's ring all-reduce takes 2(world-1) of them, a ring all-gather world-1,
+    the direct exchange one (world-1 messages per rank, sent at once). Measured for 3 ranks
+    on 2 shared cores, 129 values: all-reduce ~1.5 ms, all-gather ~1.1 ms, all-to-all
+    ~0.4 ms (medians). Summing in rank order also gives bit-identical sums on every rank.
+    NCCL keeps its all-reduce. The binding's hooks run around each blocking part: the launch and
     the wait are not compute; whatever the caller does between them is.
     """
 
@@ -199,10 +202,10 @@ class _PendingSum:
         try:
             if dist.get_backend(group) == dist.Backend.GLOO:
                 staged = tensor.cpu() if tensor.is_cuda else tensor
-                world = dist.get_world_size(group)
-                self._gathered = staged.new_empty(world * staged.numel())
-                self._work = dist.all_gather_into_tensor(
-                    self._gathered, staged.reshape(-1), group=group, async_op=True
+                copies = staged.reshape(-1).repeat(dist.get_world_size(group))
+                self._gathered = torch.empty_like(copies)
+                self._work = dist.all_to_all_single(
+                    self._gathered, copies, group=group, async_op=True
                 )
             else:
                 self._work = dist.all_reduce(tensor, group=group, async_op=True)
