@@ -2,12 +2,21 @@
 
 torch's ``SyncBatchNorm`` refuses CPU tensors, and plain per-rank BatchNorm normalises each
 rank's slice by that slice's own statistics, which under uneven slices is not the one-device
-computation. :class:`HeteroBatchNorm` all-reduces per-channel ``(sum, sum of squares, count)``
-(in float64) so every rank normalises with the mean and biased variance of the *global* batch
-and updates running statistics with the global unbiased variance, exactly as one device would.
+computation. :class:`HeteroBatchNorm` sums per-channel ``(sum, sum of squares, count)``
+(in float64) over the ranks so every rank normalises with the mean and biased variance of the
+*global* batch and updates running statistics with the global unbiased variance, exactly as one
+device would.
+
+What it costs, per layer and training step: one exchange in forward (the statistics, packed
+into one tensor) and one in backward (the two gradient sums, packed), each a single direct
+all-to-all hop on gloo (:class:`_PendingSum`). The backward one overlaps the work that does not
+depend on it. Exchanges that cannot matter are skipped on every rank alike: layers in eval mode
+(running statistics; a frozen BatchNorm), and the backward exchange of a layer whose input
+needs no gradient (a frozen stem or the network's input). ``BatchConfig.batchnorm="local"``
+does without the layers altogether (per-slice statistics, inexact).
 
 Gradients stay exact under the count-weighted gradient sync: rank r's gradient is later scaled
-by w_r = n_r/N, so the backward of the statistics all-reduce returns
+by w_r = n_r/N, so the backward of the statistics sum returns
 ``sum_j w_j * g_j / w_r`` (g_j: gradient arriving at the statistics on rank j). After the
 weighting, each rank contributes its share of the true derivative through the statistics.
 
