@@ -16,13 +16,14 @@ import torch.distributed as dist
 from gloo_group import run_gloo_group
 from ray.train import RunConfig
 
+import raytrain_hetero as rh
 from raytrain_hetero.app.config import merge_overrides, parse_override, validate_config
 from raytrain_hetero.app.job import build_trainer
-from raytrain_hetero.config import BatchConfig
+from raytrain_hetero.config import BatchConfig, ProbeConfig, WorkerSpec
 from raytrain_hetero.driver.trainer import HeteroTrainer
 from raytrain_hetero.worker.batchnorm import convert_batchnorm
-from raytrain_hetero.worker.ddp import wrap_model
-from raytrain_hetero.worker.timing import ComputeClock, StepTiming
+from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 
 SLICES = (5, 2, 9)
 CHANNELS = 3
@@ -51,24 +52,31 @@ def _slice(rank: int) -> slice:
 
 
 def _wrapped_forward(rank: int, world_size: int) -> dict[bool, tuple]:
-    """prepare_model's wrapping per setting; one training forward of this rank's slice."""
-    timing = StepTiming(ComputeClock("cpu"), lambda step: 1.0)
+    """prepare_model under each run setting (as the backend installs it); one training forward
+    of this rank's slice."""
     results = {}
-    for sync_batchnorm in (False, True):
-        model = wrap_model(
-            _model(),
-            device="cpu",
-            timing=timing,
+    for setting in ("local", "exact"):
+        setup = HeteroSetup(
+            run_id="t",
+            specs=tuple(WorkerSpec(name=f"w{i}") for i in range(world_size)),
+            global_batch_size=sum(SLICES),
             weighting="proportional",
-            sync_batchnorm=sync_batchnorm,
+            fixed_shares=None,
+            min_slice=1,
+            max_world_size=world_size,
+            probe=ProbeConfig(),
+            batchnorm=setting,
         )
+        identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world_size)
+        install_runtime(WorkerRuntime.start(identity))
+        model = rh.prepare_model(_model())  # no sync_batchnorm: the setting decides
         layers = [
             m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
         ]
         with torch.no_grad():
             out = model(_batch()[_slice(rank)])
         kinds = [type(m).__name__ for m in layers]
-        results[sync_batchnorm] = (out, kinds, layers[0].running_mean.clone())
+        results[setting == "exact"] = (out, kinds, layers[0].running_mean.clone())
     return results
 
 
