@@ -173,21 +173,26 @@ def run_fit(
             )
             return trainer.fit()
         from raytrain_hetero.bench.loop import bench_loop
-        from raytrain_hetero.config import ProbeConfig
+        from raytrain_hetero.config import BatchConfig, ProbeConfig
         from raytrain_hetero.driver.trainer import HeteroTrainer
 
         hetero = HeteroTrainer(
             bench_loop,
             train_loop_config={
                 **setup.loop_config("hetero", out),
-                "sync_batchnorm": contender != "hetero-nobnsync",
+                # The ablation switches the layers off in prepare_model; hetero-local goes
+                # through the run's batchnorm setting as a user would.
+                "sync_batchnorm": False if contender == "hetero-nobnsync" else None,
             },
             workers=setup.specs,
-            global_batch_size=setup.global_batch_size,
-            weighting="uniform" if contender == "hdp" else "proportional",
+            batch=BatchConfig(
+                global_batch_size=setup.global_batch_size,
+                weighting="uniform" if contender == "hdp" else "proportional",
+                batchnorm="local" if contender == "hetero-local" else "exact",
+                seed=setup.seed,
+            ),
             live=contender == "hetero-live",
             probe=ProbeConfig(**setup.probe),
-            seed=setup.seed,
             slowdown_schedule=setup.schedule,
             min_workers=setup.min_workers,
             elastic_resize_monitor_interval_s=setup.monitor_interval_s,

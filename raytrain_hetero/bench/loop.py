@@ -198,8 +198,9 @@ def bench_loop(config: dict[str, Any]) -> None:
         info = rh.get_rank_info()
         rank, world = info["rank"], info["world_size"]
         device = rh.get_device()
-        # sync_batchnorm=False only for the ablation contender (per-slice statistics: inexact).
-        model = rh.prepare_model(model, sync_batchnorm=bool(config.get("sync_batchnorm", True)))
+        # sync_batchnorm=False only for the ablation contender (per-slice statistics: inexact);
+        # None follows the run's BatchConfig.batchnorm (hetero-local sets it to local).
+        model = rh.prepare_model(model, sync_batchnorm=config.get("sync_batchnorm"))
         loader = rh.prepare_data_loader(train, pin_memory=device.type == "cuda")
     optimizer = torch.optim.SGD(
         model.parameters(),

@@ -16,6 +16,7 @@ COLORS = {
     "hetero": "#1f77b4",
     "hetero-live": "#2ca02c",
     "hetero-nobnsync": "#9467bd",
+    "hetero-local": "#8c564b",
 }
 
 

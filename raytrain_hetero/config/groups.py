@@ -47,6 +47,12 @@ class BatchConfig(HeteroModel):
         weighting: ``"proportional"`` weights each rank's gradient by its sample count (the
             exact global-batch gradient); ``"uniform"`` averages them (the seed papers' HDP
             baseline, for comparisons only).
+        batchnorm: ``"exact"`` replaces BatchNorm layers by global-batch-statistics
+            :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` (the one-device
+            computation; two small collectives per layer per step); ``"local"`` keeps each
+            rank's per-slice statistics (stock DDP's semantics: cheaper, but under uneven
+            slices neither the normalisation, the gradients nor the running statistics are
+            the one-device ones).
         fixed_shares: One relative share per worker slot (counts expanded, in order); skips
             probing and, by default, live re-planning.
         seed: Seed of the per-epoch permutations (and, in the YAML job, of the model init).
@@ -56,6 +62,9 @@ class BatchConfig(HeteroModel):
     min_slice: PositiveInt = Field(1, description="smallest per-step slice of any worker")
     weighting: Literal["proportional", "uniform"] = Field(
         "proportional", description="gradient weighting: proportional (exact) or uniform (HDP)"
+    )
+    batchnorm: Literal["exact", "local"] = Field(
+        "exact", description="BatchNorm statistics: exact (global batch) or local (per slice)"
     )
     fixed_shares: tuple[PositiveFloat, ...] | None = Field(
         None, min_length=1, description="one share per worker, in expanded order; skips probing"

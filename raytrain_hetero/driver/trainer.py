@@ -305,6 +305,7 @@ class HeteroTrainer:
             specs=tuple(self.specs),
             global_batch_size=self.batch.global_batch_size,
             weighting=self.batch.weighting,
+            batchnorm=self.batch.batchnorm,
             fixed_shares=self.batch.fixed_shares,
             min_slice=self.batch.min_slice,
             max_world_size=len(self.specs),

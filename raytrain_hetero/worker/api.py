@@ -106,7 +106,7 @@ def get_rank_info() -> dict[str, Any]:
 def prepare_model(
     model: torch.nn.Module,
     *,
-    sync_batchnorm: bool = True,
+    sync_batchnorm: bool | None = None,
     ddp_kwargs: dict[str, Any] | None = None,
 ) -> torch.nn.parallel.DistributedDataParallel:
     """Wrap ``model`` for exact heterogeneous data parallelism.
@@ -117,7 +117,9 @@ def prepare_model(
 
     Args:
         model: The model, built identically on every worker.
-        sync_batchnorm: Keep True for exactness; False keeps per-slice statistics.
+        sync_batchnorm: True: exact global-batch statistics; False: per-slice statistics
+            (stock DDP's semantics, inexact under uneven slices); ``None``: the run's
+            ``BatchConfig.batchnorm`` (``exact`` by default, YAML ``train.batchnorm``).
         ddp_kwargs: Extra DistributedDataParallel arguments.
 
     Returns:
@@ -138,7 +140,11 @@ def prepare_model(
         device=runtime.identity.device,
         timing=runtime.timing,
         weighting=runtime.identity.setup.weighting,
-        sync_batchnorm=sync_batchnorm,
+        sync_batchnorm=(
+            runtime.identity.setup.batchnorm == "exact"
+            if sync_batchnorm is None
+            else sync_batchnorm
+        ),
         ddp_kwargs=ddp_kwargs,
         collective_timeout_s=runtime.identity.setup.collective_timeout_s,
         guard=runtime.guard,

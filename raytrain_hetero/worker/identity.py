@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from raytrain_hetero.config.groups import BackendConfig, GuardConfig
+from raytrain_hetero.config.groups import BackendConfig, BatchConfig, GuardConfig
 from raytrain_hetero.config.parallel import ParallelConfig
 from raytrain_hetero.errors import ConfigError
 
@@ -27,6 +27,8 @@ class HeteroSetup:
         specs: One WorkerSpec per worker slot, in worker order (counts expanded).
         global_batch_size: Samples per global step.
         weighting: "proportional" (exact) or "uniform" (the seed papers' HDP baseline).
+        batchnorm: "exact" (global-batch statistics) or "local" (per-slice statistics):
+            what ``prepare_model`` does with BatchNorm layers unless told otherwise.
         fixed_shares: One share per worker slot, or None to probe.
         min_slice: Smallest per-rank slice.
         max_world_size: Largest world the run may reach (fixes step boundaries).
@@ -70,6 +72,7 @@ class HeteroSetup:
     collective_timeout_s: float = float(BackendConfig.model_fields["collective_timeout_s"].default)
     max_consecutive_nonfinite: int = GuardConfig.model_fields["max_consecutive_nonfinite"].default
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    batchnorm: Literal["exact", "local"] = BatchConfig.model_fields["batchnorm"].default
 
     def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
         """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""

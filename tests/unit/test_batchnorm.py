@@ -114,9 +114,9 @@ def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance, bound):
     for r in range(3):
         for got, want in zip(results[r][3], want_buffers):
             assert rel(got, want) <= tolerance
-    # A bound layer calls the injected hooks around each of its 4 exchanges (2 layers x
-    # forward + backward); an unbound one calls none.
+    # A bound layer calls the injected hooks around both blocking parts (start, wait) of each
+    # of its 4 exchanges (2 layers x forward + backward); an unbound one calls none.
     for r in range(3):
-        expected = 4 if bound else 0
+        expected = 2 * 4 if bound else 0
         assert results[r][4] == {"before": expected, "after": expected}
     assert isinstance(convert_batchnorm(_model(dtype), None)[1], HeteroBatchNorm)

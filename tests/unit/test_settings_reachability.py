@@ -54,6 +54,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (BatchConfig, "global_batch_size"): 64,
     (BatchConfig, "min_slice"): 2,
     (BatchConfig, "weighting"): "uniform",
+    (BatchConfig, "batchnorm"): "local",
     (BatchConfig, "fixed_shares"): [1.0, 3.0],
     (BatchConfig, "seed"): 7,
     (ProbeConfig, "batch_sizes"): [4, 16],
