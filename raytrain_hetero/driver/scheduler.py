@@ -69,6 +69,44 @@ def scheduler_actor_name(run_id: str) -> str:
     return f"raytrain_hetero_scheduler:{run_id}"
 
 
+@dataclass(frozen=True)
+class ExportedMetric:
+    """One Ray metric the scheduler exports (Prometheus adds Ray's ``ray_`` prefix).
+
+    Attributes:
+        name: The name given to ``ray.util.metrics``.
+        kind: ``"gauge"`` or ``"counter"``.
+        description: Help text shown by Prometheus.
+        tag_keys: Tags set on every sample.
+    """
+
+    name: str
+    kind: str
+    description: str
+    tag_keys: tuple[str, ...]
+
+    @property
+    def prometheus_name(self) -> str:
+        """The series name Prometheus scrapes (Ray prefixes application metrics)."""
+        return f"ray_{self.name}"
+
+
+_PER_RANK_TAGS = ("run", "rank", "worker")
+
+#: Every metric exported; deploy/grafana's dashboard is checked against this list.
+EXPORTED_METRICS: tuple[ExportedMetric, ...] = (
+    ExportedMetric(
+        "raytrain_hetero_samples_per_s", "gauge", "per-rank measured samples/s", _PER_RANK_TAGS
+    ),
+    ExportedMetric("raytrain_hetero_slice", "gauge", "per-rank samples per step", _PER_RANK_TAGS),
+    ExportedMetric(
+        "raytrain_hetero_weight", "gauge", "per-rank gradient weight n_i/N", _PER_RANK_TAGS
+    ),
+    ExportedMetric("raytrain_hetero_plan_version", "gauge", "current plan version", ("run",)),
+    ExportedMetric("raytrain_hetero_replans_total", "counter", "live re-plans decided", ("run",)),
+)
+
+
 class _RayMetrics:
     """Gauges and a counter, tagged by run, rank and worker (no-ops if metrics are off)."""
 
@@ -77,20 +115,17 @@ class _RayMetrics:
         try:
             from ray.util.metrics import Counter, Gauge
 
-            tags = ("run", "rank", "worker")
-            self.samples_per_s = Gauge(
-                "raytrain_hetero_samples_per_s", "per-rank measured samples/s", tag_keys=tags
-            )
-            self.slice = Gauge("raytrain_hetero_slice", "per-rank samples per step", tag_keys=tags)
-            self.weight = Gauge(
-                "raytrain_hetero_weight", "per-rank gradient weight n_i/N", tag_keys=tags
-            )
-            self.plan_version = Gauge(
-                "raytrain_hetero_plan_version", "current plan version", tag_keys=("run",)
-            )
-            self.replans = Counter(
-                "raytrain_hetero_replans_total", "live re-plans decided", tag_keys=("run",)
-            )
+            made = {
+                m.name: (Gauge if m.kind == "gauge" else Counter)(
+                    m.name, m.description, tag_keys=m.tag_keys
+                )
+                for m in EXPORTED_METRICS
+            }
+            self.samples_per_s = made["raytrain_hetero_samples_per_s"]
+            self.slice = made["raytrain_hetero_slice"]
+            self.weight = made["raytrain_hetero_weight"]
+            self.plan_version = made["raytrain_hetero_plan_version"]
+            self.replans = made["raytrain_hetero_replans_total"]
         except Exception as exc:  # noqa: BLE001 - metrics are optional
             logger.warning("Ray metrics unavailable: %s", exc)
             self.samples_per_s = None
