@@ -179,7 +179,8 @@ def _run_train(
             finally:
                 setup.max_steps = saved_steps
             records = fit["records"]
-            jobs = alone_jobs(records) if counted else []
+            # Under per-step noise every step has its own factor: no alone figure to time.
+            jobs = alone_jobs(records) if counted and contender != "hetero-live-noise" else []
             alone = (
                 measure_alone_speeds(setup, jobs, steps=int(options["alone_steps"]))
                 if jobs

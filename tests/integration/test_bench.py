@@ -177,7 +177,7 @@ def test_summary_medians_ratios_and_target_verdicts():
 
 
 def test_every_scenario_names_known_contenders_and_a_stock_baseline():
-    assert set(SCENARIOS) == {"hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
+    assert set(SCENARIOS) == {"hetero2", "hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
     for scenario in SCENARIOS.values():
         assert scenario.contenders[0] == "stock"
         assert set(scenario.contenders) <= set(CONTENDERS)
