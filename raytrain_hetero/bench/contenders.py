@@ -43,6 +43,8 @@ class FitSetup:
         seed: Seed of the model and the shuffles.
         max_steps: Stop after this many steps (None: all epochs).
         probe: ProbeConfig fields for the raytrain_hetero contenders.
+        scheduler: SchedulerConfig fields (``live`` excepted: the contender sets it) for the
+            raytrain_hetero contenders, e.g. ``{"plan_sync_every": 2, "policy": {...}}``.
         min_workers: Elastic: start with this many, grow to all slots.
         monitor_interval_s: Elastic resize monitor interval (both stock and raytrain_hetero).
         extra_loop: Further loop config (join: checkpoint_every, stop_at_world, ...).
@@ -60,6 +62,7 @@ class FitSetup:
     seed: int = 0
     max_steps: int | None = None
     probe: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=dict)
     min_workers: int | None = None
     monitor_interval_s: float = 5.0
     extra_loop: dict[str, Any] = field(default_factory=dict)
@@ -246,7 +249,12 @@ def run_fit(
             )
             return trainer.fit()
         from raytrain_hetero.bench.loop import bench_loop
-        from raytrain_hetero.config import BatchConfig, EmulationConfig, ProbeConfig
+        from raytrain_hetero.config import (
+            BatchConfig,
+            EmulationConfig,
+            ProbeConfig,
+            SchedulerConfig,
+        )
         from raytrain_hetero.driver.trainer import HeteroTrainer
 
         mine = contender_workers(contender, setup.specs, setup.schedule)
@@ -265,7 +273,9 @@ def run_fit(
                 batchnorm="local" if contender == "hetero-local" else "exact",
                 seed=setup.seed,
             ),
-            live=contender in ("hetero-live", "hetero-live-noise"),
+            scheduler=SchedulerConfig(
+                **setup.scheduler, live=contender in ("hetero-live", "hetero-live-noise")
+            ),
             probe=ProbeConfig(**setup.probe),
             emulation=EmulationConfig(slowdowns=mine.schedule, noise=mine.noise),
             min_workers=setup.min_workers,

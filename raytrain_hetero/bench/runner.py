@@ -79,6 +79,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         max_steps=options["max_steps"],
         min_workers=scenario.min_workers,
         monitor_interval_s=float(options.get("monitor_interval_s", 5.0)),
+        scheduler=dict(options.get("scheduler") or {}),
     )
     result: dict[str, Any] = {
         "scenario": name,

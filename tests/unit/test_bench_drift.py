@@ -215,3 +215,50 @@ def test_emulation_noise_is_one_setting_checked_where_it_is_defined():
         with pytest.raises((ConfigError, ValueError)):
             EmulationConfig(noise=bad)
     assert WorkerSpec(name="w").emulated_slowdown == 1.0
+
+
+def _never_runs(config):
+    raise AssertionError
+
+
+def test_emulation_noise_reaches_the_workers_setup_from_python_and_yaml():
+    from ray.train import RunConfig
+
+    from raytrain_hetero.app.config import validate_config
+    from raytrain_hetero.app.job import build_trainer
+    from raytrain_hetero.app.overrides import merge_overrides, parse_override
+    from raytrain_hetero.driver.trainer import HeteroTrainer
+
+    workers = [{"name": "a"}, {"name": "b"}]
+    trainer = HeteroTrainer(
+        _never_runs,
+        workers=workers,
+        batch={"global_batch_size": 8},
+        emulation=EmulationConfig(noise=0.1),
+    )
+    assert trainer.setup().emulation_noise == 0.1
+    data = merge_overrides(
+        {"data": {"root": "data/x"}, "workers": workers}, parse_override("emulation.noise=0.05")
+    )
+    assert (
+        build_trainer(validate_config(data), _never_runs, RunConfig()).setup().emulation_noise
+        == 0.05
+    )
+
+
+def test_bench_scheduler_option_builds_validated_scheduler_fields():
+    from raytrain_hetero.bench.arguments import parse_scheduler
+
+    assert parse_scheduler(None) == {}
+    assert parse_scheduler(
+        "plan_sync_every=2,policy.window_steps=4,policy.urgent_improvement=0.2"
+    ) == {
+        "plan_sync_every": 2,
+        "policy": {"window_steps": 4, "urgent_improvement": 0.2},
+    }
+    with pytest.raises(ValueError, match="window_steps"):
+        parse_scheduler("policy.window_steps=0")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_scheduler("plan_sync_every")
+    with pytest.raises(ValueError, match="live"):
+        parse_scheduler("live=1")
