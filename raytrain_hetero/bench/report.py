@@ -69,8 +69,12 @@ def format_table(result: dict[str, Any]) -> str:
             f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
             f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}"
         ),
-        "",
     ]
+    if options.get("scheduler"):
+        lines.append(
+            f"scheduler settings of the raytrain_hetero contenders: {options['scheduler']}"
+        )
+    lines.append("")
     join = any("join_latency_s" in f for f in result["fits"])
     if join:
         columns = [
@@ -162,7 +166,7 @@ def format_table(result: dict[str, Any]) -> str:
                 ("eff after", 9, lambda n, r: _num(r.get("efficiency_after"), ".3f")),
             ]
         if any("replans" in r for r in summary.values()):
-            columns.insert(-1, ("re-plans", 8, lambda n, r: _num(r.get("replans"), ".0f")))
+            columns.insert(-1, ("re-plans", 8, lambda n, r: _num(r.get("replans"), "g")))
     rows = [[fn(name, summary[name]) for _, _, fn in columns] for name in summary]
     widths = [max(w, len(h), *(len(r[i]) for r in rows)) for i, (h, w, _) in enumerate(columns)]
     lines.append(
@@ -227,7 +231,7 @@ def _drift_lines(summary: dict[str, Any]) -> list[str]:
             f"{_num(r.get('samples_per_s_steady'), '.1f'):>16} "
             f"{_num(r.get('vs_static_post_steady'), '.3f'):>13} "
             f"{_num(r.get('vs_static_post_after_30'), '.3f'):>16} "
-            f"{_num(r.get('replans'), '.0f'):>8}"
+            f"{_num(r.get('replans'), 'g'):>8}"
         )
     lines.append(
         "  transition: steps from the injection until a 3-step rolling median of samples/s "
