@@ -132,6 +132,14 @@ def test_replans_count_only_live_plans_and_the_noise_target_holds_them_to_one_pe
     assert summary["contenders"]["hetero-live-noise"]["replans_per_100_steps"] == 1.0
     (verdict,) = summary["targets"]
     assert verdict["metric"] == "replans_per_100_steps" and verdict["met"] is True
+    # A rate pooled over repeats: 0 and 3 re-plans in 2 x 80 steps are 1.875 per 100.
+    quiet = drift_fit("hetero-live-noise", [0.5] * 80, 10, plans=[{"reason": "probe"}])
+    busy = drift_fit(
+        "hetero-live-noise", [0.5] * 80, 10, plans=[{"reason": "live: x"} for _ in range(3)]
+    )
+    summary = summarize([quiet, busy], ["hetero-live-noise"], SCENARIOS["drift"].targets)
+    assert summary["contenders"]["hetero-live-noise"]["replans_per_100_steps"] == 1.875
+    assert summary["targets"][0]["met"] is False
 
 
 def test_hetero2_is_two_one_core_workers_at_1_and_3_with_its_targets():
