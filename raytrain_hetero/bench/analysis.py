@@ -17,6 +17,11 @@ counters:
   or above the target, minus the time spent evaluating before it (``tta_s``); ``tta_total_s``
   counts from the start of the training function instead, so it includes model preparation
   and, for raytrain_hetero, probing and calibration.
+* **drift** (a scenario with an injected slowdown and the ``hetero-static-post`` reference in
+  the same run): the steps after the injection split into the *transition* (until a 3-step
+  rolling median of samples/s stays within 10 % of the static post-drift plan's samples/s)
+  and the *steady state* after it; samples/s from 30 steps after the injection over the
+  reference; live re-plans per 100 steps (pooled over repeats).
 """
 
 from __future__ import annotations
@@ -30,12 +35,22 @@ from typing import Any
 from raytrain_hetero.core.records import median_finite, modal
 
 __all__ = [
+    "RECOVERY_TOLERANCE",
     "alone_jobs",
+    "drift_figures",
     "fit_figures",
+    "live_replans",
     "median",
     "rank_timelines",
+    "steps_to_recover",
     "summarize",
 ]
+
+#: "Recovered": a rolling median of samples/s within this fraction of the reference.
+RECOVERY_TOLERANCE = 0.10
+
+#: Steps after an injected slowdown from which the drift target holds the figure.
+DRIFT_TARGET_STEPS = 30
 
 
 def median(values: Iterable[float | None]) -> float:
@@ -182,6 +197,11 @@ def fit_figures(
                 global_batch_size * len(part) / secs if secs > 0 else float("nan")
             )
             out[f"efficiency_{label}"] = efficiency(part)[0]
+        # Per-step gaps from the injection on: the drift figures compare them with the
+        # side-by-side static post-drift plan (summarize), which only the summary knows.
+        out["phase_step"] = phase_step
+        out["phase_gaps"] = [[int(g[0]["step"]), g[1]] for g in gaps if g[0]["step"] >= phase_step]
+        out["global_batch_size"] = global_batch_size
 
     # Accuracy over training time (rank 0, committed steps only).
     steps0 = _committed_rank0(records)
@@ -230,6 +250,72 @@ def fit_figures(
     return out
 
 
+def steps_to_recover(
+    throughput: Mapping[int, float],
+    injected_at: int,
+    reference: float,
+    tolerance: float = RECOVERY_TOLERANCE,
+) -> int | None:
+    """Steps from ``injected_at`` until samples/s is back within ``tolerance`` of ``reference``.
+
+    Recovered at the first step whose 3-step rolling median (over the steps present) is at
+    least ``(1 - tolerance) * reference`` and stays so for the next two steps; None if never.
+    """
+    steps = [s for s in sorted(throughput) if s >= injected_at]
+    ok = []
+    for i in range(len(steps)):
+        window = [throughput[x] for x in steps[max(0, i - 2) : i + 1]]
+        ok.append(len(window) == 3 and _plain_median(window) >= (1 - tolerance) * reference)
+    for i in range(len(steps)):
+        if len(ok[i : i + 3]) == 3 and all(ok[i : i + 3]):
+            return steps[i] - injected_at
+    return None
+
+
+def _plain_median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def drift_figures(figures: Mapping[str, Any], reference: float) -> dict[str, Any]:
+    """One drift fit against the static post-drift plan's samples/s ``reference``.
+
+    The steps after the injection are split into the *transition* (until samples/s is within
+    :data:`RECOVERY_TOLERANCE` of the reference, :func:`steps_to_recover`) and the *steady
+    state* after it; ``vs_static_post_after_30`` is samples/s from
+    :data:`DRIFT_TARGET_STEPS` steps after the injection on, over the reference.
+    """
+    phase = figures.get("phase_step")
+    gaps = figures.get("phase_gaps") or []
+    batch = figures.get("global_batch_size")
+    nan = float("nan")
+    if phase is None or not gaps or not batch or not (reference > 0):
+        return {}
+
+    def rate(part: Sequence[Sequence[float]]) -> float:
+        seconds = sum(g for _, g in part)
+        return batch * len(part) / seconds if seconds > 0 else nan
+
+    throughput = {int(step): batch / gap for step, gap in gaps if gap > 0}
+    transition = steps_to_recover(throughput, int(phase), reference)
+    split = int(phase) + (transition if transition is not None else 10**9)
+    steady = rate([g for g in gaps if g[0] >= split])
+    late = rate([g for g in gaps if g[0] >= int(phase) + DRIFT_TARGET_STEPS])
+    return {
+        "transition_steps": transition,
+        "samples_per_s_transition": rate([g for g in gaps if g[0] < split]),
+        "samples_per_s_steady": steady,
+        "vs_static_post_steady": steady / reference,
+        "vs_static_post_after_30": late / reference,
+    }
+
+
+def live_replans(plans: Sequence[Mapping[str, Any]]) -> int:
+    """How many of a fit's plans were live re-plans (the first, probed plan is not one)."""
+    return sum(str(p.get("reason") or "").startswith("live") for p in plans)
+
+
 def _modal_slices(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list[int]:
     per_rank: dict[int, list[int]] = defaultdict(list)
     for r in records:
@@ -261,6 +347,10 @@ def summarize(
         "join_latency_s",
         "ideal_samples_per_s",
     )
+    reference_fits = [
+        f for f in fits if f["contender"] == "hetero-static-post" and f.get("counted", True)
+    ]
+    reference = median(f["figures"].get("samples_per_s") for f in reference_fits)
     per: dict[str, dict[str, Any]] = {}
     for name in contenders:
         mine = [f for f in fits if f["contender"] == name and f.get("counted", True)]
@@ -269,6 +359,26 @@ def summarize(
             values = [f["figures"].get(key, f.get(key)) for f in mine]
             if any(v is not None for v in values):
                 row[key] = median(values)
+        if mine and all("plans" in f for f in mine):
+            replans = [live_replans(f["plans"]) for f in mine]
+            row["replans"] = median(replans)
+            # A rate: pooled over the repeats (all re-plans over all steps), not a median.
+            steps = sum(int(f["figures"].get("steps") or 0) for f in mine)
+            row["replans_per_100_steps"] = 100.0 * sum(replans) / steps if steps else math.nan
+        if name not in ("hetero-static-post", "hetero-live-noise") and math.isfinite(reference):
+            drifts = [drift_figures(f["figures"], reference) for f in mine]
+            for key in (
+                "samples_per_s_transition",
+                "samples_per_s_steady",
+                "vs_static_post_steady",
+                "vs_static_post_after_30",
+            ):
+                if any(key in d for d in drifts):
+                    row[key] = median(d.get(key) for d in drifts)
+            if any(drifts):
+                transitions = [d.get("transition_steps") for d in drifts if d]
+                row["transition_steps"] = median(transitions)
+                row["recovered"] = sum(t is not None for t in transitions)
         rates = [f["figures"].get("samples_per_s") for f in mine]
         rates = [float(v) for v in rates if v is not None and math.isfinite(float(v))]
         if rates:
@@ -285,9 +395,15 @@ def summarize(
         row["overhead"] = _ratio(stock.get("samples_per_s"), row.get("samples_per_s")) - 1.0
         row["tta_speedup"] = _ratio(stock.get("tta_s"), row.get("tta_s"))
         row["tta_total_speedup"] = _ratio(stock.get("tta_total_s"), row.get("tta_total_s"))
+
         row["accuracy_gap_pt"] = 100.0 * (
             row.get("final_accuracy", float("nan")) - stock.get("final_accuracy", float("nan"))
         )
+    if "gpu-alone" in per:
+        for row in per.values():
+            row["vs_gpu_alone"] = _ratio(
+                row.get("samples_per_s"), per["gpu-alone"].get("samples_per_s")
+            )
     verdicts = []
     for target in targets:
         for name in target.contenders:

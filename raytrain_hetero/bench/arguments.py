@@ -12,7 +12,7 @@ from typing import Any
 
 from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
 
-__all__ = ["add_arguments", "command_line", "scenario_options"]
+__all__ = ["add_arguments", "command_line", "parse_scheduler", "scenario_options"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "branches: hetero2, hetero3)",
     )
     parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="K=V,...",
+        help="SchedulerConfig settings of the raytrain_hetero contenders, e.g. "
+        "plan_sync_every=2,policy.window_steps=4 (default: the library's defaults)",
+    )
+    parser.add_argument(
         "--wait-load",
         type=float,
         default=None,
@@ -164,7 +171,35 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--slowdown-scale must be >= 1")
     options["slowdown_scale"] = args.slowdown_scale
     options["alone_steps"] = args.alone_steps
+    options["scheduler"] = parse_scheduler(args.scheduler)
     return options
+
+
+def parse_scheduler(text: str | None) -> dict[str, Any]:
+    """``plan_sync_every=2,policy.window_steps=4`` -> SchedulerConfig fields (validated).
+
+    Raises:
+        ValueError: A malformed item, or a value SchedulerConfig refuses (its message).
+    """
+    if not text:
+        return {}
+    from raytrain_hetero.config import SchedulerConfig
+
+    fields: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--scheduler: {item!r} is not KEY=VALUE (e.g. plan_sync_every=2)")
+        number: Any = float(value) if any(c in value for c in ".e") else int(value)
+        *groups, name = key.strip().split(".")
+        target = fields
+        for group in groups:
+            target = target.setdefault(group, {})
+        target[name] = number
+    if "live" in fields:
+        raise ValueError("--scheduler: live is the contender's (hetero or hetero-live)")
+    SchedulerConfig(**fields)  # refuses bad values with a message naming the field
+    return fields
 
 
 def command_line(args: argparse.Namespace) -> str:

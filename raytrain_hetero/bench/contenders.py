@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FitSetup", "machine_description", "measure_alone_speeds", "read_logs", "run_fit"]
+__all__ = [
+    "ContenderWorkers",
+    "FitSetup",
+    "contender_workers",
+    "machine_description",
+    "measure_alone_speeds",
+    "read_logs",
+    "run_fit",
+]
 
 
 @dataclass
@@ -35,6 +43,8 @@ class FitSetup:
         seed: Seed of the model and the shuffles.
         max_steps: Stop after this many steps (None: all epochs).
         probe: ProbeConfig fields for the raytrain_hetero contenders.
+        scheduler: SchedulerConfig fields (``live`` excepted: the contender sets it) for the
+            raytrain_hetero contenders, e.g. ``{"plan_sync_every": 2, "policy": {...}}``.
         min_workers: Elastic: start with this many, grow to all slots.
         monitor_interval_s: Elastic resize monitor interval (both stock and raytrain_hetero).
         extra_loop: Further loop config (join: checkpoint_every, stop_at_world, ...).
@@ -52,6 +62,7 @@ class FitSetup:
     seed: int = 0
     max_steps: int | None = None
     probe: dict[str, Any] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=dict)
     min_workers: int | None = None
     monitor_interval_s: float = 5.0
     extra_loop: dict[str, Any] = field(default_factory=dict)
@@ -88,6 +99,71 @@ class FitSetup:
                 threads=[max(1, int(s.resources.get("CPU", 1))) for s in self.specs],
             )
         return config
+
+
+@dataclass(frozen=True)
+class ContenderWorkers:
+    """The workers, injections and noise one contender's fit runs with.
+
+    Attributes:
+        specs: WorkerSpecs of the fit (a subset or re-scaled copy of the scenario's).
+        schedule: Slowdown injections (``worker``, ``factor``, ``from_step``).
+        noise: EMULATED per-step noise amplitude (0: none).
+    """
+
+    specs: list[Any]
+    schedule: tuple[dict[str, Any], ...]
+    noise: float = 0.0
+
+
+def contender_workers(
+    contender: str, specs: Sequence[Any], schedule: Sequence[dict[str, Any]]
+) -> ContenderWorkers:
+    """What ``contender`` runs on, from the scenario's workers and injections (pure).
+
+    * ``hetero-static-post``: every injection folded into the base slowdown of the workers
+      it targets, none injected: the static plan the probe builds for the post-drift speeds;
+    * ``hetero-live-noise``: no injections, base slowdowns divided by ``1 - noise`` (so a
+      -10 % draw stays representable: emulation only slows down) and per-step noise on;
+    * ``gpu-alone``: only the workers whose device resolves to CUDA, no injections;
+    * every other contender: the scenario's workers and injections as they are.
+
+    Raises:
+        ValueError: ``gpu-alone`` on a scenario without a CUDA worker.
+    """
+    from raytrain_hetero.bench.scenarios import NOISE_AMPLITUDE
+
+    specs = list(specs)
+    if contender == "hetero-static-post":
+        post = []
+        for spec in specs:
+            factor = 1.0
+            for injection in schedule:
+                if injection.get("worker") == spec.name:
+                    factor *= float(injection["factor"])
+            post.append(
+                spec.model_copy(update={"emulated_slowdown": spec.emulated_slowdown * factor})
+            )
+        return ContenderWorkers(post, ())
+    if contender == "hetero-live-noise":
+        scale = 1.0 / (1.0 - NOISE_AMPLITUDE)
+        return ContenderWorkers(
+            [
+                s.model_copy(update={"emulated_slowdown": s.emulated_slowdown * scale})
+                for s in specs
+            ],
+            (),
+            NOISE_AMPLITUDE,
+        )
+    if contender == "gpu-alone":
+        gpus = [s for s in specs if s.resolved_device() == "cuda"]
+        if not gpus:
+            raise ValueError(
+                "contender gpu-alone needs a worker whose device is cuda; this scenario has "
+                f"none ({[s.name for s in specs]}). Fix: leave gpu-alone out (--contenders)."
+            )
+        return ContenderWorkers(gpus, ())
+    return ContenderWorkers(specs, tuple(schedule))
 
 
 def _device(spec: Any) -> str:
@@ -173,9 +249,15 @@ def run_fit(
             )
             return trainer.fit()
         from raytrain_hetero.bench.loop import bench_loop
-        from raytrain_hetero.config import BatchConfig, ProbeConfig
+        from raytrain_hetero.config import (
+            BatchConfig,
+            EmulationConfig,
+            ProbeConfig,
+            SchedulerConfig,
+        )
         from raytrain_hetero.driver.trainer import HeteroTrainer
 
+        mine = contender_workers(contender, setup.specs, setup.schedule)
         hetero = HeteroTrainer(
             bench_loop,
             train_loop_config={
@@ -184,16 +266,18 @@ def run_fit(
                 # through the run's batchnorm setting as a user would.
                 "sync_batchnorm": False if contender == "hetero-nobnsync" else None,
             },
-            workers=setup.specs,
+            workers=mine.specs,
             batch=BatchConfig(
                 global_batch_size=setup.global_batch_size,
                 weighting="uniform" if contender == "hdp" else "proportional",
                 batchnorm="local" if contender == "hetero-local" else "exact",
                 seed=setup.seed,
             ),
-            live=contender == "hetero-live",
+            scheduler=SchedulerConfig(
+                **setup.scheduler, live=contender in ("hetero-live", "hetero-live-noise")
+            ),
             probe=ProbeConfig(**setup.probe),
-            slowdown_schedule=setup.schedule,
+            emulation=EmulationConfig(slowdowns=mine.schedule, noise=mine.noise),
             min_workers=setup.min_workers,
             elastic_resize_monitor_interval_s=setup.monitor_interval_s,
             run_config=run_config,

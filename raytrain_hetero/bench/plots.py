@@ -17,6 +17,9 @@ COLORS = {
     "hetero-live": "#2ca02c",
     "hetero-nobnsync": "#9467bd",
     "hetero-local": "#8c564b",
+    "hetero-static-post": "#d62728",
+    "hetero-live-noise": "#bcbd22",
+    "gpu-alone": "#17becf",
 }
 
 

@@ -25,7 +25,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from raytrain_hetero.bench.analysis import steps_to_recover
 from raytrain_hetero.core.records import StepRecord, run_samples_per_s
+
+__all__ = ["per_step_throughput", "steps_to_recover"]
 
 
 def per_step_throughput(records: list[StepRecord]) -> dict[int, float]:
@@ -35,21 +38,6 @@ def per_step_throughput(records: list[StepRecord]) -> dict[int, float]:
         by_step[record.step].append(record)
     rates = {step: run_samples_per_s(rs) for step, rs in sorted(by_step.items())}
     return {step: rate for step, rate in rates.items() if math.isfinite(rate)}
-
-
-def steps_to_recover(
-    throughput: dict[int, float], injected_at: int, optimum: float, tolerance: float = 0.10
-) -> int | None:
-    """First step (relative to the injection) where a 3-step rolling median stays within tolerance."""
-    steps = [s for s in sorted(throughput) if s >= injected_at]
-    ok = []
-    for i, _s in enumerate(steps):
-        window = [throughput[x] for x in steps[max(0, i - 2) : i + 1]]
-        ok.append(len(window) == 3 and statistics.median(window) >= (1 - tolerance) * optimum)
-    for i in range(len(steps)):
-        if all(ok[i : i + 3]) and len(ok[i : i + 3]) == 3:
-            return steps[i] - injected_at
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,8 +69,12 @@ def format_table(result: dict[str, Any]) -> str:
             f"machine: {machine.get('cpu_model')}, {machine.get('usable_cpus')} usable CPUs, "
             f"GPUs {machine.get('gpus') or 'none'}; 1-min load average {_loads(result)}"
         ),
-        "",
     ]
+    if options.get("scheduler"):
+        lines.append(
+            f"scheduler settings of the raytrain_hetero contenders: {options['scheduler']}"
+        )
+    lines.append("")
     join = any("join_latency_s" in f for f in result["fits"])
     if join:
         columns = [
@@ -161,6 +165,8 @@ def format_table(result: dict[str, Any]) -> str:
                 ("after drift", 11, lambda n, r: _num(r.get("samples_per_s_after"), ".1f")),
                 ("eff after", 9, lambda n, r: _num(r.get("efficiency_after"), ".3f")),
             ]
+        if any("replans" in r for r in summary.values()):
+            columns.insert(-1, ("re-plans", 8, lambda n, r: _num(r.get("replans"), "g")))
     rows = [[fn(name, summary[name]) for _, _, fn in columns] for name in summary]
     widths = [max(w, len(h), *(len(r[i]) for r in rows)) for i, (h, w, _) in enumerate(columns)]
     lines.append(
@@ -185,6 +191,9 @@ def format_table(result: dict[str, Any]) -> str:
             "time from the first step ('steps': steps it took); 'incl. start-up' adds "
             "model preparation and (raytrain_hetero) probing."
         )
+    drift = _drift_lines(summary)
+    if drift:
+        lines += ["", *drift]
     verdicts = result["summary"]["targets"]
     if verdicts:
         lines.append("")
@@ -198,6 +207,37 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{'met' if v['met'] else 'NOT MET'}"
             )
     return "\n".join(lines)
+
+
+def _drift_lines(summary: dict[str, Any]) -> list[str]:
+    """After the injection, against the side-by-side static post-drift plan."""
+    reference = summary.get("hetero-static-post", {}).get("samples_per_s")
+    rows = [(n, r) for n, r in summary.items() if "vs_static_post_steady" in r]
+    if reference is None or not rows:
+        return []
+    lines = [
+        f"after the slowdown, against hetero-static-post (a static plan probed at the "
+        f"post-drift speeds, same run): {reference:.1f} samples/s",
+        f"  {'contender':<12} {'transition (steps)':>18} {'samples/s in it':>15} "
+        f"{'steady samples/s':>16} {'x static-post':>13} {'x from +30 steps':>16} "
+        f"{'re-plans':>8}",
+    ]
+    for name, r in rows:
+        transition = _num(r.get("transition_steps"), ".0f")
+        if r.get("recovered") != r.get("repeats"):
+            transition += f" ({r.get('recovered')}/{r.get('repeats')} recovered)"
+        lines.append(
+            f"  {name:<12} {transition:>18} {_num(r.get('samples_per_s_transition'), '.1f'):>15} "
+            f"{_num(r.get('samples_per_s_steady'), '.1f'):>16} "
+            f"{_num(r.get('vs_static_post_steady'), '.3f'):>13} "
+            f"{_num(r.get('vs_static_post_after_30'), '.3f'):>16} "
+            f"{_num(r.get('replans'), 'g'):>8}"
+        )
+    lines.append(
+        "  transition: steps from the injection until a 3-step rolling median of samples/s "
+        "stays within 10% of hetero-static-post's; steady: the steps after it"
+    )
+    return lines
 
 
 def _loads(result: dict[str, Any]) -> str:

@@ -79,6 +79,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         max_steps=options["max_steps"],
         min_workers=scenario.min_workers,
         monitor_interval_s=float(options.get("monitor_interval_s", 5.0)),
+        scheduler=dict(options.get("scheduler") or {}),
     )
     result: dict[str, Any] = {
         "scenario": name,
@@ -179,7 +180,8 @@ def _run_train(
             finally:
                 setup.max_steps = saved_steps
             records = fit["records"]
-            jobs = alone_jobs(records) if counted else []
+            # Under per-step noise every step has its own factor: no alone figure to time.
+            jobs = alone_jobs(records) if counted and contender != "hetero-live-noise" else []
             alone = (
                 measure_alone_speeds(setup, jobs, steps=int(options["alone_steps"]))
                 if jobs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTENDERS", "SCENARIOS", "Scenario", "Target"]
+__all__ = ["CONTENDERS", "NOISE_AMPLITUDE", "SCENARIOS", "Scenario", "Target"]
 
 #: Every contender, in the order they alternate.
 CONTENDERS: dict[str, str] = {
@@ -14,6 +14,11 @@ CONTENDERS: dict[str, str] = {
     "hetero": "raytrain_hetero, probe-based static plan, count-weighted gradients",
     "hetero-live": "raytrain_hetero with the live re-planning scheduler",
     "hetero-local": "hetero with batchnorm: local (per-slice statistics, stock's; not exact)",
+    "hetero-static-post": "reference: hetero's static plan probed at the POST-drift speeds from "
+    "the start (the scenario's injections folded into the workers' base slowdowns)",
+    "hetero-live-noise": "hetero-live, no drift, every worker's speed varied ±10% per step "
+    "(EMULATED noise; base slowdowns x 1/0.9 so -10% stays representable): counts re-plans",
+    "gpu-alone": "raytrain_hetero with only the GPU worker(s), whole global batch",
     # Ablation, in no scenario's default list: what the exact global BatchNorm costs.
     "hetero-nobnsync": "ABLATION: hetero with per-slice BatchNorm statistics (not exact)",
 }
@@ -25,8 +30,10 @@ class Target:
 
     Attributes:
         metric: ``efficiency``, ``tta_speedup`` (stock's time to accuracy / this one's),
-            ``overhead`` (stock's samples/s / this one's - 1) or ``speedup`` (samples/s /
-            stock's).
+            ``overhead`` (stock's samples/s / this one's - 1), ``speedup`` (samples/s /
+            stock's), ``vs_gpu_alone`` (samples/s / gpu-alone's), ``vs_static_post_after_30``
+            (samples/s from 30 steps after the injection / hetero-static-post's) or
+            ``replans_per_100_steps`` (live re-plans per 100 steps).
         op: ``>=`` or ``<=``.
         value: The goal.
         contenders: Contenders it applies to.
@@ -103,6 +110,9 @@ _TRAIN = {
 
 _HETERO = ("hetero", "hetero-live")
 
+#: EMULATED per-step noise of the ``hetero-live-noise`` contender (±10 %).
+NOISE_AMPLITUDE = 0.1
+
 SCENARIOS: dict[str, Scenario] = {
     "hetero3": Scenario(
         name="hetero3",
@@ -122,13 +132,49 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         defaults=dict(_TRAIN),
     ),
+    "hetero2": Scenario(
+        name="hetero2",
+        description="2 CPU workers of one core each, EMULATED slowdowns 1, 3 (ideal 2.0x stock)",
+        emulated=True,
+        workers=(_cpu("fast", 1), _cpu("slow", 3)),
+        contenders=("stock", "hetero", "hetero-live"),
+        targets=(
+            Target("efficiency", ">=", 0.95, _HETERO, "efficiency >= 0.95"),
+            Target(
+                "tta_speedup",
+                ">=",
+                1.9,
+                _HETERO,
+                "time to accuracy >= 1.9x faster than stock (0.95 of the ideal 2.0x) at "
+                "equal final accuracy (±0.5 pt)",
+            ),
+        ),
+        defaults=dict(_TRAIN),
+    ),
     "drift": Scenario(
         name="drift",
         description="3 CPU workers, EMULATED slowdowns 1, 2, 4; the fast one slows 3x mid-run",
         emulated=True,
         workers=(_cpu("fast", 1), _cpu("medium", 2), _cpu("slow", 4)),
-        contenders=("stock", "hetero", "hetero-live"),
+        contenders=("stock", "hetero", "hetero-live", "hetero-static-post", "hetero-live-noise"),
         schedule=({"worker": "fast", "factor": 3.0, "from_step": 24},),
+        targets=(
+            Target(
+                "vs_static_post_after_30",
+                ">=",
+                0.9,
+                ("hetero-live",),
+                "from 30 steps after a 3x slowdown on, samples/s >= 0.9 of the static plan "
+                "built for the post-drift speeds (hetero-static-post, same run)",
+            ),
+            Target(
+                "replans_per_100_steps",
+                "<=",
+                1.0,
+                ("hetero-live-noise",),
+                "<= 1 re-plan per 100 steps under ±10% per-step noise (no drift)",
+            ),
+        ),
         defaults={**_TRAIN, "epochs": 8, "eval_every": 4},
     ),
     "homogeneous3": Scenario(
@@ -174,8 +220,17 @@ SCENARIOS: dict[str, Scenario] = {
             {"name": "gpu", "count": 1, "resources": {"CPU": 1, "GPU": 1}, "device": "cuda"},
             _cpu("cpu", 1, count=3, cpus=4),
         ),
-        contenders=("stock", "hdp", "hetero", "hetero-live"),
-        targets=(Target("speedup", ">=", 10.0, _HETERO, "samples/s >= 10x stock"),),
+        contenders=("stock", "hdp", "hetero", "hetero-live", "gpu-alone"),
+        targets=(
+            Target("speedup", ">=", 10.0, _HETERO, "samples/s >= 10x stock"),
+            Target(
+                "vs_gpu_alone",
+                ">=",
+                1.0,
+                _HETERO,
+                "never below GPU alone: samples/s >= the GPU worker alone (gpu-alone)",
+            ),
+        ),
         defaults={
             "width": 64,
             "global_batch_size": 1024,

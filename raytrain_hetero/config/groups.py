@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from raytrain_hetero.config.base import HeteroModel
-from raytrain_hetero.config.fields import Int, PositiveFloat, PositiveInt, invalid
+from raytrain_hetero.config.fields import Int, NonNegFloat, PositiveFloat, PositiveInt, invalid
 from raytrain_hetero.config.specs import SlowdownInjection
 from raytrain_hetero.core.policy import PolicyConfig
 
@@ -168,10 +168,19 @@ class EmulationConfig(HeteroModel):
     Attributes:
         slowdowns: Each makes one worker (by name) or rank ``factor`` times slower from a
             step on.
+        noise: Per-step noise: each training step, every worker's factor is multiplied by a
+            draw uniform in ``[1 - noise, 1 + noise]`` (deterministic per worker and step,
+            the same on every call within a step). A factor cannot go below 1 (emulation only
+            slows down), so give base slowdowns >= ``1 / (1 - noise)`` for symmetric noise.
     """
 
     slowdowns: tuple[SlowdownInjection, ...] = Field(
         (), description="emulated slowdown injections, e.g. [{factor: 3, worker: fast}]"
+    )
+    noise: NonNegFloat = Field(
+        0.0,
+        lt=1.0,
+        description="EMULATION: per-step factor noise, uniform in [1-noise, 1+noise] (0: off)",
     )
 
 

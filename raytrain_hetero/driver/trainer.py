@@ -318,6 +318,7 @@ class HeteroTrainer:
             policy=self.policy,
             plan_sync_every=self.scheduler.plan_sync_every,
             slowdown_schedule=self.emulation.slowdowns,
+            emulation_noise=self.emulation.noise,
             faults=self.faults if self.faults.active else None,
             collective_timeout_s=float(self.backend.collective_timeout_s),
             max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,

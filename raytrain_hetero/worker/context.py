@@ -110,6 +110,7 @@ class WorkerRuntime:
             worker=identity.spec.name,
             rank=identity.rank,
             planned=setup.slowdown_schedule,
+            noise=setup.emulation_noise,
         )
         scheduler = None
         if setup.scheduler_name is not None:

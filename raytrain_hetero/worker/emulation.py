@@ -16,6 +16,7 @@ device would, without taking CPU from others. Real heterogeneous clusters use k 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from raytrain_hetero.config import SlowdownInjection
     from raytrain_hetero.worker.timing import ComputeClock
 
-__all__ = ["SlowdownEmulator", "SlowdownSchedule", "slowdown_factor"]
+__all__ = ["SlowdownEmulator", "SlowdownSchedule", "noise_multiplier", "slowdown_factor"]
 
 
 def slowdown_factor(
@@ -51,6 +52,20 @@ def slowdown_factor(
         if injection.applies_to(worker, rank, step):
             factor *= float(injection.factor)
     return factor
+
+
+def noise_multiplier(noise: float, *, worker: str, step: int) -> float:
+    """EMULATION per-step noise: a draw uniform in ``[1 - noise, 1 + noise]``.
+
+    Deterministic in (``worker``, ``step``): every call within a step (the step's stretch,
+    its BatchNorm exchanges) sees the same draw, and a re-run sees the same sequence.
+    Outside training steps (``step < 0``: probes, calibration) there is no noise.
+    """
+    if noise <= 0.0 or step < 0:
+        return 1.0
+    # crc32, not hash(): Python salts str hashes per process, and ranks must agree run to run.
+    unit = zlib.crc32(f"{worker}/{step}".encode()) / 0xFFFFFFFF
+    return 1.0 + noise * (2.0 * unit - 1.0)
 
 
 class SlowdownEmulator:
@@ -98,6 +113,7 @@ class SlowdownSchedule:
         worker: Its slot name.
         rank: Its world rank.
         planned: Injections known from the start (the run's slowdown schedule).
+        noise: Per-step noise amplitude (:func:`noise_multiplier`); the factor stays >= 1.
     """
 
     def __init__(
@@ -107,8 +123,10 @@ class SlowdownSchedule:
         worker: str,
         rank: int,
         planned: Iterable[SlowdownInjection] = (),
+        noise: float = 0.0,
     ) -> None:
         self.base = float(base)
+        self.noise = float(noise)
         self.worker = worker
         self.rank = rank
         self._planned = tuple(planned)
@@ -119,7 +137,11 @@ class SlowdownSchedule:
         self._live = tuple(injections)
 
     def factor_at(self, step: int) -> float:
-        """The factor at global ``step`` (-1 outside training steps)."""
-        return slowdown_factor(
+        """The factor at global ``step`` (-1 outside training steps), noise included."""
+        factor = slowdown_factor(
             self.base, (*self._planned, *self._live), worker=self.worker, rank=self.rank, step=step
         )
+        if self.noise <= 0.0:
+            return factor
+        # Emulation can only slow down: a draw below 1 on an unslowed worker is clipped.
+        return max(1.0, factor * noise_multiplier(self.noise, worker=self.worker, step=step))

@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from raytrain_hetero.config.groups import BackendConfig, BatchConfig, GuardConfig
+from raytrain_hetero.config.groups import (
+    BackendConfig,
+    BatchConfig,
+    EmulationConfig,
+    GuardConfig,
+)
 from raytrain_hetero.config.parallel import ParallelConfig
 from raytrain_hetero.errors import ConfigError
 
@@ -41,6 +46,7 @@ class HeteroSetup:
         policy: PolicyConfig fields for the scheduler.
         plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
         slowdown_schedule: EMULATION: injected slowdowns known from the start.
+        emulation_noise: EMULATION: per-step factor noise amplitude (0: off).
         faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
         collective_timeout_s: Timeout of every process group the worker creates (gradient
             and BatchNorm): a rank stuck this long in a collective fails the group.
@@ -67,6 +73,7 @@ class HeteroSetup:
     policy: dict[str, Any] | None = None
     plan_sync_every: int = 5
     slowdown_schedule: tuple[SlowdownInjection, ...] = ()
+    emulation_noise: float = float(EmulationConfig.model_fields["noise"].default)
     faults: FaultInjectionConfig | None = None
     # Defaults read from the library config objects, where each setting is defined once.
     collective_timeout_s: float = float(BackendConfig.model_fields["collective_timeout_s"].default)

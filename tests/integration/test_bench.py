@@ -177,7 +177,7 @@ def test_summary_medians_ratios_and_target_verdicts():
 
 
 def test_every_scenario_names_known_contenders_and_a_stock_baseline():
-    assert set(SCENARIOS) == {"hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
+    assert set(SCENARIOS) == {"hetero2", "hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
     for scenario in SCENARIOS.values():
         assert scenario.contenders[0] == "stock"
         assert set(scenario.contenders) <= set(CONTENDERS)
@@ -343,3 +343,60 @@ def test_model_parallel_scenarios_quick_forms(tmp_path, capsys):
         assert figures["samples_per_s"] > 0 and 0 <= figures["val_accuracy"] <= 1
         assert figures["inference_s_per_sample"] > 0
     assert "branch placement moves fewer bytes" in capsys.readouterr().out
+
+
+@pytest.mark.ray
+def test_tiny_drift_reference_and_noise_contenders_run_for_real(tmp_path, capsys):
+    """The static post-drift plan starts at the post-drift factor; noise reaches the workers."""
+    out = tmp_path / "out"
+    code = bench_main(
+        [
+            "drift",
+            "--contenders",
+            "hetero-static-post,hetero-live-noise",
+            "--repeats",
+            "1",
+            "--no-warmup",
+            "--width",
+            "8",
+            "--batch",
+            "24",
+            "--samples-per-class",
+            "20",
+            "--epochs",
+            "5",
+            "--eval-every",
+            "0",
+            "--alone-steps",
+            "1",
+            "--keep-logs",
+            "--data-root",
+            str(tmp_path / "data"),
+            "--output",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "re-plan per 100 steps under ±10% per-step noise" in printed
+    result = json.loads((out / "bench.json").read_text())
+    static, noisy = result["fits"]
+    assert {(a["worker"], a["factor"]) for a in static["alone"]} == {
+        ("fast", 3.0),
+        ("medium", 2.0),
+        ("slow", 4.0),
+    }
+    assert noisy["alone"] == []  # every step has its own factor: nothing to time alone
+    row = result["summary"]["contenders"]["hetero-live-noise"]
+    assert math.isfinite(row["replans_per_100_steps"])
+    factors: dict[str, set[float]] = {}
+    for path in (out / "logs").glob("01-hetero-live-noise/rank*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "step" in record:
+                factors.setdefault(record["worker"], set()).add(record["factor"])
+    base = {"fast": 1 / 0.9, "medium": 2 / 0.9, "slow": 4 / 0.9}
+    assert set(factors) == set(base)
+    for worker, seen in factors.items():
+        assert len(seen) > 5, worker  # varies step to step
+        assert all(0.9 * base[worker] - 1e-9 <= f <= 1.1 * base[worker] + 1e-9 for f in seen)

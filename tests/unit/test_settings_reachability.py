@@ -90,6 +90,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (SlowdownInjection, "worker"): "b",
     (SlowdownInjection, "rank"): 1,
     (SlowdownInjection, "from_step"): 5,
+    (EmulationConfig, "noise"): 0.05,
     (ParallelConfig, "mode"): "conv_split",
     (ParallelConfig, "layers"): ["features.0", "features.4"],
     (ParallelConfig, "group_size"): 2,
