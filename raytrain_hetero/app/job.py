@@ -252,8 +252,11 @@ def build_trainer(
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
     scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
+    probe = job.probe
     if probe_only:
         scheduler = scheduler.model_copy(update={"live": False})
+        # The probe says which workers admission would leave out; it never re-sizes.
+        probe = probe.model_copy(update={"admission": "all"})
         elastic = ElasticConfig()
         # The probe times each rank's speed on the whole model (each rank's plan share).
         parallel = ParallelConfig()
@@ -262,7 +265,7 @@ def build_trainer(
         train_loop_config={"job": job.model_dump(mode="json")},
         workers=job.workers,
         batch=job.train.batch(),
-        probe=job.probe,
+        probe=probe,
         scheduler=scheduler,
         elastic=elastic,
         emulation=job.emulation,
@@ -297,6 +300,10 @@ def probe_loop(config: dict[str, Any]) -> None:
     workers: list[Any] = [None] * info["world_size"]
     dist.all_gather_object(workers, {k: info[k] for k in ("rank", "worker", "device")})
     metrics = {"plan": rh.current_plan().to_dict(), "workers": workers}
+    if rh.current_plan().costs is not None:
+        from raytrain_hetero.worker.api import admission_report
+
+        metrics["admission"] = admission_report()
     if info["rank"] == 0:
         # Ray Train V2 keeps metrics of reports that carry a checkpoint.
         with tempfile.TemporaryDirectory() as directory:
@@ -310,7 +317,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     """Measure the workers a job would start and print their speeds and the plan (no training)."""
     from ray.train import RunConfig
 
-    from raytrain_hetero.app.outputs import format_worker_table
+    from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
     from raytrain_hetero.app.runs import unique_run_name
 
     prepare_dataset(job)
@@ -342,6 +349,9 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
         )
     print(format_worker_table(rows))
     print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
+    admission = result.metrics.get("admission")
+    if admission is not None:
+        print(format_admission_table(admission))
     return plan
 
 

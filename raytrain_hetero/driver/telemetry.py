@@ -41,6 +41,7 @@ class RecordCollector:
         records: Every step record, each once, in arrival order.
         plans: Every plan installed so far (a restarted actor's are merged in).
         decisions: Every live re-plan decided so far.
+        admission: The run's admission decision once made (``admission: auto``), else None.
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class RecordCollector:
         self.records: list[StepRecord] = []
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+        self.admission: dict[str, Any] | None = None
         self._keys: set[tuple[str, int, int]] = set()
         self._cursor = 0
         self._incarnation: str | None = None
@@ -74,6 +76,8 @@ class RecordCollector:
         self.records.extend(new)
         _merge(self.plans, drained.plans)
         _merge(self.decisions, drained.decisions)
+        if drained.admission is not None:
+            self.admission = drained.admission
         if self.progress is not None and (new or drained.plans):
             try:
                 self.progress({"records": new, "plans": list(self.plans)})
