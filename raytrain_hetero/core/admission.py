@@ -5,19 +5,18 @@ collective, so a worker adds throughput only if the compute it takes off the oth
 what it adds to the collective (and to the makespan, when it is so slow that even its minimum
 slice is late). The prediction, for a set S of workers and a global batch of B samples:
 
-    samples_per_s(S) = B / (makespan(allocate(B, costs_S)) + collective(|S|))
-
-``collective(k)`` scales the collective time measured on the whole group of ``n`` ranks by
-the ring all-reduce factor ``2(k-1)/k`` (bandwidth-bound volume per rank), relative to
-``2(n-1)/n``; a single worker has no collective. The link is modelled as uniform: a worker
-behind a slow link is seen through the group's measured time, which removing any one worker
-only shrinks by the ring factor. The prediction is thus conservative about exclusion (in
-reality removing the slow-link worker removes its delay entirely).
+    samples_per_s(S) = B / (makespan(allocate(B, costs_S)) + collective(S))
 
 :func:`decide_admission` is a deterministic greedy: order the workers by their time to process
-the whole batch alone (fastest first, ties by rank), start from the fastest, and add the next
-worker while its addition raises the predicted samples/s; the first worker that does not is
-left out, and so is every slower one after it. Pure: standard library and numpy only.
+the whole batch alone (fastest first, ties by rank: :func:`greedy_order`), start from the
+fastest, and add the next worker while its addition raises the predicted samples/s; the first
+worker that does not is left out, and so is every slower one after it. The greedy only ever
+evaluates prefixes of that order, so ``collective(S)`` is needed for those prefixes only: the
+worker side measures a real gradient-sized all-reduce on each prefix's process group (a worker
+behind a slow link thus shows up in exactly the prefixes that contain it). The collective is
+counted in full, not overlapped with backward: an upper bound on its cost.
+
+Pure: standard library and numpy only.
 """
 
 from __future__ import annotations
@@ -32,29 +31,16 @@ from raytrain_hetero.errors import AllocationError
 __all__ = [
     "AdmissionDecision",
     "WorkerAdmission",
-    "collective_seconds",
     "decide_admission",
+    "greedy_order",
     "group_samples_per_second",
     "slots_to_keep",
 ]
 
 
-def collective_seconds(workers: int, measured_s: float, measured_workers: int) -> float:
-    """Predicted gradient collective seconds per step for a group of ``workers``.
-
-    Args:
-        workers: Group size to predict for (>= 1).
-        measured_s: Collective seconds measured on a group of ``measured_workers``.
-        measured_workers: Size of the measured group (>= 2 for a measurement to scale).
-
-    Returns:
-        0 for a single worker; else ``measured_s`` scaled by the ring factor 2(k-1)/k.
-    """
-    if workers <= 1 or measured_workers <= 1:
-        return 0.0
-    ring = 2.0 * (workers - 1) / workers
-    measured_ring = 2.0 * (measured_workers - 1) / measured_workers
-    return float(measured_s) * ring / measured_ring
+def greedy_order(total: int, costs: Sequence[CostModel]) -> tuple[int, ...]:
+    """Ranks fastest first: by predicted seconds for the whole batch alone, ties by rank."""
+    return tuple(sorted(range(len(costs)), key=lambda r: (costs[r].time(total), r)))
 
 
 def group_samples_per_second(
@@ -110,15 +96,14 @@ class AdmissionDecision:
 
     Attributes:
         workers: One verdict per rank, in rank order.
-        collective_s: Gradient collective seconds per step measured on the whole group.
-        measured_workers: Size of that group.
+        collective_s: Gradient collective seconds per step of the k fastest workers, at
+            index k - 1 (0 for one worker), as measured.
         all_samples_per_s: Predicted group samples/s with every worker.
         admitted_samples_per_s: Predicted group samples/s with the admitted workers.
     """
 
     workers: tuple[WorkerAdmission, ...]
-    collective_s: float
-    measured_workers: int
+    collective_s: tuple[float, ...]
     all_samples_per_s: float
     admitted_samples_per_s: float
 
@@ -138,13 +123,13 @@ class AdmissionDecision:
             return (
                 f"admission: all {len(self.workers)} workers raise the group's samples/s "
                 f"(predicted {self.all_samples_per_s:.1f}/s, collective "
-                f"{self.collective_s * 1e3:.1f} ms)"
+                f"{self.collective_s[-1] * 1e3:.1f} ms)"
             )
         names = ", ".join(f"{w.worker} (rank {w.rank})" for w in self.workers if not w.admitted)
         return (
             f"admission: leave out {names}: predicted {self.admitted_samples_per_s:.1f} "
             f"samples/s without, {self.all_samples_per_s:.1f} with every worker "
-            f"(collective {self.collective_s * 1e3:.1f} ms on {self.measured_workers} workers)"
+            f"(collective {self.collective_s[-1] * 1e3:.1f} ms with every worker)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,7 +144,7 @@ def decide_admission(
     total: int,
     costs: Sequence[CostModel],
     *,
-    collective_s: float,
+    collective_s: Sequence[float],
     names: Sequence[str] | None = None,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
@@ -169,8 +154,9 @@ def decide_admission(
     Args:
         total: Global batch size B.
         costs: One cost model per rank (the probe's).
-        collective_s: Gradient collective seconds per step measured on all ``len(costs)``
-            ranks (scaled to smaller groups by :func:`collective_seconds`).
+        collective_s: Gradient collective seconds per step of the k first workers of
+            :func:`greedy_order` at index k - 1 (the value at index 0 is ignored: one worker
+            has no collective).
         names: Worker names per rank (for the record); default ``rank<i>``.
         caps: Per-rank slice caps (None: uncapped).
         min_slice: Smallest slice of any worker.
@@ -180,16 +166,19 @@ def decide_admission(
         (a group that cannot hold the batch is worth 0 samples/s).
 
     Raises:
-        AllocationError: If ``costs`` is empty or ``names``/``caps`` have another length.
+        AllocationError: If ``costs`` is empty or ``collective_s``/``names``/``caps`` have
+            another length.
     """
     n = len(costs)
     if n == 0:
         raise AllocationError("decide_admission needs at least one cost model")
     names = tuple(names) if names is not None else tuple(f"rank{r}" for r in range(n))
     caps = tuple(caps) if caps is not None else (None,) * n
-    if len(names) != n or len(caps) != n:
+    collective = (0.0, *(max(0.0, float(c)) for c in tuple(collective_s)[1:]))
+    if len(names) != n or len(caps) != n or len(collective_s) != n:
         raise AllocationError(
-            f"decide_admission: {n} cost models but {len(names)} names and {len(caps)} caps"
+            f"decide_admission: {n} cost models but {len(collective_s)} collective times, "
+            f"{len(names)} names and {len(caps)} caps"
         )
 
     def alone(rank: int) -> float:
@@ -200,12 +189,12 @@ def decide_admission(
         return group_samples_per_second(
             total,
             [costs[r] for r in ranks],
-            collective_s=collective_seconds(len(ranks), collective_s, n),
+            collective_s=collective[len(ranks) - 1],
             caps=[caps[r] for r in ranks],
             min_slice=min_slice,
         )
 
-    order = sorted(range(n), key=lambda r: (costs[r].time(total), r))
+    order = greedy_order(total, costs)
     chosen: list[int] = []
     current = 0.0
     verdicts: dict[int, WorkerAdmission] = {}
@@ -243,9 +232,8 @@ def decide_admission(
             stopped = True
     return AdmissionDecision(
         workers=tuple(verdicts[r] for r in range(n)),
-        collective_s=float(collective_s),
-        measured_workers=n,
-        all_samples_per_s=predict(list(range(n))),
+        collective_s=collective,
+        all_samples_per_s=predict(order),
         admitted_samples_per_s=current,
     )
 

@@ -46,13 +46,27 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     min/max workers) and answers "how many workers fit" from the live per-node view: each
     node's *available* resources plus what this run's own group holds there, matched slot by
     slot (full resources and label selector) with :func:`count_placeable_prefix`.
+
+    With ``admission: auto`` (``run_id`` given), the run's admission decision, read from its
+    scheduler actor, caps the group at the leading slots it keeps: a running group holding
+    more is re-sized at once (not at the next monitor check), and the left-out slots are never
+    added back.
     """
 
     NODE_VIEW_INTERVAL_S = 1.0
+    ADMISSION_POLL_INTERVAL_S = 0.5
 
-    def __init__(self, scaling_config: ScalingConfig, slots: Sequence[SlotDemand]) -> None:
+    def __init__(
+        self,
+        scaling_config: ScalingConfig,
+        slots: Sequence[SlotDemand],
+        run_id: str | None = None,
+    ) -> None:
         super().__init__(scaling_config)
         self._slots = tuple(slots)
+        self._run_id = run_id
+        self._admitted: int | None = None
+        self._admission_poll_time = float("-inf")
         self._held: dict[str, dict[str, float]] = {}
         self._held_placement_group: Any = None
         self._view_time = float("-inf")

@@ -1,8 +1,9 @@
 """Admission on the workers: time the gradient collective, decide, and hand the decision on.
 
 Collectives, run on every rank at the same point (the first plan of a run, or the probe
-command). :func:`assess_admission` times one gradient-sized all-reduce on the run's process
-group (:func:`~raytrain_hetero.worker.probe.time_gradient_allreduce`) and applies the pure
+command). :func:`assess_admission` times a gradient-sized all-reduce on the process group of
+each prefix of the fastest-first order
+(:func:`~raytrain_hetero.worker.probe.time_gradient_allreduce`) and applies the pure
 greedy of :func:`~raytrain_hetero.core.admission.decide_admission` to the probe's cost
 models; every rank computes the same decision from the same gathered numbers.
 
@@ -20,11 +21,18 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-from raytrain_hetero.core.admission import AdmissionDecision, decide_admission, slots_to_keep
+from raytrain_hetero.core.admission import (
+    AdmissionDecision,
+    decide_admission,
+    greedy_order,
+    slots_to_keep,
+)
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.identity import RankIdentity
@@ -46,21 +54,45 @@ def assess_admission(
 ) -> AdmissionDecision:
     """The admission decision for this group (a collective; identical on every rank).
 
+    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`
+    (fastest first), so the gradient all-reduce is timed on each prefix of two or more ranks:
+    a process group per prefix, created, timed and destroyed in turn (``n - 1`` small groups
+    for ``n`` ranks; admission is opt-in).
+
     Args:
         identity: This rank.
         model: The prepared model (its gradient size is what the all-reduce moves).
         costs: One cost model per rank (the probe's, after calibration).
         rank_slots: Worker slot of every rank.
     """
-    module = getattr(model, "module", model)
-    collective_s = time_gradient_allreduce(
-        module, collective_delay_s=identity.spec.emulated_collective_delay_s
-    )
     setup = identity.setup
+    module = getattr(model, "module", model)
+    order = greedy_order(setup.global_batch_size, costs)
+    timeout = timedelta(seconds=setup.collective_timeout_s)
+    collective = [0.0]
+    for k in range(2, len(order) + 1):
+        members = sorted(order[:k])
+        group = dist.new_group(ranks=members, timeout=timeout)  # every rank must call it
+        mine = 0.0
+        if identity.rank in members:
+            mine = time_gradient_allreduce(
+                module, group=group, collective_delay_s=identity.spec.emulated_collective_delay_s
+            )
+        agreed = torch.tensor([mine], dtype=torch.float64)
+        if dist.get_backend() == dist.Backend.NCCL:
+            agreed = agreed.to(identity.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        dist.destroy_process_group(group)
+        collective.append(float(agreed.item()))
+    logger.info(
+        "gradient all-reduce of the k fastest workers, k = 1..%d: %s ms",
+        len(order),
+        [round(c * 1e3, 2) for c in collective],
+    )
     return decide_admission(
         setup.global_batch_size,
         costs,
-        collective_s=collective_s,
+        collective_s=collective,
         names=[setup.specs[slot].name for slot in rank_slots],
         caps=[setup.specs[slot].max_batch for slot in rank_slots],
         min_slice=setup.min_slice,

@@ -173,19 +173,21 @@ def probe_step_costs(
 def time_gradient_allreduce(
     model: torch.nn.Module,
     *,
-    repeats: int = 5,
+    group: Any = None,
+    repeats: int = 3,
     collective_delay_s: float = 0.0,
 ) -> float:
-    """Seconds of one SUM all-reduce as large as ``model``'s gradients; a collective.
+    """Seconds of one SUM all-reduce as large as ``model``'s gradients on ``group``.
 
-    Measured on the run's default process group (every rank of the group takes part): one
-    untimed all-reduce first, then ``repeats`` timed ones, each after a barrier so a rank's
-    wait for late peers is not counted; each rank keeps its median and the group agrees on the
-    largest (the step waits for it). CUDA tensors are staged through host memory on gloo, as
-    in the gradient hook.
+    A collective of ``group`` (default: the run's process group); call it on its members
+    only. One untimed all-reduce first, then ``repeats`` timed ones, each after a barrier so a
+    rank's wait for late peers is not counted; each rank keeps its median and the members
+    agree on the largest (the step waits for it). CUDA tensors are staged through host memory
+    on gloo, as in the gradient hook.
 
     Args:
         model: The bare model (its trainable parameters give the size).
+        group: The process group to time (None: the default group).
         repeats: Timed all-reduces.
         collective_delay_s: EMULATION of a slow link (``WorkerSpec.emulated_collective_delay_s``),
             slept before each all-reduce exactly as the gradient hook does.
@@ -196,20 +198,19 @@ def time_gradient_allreduce(
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
     device = params[0].device if params else torch.device("cpu")
-    if device.type == "cuda" and dist.get_backend() == dist.Backend.GLOO:
+    if device.type == "cuda" and dist.get_backend(group) == dist.Backend.GLOO:
         device = torch.device("cpu")
     payload = torch.zeros(max(1, numel), dtype=torch.float32, device=device)
-    dist.all_reduce(payload)
+    dist.all_reduce(payload, group=group)
     seconds: list[float] = []
     for _ in range(max(1, repeats)):
-        dist.barrier()
+        dist.barrier(group=group)
         start = time.perf_counter()
         emulate_collective_delay(collective_delay_s)
-        dist.all_reduce(payload)
+        dist.all_reduce(payload, group=group)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - start)
     agreed = torch.tensor([statistics.median(seconds)], dtype=torch.float64, device=device)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-    logger.info("gradient all-reduce of %d values: %.2f ms", numel, agreed.item() * 1e3)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
     return float(agreed.item())
