@@ -136,6 +136,7 @@ class ProgressView:
         self.plan_versions: set[int] = set()
         self.tabled_versions: set[int] = set()
         self.latest: dict[int, StepRecord] = {}
+        self.admission_shown = False
 
     def __call__(self, update: dict[str, Any]) -> None:
         records: list[StepRecord] = update["records"]
@@ -149,6 +150,10 @@ class ProgressView:
             rates = [r.global_samples_per_s for r in records if r.rank == 0]
             if rates:
                 self.bar.set_postfix(samples_s=f"{statistics.median(rates):.0f}")
+        admission = update.get("admission")
+        if admission is not None and not self.admission_shown:
+            self.admission_shown = True
+            self.bar.write(str(admission.get("summary", "")), file=self.stream)
         new_plans = [p for p in update["plans"] if p["version"] not in self.plan_versions]
         for plan in new_plans:
             self.plan_versions.add(plan["version"])
@@ -451,6 +456,8 @@ def run_job(
         records = _earlier_records(out / "metrics.csv", first_step) + records
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+    # Which workers admission left out, with the predicted samples/s (None: admission all).
+    summary["admission"] = trainer.admission
     summary["run"] = {
         "name": run.name,
         "folder": str(run.folder),

@@ -24,7 +24,8 @@ __all__ = ["RecordCollector"]
 
 T = TypeVar("T")
 
-#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans}``.
+#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans,
+#: "admission": the admission decision or None}``.
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 
@@ -33,8 +34,9 @@ class RecordCollector:
 
     Args:
         scheduler: Handle of the run's scheduler actor.
-        progress: Called with ``{"records": new records, "plans": all plans}`` after each
-            drain that brought something (on the thread that drains).
+        progress: Called with ``{"records": new records, "plans": all plans, "admission":
+            the admission decision or None}`` after each drain that brought something (on
+            the thread that drains).
         timeout_s: Seconds to wait for one drain.
 
     Attributes:
@@ -76,11 +78,14 @@ class RecordCollector:
         self.records.extend(new)
         _merge(self.plans, drained.plans)
         _merge(self.decisions, drained.decisions)
+        admitted_now = drained.admission is not None and self.admission is None
         if drained.admission is not None:
             self.admission = drained.admission
-        if self.progress is not None and (new or drained.plans):
+        if self.progress is not None and (new or drained.plans or admitted_now):
             try:
-                self.progress({"records": new, "plans": list(self.plans)})
+                self.progress(
+                    {"records": new, "plans": list(self.plans), "admission": self.admission}
+                )
             except Exception:
                 logger.exception("progress callback failed")
         return new

@@ -374,7 +374,8 @@ class HeteroTrainer:
 
         Args:
             progress: Called on the calling thread with ``{"records": new records,
-                "plans": all plans}`` after each drain that brought something.
+                "plans": all plans, "admission": the admission decision or None}`` after
+                each drain that brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
 
         Raises:
