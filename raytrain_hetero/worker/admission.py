@@ -108,7 +108,7 @@ def apply_admission(
 ) -> AdmissionDecision | None:
     """``admission: auto`` at a group's first plan: decide once per run, then act on it.
 
-    Rank 0 asks the run's scheduler whether the run decided already (then nothing happens);
+    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0 asks the run's scheduler whether the run decided already (then nothing happens);
     otherwise every rank measures and decides, rank 0 records the decision and the number of
     leading worker slots to keep, and, if this group holds a slot beyond them, every rank waits
     for the elastic controller to restart the group without it (the waiting ranks are stopped
@@ -122,8 +122,8 @@ def apply_admission(
         scheduler: Rank 0's scheduler client (None elsewhere, or without a scheduler).
 
     Returns:
-        The decision made by this group, or None if the run had decided already or the
-        scheduler is unreachable (admission is then not applied).
+        The decision made by this group, or None if the run had decided already, the group
+        is not full, or the scheduler is unreachable (admission is then not applied).
 
     Raises:
         HeteroError: The group was not restarted within ``RESTART_TIMEOUT_S``.
@@ -137,6 +137,14 @@ def apply_admission(
         return None
     if box[0] is not None:
         logger.info("admission decided earlier in this run: %s", box[0].get("summary", ""))
+        return None
+    if identity.world_size < identity.setup.max_world_size:
+        # Judge every slot at once: slots never measured must not be capped away.
+        logger.info(
+            "admission waits for the full group (%d of %d workers)",
+            identity.world_size,
+            identity.setup.max_world_size,
+        )
         return None
     decision = assess_admission(identity, model, costs, rank_slots)
     keep = slots_to_keep(decision.admitted, rank_slots, min_workers=identity.setup.min_workers)

@@ -496,11 +496,7 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         costs, how = measure_costs(
             identity, runtime.model, runtime.timing, inputs, rank_slots=rank_slots, known=known
         )
-        if (
-            setup.probe.admission == "auto"
-            and not plans.history  # a fresh run: a resumed one decided already
-            and not setup.parallel.model_parallel
-        ):
+        if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
             apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
         speeds = ", ".join(
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
