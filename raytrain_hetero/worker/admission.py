@@ -108,7 +108,8 @@ def apply_admission(
 ) -> AdmissionDecision | None:
     """``admission: auto`` at a group's first plan: decide once per run, then act on it.
 
-    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0 asks the run's scheduler whether the run decided already (then nothing happens);
+    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0
+    asks the run's scheduler whether the run decided already (then nothing happens);
     otherwise every rank measures and decides, rank 0 records the decision and the number of
     leading worker slots to keep, and, if this group holds a slot beyond them, every rank waits
     for the elastic controller to restart the group without it (the waiting ranks are stopped
