@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     from raytrain_hetero.driver.session import init_ray
 
     args.output.mkdir(parents=True, exist_ok=True)
-    storage = args.output / "ray_results"
+    storage = Path(tempfile.mkdtemp(prefix="bench-admission-"))
     init_ray(num_cpus=4)  # three 1-CPU workers and Ray's helpers on a 2-core machine
     _fit("all", args, storage)  # warm-up, not counted
     fits = [_fit(mode, args, storage) for mode in ("all", "auto", "auto", "all")]
