@@ -136,6 +136,7 @@ class ProgressView:
         self.plan_versions: set[int] = set()
         self.tabled_versions: set[int] = set()
         self.latest: dict[int, StepRecord] = {}
+        self.admission_shown = False
 
     def __call__(self, update: dict[str, Any]) -> None:
         records: list[StepRecord] = update["records"]
@@ -149,6 +150,10 @@ class ProgressView:
             rates = [r.global_samples_per_s for r in records if r.rank == 0]
             if rates:
                 self.bar.set_postfix(samples_s=f"{statistics.median(rates):.0f}")
+        admission = update.get("admission")
+        if admission is not None and not self.admission_shown:
+            self.admission_shown = True
+            self.bar.write(str(admission.get("summary", "")), file=self.stream)
         new_plans = [p for p in update["plans"] if p["version"] not in self.plan_versions]
         for plan in new_plans:
             self.plan_versions.add(plan["version"])
@@ -252,8 +257,11 @@ def build_trainer(
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
     scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
+    probe = job.probe
     if probe_only:
         scheduler = scheduler.model_copy(update={"live": False})
+        # The probe says which workers admission would leave out; it never re-sizes.
+        probe = probe.model_copy(update={"admission": "all"})
         elastic = ElasticConfig()
         # The probe times each rank's speed on the whole model (each rank's plan share).
         parallel = ParallelConfig()
@@ -262,7 +270,7 @@ def build_trainer(
         train_loop_config={"job": job.model_dump(mode="json")},
         workers=job.workers,
         batch=job.train.batch(),
-        probe=job.probe,
+        probe=probe,
         scheduler=scheduler,
         elastic=elastic,
         emulation=job.emulation,
@@ -297,6 +305,10 @@ def probe_loop(config: dict[str, Any]) -> None:
     workers: list[Any] = [None] * info["world_size"]
     dist.all_gather_object(workers, {k: info[k] for k in ("rank", "worker", "device")})
     metrics = {"plan": rh.current_plan().to_dict(), "workers": workers}
+    if rh.current_plan().costs is not None:
+        from raytrain_hetero.worker.api import admission_report
+
+        metrics["admission"] = admission_report()
     if info["rank"] == 0:
         # Ray Train V2 keeps metrics of reports that carry a checkpoint.
         with tempfile.TemporaryDirectory() as directory:
@@ -310,7 +322,7 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     """Measure the workers a job would start and print their speeds and the plan (no training)."""
     from ray.train import RunConfig
 
-    from raytrain_hetero.app.outputs import format_worker_table
+    from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
     from raytrain_hetero.app.runs import unique_run_name
 
     prepare_dataset(job)
@@ -342,6 +354,9 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
         )
     print(format_worker_table(rows))
     print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
+    admission = result.metrics.get("admission")
+    if admission is not None:
+        print(format_admission_table(admission))
     return plan
 
 
@@ -441,6 +456,8 @@ def run_job(
         records = _earlier_records(out / "metrics.csv", first_step) + records
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+    # Which workers admission left out, with the predicted samples/s (None: admission all).
+    summary["admission"] = trainer.admission
     summary["run"] = {
         "name": run.name,
         "folder": str(run.folder),

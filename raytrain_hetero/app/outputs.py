@@ -357,3 +357,28 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]], layout_header: str | 
     )
     console.print(table)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
+
+
+def format_admission_table(admission: Mapping[str, Any]) -> str:
+    """Render an admission decision (``AdmissionDecision.to_dict()``) as plain text.
+
+    One line per worker in greedy order (fastest first): its samples/s alone, the predicted
+    group samples/s without and with it, the verdict and why; then the decision's summary.
+    """
+    collective = [float(c) for c in admission["collective_s"]]
+    lines = [
+        "admission: group samples/s = B / (makespan + gradient all-reduce of the group); "
+        "workers fastest first, each added while it raises the group's samples/s",
+        f"{'order':>5}  {'rank':>4}  {'worker':<16} {'alone/s':>9} {'all-reduce':>10} "
+        f"{'group w/o':>10} {'group with':>10}  verdict",
+    ]
+    for w in sorted(admission["workers"], key=lambda w: w["order"]):
+        verdict = "admit" if w["admitted"] else "LEAVE OUT"
+        reduce_ms = f"{collective[w['order']] * 1e3:.1f} ms"
+        lines.append(
+            f"{w['order']:>5}  {w['rank']:>4}  {w['worker']:<16} {w['alone_samples_per_s']:>9.1f} "
+            f"{reduce_ms:>10} {w['without_samples_per_s']:>10.1f} "
+            f"{w['with_samples_per_s']:>10.1f}  {verdict}: {w['reason']}"
+        )
+    lines.append(str(admission.get("summary", "")))
+    return "\n".join(line.rstrip() for line in lines)

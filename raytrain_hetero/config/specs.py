@@ -42,6 +42,9 @@ class WorkerSpec(HeteroModel):
         max_batch: Per-step slice cap (memory bound), or ``None`` for no cap.
         emulated_slowdown: EMULATION for CPU-only testing and demos: stretches this worker's
             own compute time by this factor (``1.0`` = real speed).
+        emulated_collective_delay_s: EMULATION of a worker behind a slow link: it sleeps this
+            long before every gradient all-reduce it joins (each DDP bucket, and the probe's
+            timed all-reduce), so the whole group waits for it in every collective.
     """
 
     name: str = Field(description="worker group name")
@@ -62,6 +65,10 @@ class WorkerSpec(HeteroModel):
         ge=1.0,
         allow_inf_nan=False,
         description="EMULATION: stretch this worker's compute time by this factor",
+    )
+    emulated_collective_delay_s: NonNegFloat = Field(
+        0.0,
+        description="EMULATION: seconds this worker sleeps before each gradient all-reduce",
     )
 
     @field_validator("name")
@@ -149,6 +156,11 @@ class ProbeConfig(HeteroModel):
             died), slots the previous group measured keep their cost models and only new
             slots are probed; calibration still refits everyone. Shortens the time until a
             joining node is used.
+        admission: ``"all"`` trains on every worker; ``"auto"`` times the gradient
+            all-reduce after the first probe, predicts each worker's marginal samples/s
+            (:mod:`raytrain_hetero.core.admission`) and re-sizes the group without the
+            trailing worker slots that would lower it (Ray Train elastic restart; decided once
+            per run, an excluded worker is not retried).
     """
 
     batch_sizes: list[PositiveInt] | None = Field(
@@ -160,6 +172,9 @@ class ProbeConfig(HeteroModel):
     calibration_rounds: Int = Field(2, ge=0, description="calibrate-and-replan rounds")
     reuse_on_restart: bool = Field(
         True, description="after a restart, probe only slots the previous group did not measure"
+    )
+    admission: Literal["all", "auto"] = Field(
+        "all", description="all: train on every worker; auto: leave out workers that slow the group"
     )
 
     @field_validator("batch_sizes")

@@ -28,6 +28,7 @@ from raytrain_hetero.driver._ray_compat import (
     available_resources_per_node,
     run_controller_with_scaling_policy,
 )
+from raytrain_hetero.driver.scheduler import lookup_scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +46,27 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     min/max workers) and answers "how many workers fit" from the live per-node view: each
     node's *available* resources plus what this run's own group holds there, matched slot by
     slot (full resources and label selector) with :func:`count_placeable_prefix`.
+
+    With ``admission: auto`` (``run_id`` given), the run's admission decision, read from its
+    scheduler actor, caps the group at the leading slots it keeps: a running group holding
+    more is re-sized at once (not at the next monitor check), and the left-out slots are never
+    added back.
     """
 
     NODE_VIEW_INTERVAL_S = 1.0
+    ADMISSION_POLL_INTERVAL_S = 0.5
 
-    def __init__(self, scaling_config: ScalingConfig, slots: Sequence[SlotDemand]) -> None:
+    def __init__(
+        self,
+        scaling_config: ScalingConfig,
+        slots: Sequence[SlotDemand],
+        run_id: str | None = None,
+    ) -> None:
         super().__init__(scaling_config)
         self._slots = tuple(slots)
+        self._run_id = run_id
+        self._admitted: int | None = None
+        self._admission_poll_time = float("-inf")
         self._held: dict[str, dict[str, float]] = {}
         self._held_placement_group: Any = None
         self._view_time = float("-inf")
@@ -63,6 +78,14 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         self._held = self._holdings(worker_group_state)
         handle = worker_group_state.placement_group_handle
         self._held_placement_group = getattr(handle, "placement_group", None)
+        admitted = self._admitted_slots()
+        if admitted is not None and worker_group_state.num_workers > admitted:
+            logger.info(
+                "admission: re-sizing the worker group from %d to %d workers",
+                worker_group_state.num_workers,
+                admitted,
+            )
+            return self._get_resize_decision(admitted)
         return super().make_decision_for_running_worker_group(
             worker_group_state, worker_group_status
         )
@@ -120,9 +143,31 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         return view
 
     def _count_possible_workers(self, reserved_resources: Any) -> int:
-        return count_placeable_prefix(
-            self._slots, reserved_resources, self.scaling_config.max_workers
-        )
+        limit = self.scaling_config.max_workers
+        admitted = self._admitted_slots()
+        if admitted is not None:
+            limit = min(limit, admitted)
+        return count_placeable_prefix(self._slots, reserved_resources, limit)
+
+    def _admitted_slots(self) -> int | None:
+        """Leading slots the run's admission decision keeps (None: none yet, or not auto).
+
+        Read from the run's scheduler actor at most every ``ADMISSION_POLL_INTERVAL_S``;
+        once known it never changes (decided once per run).
+        """
+        if self._run_id is None or self._admitted is not None:
+            return self._admitted
+        now = time.monotonic()
+        if now - self._admission_poll_time < self.ADMISSION_POLL_INTERVAL_S:
+            return None
+        self._admission_poll_time = now
+        try:
+            scheduler = lookup_scheduler(self._run_id)
+            if scheduler is not None:
+                self._admitted = ray.get(scheduler.admitted_slots.remote(), timeout=2.0)
+        except Exception:  # asked again at the next poll
+            logger.debug("admission decision not readable yet", exc_info=True)
+        return self._admitted
 
 
 class HeteroRayTorchTrainer(TorchTrainer):
@@ -132,13 +177,23 @@ class HeteroRayTorchTrainer(TorchTrainer):
     ``create_scaling_policy`` would give the stock one (fixed-size groups keep Ray's).
     """
 
-    def __init__(self, *args: Any, slots: Sequence[SlotDemand], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        slots: Sequence[SlotDemand],
+        admission_run_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._hetero_slots = tuple(slots)
+        self._admission_run_id = admission_run_id
 
     def fit(self) -> Any:
         if self.running_in_local_mode or not self.scaling_config.elasticity_enabled:
             return super().fit()
         return run_controller_with_scaling_policy(
-            self, HeteroElasticScalingPolicy(self.scaling_config, self._hetero_slots)
+            self,
+            HeteroElasticScalingPolicy(
+                self.scaling_config, self._hetero_slots, run_id=self._admission_run_id
+            ),
         )

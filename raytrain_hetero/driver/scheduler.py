@@ -179,6 +179,8 @@ class Drain:
         decisions: Every live re-plan decided so far.
         counters: The scheduler's counters.
         policy: The policy's fields.
+        admission: The run's admission decision (``AdmissionDecision.to_dict`` plus
+            ``summary`` and ``keep_slots``), or None.
     """
 
     incarnation: str
@@ -188,6 +190,7 @@ class Drain:
     decisions: tuple[dict[str, Any], ...]
     counters: SchedulerCounters
     policy: dict[str, Any] = field(default_factory=dict)
+    admission: dict[str, Any] | None = None
 
 
 class HeteroScheduler:
@@ -236,6 +239,7 @@ class HeteroScheduler:
         self._pending: dict[str, Any] | None = None
         self._injections: list[SlowdownInjection] = []
         self._decisions: list[dict[str, Any]] = []
+        self._admission: dict[str, Any] | None = None
         self._metrics = _RayMetrics(run_id)
 
     # ------------------------------------------------------------------ groups and plans
@@ -278,6 +282,20 @@ class HeteroScheduler:
         )
         for samples in self._samples.values():
             samples.clear()
+
+    def record_admission(self, decision: dict[str, Any]) -> None:
+        """The run's admission decision (the first one wins: decided once per run)."""
+        if self._admission is None:
+            self._admission = dict(decision)
+            logger.info("%s", decision.get("summary", "admission decided"))
+
+    def admission(self) -> dict[str, Any] | None:
+        """The run's admission decision, or None before one is made."""
+        return self._admission
+
+    def admitted_slots(self) -> int | None:
+        """Leading worker slots the run keeps after admission (None: not decided yet)."""
+        return None if self._admission is None else int(self._admission["keep_slots"])
 
     # ------------------------------------------------------------------ measurements
 
@@ -440,6 +458,7 @@ class HeteroScheduler:
             decisions=tuple(self._decisions),
             counters=self._counters,
             policy=asdict(self.policy),
+            admission=self._admission,
         )
 
     def recent_records(self) -> list[StepRecord]:

@@ -24,7 +24,8 @@ __all__ = ["RecordCollector"]
 
 T = TypeVar("T")
 
-#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans}``.
+#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans,
+#: "admission": the admission decision or None}``.
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 
@@ -33,14 +34,16 @@ class RecordCollector:
 
     Args:
         scheduler: Handle of the run's scheduler actor.
-        progress: Called with ``{"records": new records, "plans": all plans}`` after each
-            drain that brought something (on the thread that drains).
+        progress: Called with ``{"records": new records, "plans": all plans, "admission":
+            the admission decision or None}`` after each drain that brought something (on
+            the thread that drains).
         timeout_s: Seconds to wait for one drain.
 
     Attributes:
         records: Every step record, each once, in arrival order.
         plans: Every plan installed so far (a restarted actor's are merged in).
         decisions: Every live re-plan decided so far.
+        admission: The run's admission decision once made (``admission: auto``), else None.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class RecordCollector:
         self.records: list[StepRecord] = []
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+        self.admission: dict[str, Any] | None = None
         self._keys: set[tuple[str, int, int]] = set()
         self._cursor = 0
         self._incarnation: str | None = None
@@ -74,9 +78,14 @@ class RecordCollector:
         self.records.extend(new)
         _merge(self.plans, drained.plans)
         _merge(self.decisions, drained.decisions)
-        if self.progress is not None and (new or drained.plans):
+        admitted_now = drained.admission is not None and self.admission is None
+        if drained.admission is not None:
+            self.admission = drained.admission
+        if self.progress is not None and (new or drained.plans or admitted_now):
             try:
-                self.progress({"records": new, "plans": list(self.plans)})
+                self.progress(
+                    {"records": new, "plans": list(self.plans), "admission": self.admission}
+                )
             except Exception:
                 logger.exception("progress callback failed")
         return new

@@ -171,7 +171,8 @@ class HeteroTrainer:
         workers: Worker groups; each WorkerSpec may have ``count`` identical workers.
         batch: Global batch size, minimum slice, gradient weighting, fixed shares, seed
             (a :class:`~raytrain_hetero.config.BatchConfig`; required).
-        probe: Throughput probing before training.
+        probe: Throughput probing before training, and admission (``auto``: workers that
+            would lower the group's samples/s are left out by an elastic re-size).
         scheduler: Live re-planning: on/off, policy, plan agreement and flush spacing.
         elastic: Ray Train V2 elastic scaling between ``min_workers`` and all worker slots;
             slots are filled in order, so list essential workers first.
@@ -253,6 +254,7 @@ class HeteroTrainer:
         self.step_records: list[StepRecord] = []
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
+        self.admission: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ resolved settings
 
@@ -277,6 +279,19 @@ class HeteroTrainer:
         return dataclasses.asdict(self.scheduler.policy)
 
     @property
+    def admission_auto(self) -> bool:
+        """Whether admission may leave workers out (``probe.admission == "auto"``, probing)."""
+        return self.probe.admission == "auto" and self.batch.fixed_shares is None
+
+    @property
+    def resolved_min_workers(self) -> int:
+        """Smallest group: ``elastic.min_workers``; unset, all slots (fixed size), or 1 with
+        ``admission: auto``, whose re-sizing needs an elastic group."""
+        if self.elastic.min_workers is not None:
+            return self.elastic.min_workers
+        return 1 if self.admission_auto else len(self.specs)
+
+    @property
     def slowdown_schedule(self) -> tuple[SlowdownInjection, ...]:
         """EMULATION: the slowdowns injected from the start (``emulation.slowdowns``)."""
         return self.emulation.slowdowns
@@ -288,8 +303,8 @@ class HeteroTrainer:
         common = common_resources([dict(s.resources) for s in self.specs])
         selectors = [dict(s.label_selector or {}) for s in self.specs]
         n = len(self.specs)
-        min_workers = self.elastic.min_workers
-        elastic = min_workers is not None and min_workers < n
+        min_workers = self.resolved_min_workers
+        elastic = min_workers < n
         return ScalingConfig(
             num_workers=(min_workers, n) if elastic else n,
             resources_per_worker=common,
@@ -323,6 +338,7 @@ class HeteroTrainer:
             collective_timeout_s=float(self.backend.collective_timeout_s),
             max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
             parallel=self.parallel,
+            min_workers=self.resolved_min_workers,
         )
 
     def torch_trainer(self) -> TorchTrainer:
@@ -338,6 +354,7 @@ class HeteroTrainer:
             scaling_config=self.scaling_config(),
             run_config=self.run_config,
             slots=[SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs],
+            admission_run_id=self.run_id if self.admission_auto else None,
         )
 
     # ------------------------------------------------------------------ running
@@ -353,11 +370,13 @@ class HeteroTrainer:
         Creates the run's scheduler actor (this driver is its only owner), trains, and kills
         the actor at the end. While training, the step records of every rank are drained from
         the actor into ``self.step_records`` (:class:`StepRecord`, each once) and the plan
-        history into ``self.plans``.
+        history into ``self.plans``; with ``probe.admission: auto``, the admission decision
+        (which workers were left out, with the predicted samples/s) into ``self.admission``.
 
         Args:
             progress: Called on the calling thread with ``{"records": new records,
-                "plans": all plans}`` after each drain that brought something.
+                "plans": all plans, "admission": the admission decision or None}`` after
+                each drain that brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
 
         Raises:
@@ -384,6 +403,7 @@ class HeteroTrainer:
             with train_collective_timeout(self.backend.collective_timeout_s):
                 return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
         finally:
+            self.admission = collector.admission
             self._scheduler = None
             kill_scheduler(scheduler, self.run_id)
 

@@ -46,6 +46,7 @@ from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
+from raytrain_hetero.worker.admission import apply_admission
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
 from raytrain_hetero.worker.checkpoint_state import (
     CheckpointState,
@@ -148,6 +149,7 @@ def prepare_model(
         ddp_kwargs=ddp_kwargs,
         collective_timeout_s=runtime.identity.setup.collective_timeout_s,
         guard=runtime.guard,
+        collective_delay_s=runtime.identity.spec.emulated_collective_delay_s,
     )
     runtime.model = wrapped
     return wrapped
@@ -298,6 +300,31 @@ def update_plan(
     )
     fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
     return _install(runtime, plan)
+
+
+def admission_report() -> dict[str, Any]:
+    """Which workers raise the group's samples/s; a collective, call it on every rank.
+
+    Times one gradient-sized all-reduce on the run's process group and applies the greedy of
+    :func:`~raytrain_hetero.core.admission.decide_admission` to the current plan's cost
+    models (after the first plan). Only says; ``ProbeConfig.admission`` decides whether the
+    trainer acts on it. Used by ``raytrain-hetero probe``.
+
+    Returns:
+        ``AdmissionDecision.to_dict()`` plus ``summary`` (one line).
+    """
+    from raytrain_hetero.worker.admission import assess_admission
+
+    runtime = get_runtime()
+    plan = runtime.plans.current
+    if plan is None or plan.costs is None:
+        raise HeteroError(
+            "admission_report needs a probed plan: iterate the prepared loader (or call its "
+            "ensure_plan()) first, without fixed shares."
+        )
+    rank_slots = gather_rank_slots(runtime.identity, runtime.plans)
+    decision = assess_admission(runtime.identity, runtime.model, plan.costs, rank_slots)
+    return dict(decision.to_dict(), summary=decision.summary())
 
 
 def report(
@@ -469,6 +496,8 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         costs, how = measure_costs(
             identity, runtime.model, runtime.timing, inputs, rank_slots=rank_slots, known=known
         )
+        if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
+            apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
         speeds = ", ".join(
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
         )

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import BatchNormBinding, convert_batchnorm
+from raytrain_hetero.worker.emulation import emulate_collective_delay
 from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.timing import StepTiming
 
@@ -42,12 +43,14 @@ class WeightedSyncState:
         weighting: "proportional" or "uniform".
         process_group: Group the gradients are reduced over.
         guard: The step guard whose indicator rides on the last bucket (None: no guard).
+        collective_delay_s: EMULATION: seconds slept before each bucket's all-reduce.
     """
 
     timing: StepTiming
     weighting: str
     process_group: Any
     guard: StepGuard | None = None
+    collective_delay_s: float = 0.0
 
 
 def weighted_allreduce_hook(
@@ -61,6 +64,7 @@ def weighted_allreduce_hook(
             "the loader returned by prepare_data_loader and call backward once per batch."
         )
     state.timing.before_collective()
+    emulate_collective_delay(state.collective_delay_s)
     tensor = bucket.buffer()
     tensor.mul_(step.weight(state.weighting))
     guard = state.guard
@@ -127,6 +131,7 @@ def wrap_model(
     ddp_kwargs: dict[str, Any] | None = None,
     collective_timeout_s: float | None = None,
     guard: StepGuard | None = None,
+    collective_delay_s: float = 0.0,
 ) -> DistributedDataParallel:
     """Move ``model`` to the worker's device and wrap it in DDP with the weighted hook.
 
@@ -141,6 +146,8 @@ def wrap_model(
         collective_timeout_s: Timeout of the BatchNorm statistics group (``new_group``
             otherwise takes torch's 30-minute default, not the world group's timeout).
         guard: Step guard fed by the gradient hook (non-finite indicator).
+        collective_delay_s: EMULATION of a slow link: seconds slept before each gradient
+            all-reduce (``WorkerSpec.emulated_collective_delay_s``).
 
     Returns:
         The DDP-wrapped model.
@@ -169,7 +176,11 @@ def wrap_model(
     kwargs.update(ddp_kwargs or {})
     ddp_model = DistributedDataParallel(model, **kwargs)
     state = WeightedSyncState(
-        timing=timing, weighting=weighting, process_group=dist.group.WORLD, guard=guard
+        timing=timing,
+        weighting=weighting,
+        process_group=dist.group.WORLD,
+        guard=guard,
+        collective_delay_s=collective_delay_s,
     )
     ddp_model.register_comm_hook(state, weighted_allreduce_hook)
     return ddp_model

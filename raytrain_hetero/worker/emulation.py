@@ -24,7 +24,24 @@ if TYPE_CHECKING:
     from raytrain_hetero.config import SlowdownInjection
     from raytrain_hetero.worker.timing import ComputeClock
 
-__all__ = ["SlowdownEmulator", "SlowdownSchedule", "noise_multiplier", "slowdown_factor"]
+__all__ = [
+    "SlowdownEmulator",
+    "SlowdownSchedule",
+    "emulate_collective_delay",
+    "noise_multiplier",
+    "slowdown_factor",
+]
+
+
+def emulate_collective_delay(seconds: float) -> None:
+    """EMULATION of a worker behind a slow link: sleep before joining a gradient collective.
+
+    Every other rank then waits that long inside the collective, as behind a slow link.
+    Used by the gradient all-reduce hook and by the probe's timed all-reduce alike
+    (``WorkerSpec.emulated_collective_delay_s``; 0 on real clusters).
+    """
+    if seconds > 0.0:
+        time.sleep(seconds)
 
 
 def slowdown_factor(

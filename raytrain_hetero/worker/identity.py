@@ -55,6 +55,8 @@ class HeteroSetup:
         parallel: The parallel layout (data parallelism by default; in a model-parallel mode
             every rank of a group reads its replica's slice, see
             :mod:`raytrain_hetero.worker.sampler`).
+        min_workers: Smallest group the run may shrink to (elastic ``min_workers``, else 1);
+            admission never drops a group below it.
     """
 
     run_id: str
@@ -80,6 +82,7 @@ class HeteroSetup:
     max_consecutive_nonfinite: int = GuardConfig.model_fields["max_consecutive_nonfinite"].default
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     batchnorm: Literal["exact", "local"] = BatchConfig.model_fields["batchnorm"].default
+    min_workers: int = 1
 
     def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
         """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""

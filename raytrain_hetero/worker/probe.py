@@ -5,7 +5,9 @@ Compute is this worker's own work read on its
 probe step is stretched by the worker's factor through the one
 :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept: a probe's
 timings only need to say how slow the worker is). Node rounds and calibration, which need the
-whole group, live in :mod:`raytrain_hetero.worker.calibration`.
+whole group, live in :mod:`raytrain_hetero.worker.calibration`. The one collective here,
+:func:`time_gradient_allreduce`, times the gradient all-reduce for admission
+(:mod:`raytrain_hetero.core.admission`).
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ProbeError
-from raytrain_hetero.worker.emulation import SlowdownEmulator
+from raytrain_hetero.worker.emulation import SlowdownEmulator, emulate_collective_delay
 from raytrain_hetero.worker.timing import ComputeClock
 
 logger = logging.getLogger(__name__)
@@ -164,3 +168,49 @@ def probe_step_costs(
     result = ProbeResult(batch_sizes=tuple(sizes), seconds=tuple(seconds))
     logger.info("probe on %s: %s", device, dict(zip(sizes, (round(s, 5) for s in seconds))))
     return result
+
+
+def time_gradient_allreduce(
+    model: torch.nn.Module,
+    *,
+    group: Any = None,
+    repeats: int = 3,
+    collective_delay_s: float = 0.0,
+) -> float:
+    """Seconds of one SUM all-reduce as large as ``model``'s gradients on ``group``.
+
+    A collective of ``group`` (default: the run's process group); call it on its members
+    only. One untimed all-reduce first, then ``repeats`` timed ones, each after a barrier so a
+    rank's wait for late peers is not counted; each rank keeps its median and the members
+    agree on the largest (the step waits for it). CUDA tensors are staged through host memory
+    on gloo, as in the gradient hook.
+
+    Args:
+        model: The bare model (its trainable parameters give the size).
+        group: The process group to time (None: the default group).
+        repeats: Timed all-reduces.
+        collective_delay_s: EMULATION of a slow link (``WorkerSpec.emulated_collective_delay_s``),
+            slept before each all-reduce exactly as the gradient hook does.
+
+    Returns:
+        The agreed seconds per gradient all-reduce.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    device = params[0].device if params else torch.device("cpu")
+    if device.type == "cuda" and dist.get_backend(group) == dist.Backend.GLOO:
+        device = torch.device("cpu")
+    payload = torch.zeros(max(1, numel), dtype=torch.float32, device=device)
+    dist.all_reduce(payload, group=group)
+    seconds: list[float] = []
+    for _ in range(max(1, repeats)):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        emulate_collective_delay(collective_delay_s)
+        dist.all_reduce(payload, group=group)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    agreed = torch.tensor([statistics.median(seconds)], dtype=torch.float64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+    return float(agreed.item())

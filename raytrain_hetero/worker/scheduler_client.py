@@ -19,6 +19,7 @@ import ray
 
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.errors import HeteroError
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,30 @@ class SchedulerClient:
         except Exception as exc:  # noqa: BLE001
             logger.warning("plan v%d not recorded by the scheduler (%s)", plan.version, exc)
             self._actor = None
+
+    def admission(self) -> dict[str, Any] | str | None:
+        """The run's admission decision if one was recorded, None if not, or
+        ``"unreachable"`` when the actor cannot be asked."""
+        actor = self._handle()
+        if actor is None:
+            return "unreachable"
+        try:
+            return ray.get(actor.admission.remote(), timeout=POLL_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the caller decides what unreachable means
+            logger.warning("scheduler unreachable for admission (%s)", exc)
+            self._actor = None
+            return "unreachable"
+
+    def record_admission(self, decision: dict[str, Any]) -> None:
+        """Record the run's admission decision and wait until the actor has it.
+
+        The elastic controller reads it there, so it must be stored before the group waits
+        to be re-sized.
+        """
+        actor = self._handle()
+        if actor is None:
+            raise HeteroError("admission decision not recorded: the scheduler is unreachable")
+        ray.get(actor.record_admission.remote(decision), timeout=POLL_TIMEOUT_S)
 
     def _collect(self, timeout: float) -> None:
         """Settle finished pushes; a failed batch goes back to the front of the buffer."""

@@ -129,3 +129,9 @@ def test_probe_prints_each_worker_and_the_plan(tmp_path, monkeypatch, capsys):
     plan_line = next(line for line in printed.splitlines() if line.startswith("plan v1"))
     slices = [int(x) for x in plan_line.split("[")[1].split("]")[0].split(",")]
     assert sum(slices) == 24 and min(slices) >= 1
+    # The admission table: one verdict per worker with the numbers, then the summary.
+    lines = printed.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("admission: group samples/s"))
+    rows = lines[head + 2 : head + 5]
+    assert all(("admit" in row or "LEAVE OUT" in row) and " ms " in row for row in rows), rows
+    assert lines[head + 5].startswith("admission: ")

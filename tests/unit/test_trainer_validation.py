@@ -198,3 +198,24 @@ def test_library_configs_raise_config_error_not_pydantic():
     assert "rename it to 'weighting'" in text
     with pytest.raises(ConfigError, match="policy.window_steps: expected a number"):
         SchedulerConfig(policy={"window_steps": True})
+
+
+def test_admission_auto_makes_the_group_elastic_down_to_one():
+    from raytrain_hetero.config import ProbeConfig
+
+    auto = make(probe=ProbeConfig(admission="auto"))
+    assert auto.admission_auto and auto.scaling_config().num_workers == (1, 2)
+    assert auto.setup().min_workers == 1
+    assert auto.torch_trainer()._admission_run_id == auto.run_id
+    # elastic.min_workers still bounds the group; all (the default) stays fixed-size.
+    bounded = make(probe=ProbeConfig(admission="auto"), elastic=ElasticConfig(min_workers=2))
+    assert bounded.scaling_config().num_workers == 2 and bounded.setup().min_workers == 2
+    plain = make()
+    assert not plain.admission_auto and plain.scaling_config().num_workers == 2
+    assert plain.torch_trainer()._admission_run_id is None
+    # Fixed shares never probe, so there is nothing to admit by.
+    fixed = make(
+        probe=ProbeConfig(admission="auto"),
+        batch=BatchConfig(global_batch_size=8, fixed_shares=[1, 1]),
+    )
+    assert not fixed.admission_auto and fixed.scaling_config().num_workers == 2

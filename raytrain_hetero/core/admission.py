@@ -1,0 +1,258 @@
+"""Admission: which workers raise the group's samples/s, and which cost more than they add.
+
+A synchronous data-parallel step takes the compute makespan of the plan plus the gradient
+collective, so a worker adds throughput only if the compute it takes off the others outweighs
+what it adds to the collective (and to the makespan, when it is so slow that even its minimum
+slice is late). The prediction, for a set S of workers and a global batch of B samples:
+
+    samples_per_s(S) = B / (makespan(allocate(B, costs_S)) + collective(S))
+
+:func:`decide_admission` is a deterministic greedy: order the workers by their time to process
+the whole batch alone (fastest first, ties by rank: :func:`greedy_order`), start from the
+fastest, and add the next worker while its addition raises the predicted samples/s; the first
+worker that does not is left out, and so is every slower one after it. The greedy only ever
+evaluates prefixes of that order, so ``collective(S)`` is needed for those prefixes only: the
+worker side measures a real gradient-sized all-reduce on each prefix's process group (a worker
+behind a slow link thus shows up in exactly the prefixes that contain it). The collective is
+counted in full, not overlapped with backward: an upper bound on its cost.
+
+Pure: standard library and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from raytrain_hetero.core.allocation import CostModel, allocate, makespan
+from raytrain_hetero.errors import AllocationError
+
+__all__ = [
+    "AdmissionDecision",
+    "WorkerAdmission",
+    "decide_admission",
+    "greedy_order",
+    "group_samples_per_second",
+    "slots_to_keep",
+]
+
+
+def greedy_order(total: int, costs: Sequence[CostModel]) -> tuple[int, ...]:
+    """Ranks fastest first: by predicted seconds for the whole batch alone, ties by rank."""
+    return tuple(sorted(range(len(costs)), key=lambda r: (costs[r].time(total), r)))
+
+
+def group_samples_per_second(
+    total: int,
+    costs: Sequence[CostModel],
+    *,
+    collective_s: float,
+    caps: Sequence[int | None] | None = None,
+    min_slice: int = 1,
+) -> float:
+    """Predicted samples/s of one group: ``total / (makespan + collective_s)``.
+
+    Returns:
+        0.0 when no plan of ``total`` samples fits the group (caps too small, or fewer
+        samples than ``len(costs) * min_slice``).
+    """
+    try:
+        slices = allocate(total, costs, caps=caps, min_slice=min_slice)
+    except AllocationError:
+        return 0.0
+    step = makespan(slices, costs) + max(0.0, collective_s)
+    return total / step if step > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class WorkerAdmission:
+    """The admission verdict of one worker (rank).
+
+    Attributes:
+        rank: World rank in the measured group.
+        worker: Its WorkerSpec name.
+        alone_samples_per_s: Its samples/s on the whole batch alone (no collective).
+        order: Its place in the greedy order (0: fastest).
+        without_samples_per_s: Predicted group samples/s of the workers admitted before it.
+        with_samples_per_s: Predicted group samples/s with it added to those.
+        admitted: Whether it trains.
+        reason: Why, in words with the numbers.
+    """
+
+    rank: int
+    worker: str
+    alone_samples_per_s: float
+    order: int
+    without_samples_per_s: float
+    with_samples_per_s: float
+    admitted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    """Which workers of a measured group are worth training with.
+
+    Attributes:
+        workers: One verdict per rank, in rank order.
+        collective_s: Gradient collective seconds per step of the k fastest workers, at
+            index k - 1 (0 for one worker), as measured.
+        all_samples_per_s: Predicted group samples/s with every worker.
+        admitted_samples_per_s: Predicted group samples/s with the admitted workers.
+    """
+
+    workers: tuple[WorkerAdmission, ...]
+    collective_s: tuple[float, ...]
+    all_samples_per_s: float
+    admitted_samples_per_s: float
+
+    @property
+    def admitted(self) -> tuple[int, ...]:
+        """Ranks that train."""
+        return tuple(w.rank for w in self.workers if w.admitted)
+
+    @property
+    def excluded(self) -> tuple[int, ...]:
+        """Ranks left out."""
+        return tuple(w.rank for w in self.workers if not w.admitted)
+
+    def summary(self) -> str:
+        """One line for logs: who is left out and the predicted gain."""
+        if not self.excluded:
+            return (
+                f"admission: all {len(self.workers)} workers raise the group's samples/s "
+                f"(predicted {self.all_samples_per_s:.1f}/s, collective "
+                f"{self.collective_s[-1] * 1e3:.1f} ms)"
+            )
+        names = ", ".join(f"{w.worker} (rank {w.rank})" for w in self.workers if not w.admitted)
+        return (
+            f"admission: leave out {names}: predicted {self.admitted_samples_per_s:.1f} "
+            f"samples/s without, {self.all_samples_per_s:.1f} with every worker "
+            f"(collective {self.collective_s[-1] * 1e3:.1f} ms with every worker)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON, Ray messages)."""
+        out = asdict(self)
+        out["admitted"] = list(self.admitted)
+        out["excluded"] = list(self.excluded)
+        return out
+
+
+def decide_admission(
+    total: int,
+    costs: Sequence[CostModel],
+    *,
+    collective_s: Sequence[float],
+    names: Sequence[str] | None = None,
+    caps: Sequence[int | None] | None = None,
+    min_slice: int = 1,
+) -> AdmissionDecision:
+    """Greedy admission, fastest first, while the predicted group samples/s rises.
+
+    Args:
+        total: Global batch size B.
+        costs: One cost model per rank (the probe's).
+        collective_s: Gradient collective seconds per step of the k first workers of
+            :func:`greedy_order` at index k - 1 (the value at index 0 is ignored: one worker
+            has no collective).
+        names: Worker names per rank (for the record); default ``rank<i>``.
+        caps: Per-rank slice caps (None: uncapped).
+        min_slice: Smallest slice of any worker.
+
+    Returns:
+        The decision. A worker whose cap is needed for the batch to fit at all is admitted
+        (a group that cannot hold the batch is worth 0 samples/s).
+
+    Raises:
+        AllocationError: If ``costs`` is empty or ``collective_s``/``names``/``caps`` have
+            another length.
+    """
+    n = len(costs)
+    if n == 0:
+        raise AllocationError("decide_admission needs at least one cost model")
+    names = tuple(names) if names is not None else tuple(f"rank{r}" for r in range(n))
+    caps = tuple(caps) if caps is not None else (None,) * n
+    collective = (0.0, *(max(0.0, float(c)) for c in tuple(collective_s)[1:]))
+    if len(names) != n or len(caps) != n or len(collective_s) != n:
+        raise AllocationError(
+            f"decide_admission: {n} cost models but {len(collective_s)} collective times, "
+            f"{len(names)} names and {len(caps)} caps"
+        )
+
+    def alone(rank: int) -> float:
+        batch = total if caps[rank] is None else min(total, int(caps[rank] or total))
+        return batch / costs[rank].time(batch)
+
+    def predict(ranks: Sequence[int]) -> float:
+        return group_samples_per_second(
+            total,
+            [costs[r] for r in ranks],
+            collective_s=collective[len(ranks) - 1],
+            caps=[caps[r] for r in ranks],
+            min_slice=min_slice,
+        )
+
+    order = greedy_order(total, costs)
+    chosen: list[int] = []
+    current = 0.0
+    verdicts: dict[int, WorkerAdmission] = {}
+    stopped = False
+    for place, rank in enumerate(order):
+        with_it = predict([*chosen, rank])
+        admit = not stopped and (not chosen or with_it > current)
+        if admit:
+            reason = (
+                "fastest worker"
+                if not chosen
+                else f"raises the group from {current:.1f} to {with_it:.1f} samples/s"
+            )
+        elif stopped:
+            reason = "slower than a worker already left out"
+        else:
+            reason = (
+                f"would lower the group from {current:.1f} to {with_it:.1f} samples/s "
+                f"(adds {alone(rank):.1f} samples/s of compute but lengthens every step)"
+            )
+        verdicts[rank] = WorkerAdmission(
+            rank=rank,
+            worker=names[rank],
+            alone_samples_per_s=alone(rank),
+            order=place,
+            without_samples_per_s=current,
+            with_samples_per_s=with_it,
+            admitted=admit,
+            reason=reason,
+        )
+        if admit:
+            chosen.append(rank)
+            current = with_it
+        else:
+            stopped = True
+    return AdmissionDecision(
+        workers=tuple(verdicts[r] for r in range(n)),
+        collective_s=collective,
+        all_samples_per_s=predict(order),
+        admitted_samples_per_s=current,
+    )
+
+
+def slots_to_keep(
+    admitted_ranks: Sequence[int], rank_slots: Sequence[int], *, min_workers: int = 1
+) -> int:
+    """How many worker slots (a prefix, as Ray Train places them) the group keeps.
+
+    Ray Train places a group of k workers on slots 0..k-1, so only trailing slots can be
+    dropped: an excluded slot before the last admitted one keeps training.
+
+    Args:
+        admitted_ranks: Ranks the decision admits.
+        rank_slots: Worker slot of every rank.
+        min_workers: The group never shrinks below this.
+
+    Returns:
+        The number of leading slots to keep (>= 1).
+    """
+    last = max((rank_slots[r] for r in admitted_ranks), default=0)
+    return max(last + 1, int(min_workers), 1)

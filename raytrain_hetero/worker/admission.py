@@ -1,0 +1,183 @@
+"""Admission on the workers: time the gradient collective, decide, and hand the decision on.
+
+Collectives, run on every rank at the same point (the first plan of a run, or the probe
+command). :func:`assess_admission` times a gradient-sized all-reduce on the process group of
+each prefix of the fastest-first order
+(:func:`~raytrain_hetero.worker.probe.time_gradient_allreduce`) and applies the pure
+greedy of :func:`~raytrain_hetero.core.admission.decide_admission` to the probe's cost
+models; every rank computes the same decision from the same gathered numbers.
+
+With ``ProbeConfig.admission == "auto"``, :func:`apply_admission` records the decision with the
+run's scheduler actor (once per run: a group that finds a decision there does not decide
+again) and, when trailing worker slots are left out, the group stops before training and waits
+for Ray Train's elastic controller, whose scaling policy reads the decision, to restart it
+without those slots (:mod:`raytrain_hetero.driver.elastic`). No rank gets a zero slice: a rank
+in the group pays every collective whatever its slice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from raytrain_hetero.core.admission import (
+    AdmissionDecision,
+    decide_admission,
+    greedy_order,
+    slots_to_keep,
+)
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.errors import HeteroError
+from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.probe import time_gradient_allreduce
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["apply_admission", "assess_admission"]
+
+#: Seconds a group that left workers out waits for Ray Train to restart it without them.
+RESTART_TIMEOUT_S = float(os.environ.get("RAYTRAIN_HETERO_ADMISSION_RESTART_TIMEOUT_S", "120"))
+
+
+def assess_admission(
+    identity: RankIdentity,
+    model: Any,
+    costs: Sequence[CostModel],
+    rank_slots: Sequence[int],
+) -> AdmissionDecision:
+    """The admission decision for this group (a collective; identical on every rank).
+
+    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`
+    (fastest first), so the gradient all-reduce is timed on each prefix of two or more ranks:
+    a process group per prefix, created, timed and destroyed in turn (``n - 1`` small groups
+    for ``n`` ranks; admission is opt-in).
+
+    Args:
+        identity: This rank.
+        model: The prepared model (its gradient size is what the all-reduce moves).
+        costs: One cost model per rank (the probe's, after calibration).
+        rank_slots: Worker slot of every rank.
+    """
+    setup = identity.setup
+    module = getattr(model, "module", model)
+    order = greedy_order(setup.global_batch_size, costs)
+    timeout = timedelta(seconds=setup.collective_timeout_s)
+    collective = [0.0]
+    for k in range(2, len(order) + 1):
+        members = sorted(order[:k])
+        group = dist.new_group(ranks=members, timeout=timeout)  # every rank must call it
+        mine = 0.0
+        if identity.rank in members:
+            mine = time_gradient_allreduce(
+                module, group=group, collective_delay_s=identity.spec.emulated_collective_delay_s
+            )
+        agreed = torch.tensor([mine], dtype=torch.float64)
+        if dist.get_backend() == dist.Backend.NCCL:
+            agreed = agreed.to(identity.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        dist.destroy_process_group(group)
+        collective.append(float(agreed.item()))
+    logger.info(
+        "gradient all-reduce of the k fastest workers, k = 1..%d: %s ms",
+        len(order),
+        [round(c * 1e3, 2) for c in collective],
+    )
+    return decide_admission(
+        setup.global_batch_size,
+        costs,
+        collective_s=collective,
+        names=[setup.specs[slot].name for slot in rank_slots],
+        caps=[setup.specs[slot].max_batch for slot in rank_slots],
+        min_slice=setup.min_slice,
+    )
+
+
+def apply_admission(
+    identity: RankIdentity,
+    model: Any,
+    costs: Sequence[CostModel],
+    rank_slots: Sequence[int],
+    scheduler: Any,
+) -> AdmissionDecision | None:
+    """``admission: auto`` at a group's first plan: decide once per run, then act on it.
+
+    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0
+    asks the run's scheduler whether the run decided already (then nothing happens);
+    otherwise every rank measures and decides, rank 0 records the decision and the number of
+    leading worker slots to keep, and, if this group holds a slot beyond them, every rank waits
+    for the elastic controller to restart the group without it (the waiting ranks are stopped
+    by that restart).
+
+    Args:
+        identity: This rank.
+        model: The prepared model.
+        costs: One cost model per rank.
+        rank_slots: Worker slot of every rank.
+        scheduler: Rank 0's scheduler client (None elsewhere, or without a scheduler).
+
+    Returns:
+        The decision made by this group, or None if the run had decided already, the group
+        is not full, or the scheduler is unreachable (admission is then not applied).
+
+    Raises:
+        HeteroError: The group was not restarted within ``RESTART_TIMEOUT_S``.
+    """
+    box: list[Any] = [None]
+    if identity.rank == 0:
+        box[0] = "unreachable" if scheduler is None else scheduler.admission()
+    dist.broadcast_object_list(box, src=0)
+    if box[0] == "unreachable":
+        logger.warning("admission: auto needs the run's scheduler actor, which is unreachable")
+        return None
+    if box[0] is not None:
+        logger.info("admission decided earlier in this run: %s", box[0].get("summary", ""))
+        return None
+    if identity.world_size < identity.setup.max_world_size:
+        # Judge every slot at once: slots never measured must not be capped away.
+        logger.info(
+            "admission waits for the full group (%d of %d workers)",
+            identity.world_size,
+            identity.setup.max_world_size,
+        )
+        return None
+    decision = assess_admission(identity, model, costs, rank_slots)
+    keep = slots_to_keep(decision.admitted, rank_slots, min_workers=identity.setup.min_workers)
+    dropped = sorted(slot for slot in rank_slots if slot >= keep)
+    if identity.rank == 0:
+        logger.info("%s", decision.summary())
+        for worker in decision.workers:
+            logger.info("admission: %s (rank %d): %s", worker.worker, worker.rank, worker.reason)
+        kept_but_excluded = [r for r in decision.excluded if rank_slots[r] < keep]
+        if kept_but_excluded:
+            logger.warning(
+                "admission: rank(s) %s would be left out but sit before an admitted worker "
+                "slot; Ray Train places slots as a prefix, so they keep training. Fix: list "
+                "the faster workers first.",
+                kept_but_excluded,
+            )
+        scheduler.record_admission(
+            dict(decision.to_dict(), summary=decision.summary(), keep_slots=keep)
+        )
+    if not dropped:
+        return decision
+    logger.info(
+        "admission: waiting for Ray Train to restart the group on worker slots 0..%d "
+        "(slots %s left out)",
+        keep - 1,
+        dropped,
+    )
+    deadline = time.monotonic() + RESTART_TIMEOUT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+    raise HeteroError(
+        f"admission left out worker slots {dropped}, but Ray Train did not restart the group "
+        f"without them within {RESTART_TIMEOUT_S:.0f} s. Fix: check that the run is elastic "
+        "(HeteroTrainer makes it so with probe admission: auto), or set admission: all."
+    )

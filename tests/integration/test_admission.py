@@ -1,0 +1,53 @@
+"""``admission: auto`` end to end on local Ray (EMULATION: a 20x slower worker whose every
+gradient all-reduce is delayed 0.3 s, as behind a slow link): the probe's decision leaves it out,
+Ray Train re-sizes the group without its slot, and the run finishes on the other two."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from admission_loops import admission_loop
+
+from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero.config import BatchConfig, ProbeConfig
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, run_config):
+    out = tmp_path / "admission"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        admission_loop,
+        train_loop_config={"size": 192, "epochs": 1, "out": str(out)},
+        workers=[
+            WorkerSpec(name="fast", count=2),
+            WorkerSpec(name="slow", emulated_slowdown=20.0, emulated_collective_delay_s=0.3),
+        ],
+        batch=BatchConfig(global_batch_size=48),
+        probe=ProbeConfig(admission="auto", calibration_steps=1, calibration_rounds=1),
+        run_config=run_config,
+    )
+    result = trainer.fit()
+    assert result.error is None
+
+    decision = trainer.admission
+    assert decision is not None, "the admission decision was not recorded"
+    verdicts = {w["worker"]: w for w in decision["workers"]}
+    assert not verdicts["slow"]["admitted"]
+    assert verdicts["slow"]["with_samples_per_s"] < verdicts["slow"]["without_samples_per_s"]
+    assert verdicts["fast-0"]["admitted"] and verdicts["fast-1"]["admitted"]
+    assert decision["keep_slots"] == 2
+    # Measured per prefix of the fastest-first order: only the group with the slow link waits.
+    assert decision["collective_s"][2] >= 0.3 > decision["collective_s"][1]
+    assert decision["admitted_samples_per_s"] > decision["all_samples_per_s"]
+
+    records = [json.loads(p.read_text()) for p in out.glob("*_rank*.json")]
+    assert records, "no group finished the loop"
+    # Only the re-sized group trained: two ranks, both fast, all four steps each.
+    assert {r["world_size"] for r in records} == {2}
+    assert sorted(r["worker"] for r in records) == ["fast-0", "fast-1"]
+    assert all(r["steps"] == 4 and len(r["slices"]) == 2 for r in records)
+    # Every plan the run installed belongs to the two-worker group.
+    assert trainer.plans and all(p["world_size"] == 2 for p in trainer.plans)
