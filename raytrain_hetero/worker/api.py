@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
-from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
+from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs, measure_pass_caps
 from raytrain_hetero.worker.checkpoint_state import (
     CheckpointState,
     require_state,
@@ -60,6 +60,11 @@ from raytrain_hetero.worker.dataset_agreement import (
 )
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
+from raytrain_hetero.worker.micro_batches import (
+    MicroBatch,
+    check_micro_batching,
+    iterate_micro_batches,
+)
 from raytrain_hetero.worker.planning import (
     build_plan,
     gather_rank_slots,
@@ -78,6 +83,7 @@ __all__ = [
     "get_device",
     "get_rank_info",
     "log_step_metrics",
+    "micro_batches",
     "prepare_data_loader",
     "prepare_model",
     "prepare_optimizer",
@@ -128,23 +134,27 @@ def prepare_model(
     from raytrain_hetero.worker.ddp import wrap_model
 
     runtime = get_runtime()
-    parallel = runtime.identity.setup.parallel
+    setup = runtime.identity.setup
+    parallel = setup.parallel
     if parallel.model_parallel:
         raise ModelPreparationError(
             f"prepare_model wraps a model for data parallelism, but the run's parallel mode "
             f"is {parallel.mode!r}. Fix: call raytrain_hetero.prepare_model_parallel(model, "
             "example_input=...) instead, or set HeteroTrainer(parallel=...) mode: data."
         )
+    if sync_batchnorm is None:
+        sync_batchnorm = setup.batchnorm == "exact"
+    if setup.memory_cap_mode == "accumulate" and (
+        setup.max_memory_fraction is not None
+        or any(s.max_micro_batch is not None for s in setup.specs)
+    ):
+        check_micro_batching(model, exact_batchnorm=sync_batchnorm)
     wrapped = wrap_model(
         model,
         device=runtime.identity.device,
         timing=runtime.timing,
-        weighting=runtime.identity.setup.weighting,
-        sync_batchnorm=(
-            runtime.identity.setup.batchnorm == "exact"
-            if sync_batchnorm is None
-            else sync_batchnorm
-        ),
+        weighting=setup.weighting,
+        sync_batchnorm=sync_batchnorm,
         ddp_kwargs=ddp_kwargs,
         collective_timeout_s=runtime.identity.setup.collective_timeout_s,
         guard=runtime.guard,
@@ -259,6 +269,47 @@ def current_step_number() -> int:
             "No step in progress: call this inside the loop over the prepared loader."
         )
     return step.global_step
+
+
+def micro_batches(batch: Any) -> Iterator[MicroBatch]:
+    """This step's slice in parts that fit the worker's memory cap; a gradient-accumulation loop.
+
+    Under ``BatchConfig.memory_cap_mode="accumulate"`` a slice larger than the worker's cap
+    in samples per pass (``WorkerSpec.max_micro_batch``, or the probe's cap from
+    ``max_memory_fraction``) comes in parts of at most the cap; otherwise (no cap, a slice
+    within it, or ``"slice"`` mode) the batch comes whole with weight 1 and the step is
+    exactly the plain loop's. Scale each part's mean loss by its weight::
+
+        for batch in loader:
+            optimizer.zero_grad()
+            for part in raytrain_hetero.micro_batches(batch):
+                loss = loss_fn(model(part.data["image"]), part.data["label"])
+                (loss * part.weight).backward()
+            optimizer.step()
+
+    The gradients are synchronised once, after the last part, so the update is the
+    single-device update for the global batch (models with exact BatchNorm are refused by
+    :func:`prepare_model`; with ``batchnorm: local`` each part normalises by its own
+    statistics).
+
+    Args:
+        batch: The batch the prepared loader yielded for the step in progress.
+
+    Yields:
+        :class:`~raytrain_hetero.worker.micro_batches.MicroBatch` parts, in order.
+    """
+    runtime = get_runtime()
+    step = runtime.timing.current
+    if step is None:
+        raise HeteroError(
+            "micro_batches(batch) needs a step in progress: call it inside the loop over the "
+            "loader returned by prepare_data_loader."
+        )
+    setup, caps = runtime.identity.setup, runtime.plans.pass_caps
+    cap = None
+    if setup.memory_cap_mode == "accumulate" and caps is not None:
+        cap = caps[runtime.identity.rank]
+    yield from iterate_micro_batches(batch, step.local_count, cap, runtime.model)
 
 
 def current_plan() -> Plan | None:
@@ -454,6 +505,7 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
     identity, plans = runtime.identity, runtime.plans
     setup = identity.setup
     rank_slots = gather_rank_slots(identity, plans)
+    plans.pass_caps = measure_pass_caps(identity, runtime.model, inputs)
     loader = runtime.loader
     start = loader.carver.global_step(loader.cursor)
     if setup.fixed_shares is not None:
@@ -467,7 +519,13 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         # probed, which shortens the time until a joining node is used.
         known = plans.restored_slot_costs if setup.probe.reuse_on_restart else {}
         costs, how = measure_costs(
-            identity, runtime.model, runtime.timing, inputs, rank_slots=rank_slots, known=known
+            identity,
+            runtime.model,
+            runtime.timing,
+            inputs,
+            rank_slots=rank_slots,
+            known=known,
+            pass_caps=plans.pass_caps,
         )
         speeds = ", ".join(
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)

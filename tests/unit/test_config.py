@@ -159,7 +159,8 @@ def test_unknown_nested_key_suggests_closest(tmp_path: Path) -> None:
     msg = str(info.value)
     assert "train.learning_rate: unknown key 'learning_rate' under 'train'" in msg
     assert (
-        "valid keys: global_batch_size, min_slice, weighting, batchnorm, fixed_shares, seed, epochs, lr, "
+        "valid keys: global_batch_size, min_slice, weighting, batchnorm, max_memory_fraction, "
+        "memory_cap_mode, fixed_shares, seed, epochs, lr, "
         "momentum, weight_decay" in msg
     )
     assert "Fix: rename it to 'lr'" in msg
