@@ -8,7 +8,8 @@ Two contenders, alternated A B B A in one Ray session after one uncounted warm-u
 * ``cap-only`` (``memory_cap_mode: slice``): the allocation caps the fast worker's slice at the
   cap and spreads the rest over the slower workers;
 * ``accumulate`` (``memory_cap_mode: accumulate``): the fast worker keeps its speed share and
-  runs it in micro-batches of at most the cap (count-weighted, exact).
+  runs it in micro-batches of at most the cap (count-weighted, exact);
+* ``uncapped`` (reference): no cap, one pass per slice: what micro-batching costs.
 
 The model has no BatchNorm (``marques_cnn``), so both contenders make the one-device update.
 Figure: global samples/s (median over steps after the first 3) per contender and the ratio.
@@ -27,7 +28,12 @@ from typing import Any
 
 from raytrain_hetero.bench.replan_recovery import per_step_throughput
 
-CONTENDERS = {"cap-only": "slice", "accumulate": "accumulate"}
+#: Contender -> memory_cap_mode (None: the "uncapped" reference, no cap at all).
+CONTENDERS: dict[str, str | None] = {
+    "cap-only": "slice",
+    "accumulate": "accumulate",
+    "uncapped": None,
+}
 
 
 def ideal_samples_per_s_ratio(cap: int, batch: int, speeds: list[float]) -> float:
@@ -49,10 +55,11 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     ax = fig.subplots()
     names = list(CONTENDERS)
     medians = [results["contenders"][n]["median_samples_per_s"] for n in names]
-    ax.bar(names, medians, color=["#7f7f7f", "#1f77b4"])
+    ax.bar(names, medians, color=["#7f7f7f", "#1f77b4", "#2ca02c"][: len(names)])
     for i, name in enumerate(names):
         runs = results["contenders"][name]["runs"]
         ax.scatter([i] * len(runs), [r["samples_per_s"] for r in runs], color="black", zorder=3)
+    ax.axhline(0, color="black", linewidth=0.5)
     ax.set_ylabel("global samples/s (median over steps)")
     ax.set_title(
         f"fast worker capped at {results['cap']} samples/pass (share ~{results['fast_share']})"
@@ -89,10 +96,13 @@ def main(argv: list[str] | None = None) -> int:
 
     HeteroTrainer.fit = capturing_fit  # type: ignore[method-assign]
     base = load_config(args.config)
-    workers = [
-        {**w.model_dump(), "max_micro_batch": args.cap if w.name == "fast" else None}
-        for w in base.workers
-    ]
+
+    def workers(capped: bool) -> list[dict[str, Any]]:
+        return [
+            {**w.model_dump(), "max_micro_batch": args.cap if capped and w.name == "fast" else None}
+            for w in base.workers
+        ]
+
     speeds = [1.0 / w.emulated_slowdown for w in base.workers]
     jobs = {
         name: load_config(
@@ -102,17 +112,18 @@ def main(argv: list[str] | None = None) -> int:
                 "train": {
                     "epochs": args.epochs,
                     "global_batch_size": args.batch,
-                    "memory_cap_mode": mode,
+                    "memory_cap_mode": mode or "accumulate",
                 },
                 "scheduler": {"live": False},
-                "workers": workers,
+                "workers": workers(mode is not None),
             },
         )
         for name, mode in CONTENDERS.items()
     }
     init_ray(jobs["accumulate"])
     run_job(jobs["accumulate"], output_dir=args.output / "warmup", progress=False)  # uncounted
-    order = [n for i in range(args.repeats) for n in (list(CONTENDERS)[:: 1 if i % 2 == 0 else -1])]
+    names = list(CONTENDERS)
+    order = [n for i in range(args.repeats) for n in (names if i % 2 == 0 else names[::-1])]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     for index, name in enumerate(order):
         run_job(jobs[name], output_dir=args.output / f"{name}-{index}", progress=False)
@@ -130,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ray.shutdown()
     contenders = {
         name: {
-            "memory_cap_mode": CONTENDERS[name],
+            "memory_cap_mode": CONTENDERS[name] or "no cap",
             "median_samples_per_s": statistics.median(r["samples_per_s"] for r in rs),
             "runs": rs,
         }
@@ -149,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": f"marques_cnn width {args.width} (no BatchNorm)",
         "contenders": contenders,
         "ratio": ratio,
+        "accumulate_vs_uncapped": contenders["accumulate"]["median_samples_per_s"]
+        / contenders["uncapped"]["median_samples_per_s"],
         "ideal_ratio": ideal_samples_per_s_ratio(args.cap, args.batch, speeds),
     }
     args.output.mkdir(parents=True, exist_ok=True)
@@ -157,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\naccumulate {contenders['accumulate']['median_samples_per_s']:.1f} vs cap-only "
         f"{contenders['cap-only']['median_samples_per_s']:.1f} samples/s: {ratio:.2f}x "
-        f"(ideal {results['ideal_ratio']:.2f}x)"
+        f"(ideal {results['ideal_ratio']:.2f}x); accumulate / uncapped "
+        f"{results['accumulate_vs_uncapped']:.2f}"
     )
     return 0
 
