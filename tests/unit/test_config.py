@@ -269,6 +269,24 @@ def test_max_batch_caps_too_small() -> None:
     assert validate_config(data).total_workers == 3
 
 
+def test_max_micro_batch_caps_slices_only_in_slice_mode() -> None:
+    data = {
+        "data": {"root": "x"},
+        "workers": [{"name": "a", "max_micro_batch": 50}, {"name": "b", "max_batch": 40}],
+        "train": {"global_batch_size": 192, "memory_cap_mode": "slice"},
+    }
+    with pytest.raises(ConfigError, match=r"max_batch and max_micro_batch = 90"):
+        validate_config(data)
+    data["workers"][0]["max_micro_batch"] = 1
+    data["train"]["min_slice"] = 2
+    with pytest.raises(ConfigError, match=r"workers\[0\]\.max_micro_batch: 1 is below"):
+        validate_config(data)
+    # Accumulation keeps the speed share: a pass cap does not cap the slice.
+    data["train"]["memory_cap_mode"] = "accumulate"
+    data["workers"][1]["max_batch"] = 190
+    assert validate_config(data).train.memory_cap_mode == "accumulate"
+
+
 def test_duplicate_worker_names() -> None:
     with pytest.raises(ConfigError, match=r"workers\[1\]\.name: duplicate worker name 'a'"):
         validate_config({**MINIMAL, "workers": [{"name": "a"}, {"name": "a"}]})
