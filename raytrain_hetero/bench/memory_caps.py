@@ -41,10 +41,11 @@ def ideal_samples_per_s_ratio(cap: int, batch: int, speeds: list[float]) -> floa
 
     Cap-only: the capped worker does ``cap`` samples, the others share the rest by speed, so
     the step takes ``(batch - cap) / sum(other speeds)``; accumulation: ``batch / sum(speeds)``
-    (assuming the capped worker's share exceeds the cap).
+    (1 when the cap is at or above the capped worker's share).
     """
     fast, others = speeds[0], sum(speeds[1:])
-    capped = max((batch - cap) / others, cap / fast)
+    held = min(cap, batch * fast / (fast + others))  # a cap above the share does not bind
+    capped = max((batch - held) / others, held / fast)
     return capped / (batch / (fast + others))
 
 
