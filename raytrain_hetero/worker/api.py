@@ -64,6 +64,7 @@ from raytrain_hetero.worker.micro_batches import (
     MicroBatch,
     check_micro_batching,
     iterate_micro_batches,
+    pass_caps_note,
 )
 from raytrain_hetero.worker.planning import (
     build_plan,
@@ -511,7 +512,11 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
     if setup.fixed_shares is not None:
         shares = [setup.fixed_shares[slot] for slot in rank_slots]
         plan = build_plan(
-            identity, plans, shares=shares, effective_step=start, reason="fixed shares"
+            identity,
+            plans,
+            shares=shares,
+            effective_step=start,
+            reason="fixed shares" + pass_caps_note(plans.pass_caps),
         )
     else:
         # After a restart, slots the previous group measured keep their cost models (the
@@ -531,7 +536,11 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
         )
         plan = build_plan(
-            identity, plans, costs=costs, effective_step=start, reason=f"{how} ({speeds})"
+            identity,
+            plans,
+            costs=costs,
+            effective_step=start,
+            reason=f"{how} ({speeds})" + pass_caps_note(plans.pass_caps),
         )
     _install(runtime, plan)
 

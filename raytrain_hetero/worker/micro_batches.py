@@ -24,7 +24,13 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from raytrain_hetero.core.memory import micro_batch_sizes
 from raytrain_hetero.errors import ConfigError, HeteroError
 
-__all__ = ["MicroBatch", "check_micro_batching", "iterate_micro_batches", "split_batch"]
+__all__ = [
+    "MicroBatch",
+    "check_micro_batching",
+    "iterate_micro_batches",
+    "pass_caps_note",
+    "split_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -108,3 +114,11 @@ def iterate_micro_batches(
         last = index == len(sizes) - 1
         with contextlib.nullcontext() if last else no_sync():
             yield MicroBatch(part, size / slice_size, size)
+
+
+def pass_caps_note(pass_caps: Sequence[int | None] | None) -> str:
+    """The ranks' caps in samples per pass, for a plan's reason (empty when none has one)."""
+    if pass_caps is None or all(c is None for c in pass_caps):
+        return ""
+    caps = ", ".join(f"r{r}:{c}" for r, c in enumerate(pass_caps) if c is not None)
+    return f"; samples/pass caps {caps}"
