@@ -54,7 +54,8 @@ class BatchConfig(HeteroModel):
             slices neither the normalisation, the gradients nor the running statistics are
             the one-device ones).
         max_memory_fraction: Fraction of a worker's memory (CUDA: the device's total; CPU: the
-            worker's Ray ``memory`` resource, else the node's available RAM) that one
+            worker's Ray ``memory`` resource, else its share of the node's available RAM
+            among the training workers there) that one
             forward+backward pass may use. The probe measures each worker's peak memory per
             sample and turns the budget into a cap in samples per pass; ``None``: no memory
             cap (only ``WorkerSpec.max_micro_batch`` caps a pass).

@@ -143,6 +143,8 @@ def measure_pass_caps(
                 "The memory probe needs the model: call prepare_model(model) before iterating "
                 "the loader returned by prepare_data_loader."
             )
+        nodes: list[Any] = [None] * identity.world_size
+        dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
         even = -(-setup.global_batch_size // identity.world_size)
         module = getattr(model, "module", model)
         set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
@@ -155,6 +157,7 @@ def measure_pass_caps(
                 loss_fn=inputs.loss_fn,
                 fraction=setup.max_memory_fraction,
                 ray_memory_bytes=spec.resources.get("memory"),
+                ranks_on_node=nodes.count(nodes[identity.rank]),
             )
         finally:
             set_batchnorm_sync(module, True)

@@ -155,6 +155,7 @@ def probe_memory(
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
     fraction: float,
     ray_memory_bytes: float | None = None,
+    ranks_on_node: int = 1,
     repeats: int = 2,
 ) -> MemoryProbe | None:
     """Measure one worker's peak memory per pass and derive its cap in samples per pass.
@@ -169,6 +170,8 @@ def probe_memory(
         loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
         fraction: Share of the worker's memory a pass may use, in (0, 1].
         ray_memory_bytes: The worker's Ray ``memory`` resource (CPU budget), if any.
+        ranks_on_node: Training workers sharing this node's RAM: without a Ray ``memory``
+            resource a CPU worker's budget is its share of the node's available RAM.
         repeats: Passes per size; the largest peak is kept.
 
     Returns:
@@ -228,7 +231,10 @@ def probe_memory(
     # The node's available RAM already excludes what this process holds; a device's total
     # or a Ray memory resource does not.
     available_ram = device.type == "cpu" and not ray_memory_bytes
-    budget = fraction * total - (0 if available_ram else held)
+    if available_ram:
+        budget = fraction * total / max(1, ranks_on_node)
+    else:
+        budget = fraction * total - held
     cap = memory_cap(fitted.fixed_bytes, fitted.per_sample_bytes, budget)
     if cap == 0:
         raise ProbeError(

@@ -176,7 +176,7 @@ def test_memory_probe_measures_real_peaks_and_caps_by_the_budget():
     model = _conv()
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
-    def probe(memory: float, fraction: float = 1.0):
+    def probe(memory: float | None, fraction: float = 1.0, ranks_on_node: int = 1):
         return probe_memory(
             model,
             _make_batch,
@@ -185,6 +185,7 @@ def test_memory_probe_measures_real_peaks_and_caps_by_the_budget():
             loss_fn=lambda m, b: m(b).mean(),
             fraction=fraction,
             ray_memory_bytes=memory,
+            ranks_on_node=ranks_on_node,
         )
 
     roomy = probe(64 * 2**30)
@@ -195,6 +196,9 @@ def test_memory_probe_measures_real_peaks_and_caps_by_the_budget():
     assert roomy.cap is not None and roomy.cap > 24
     half = probe(64 * 2**30, fraction=0.5)
     assert half.cap < roomy.cap
+    # Without a Ray memory resource, the node's available RAM is shared by its workers.
+    alone, shared = probe(None, 0.5), probe(None, 0.5, ranks_on_node=8)
+    assert shared.budget_bytes == pytest.approx(alone.budget_bytes / 8, rel=0.2)
     with pytest.raises(ProbeError, match="Not even one sample fits"):
         probe(1.0)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
