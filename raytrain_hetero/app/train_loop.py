@@ -85,11 +85,21 @@ class DataParallelRunner:
         """One carved step; returns the loss of this rank's slice."""
         import torch.nn.functional as F
 
-        loss = F.cross_entropy(self.model(batch["image"]), batch["label"])
+        import raytrain_hetero as rh
+
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        slice_loss = 0.0
+        # One part (the whole slice, weight 1) unless a memory cap splits it: count-weighted
+        # micro-batches, gradients synchronised once after the last.
+        for part in rh.micro_batches(batch):
+            loss = F.cross_entropy(self.model(part.data["image"]), part.data["label"])
+            if part.weight == 1.0:
+                loss.backward()
+            else:
+                (loss * part.weight).backward()
+            slice_loss += float(loss.item()) * part.weight
         self.optimizer.step()  # guarded: a non-finite step is skipped on every rank
-        return float(loss.item())
+        return slice_loss
 
     def full_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The single-device model and optimizer state (only rank 0 needs it here)."""

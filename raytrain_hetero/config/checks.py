@@ -167,19 +167,40 @@ def run_setting_problems(
                     f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
                 )
             )
-    if all(w.max_batch is not None for w in workers):
-        capacity = sum(w.count * w.max_batch for w in workers)  # type: ignore[operator]
+        if (
+            batch.memory_cap_mode == "slice"
+            and spec.max_micro_batch is not None
+            and spec.max_micro_batch < batch.min_slice
+        ):
+            mode_key = paths.key(paths.batch, "memory_cap_mode")
+            problems.append(
+                (
+                    (*paths.workers, i, "max_micro_batch"),
+                    (
+                        f"{spec.max_micro_batch} is below {min_slice_key} {batch.min_slice}; "
+                        f"with {mode_key} slice it caps the slice, so no slice fits this worker"
+                    ),
+                    f"raise max_micro_batch to >= {batch.min_slice}, lower {min_slice_key}, "
+                    f"or set {mode_key}: accumulate",
+                )
+            )
+    slice_caps = [_slice_cap(w, batch) for w in workers]
+    if all(c is not None for c in slice_caps):
+        capacity = sum(w.count * c for w, c in zip(workers, slice_caps))  # type: ignore[misc]
+        cap_name = "max_batch"
+        if batch.memory_cap_mode == "slice" and any(w.max_micro_batch for w in workers):
+            cap_name = "the smaller of max_batch and max_micro_batch"
         if capacity < batch.global_batch_size:
             problems.append(
                 (
                     (*paths.batch, "global_batch_size"),
                     (
                         f"{batch.global_batch_size} exceeds what all workers can hold per step "
-                        f"(sum of count x max_batch = {capacity})"
+                        f"(sum of count x {cap_name} = {capacity})"
                     ),
                     (
-                        f"lower global_batch_size to <= {capacity}, raise some max_batch, or remove "
-                        "a max_batch cap"
+                        f"lower global_batch_size to <= {capacity}, raise some max_batch or "
+                        "max_micro_batch, or remove a cap"
                     ),
                 )
             )
@@ -299,3 +320,13 @@ def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) ->
             [ConfigProblem("inject_slowdown", loc_path(at), m, f) for at, m, f in problems]
         )
     return injection
+
+
+def _slice_cap(spec: WorkerSpec, batch: BatchConfig) -> int | None:
+    """A worker's slice cap known from the config: ``max_batch``, and under
+    ``memory_cap_mode="slice"`` also ``max_micro_batch`` (the smaller binds)."""
+    caps = [spec.max_batch]
+    if batch.memory_cap_mode == "slice":
+        caps.append(spec.max_micro_batch)
+    known = [c for c in caps if c is not None]
+    return min(known) if known else None

@@ -53,6 +53,18 @@ class BatchConfig(HeteroModel):
             rank's per-slice statistics (stock DDP's semantics: cheaper, but under uneven
             slices neither the normalisation, the gradients nor the running statistics are
             the one-device ones).
+        max_memory_fraction: Fraction of a worker's memory (CUDA: the device's total; CPU: the
+            worker's Ray ``memory`` resource, else its share of the node's available RAM
+            among the training workers there) that one
+            forward+backward pass may use. The probe measures each worker's peak memory per
+            sample and turns the budget into a cap in samples per pass; ``None``: no memory
+            cap (only ``WorkerSpec.max_micro_batch`` caps a pass).
+        memory_cap_mode: What a worker does with a slice above its per-pass cap:
+            ``"accumulate"`` keeps the speed-proportional slice and runs it in micro-batches
+            of at most the cap (loop: :func:`raytrain_hetero.micro_batches`), count-weighted,
+            so the update stays exact (refused with exact BatchNorm, whose statistics span
+            the whole slice); ``"slice"`` caps the slice in the allocation and spreads the
+            rest over the other workers.
         fixed_shares: One relative share per worker slot (counts expanded, in order); skips
             probing and, by default, live re-planning.
         seed: Seed of the per-epoch permutations (and, in the YAML job, of the model init).
@@ -65,6 +77,17 @@ class BatchConfig(HeteroModel):
     )
     batchnorm: Literal["exact", "local"] = Field(
         "exact", description="BatchNorm statistics: exact (global batch) or local (per slice)"
+    )
+    max_memory_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="fraction of worker memory one pass may use (null: no memory cap)",
+    )
+    memory_cap_mode: Literal["accumulate", "slice"] = Field(
+        "accumulate",
+        description="slice above the per-pass cap: accumulate (micro-batches) or slice (capped)",
     )
     fixed_shares: tuple[PositiveFloat, ...] | None = Field(
         None, min_length=1, description="one share per worker, in expanded order; skips probing"

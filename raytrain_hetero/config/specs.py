@@ -40,6 +40,11 @@ class WorkerSpec(HeteroModel):
         label_selector: Ray node labels a worker must land on (``None``: anywhere).
         device: ``"auto"`` uses CUDA iff ``resources`` requests a GPU.
         max_batch: Per-step slice cap (memory bound), or ``None`` for no cap.
+        max_micro_batch: Samples one forward+backward pass of this worker may hold (an
+            explicit memory cap, combined with the probe's cap from
+            ``BatchConfig.max_memory_fraction`` by the minimum); a larger slice runs in
+            micro-batches or is capped (``BatchConfig.memory_cap_mode``). ``None``: no
+            explicit cap.
         emulated_slowdown: EMULATION for CPU-only testing and demos: stretches this worker's
             own compute time by this factor (``1.0`` = real speed).
         emulated_collective_delay_s: EMULATION of a worker behind a slow link: it sleeps this
@@ -60,6 +65,9 @@ class WorkerSpec(HeteroModel):
         "auto", description="compute device; auto = cuda iff resources has GPU > 0"
     )
     max_batch: PositiveInt | None = Field(None, description="per-step slice cap (memory)")
+    max_micro_batch: PositiveInt | None = Field(
+        None, description="samples per forward+backward pass (memory); larger slices are split"
+    )
     emulated_slowdown: Float = Field(
         1.0,
         ge=1.0,

@@ -321,6 +321,8 @@ class HeteroTrainer:
             global_batch_size=self.batch.global_batch_size,
             weighting=self.batch.weighting,
             batchnorm=self.batch.batchnorm,
+            max_memory_fraction=self.batch.max_memory_fraction,
+            memory_cap_mode=self.batch.memory_cap_mode,
             fixed_shares=self.batch.fixed_shares,
             min_slice=self.batch.min_slice,
             max_world_size=len(self.specs),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
 from raytrain_hetero.worker.admission import apply_admission
-from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs
+from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs, measure_pass_caps
 from raytrain_hetero.worker.checkpoint_state import (
     CheckpointState,
     require_state,
@@ -61,6 +61,12 @@ from raytrain_hetero.worker.dataset_agreement import (
 )
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
+from raytrain_hetero.worker.micro_batches import (
+    MicroBatch,
+    check_micro_batching,
+    iterate_micro_batches,
+    pass_caps_note,
+)
 from raytrain_hetero.worker.planning import (
     build_plan,
     gather_rank_slots,
@@ -79,6 +85,7 @@ __all__ = [
     "get_device",
     "get_rank_info",
     "log_step_metrics",
+    "micro_batches",
     "prepare_data_loader",
     "prepare_model",
     "prepare_optimizer",
@@ -129,23 +136,27 @@ def prepare_model(
     from raytrain_hetero.worker.ddp import wrap_model
 
     runtime = get_runtime()
-    parallel = runtime.identity.setup.parallel
+    setup = runtime.identity.setup
+    parallel = setup.parallel
     if parallel.model_parallel:
         raise ModelPreparationError(
             f"prepare_model wraps a model for data parallelism, but the run's parallel mode "
             f"is {parallel.mode!r}. Fix: call raytrain_hetero.prepare_model_parallel(model, "
             "example_input=...) instead, or set HeteroTrainer(parallel=...) mode: data."
         )
+    if sync_batchnorm is None:
+        sync_batchnorm = setup.batchnorm == "exact"
+    if setup.memory_cap_mode == "accumulate" and (
+        setup.max_memory_fraction is not None
+        or any(s.max_micro_batch is not None for s in setup.specs)
+    ):
+        check_micro_batching(model, exact_batchnorm=sync_batchnorm)
     wrapped = wrap_model(
         model,
         device=runtime.identity.device,
         timing=runtime.timing,
-        weighting=runtime.identity.setup.weighting,
-        sync_batchnorm=(
-            runtime.identity.setup.batchnorm == "exact"
-            if sync_batchnorm is None
-            else sync_batchnorm
-        ),
+        weighting=setup.weighting,
+        sync_batchnorm=sync_batchnorm,
         ddp_kwargs=ddp_kwargs,
         collective_timeout_s=runtime.identity.setup.collective_timeout_s,
         guard=runtime.guard,
@@ -261,6 +272,47 @@ def current_step_number() -> int:
             "No step in progress: call this inside the loop over the prepared loader."
         )
     return step.global_step
+
+
+def micro_batches(batch: Any) -> Iterator[MicroBatch]:
+    """This step's slice in parts that fit the worker's memory cap; a gradient-accumulation loop.
+
+    Under ``BatchConfig.memory_cap_mode="accumulate"`` a slice larger than the worker's cap
+    in samples per pass (``WorkerSpec.max_micro_batch``, or the probe's cap from
+    ``max_memory_fraction``) comes in parts of at most the cap; otherwise (no cap, a slice
+    within it, or ``"slice"`` mode) the batch comes whole with weight 1 and the step is
+    exactly the plain loop's. Scale each part's mean loss by its weight::
+
+        for batch in loader:
+            optimizer.zero_grad()
+            for part in raytrain_hetero.micro_batches(batch):
+                loss = loss_fn(model(part.data["image"]), part.data["label"])
+                (loss * part.weight).backward()
+            optimizer.step()
+
+    The gradients are synchronised once, after the last part, so the update is the
+    single-device update for the global batch (models with exact BatchNorm are refused by
+    :func:`prepare_model`; with ``batchnorm: local`` each part normalises by its own
+    statistics).
+
+    Args:
+        batch: The batch the prepared loader yielded for the step in progress.
+
+    Yields:
+        :class:`~raytrain_hetero.worker.micro_batches.MicroBatch` parts, in order.
+    """
+    runtime = get_runtime()
+    step = runtime.timing.current
+    if step is None:
+        raise HeteroError(
+            "micro_batches(batch) needs a step in progress: call it inside the loop over the "
+            "loader returned by prepare_data_loader."
+        )
+    setup, caps = runtime.identity.setup, runtime.plans.pass_caps
+    cap = None
+    if setup.memory_cap_mode == "accumulate" and caps is not None:
+        cap = caps[runtime.identity.rank]
+    yield from iterate_micro_batches(batch, step.local_count, cap, runtime.model)
 
 
 def current_plan() -> Plan | None:
@@ -481,12 +533,17 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
     identity, plans = runtime.identity, runtime.plans
     setup = identity.setup
     rank_slots = gather_rank_slots(identity, plans)
+    plans.pass_caps = measure_pass_caps(identity, runtime.model, inputs)
     loader = runtime.loader
     start = loader.carver.global_step(loader.cursor)
     if setup.fixed_shares is not None:
         shares = [setup.fixed_shares[slot] for slot in rank_slots]
         plan = build_plan(
-            identity, plans, shares=shares, effective_step=start, reason="fixed shares"
+            identity,
+            plans,
+            shares=shares,
+            effective_step=start,
+            reason="fixed shares" + pass_caps_note(plans.pass_caps),
         )
     else:
         # After a restart, slots the previous group measured keep their cost models (the
@@ -494,7 +551,13 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         # probed, which shortens the time until a joining node is used.
         known = plans.restored_slot_costs if setup.probe.reuse_on_restart else {}
         costs, how = measure_costs(
-            identity, runtime.model, runtime.timing, inputs, rank_slots=rank_slots, known=known
+            identity,
+            runtime.model,
+            runtime.timing,
+            inputs,
+            rank_slots=rank_slots,
+            known=known,
+            pass_caps=plans.pass_caps,
         )
         if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
             apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
@@ -502,7 +565,11 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
             f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
         )
         plan = build_plan(
-            identity, plans, costs=costs, effective_step=start, reason=f"{how} ({speeds})"
+            identity,
+            plans,
+            costs=costs,
+            effective_step=start,
+            reason=f"{how} ({speeds})" + pass_caps_note(plans.pass_caps),
         )
     _install(runtime, plan)
 

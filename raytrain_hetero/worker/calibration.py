@@ -12,6 +12,7 @@ Collectives, run on every rank at the same point (the first iteration of the loa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -26,19 +27,29 @@ import torch.distributed as dist
 from torch.utils.data import Dataset
 
 from raytrain_hetero.core.allocation import CostModel, allocate
+from raytrain_hetero.core.memory import micro_batch_sizes
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.memory_probe import memory_probe_batch_sizes, probe_memory
+from raytrain_hetero.worker.planning import allocation_caps
 from raytrain_hetero.worker.probe import ProbeResult, default_probe_batch_sizes, probe_step_costs
 from raytrain_hetero.worker.sampler import move_to_device
 from raytrain_hetero.worker.timing import StepInfo, StepTiming
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProbeInputs", "calibrate", "measure_costs", "probe_in_node_rounds"]
+__all__ = [
+    "ProbeInputs",
+    "calibrate",
+    "measure_costs",
+    "measure_pass_caps",
+    "probe_in_node_rounds",
+]
 
 PROBE_SALT = 7919
+MEMORY_SALT = 15485863
 CALIBRATION_SALT = 104729
 
 
@@ -67,6 +78,7 @@ def measure_costs(
     *,
     rank_slots: tuple[int, ...],
     known: dict[int, CostModel],
+    pass_caps: tuple[int | None, ...] | None = None,
 ) -> tuple[list[CostModel], str]:
     """One cost model per rank: probed (or reused) and then calibrated; a collective.
 
@@ -77,13 +89,18 @@ def measure_costs(
         inputs: Dataset and loss to measure with.
         rank_slots: Worker slot of every rank.
         known: Cost models of slots a previous group measured; those slots skip the probe.
+        pass_caps: Samples per forward+backward pass of every rank (memory), or None: the
+            probe stays within them and calibration micro-batches a slice above them.
 
     Returns:
         The costs and how they were obtained (for the plan's reason).
     """
     probe_cfg = identity.setup.probe
     probing = rank_slots[identity.rank] not in known
-    result = probe_in_node_rounds(identity, model, timing, inputs, probing=probing)
+    pass_cap = pass_caps[identity.rank] if pass_caps is not None else None
+    result = probe_in_node_rounds(
+        identity, model, timing, inputs, probing=probing, pass_cap=pass_cap
+    )
     gathered: list[Any] = [None] * identity.world_size
     dist.all_gather_object(
         gathered, (result.batch_sizes, result.seconds) if result is not None else None
@@ -99,9 +116,57 @@ def measure_costs(
     # is its group's, so the probe's per-rank speeds are the share of the data plan.
     model_parallel = identity.setup.parallel.model_parallel
     if probe_cfg.calibration_steps > 0 and probe_cfg.calibration_rounds > 0 and not model_parallel:
-        costs = calibrate(identity, model, timing, inputs, costs, rank_slots=rank_slots)
+        costs = calibrate(
+            identity, model, timing, inputs, costs, rank_slots=rank_slots, pass_caps=pass_caps
+        )
         how += " + calibration"
     return costs, how
+
+
+def measure_pass_caps(
+    identity: RankIdentity, model: Any, inputs: ProbeInputs
+) -> tuple[int | None, ...]:
+    """Every rank's cap in samples per forward+backward pass; a collective.
+
+    A rank's cap is the smaller of ``WorkerSpec.max_micro_batch`` and, with
+    ``BatchConfig.max_memory_fraction`` set, the cap its memory probe derives
+    (:func:`~raytrain_hetero.worker.memory_probe.probe_memory`); ``None`` where neither binds.
+    Without either setting on any slot nothing is measured and no collective runs.
+    """
+    setup, spec = identity.setup, identity.spec
+    if setup.max_memory_fraction is None and all(s.max_micro_batch is None for s in setup.specs):
+        return (None,) * identity.world_size
+    cap = spec.max_micro_batch
+    if setup.max_memory_fraction is not None:
+        if model is None:
+            raise HeteroError(
+                "The memory probe needs the model: call prepare_model(model) before iterating "
+                "the loader returned by prepare_data_loader."
+            )
+        nodes: list[Any] = [None] * identity.world_size
+        dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+        even = -(-setup.global_batch_size // identity.world_size)
+        module = getattr(model, "module", model)
+        set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
+        try:
+            probed = probe_memory(
+                module,
+                _batch_maker(identity, inputs, salt=MEMORY_SALT),
+                memory_probe_batch_sizes(even, cap),
+                device=torch.device(identity.device),
+                loss_fn=inputs.loss_fn,
+                fraction=setup.max_memory_fraction,
+                ray_memory_bytes=spec.resources.get("memory"),
+                ranks_on_node=nodes.count(nodes[identity.rank]),
+            )
+        finally:
+            set_batchnorm_sync(module, True)
+        if probed is not None and probed.cap is not None:
+            cap = probed.cap if cap is None else min(cap, probed.cap)
+    gathered: list[Any] = [None] * identity.world_size
+    dist.all_gather_object(gathered, cap)
+    logger.info("samples per pass (memory caps) by rank: %s", gathered)
+    return tuple(gathered)
 
 
 def probe_in_node_rounds(
@@ -111,6 +176,7 @@ def probe_in_node_rounds(
     inputs: ProbeInputs,
     *,
     probing: bool = True,
+    pass_cap: int | None = None,
 ) -> ProbeResult | None:
     """Probe the workers that need it; those sharing a node take turns so they do not contend.
 
@@ -127,13 +193,17 @@ def probe_in_node_rounds(
     result: ProbeResult | None = None
     for round_index in range(rounds):
         if probing and round_index == my_round:
-            result = _probe_this_worker(identity, model, timing, inputs)
+            result = _probe_this_worker(identity, model, timing, inputs, pass_cap)
         dist.barrier()
     return result
 
 
 def _probe_this_worker(
-    identity: RankIdentity, model: Any, timing: StepTiming, inputs: ProbeInputs
+    identity: RankIdentity,
+    model: Any,
+    timing: StepTiming,
+    inputs: ProbeInputs,
+    pass_cap: int | None = None,
 ) -> ProbeResult:
     if model is None:
         raise HeteroError(
@@ -145,8 +215,9 @@ def _probe_this_worker(
     sizes = setup.probe.batch_sizes or default_probe_batch_sizes(
         setup.global_batch_size, identity.world_size, spec.max_batch
     )
-    if spec.max_batch is not None:
-        sizes = sorted({min(b, spec.max_batch) for b in sizes})
+    for cap in (spec.max_batch, pass_cap):  # a probe pass must fit the memory caps too
+        if cap is not None:
+            sizes = sorted({min(b, cap) for b in sizes})
     module = getattr(model, "module", model)
     set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
     try:
@@ -173,6 +244,7 @@ def calibrate(
     costs: list[CostModel],
     *,
     rank_slots: tuple[int, ...],
+    pass_caps: tuple[int | None, ...] | None = None,
 ) -> list[CostModel]:
     """Refit per-rank costs from a few real synchronous steps at the planned slices.
 
@@ -180,25 +252,36 @@ def calibrate(
     included) on random samples at its slice; gradients are discarded and parameters and
     buffers restored, so training and the epoch's carving are untouched. Each rank's
     wall-clock busy time (collective waits excluded) replaces its per-sample cost; the
-    probe's fixed cost alpha is kept.
+    probe's fixed cost alpha is kept. Under ``memory_cap_mode="accumulate"`` a slice above
+    the rank's per-pass cap runs in micro-batches, as training does.
     """
     fault_point(identity, "calibration")  # FAULT INJECTION hook (off unless configured)
     setup = identity.setup
     module = getattr(model, "module", model)
     saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    caps = [setup.specs[slot].max_batch for slot in rank_slots]
+    caps = allocation_caps(setup, rank_slots, pass_caps)
+    pass_cap = None
+    if setup.memory_cap_mode == "accumulate" and pass_caps is not None:
+        pass_cap = pass_caps[identity.rank]
     make_batch = _batch_maker(identity, inputs, salt=CALIBRATION_SALT)
     try:
         for _ in range(setup.probe.calibration_rounds):
             slices = allocate(setup.global_batch_size, costs, caps=caps, min_slice=setup.min_slice)
             busy: list[float] = []
             for k in range(setup.probe.calibration_steps + 1):
+                parts = micro_batch_sizes(slices[identity.rank], pass_cap)
                 loaded_at = time.perf_counter()
-                batch = make_batch(slices[identity.rank])
+                batches = [make_batch(size) for size in parts]
                 load_wall = time.perf_counter() - loaded_at if inputs.time_loading else 0.0
                 timing.begin(StepInfo(-1, -1, -1, tuple(slices), identity.rank, 0))
-                loss = inputs.loss_fn(model, batch)
-                loss.backward()
+                if len(parts) == 1:
+                    inputs.loss_fn(model, batches[0]).backward()
+                else:  # count-weighted micro-batches, synchronised once (as in training)
+                    for index, (size, batch) in enumerate(zip(parts, batches)):
+                        last = index == len(parts) - 1
+                        with contextlib.nullcontext() if last else model.no_sync():
+                            weight = size / slices[identity.rank]
+                            (inputs.loss_fn(model, batch) * weight).backward()
                 times = timing.end()
                 if k > 0:  # the first step sets DDP's buckets up: not timed
                     busy.append(times.busy_s + load_wall)

@@ -34,6 +34,10 @@ class HeteroSetup:
         weighting: "proportional" (exact) or "uniform" (the seed papers' HDP baseline).
         batchnorm: "exact" (global-batch statistics) or "local" (per-slice statistics):
             what ``prepare_model`` does with BatchNorm layers unless told otherwise.
+        max_memory_fraction: Fraction of a worker's memory one pass may use (None: no
+            probed memory cap).
+        memory_cap_mode: "accumulate" (micro-batches) or "slice" (capped slices) for a slice
+            above a worker's per-pass cap.
         fixed_shares: One share per worker slot, or None to probe.
         min_slice: Smallest per-rank slice.
         max_world_size: Largest world the run may reach (fixes step boundaries).
@@ -83,6 +87,10 @@ class HeteroSetup:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     batchnorm: Literal["exact", "local"] = BatchConfig.model_fields["batchnorm"].default
     min_workers: int = 1
+    max_memory_fraction: float | None = BatchConfig.model_fields["max_memory_fraction"].default
+    memory_cap_mode: Literal["accumulate", "slice"] = BatchConfig.model_fields[
+        "memory_cap_mode"
+    ].default
 
     def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
         """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""

@@ -19,11 +19,19 @@ import torch.distributed as dist
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlanState", "build_plan", "gather_rank_slots", "install_plan", "next_free_step"]
+__all__ = [
+    "PlanState",
+    "allocation_caps",
+    "build_plan",
+    "gather_rank_slots",
+    "install_plan",
+    "next_free_step",
+    "slice_caps",
+]
 
 
 @dataclass
@@ -36,12 +44,16 @@ class PlanState:
         rank_slots: Worker slot of every rank, once gathered.
         restored_slot_costs: Worker slot -> cost model of the group that wrote the checkpoint
             this group resumed from (slots it measured); those slots may skip the probe.
+        pass_caps: Samples one forward+backward pass of each rank may hold (memory; None:
+            no cap), once gathered: see :func:`slice_caps` and
+            :func:`raytrain_hetero.micro_batches`.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
     history: list[Plan] = field(default_factory=list)
     rank_slots: tuple[int, ...] | None = None
     restored_slot_costs: dict[int, CostModel] = field(default_factory=dict)
+    pass_caps: tuple[int | None, ...] | None = None
 
     @property
     def current(self) -> Plan | None:
@@ -65,6 +77,24 @@ def gather_rank_slots(identity: RankIdentity, plans: PlanState) -> tuple[int, ..
         dist.all_gather_object(gathered, identity.slot)
         plans.rank_slots = tuple(int(s) for s in gathered)
     return plans.rank_slots
+
+
+def allocation_caps(
+    setup: HeteroSetup,
+    rank_slots: Sequence[int],
+    pass_caps: Sequence[int | None] | None,
+) -> tuple[int | None, ...]:
+    """Per-rank slice caps of the allocation: ``WorkerSpec.max_batch``, and under
+    ``memory_cap_mode="slice"`` also each rank's per-pass memory cap (the smaller binds)."""
+    caps = [setup.specs[slot].max_batch for slot in rank_slots]
+    if setup.memory_cap_mode == "slice" and pass_caps is not None:
+        caps = [c if p is None else p if c is None else min(c, p) for c, p in zip(caps, pass_caps)]
+    return tuple(caps)
+
+
+def slice_caps(identity: RankIdentity, plans: PlanState) -> tuple[int | None, ...]:
+    """:func:`allocation_caps` of this worker group's ranks (gathers the rank slots once)."""
+    return allocation_caps(identity.setup, gather_rank_slots(identity, plans), plans.pass_caps)
 
 
 def build_plan(
@@ -98,7 +128,7 @@ def build_plan(
     if (shares is None) == (costs is None):
         raise ConfigError("A plan needs exactly one of shares= or costs=.")
     setup = identity.setup
-    caps = tuple(setup.specs[slot].max_batch for slot in gather_rank_slots(identity, plans))
+    caps = slice_caps(identity, plans)
     common: dict[str, Any] = {
         "version": plans.next_version(),
         "effective_step": effective_step,

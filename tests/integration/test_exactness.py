@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from train_loops import bn_model, flat_params, make_regression_data, plain_model, trajectory_loop
 
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
 from raytrain_hetero.core.carving import EpochCarver
 
 pytestmark = pytest.mark.ray
@@ -85,6 +85,43 @@ def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_c
     assert sizes.min() >= 1
     assert sizes[:, 4].sum() == 5 and sizes[:, 0].tolist() == [3, 6, 15]
     assert {r.plan_version for r in trainer.step_records} == {1}
+
+
+def test_memory_capped_micro_batches_equal_one_device_step_float64(ray_local, tmp_path, run_config):
+    # Slices 3/6/15 of B=24 above the workers' caps in samples per pass (2, 2, 4), so every
+    # rank accumulates micro-batches; the memory probe (max_memory_fraction) runs on every
+    # real worker and leaves the explicit caps binding (the data are tiny).
+    out = tmp_path / "out-micro"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        trajectory_loop,
+        train_loop_config=dict(
+            size=101,
+            batch=24,
+            epochs=1,
+            lr=0.5,
+            dtype="float64",
+            models=["plain"],
+            out=str(out),
+            micro_batches=True,
+        ),
+        workers=[WorkerSpec(name=f"w{i}", max_micro_batch=c) for i, c in enumerate((2, 2, 4))],
+        batch=BatchConfig(
+            global_batch_size=24, fixed_shares=(1.0, 2.0, 5.0), max_memory_fraction=0.5
+        ),
+        run_config=run_config,
+    )
+    assert trainer.fit().error is None
+    want = reference_trajectory(
+        plain_model, size=101, batch=24, epochs=1, lr=0.5, dtype=torch.float64, min_step_size=3
+    )
+    got = np.load(out / "params.npz")["plain"]
+    assert got.shape == want.shape
+    assert relative_errors(got, want).max() <= 1e-10
+    ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
+    assert [ledger[0][3] for ledger in ledgers] == [[2, 1], [2, 2, 2], [4, 4, 4, 3]]
+    assert all(sum(entry[3]) == len(entry[2]) for ledger in ledgers for entry in ledger)
+    assert trainer.plans[0]["reason"].endswith("samples/pass caps r0:2, r1:2, r2:4")
 
 
 def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):

@@ -65,9 +65,16 @@ def trajectory_loop(config: dict) -> None:
         for xb, yb, ib in loader:
             ledger.append((epoch, steps, ib.tolist()))
             for name, model in models.items():
-                loss = F.cross_entropy(model(xb), yb)
                 optims[name].zero_grad()
-                loss.backward()
+                if config.get("micro_batches"):  # the accumulation loop of rh.micro_batches
+                    parts = []
+                    for part in rh.micro_batches((xb, yb)):
+                        loss = F.cross_entropy(model(part.data[0]), part.data[1])
+                        (loss * part.weight).backward()
+                        parts.append(part.size)
+                    ledger[-1] = (*ledger[-1], parts)
+                else:
+                    F.cross_entropy(model(xb), yb).backward()
                 optims[name].step()
                 history[name].append(flat_params(model))
             steps += 1

@@ -159,7 +159,8 @@ def test_unknown_nested_key_suggests_closest(tmp_path: Path) -> None:
     msg = str(info.value)
     assert "train.learning_rate: unknown key 'learning_rate' under 'train'" in msg
     assert (
-        "valid keys: global_batch_size, min_slice, weighting, batchnorm, fixed_shares, seed, epochs, lr, "
+        "valid keys: global_batch_size, min_slice, weighting, batchnorm, max_memory_fraction, "
+        "memory_cap_mode, fixed_shares, seed, epochs, lr, "
         "momentum, weight_decay" in msg
     )
     assert "Fix: rename it to 'lr'" in msg
@@ -266,6 +267,24 @@ def test_max_batch_caps_too_small() -> None:
         validate_config(data)
     data["workers"][1]["max_batch"] = 71
     assert validate_config(data).total_workers == 3
+
+
+def test_max_micro_batch_caps_slices_only_in_slice_mode() -> None:
+    data = {
+        "data": {"root": "x"},
+        "workers": [{"name": "a", "max_micro_batch": 50}, {"name": "b", "max_batch": 40}],
+        "train": {"global_batch_size": 192, "memory_cap_mode": "slice"},
+    }
+    with pytest.raises(ConfigError, match=r"max_batch and max_micro_batch = 90"):
+        validate_config(data)
+    data["workers"][0]["max_micro_batch"] = 1
+    data["train"]["min_slice"] = 2
+    with pytest.raises(ConfigError, match=r"workers\[0\]\.max_micro_batch: 1 is below"):
+        validate_config(data)
+    # Accumulation keeps the speed share: a pass cap does not cap the slice.
+    data["train"]["memory_cap_mode"] = "accumulate"
+    data["workers"][1]["max_batch"] = 190
+    assert validate_config(data).train.memory_cap_mode == "accumulate"
 
 
 def test_duplicate_worker_names() -> None:

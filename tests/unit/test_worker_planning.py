@@ -13,6 +13,7 @@ from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.planning import (
     PlanState,
+    allocation_caps,
     build_plan,
     gather_rank_slots,
     install_plan,
@@ -96,3 +97,14 @@ def test_collectives_on_a_one_rank_group():
     assert slots == (2,)
     assert free_before == 0  # nothing carved yet
     assert free_after == 2
+
+
+def test_memory_caps_cap_slices_only_in_slice_mode():
+    pass_caps = (30, 8, None)  # per rank, in rank order
+    slots = (0, 1, 2)
+    # accumulate (default): the slice keeps its speed share; only max_batch caps it.
+    assert allocation_caps(SETUP, slots, pass_caps) == (20, None, None)
+    sliced = dataclasses.replace(SETUP, memory_cap_mode="slice")
+    assert allocation_caps(sliced, slots, pass_caps) == (20, 8, None)
+    assert allocation_caps(sliced, (1, 0, 2), pass_caps) == (30, 8, None)  # slots reordered
+    assert allocation_caps(sliced, slots, None) == (20, None, None)
