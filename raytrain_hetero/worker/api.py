@@ -42,17 +42,12 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, default_collate
 
 from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.carving import Cursor, EpochCarver
+from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
 from raytrain_hetero.worker.admission import apply_admission
 from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs, measure_pass_caps
-from raytrain_hetero.worker.checkpoint_state import (
-    CheckpointState,
-    require_state,
-    write_state,
-)
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
 from raytrain_hetero.worker.dataset_agreement import (
     RankDataset,
@@ -74,7 +69,12 @@ from raytrain_hetero.worker.planning import (
     next_free_step,
 )
 from raytrain_hetero.worker.probe import default_probe_loss
-from raytrain_hetero.worker.rng_state import RngState, capture_rng, restore_rng
+from raytrain_hetero.worker.resume import (
+    apply_pending_rng,
+    restore_from_checkpoint,
+    write_checkpoint_state,
+)
+from raytrain_hetero.worker.rng_state import RngState, capture_rng
 from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
 
 logger = logging.getLogger(__name__)
@@ -231,7 +231,7 @@ def prepare_data_loader(
         min_step_size=setup.max_world_size * setup.min_slice,
     )
     _check_same_dataset(runtime, dataset_fingerprint(dataset, size))
-    runtime.loader = LoaderState(carver, _restore_from_checkpoint(runtime, carver))
+    runtime.loader = LoaderState(carver, restore_from_checkpoint(runtime, carver))
     inputs = ProbeInputs(
         dataset=dataset,
         collate_fn=dataloader_kwargs.get("collate_fn") or default_collate,
@@ -253,7 +253,7 @@ def prepare_data_loader(
         telemetry=runtime.telemetry,
         ensure_plan=ensure_plan,
         on_step_end=lambda record: _on_step_end(runtime, record),
-        before_epoch=lambda: _apply_pending_rng(runtime),
+        before_epoch=lambda: apply_pending_rng(runtime),
         move_to_device=move_to_device,
         **dataloader_kwargs,
     )
@@ -422,7 +422,7 @@ def report(
         rng = [RngState.from_dict(state) for _, state in gathered]
     state_file = None
     if checkpoint is not None:
-        state_file = _write_checkpoint_state(runtime, Path(checkpoint.path), rng)
+        state_file = write_checkpoint_state(runtime, Path(checkpoint.path), rng)
     fault_point(
         runtime.identity,
         "checkpoint_commit",
@@ -435,59 +435,6 @@ def report(
 
 
 # ----------------------------------------------------------------------------- internals
-
-
-def _write_checkpoint_state(runtime: WorkerRuntime, directory: Path, rng: list[RngState]) -> Path:
-    if runtime.loader is None:
-        raise HeteroError("report(checkpoint=...) before prepare_data_loader: nothing to resume.")
-    state = CheckpointState.capture(
-        runtime.loader.carver,
-        runtime.loader.cursor,
-        runtime.identity.world_size,
-        runtime.plans.history,
-        runtime.plans.rank_slots,
-        rng,
-    )
-    return write_state(directory, state)
-
-
-def _restore_from_checkpoint(runtime: WorkerRuntime, carver: EpochCarver) -> Cursor:
-    """The cursor to start from; adopts the checkpoint's plan history and slot costs."""
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return Cursor(0, 0)
-    with checkpoint.as_directory() as directory:
-        state = require_state(Path(directory), checkpoint.path)
-    state.check_carving(carver)
-    runtime.plans.restore(state.plans, state.slot_costs())
-    rank, world = runtime.identity.rank, runtime.identity.world_size
-    if state.rng is not None and len(state.rng) == world:
-        runtime.pending_rng = state.rng[rank]
-    else:
-        logger.info(
-            "checkpoint carries no generator state for a world of %d ranks (it has %s): "
-            "data order resumes exactly, random draws (Dropout) restart",
-            world,
-            "none" if state.rng is None else len(state.rng),
-        )
-    logger.info(
-        "resuming at epoch %d step %d (global step %d)",
-        state.cursor.epoch,
-        state.cursor.step_in_epoch,
-        state.global_step,
-    )
-    return state.cursor
-
-
-def _apply_pending_rng(runtime: WorkerRuntime) -> None:
-    """Restore the checkpoint's generators right before the first resumed batch.
-
-    Later than building the model, optimizer and first plan (which draw from them too),
-    so the draws from here on are exactly the uninterrupted run's.
-    """
-    if runtime.pending_rng is not None:
-        restore_rng(runtime.pending_rng, runtime.identity.device)
-        runtime.pending_rng = None
 
 
 def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:
