@@ -84,18 +84,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
-    from raytrain_hetero.driver.trainer import HeteroTrainer
+    from raytrain_hetero.bench.fit_capture import capture_fits
 
-    captured: dict[str, Any] = {}
-    original_fit = HeteroTrainer.fit
-
-    def capturing_fit(self: HeteroTrainer, **kwargs: Any) -> Any:
-        result = original_fit(self, **kwargs)
-        captured["records"] = list(self.step_records)
-        captured["plans"] = list(self.plans)
-        return result
-
-    HeteroTrainer.fit = capturing_fit  # type: ignore[method-assign]
+    captured = capture_fits()
     base = load_config(args.config)
 
     def workers(capped: bool) -> list[dict[str, Any]]:
@@ -128,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     for index, name in enumerate(order):
         run_job(jobs[name], output_dir=args.output / f"{name}-{index}", progress=False)
-        rates = per_step_throughput(captured["records"])
+        rates = per_step_throughput(captured.records)
         steady = [v for s, v in rates.items() if s >= 3]
-        plan = captured["plans"][-1]
+        plan = captured.plans[-1]
         runs[name].append(
             {
                 "samples_per_s": statistics.median(steady),

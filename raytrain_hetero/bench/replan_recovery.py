@@ -23,7 +23,6 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from raytrain_hetero.bench.analysis import steps_to_recover
 from raytrain_hetero.core.records import StepRecord, run_samples_per_s
@@ -54,18 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
-    from raytrain_hetero.driver.trainer import HeteroTrainer
+    from raytrain_hetero.bench.fit_capture import capture_fits
 
-    captured: dict[str, Any] = {}
-    original_fit = HeteroTrainer.fit
-
-    def capturing_fit(self: HeteroTrainer, **kwargs: Any) -> Any:
-        result = original_fit(self, **kwargs)
-        captured["records"] = list(self.step_records)
-        captured["plans"] = list(self.plans)
-        return result
-
-    HeteroTrainer.fit = capturing_fit  # type: ignore[method-assign]
+    captured = capture_fits()
     base = {
         "train": {"epochs": args.epochs, "global_batch_size": args.batch},
         "scheduler": {
@@ -103,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for repeat in range(args.repeats):
         run_job(reference, output_dir=args.output / f"reference-{repeat}", progress=False)
-        ref = per_step_throughput(captured["records"])
+        ref = per_step_throughput(captured.records)
         optimum = statistics.median(list(ref.values())[3:])
         run_job(drift, output_dir=args.output / f"drift-{repeat}", progress=False)
-        got = per_step_throughput(captured["records"])
-        live = [p for p in captured["plans"] if str(p["reason"]).startswith("live")]
+        got = per_step_throughput(captured.records)
+        live = [p for p in captured.plans if str(p["reason"]).startswith("live")]
         recovered = steps_to_recover(got, args.at, optimum)
         results.append(
             {
