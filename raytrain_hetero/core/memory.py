@@ -48,11 +48,14 @@ class MemoryModel:
 
 
 def fit_memory_model(batch_sizes: Sequence[int], peak_bytes: Sequence[float]) -> MemoryModel:
-    """Least-squares affine fit of measured peaks, clamped to non-negative coefficients.
+    """Affine fit of measured peaks that covers every measurement, non-negative coefficients.
 
-    A negative slope (noise) becomes a pure fixed cost at the largest peak; a negative
-    intercept becomes a pure per-sample cost through the largest peak per sample, so the
-    model never predicts less than the worst measurement at the sizes it saw.
+    The slope is the least-squares slope; the intercept is the smallest that keeps every
+    measured peak on or under the line (for two sizes, the least-squares line itself), since
+    a cap derived from an under-predicting model would let a pass exceed its budget. A
+    non-positive slope (noise) becomes a pure fixed cost at the largest peak; a negative
+    intercept becomes a pure per-sample cost through the largest peak per sample. Either
+    way the model never predicts less than the worst measurement at the sizes it saw.
 
     Raises:
         AllocationError: Fewer than 2 distinct sizes, mismatched lengths, or a negative or
@@ -71,7 +74,7 @@ def fit_memory_model(batch_sizes: Sequence[int], peak_bytes: Sequence[float]) ->
     mean_p = sum(peak_bytes) / n
     var_b = sum((b - mean_b) ** 2 for b in batch_sizes)
     slope = sum((b - mean_b) * (p - mean_p) for b, p in zip(batch_sizes, peak_bytes)) / var_b
-    intercept = mean_p - slope * mean_b
+    intercept = max(p - slope * b for b, p in zip(batch_sizes, peak_bytes))
     if slope <= 0:
         return MemoryModel(fixed_bytes=max(peak_bytes), per_sample_bytes=0.0)
     if intercept < 0:

@@ -60,6 +60,9 @@ def test_a_worker_needed_for_the_batch_to_fit_is_admitted():
     assert group_samples_per_second(B, [FAST], collective_s=0.0, caps=[20]) == 0.0
     decision = decide_admission(B, costs, collective_s=[0.0, 0.5], caps=[20, None])
     assert decision.admitted == (0, 1)
+    # A capped worker's speed alone is at its cap, not at the whole batch it cannot hold.
+    fast = next(w for w in decision.workers if w.rank == 0)
+    assert fast.alone_samples_per_s == pytest.approx(20 / FAST.time(20))
 
 
 def test_order_is_fastest_first_and_slower_ones_follow_an_exclusion():

@@ -100,3 +100,28 @@ def test_fit_clamps_noise_conservatively():
     assert model.fixed_bytes == 0 and model.per_sample_bytes == 100.0
     with pytest.raises(AllocationError, match="distinct"):
         fit_memory_model([4, 4], [1.0, 2.0])
+
+
+@PROPERTY_SETTINGS
+@given(
+    sizes=st.lists(st.integers(1, 512), min_size=2, max_size=5, unique=True),
+    peaks=st.lists(st.floats(0.0, 1e10), min_size=5, max_size=5),
+)
+def test_fit_never_predicts_less_than_a_measurement(sizes, peaks):
+    model = fit_memory_model(sizes, peaks[: len(sizes)])
+    for b, p in zip(sizes, peaks):
+        assert model.peak(b) >= p * (1 - 1e-9) - 1e-3
+
+
+def test_fit_covers_a_peak_above_the_least_squares_line():
+    # Least squares through (1, 2), (2, 8), (3, 8) is 3b + 0 and would predict 6 at b=2.
+    model = fit_memory_model([1, 2, 3], [2.0, 8.0, 8.0])
+    assert model.per_sample_bytes == pytest.approx(3.0)
+    assert model.fixed_bytes == pytest.approx(2.0)
+    # A non-monotone noise pattern with a flat trend is a fixed cost at the worst peak.
+    assert fit_memory_model([1, 2, 3], [10.0, 20.0, 10.0]) == MemoryModel(20.0, 0.0)
+
+
+def test_fit_rejects_a_batch_size_below_one():
+    with pytest.raises(AllocationError, match="Invalid memory measurements"):
+        fit_memory_model([0, 4], [1.0, 2.0])
