@@ -242,12 +242,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         type=Path,
         default=Path("outputs/sim"),
-        help="directory for sim.json and sim.png (default outputs/sim)",
+        help="directory for bench.json and sim.png (default outputs/sim)",
     )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    """Run a sweep from parsed arguments; print the table, write sim.json and sim.png."""
+    """Run a sweep from parsed arguments; print the table, write bench.json and sim.png."""
     base = SimConfig(
         workers=min(args.workers),
         steps=args.steps,
@@ -270,11 +270,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     table = format_table(sweep)
     print(table)
     args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "sim.json").write_text(json.dumps(sweep, indent=2, default=_json_default))
+    (args.output / "bench.json").write_text(json.dumps(sweep, indent=2, default=_json_default))
     (args.output / "COMMAND").write_text(sweep["command"] + "\n")
     (args.output / "table.txt").write_text(table + "\n")
     plot_results(sweep, args.output / "sim.png")
-    print(f"wrote {args.output / 'sim.json'} and {args.output / 'sim.png'}")
+    print(f"wrote {args.output / 'bench.json'} and {args.output / 'sim.png'}")
     return 0
 
 

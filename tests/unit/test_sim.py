@@ -106,7 +106,7 @@ def test_sweep_table_and_cli_outputs(tmp_path, capsys):
     assert cli_main(["sim", "--workers", "5", "20", "--steps", "30", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "SIMULATED" in printed and "oracle" in printed
-    data = json.loads((out / "sim.json").read_text())
+    data = json.loads((out / "bench.json").read_text())
     assert {r["workers"] for r in data["rows"]} == {5, 20}
     assert {r["strategy"] for r in data["rows"]} == set(STRATEGIES)
     assert (out / "sim.png").stat().st_size > 10_000
