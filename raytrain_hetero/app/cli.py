@@ -17,6 +17,14 @@ from raytrain_hetero.errors import HeteroError
 logger = logging.getLogger(__name__)
 
 
+def _path_or_uri(value: str) -> Path | str:
+    """An ``--output`` / ``--checkpoint``: a URI (``s3://bucket/out``) stays as written,
+    anything else is a local path."""
+    from raytrain_hetero.storage import is_uri
+
+    return value if is_uri(value) else Path(value)
+
+
 def _add_job_arguments(
     command: argparse.ArgumentParser,
     *,
@@ -29,7 +37,7 @@ def _add_job_arguments(
     command.add_argument("config_path", nargs="?", type=Path, help=config_help)
     command.add_argument("--config", dest="config_flag", type=Path, help=config_help)
     if output_help is not None:
-        command.add_argument("--output", type=Path, default=None, help=output_help)
+        command.add_argument("--output", type=_path_or_uri, default=None, help=output_help)
     example = f", e.g. --set {set_example}" if set_example else ""
     command.add_argument(
         "--set",
@@ -106,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_arguments(predict, output_help="output directory (default: <output_dir>/predict)")
     predict.add_argument(
         "--checkpoint",
-        type=Path,
+        type=_path_or_uri,
         required=True,
-        help="model.pt, a checkpoint directory, or a training output directory",
+        help="model.pt, a checkpoint directory, or a run/output directory; a local path or "
+        "a URI (s3://bucket/runs/NAME)",
     )
     predict.add_argument(
         "--split",
@@ -206,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_best(summary))
             print(
                 f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
-                f"results: {Path(args.output or job.output_dir).resolve()}/trials.csv, trials.png"
+                f"results: {job.ray.location(args.output or job.output_dir)}/trials.csv, "
+                "trials.png"
             )
             return 0
         if args.command == "predict":

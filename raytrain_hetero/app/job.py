@@ -327,11 +327,13 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
 
     prepare_dataset(job)
     init_ray(job)
-    storage = job.ray.storage_path or (Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-")))
+    storage = job.ray.location(
+        job.ray.storage_path or Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-"))
+    )
     trainer = build_trainer(
         job,
         probe_loop,
-        RunConfig(name=unique_run_name(f"{job.name}-probe"), storage_path=str(storage)),
+        RunConfig(name=unique_run_name(f"{job.name}-probe"), **storage.run_config_storage()),
         probe_only=True,
     )
     result = trainer.fit()
@@ -371,7 +373,8 @@ def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = N
 
     return RunConfig(
         name=run.name,
-        storage_path=str(run.storage),
+        # A local directory, or the path on a remote store plus its filesystem.
+        **run.storage_location.run_config_storage(),
         failure_config=FailureConfig(max_failures=job.resolved_max_failures()),
         checkpoint_config=CheckpointConfig(
             num_to_keep=2,
@@ -385,7 +388,7 @@ def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = N
 def run_job(
     job: JobConfig,
     *,
-    output_dir: Path | None = None,
+    output_dir: Path | str | None = None,
     progress: bool = True,
     run_name: str | None = None,
     resume: bool = False,
@@ -395,7 +398,8 @@ def run_job(
 
     Args:
         job: The job.
-        output_dir: Where outputs go (default ``job.output_dir``).
+        output_dir: Where outputs go (default ``job.output_dir``): a local directory or a
+            URI (written locally, then uploaded through ``ray.storage_filesystem``).
         progress: Show the progress bar and worker table.
         run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
         resume: Continue the run ``run_name`` from its last checkpoint.
@@ -414,13 +418,12 @@ def run_job(
     )
     from raytrain_hetero.app.runs import check_output_dir, resolve_run
     from raytrain_hetero.core.carving import EpochCarver
+    from raytrain_hetero.storage import StagingDir
 
-    out = Path(output_dir or job.output_dir).resolve()
+    target = job.ray.location(output_dir or job.output_dir)
     # The run name first: its message (add --resume) is the more specific one.
-    run = resolve_run(
-        job.name, Path(job.ray.storage_path or (out / "ray_results")), run_name, resume
-    )
-    check_output_dir(out, overwrite=overwrite, resume=resume)
+    run = resolve_run(job.name, job.ray.storage(target), run_name, resume)
+    check_output_dir(target, overwrite=overwrite, resume=resume)
     sizes = prepare_dataset(job)
     steps_per_epoch = EpochCarver(
         sizes["train"],
@@ -429,13 +432,18 @@ def run_job(
         min_step_size=job.total_workers * job.train.min_slice,
     ).steps_per_epoch
     init_ray(job)
+    # Outputs are written to a local directory, then published (uploaded, for a URI).
+    staging = StagingDir(target)
+    out = staging.local
     out.mkdir(parents=True, exist_ok=True)
     trainer = build_trainer(job, classification_loop, run_config(job, run))
     header = LAYOUT_HEADERS.get(job.parallel.mode)
+    folder = run.folder
     view = (
         ProgressView(
             steps_per_epoch * job.train.epochs,
-            layout_dir=run.folder if header else None,
+            # The layout column reads checkpoints as they land: local run folders only.
+            layout_dir=folder if header and isinstance(folder, Path) else None,
             layout_header=header,
         )
         if progress
@@ -453,7 +461,8 @@ def run_job(
     records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
     first_step = records[0].step if records else None
     if run.resuming:
-        records = _earlier_records(out / "metrics.csv", first_step) + records
+        earlier = staging.fetch("metrics.csv")
+        records = (_earlier_records(earlier, first_step) if earlier else []) + records
     final = dict(result.metrics or {})
     summary = build_summary(job, records, trainer.plans, final, wall, sizes)
     # Which workers admission left out, with the predicted samples/s (None: admission all).
@@ -471,12 +480,14 @@ def run_job(
     plot_worker_throughput(
         records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
     )
+    staging.publish()
+    staging.cleanup()
     if progress:
         rows = summary["workers"]
         if header and summary["parallel"].get("layout"):
             rows = with_layout(rows, summary["parallel"]["layout"])
         print(format_worker_table(rows, header))
-        print(f"outputs: {out}")
+        print(f"outputs: {target}")
     print(f"final validation accuracy: {summary['final_val_accuracy']:.4f}")
     return summary
 

@@ -5,7 +5,10 @@ checks everything checkable on the driver (data root, unreadable files, checkpoi
 model and data) before any actor starts, then runs the library's actor pools
 (:mod:`raytrain_hetero.inference.predict`: measure, size, run) and writes the outputs:
 ``predictions/`` (Parquet, one row per sample), ``predict_summary.json`` and, for a
-hyperspectral scene, ``class_map.tif``; the files are written atomically.
+hyperspectral scene, ``class_map.tif``; the files are written atomically. The checkpoint
+and the output directory may be local paths or URIs (``s3://...``, through the job's
+``ray.storage_filesystem``): a remote checkpoint is read by every actor from the store, remote
+outputs are written locally first, then uploaded.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from raytrain_hetero.inference.predict import (
 from raytrain_hetero.inference.predict import (
     measure_worker_speeds as measure_pool_speeds,
 )
+from raytrain_hetero.storage import StagingDir, StorageLocation, storage_location
 
 __all__ = ["measure_worker_speeds", "predictor_spec", "run_predict"]
 
@@ -51,7 +55,11 @@ _SPLITS = ("train", "val", "test", "scene")
 
 
 def predictor_spec(
-    job: JobConfig, checkpoint: Path, split: str, exclude: Sequence[str], workload: Any = None
+    job: JobConfig,
+    checkpoint: Path | StorageLocation,
+    split: str,
+    exclude: Sequence[str],
+    workload: Any = None,
 ) -> PredictorSpec:
     """The library's description of a prediction of ``job``'s data and model."""
     from raytrain_hetero.app.datasets import (
@@ -66,7 +74,7 @@ def predictor_spec(
         source=data_source(job.data),
         model_name=job.model.name,
         model_kwargs=model_arguments(job.model, workload),
-        checkpoint=str(checkpoint),
+        checkpoint=checkpoint if isinstance(checkpoint, StorageLocation) else str(checkpoint),
         split=split,
         exclude=tuple(exclude),
     )
@@ -87,7 +95,7 @@ def measure_worker_speeds(
 
 def run_predict(
     job: JobConfig,
-    checkpoint: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str] | StorageLocation,
     *,
     output_dir: str | os.PathLike[str] | None = None,
     split: str | None = None,
@@ -102,9 +110,11 @@ def run_predict(
 
     Args:
         job: The job config the checkpoint was trained with (data, model, workers).
-        checkpoint: ``model.pt``, a checkpoint directory, or a training output directory.
+        checkpoint: ``model.pt``, a checkpoint directory, or a training output or run
+            directory; a local path or a URI (``s3://bucket/runs/NAME``).
         output_dir: Where ``predictions/`` (Parquet), ``class_map.tif`` (scenes) and
-            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``).
+            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``); a local
+            directory or a URI.
         split: ``train`` / ``val`` / ``test``, or ``scene`` (hyperspectral only).
         mode: ``proportional`` (default), ``equal`` or ``single``; see
             :mod:`raytrain_hetero.inference.predict`.
@@ -149,11 +159,15 @@ def run_predict(
         )
     if split not in _SPLITS:
         raise ConfigError(f"split must be train, val, test or scene, got {split!r}")
-    out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
-    check_output_dir(out, overwrite=overwrite, resume=False)
+    target = job.ray.location(output_dir or f"{job.output_dir}/predict")
+    check_output_dir(target, overwrite=overwrite, resume=False)
+    _check_replaceable(target.join("predictions"))
+    source = checkpoint if isinstance(checkpoint, StorageLocation) else job.ray.location(checkpoint)
+    checkpoint_file = find_checkpoint_file(source)
+    # Written to a local directory (for a URI: a fresh one), then published.
+    outputs = StagingDir(target)
+    out = outputs.local
     predictions_dir = out / "predictions"
-    _check_replaceable(predictions_dir)
-    checkpoint_file = find_checkpoint_file(checkpoint).resolve()
 
     # Everything checkable happens here, before any actor starts.
     check_data_root(job.data)
@@ -191,21 +205,30 @@ def run_predict(
     if is_scene and split == "scene":
         class_map = scene_class_map(workload, table)
         written = write_class_map(class_map, out / "class_map.tif", profile=workload.scene.profile)
-        summary["class_map"] = str(written)
+        summary["class_map"] = str(target.join(written.name) if target.remote else written)
     atomic_write_json(out / "predict_summary.json", _json_ready(summary))
+    if target.remote:
+        _remove_parquet_parts(target.join("predictions"))
+        outputs.publish()
+        outputs.cleanup()
     if not quiet:
         print(format_summary(summary))
-        print(f"outputs: {out}")
+        print(f"outputs: {target}")
     return summary
 
 
-def _check_replaceable(predictions_dir: Path) -> None:
+def _check_replaceable(predictions_dir: Path | StorageLocation) -> None:
     """Refuse a ``predictions/`` that holds anything predict does not write."""
-    if not predictions_dir.exists():
-        return
-    foreign = sorted(
-        p.name for p in predictions_dir.iterdir() if not (p.is_file() and p.suffix == ".parquet")
+    location = (
+        predictions_dir
+        if isinstance(predictions_dir, StorageLocation)
+        else storage_location(predictions_dir)
     )
+    foreign = [
+        name
+        for name in location.list_names()
+        if not (name.endswith(".parquet") and location.join(name).is_file())
+    ]
     if foreign:
         raise ConfigError(
             f"{predictions_dir} holds files predict did not write ({', '.join(foreign[:3])}); "
@@ -213,14 +236,19 @@ def _check_replaceable(predictions_dir: Path) -> None:
         )
 
 
-def _remove_parquet_parts(predictions_dir: Path) -> None:
+def _remove_parquet_parts(predictions_dir: Path | StorageLocation) -> None:
     """Delete the Parquet parts of an earlier prediction, then the (now empty) directory."""
-    if not predictions_dir.exists():
+    location = (
+        predictions_dir
+        if isinstance(predictions_dir, StorageLocation)
+        else storage_location(predictions_dir)
+    )
+    if not location.exists():
         return
-    _check_replaceable(predictions_dir)
-    for part in predictions_dir.glob("*.parquet"):
-        part.unlink()
-    predictions_dir.rmdir()
+    _check_replaceable(location)
+    for name in location.list_names():
+        location.filesystem.delete_file(location.join(name).path)
+    location.filesystem.delete_dir(location.path)
 
 
 def _json_ready(value: Any) -> Any:

@@ -1,6 +1,10 @@
 """Run identity and output directories of the CLI jobs: what to name a run, when to resume it,
 and when an output directory may be written into.
 
+Storage and outputs may be local directories or object-store prefixes
+(:class:`~raytrain_hetero.storage.StorageLocation`): the checks list and test them through
+the location's filesystem, so resume by name works the same on ``s3://``.
+
 Ray Train V2 restores a run by name: a ``RunConfig(name, storage_path)`` whose run folder
 holds a checkpoint-manager snapshot starts from that run's latest checkpoint. So a name is
 an identity: ``--run-name NAME --resume`` continues a run on purpose, a fresh run never
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from raytrain_hetero.config.fields import check_name
 from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.storage import StorageLocation, storage_location
 
 __all__ = [
     "RUN_SNAPSHOT_FILE",
@@ -40,18 +45,32 @@ class RunIdentity:
 
     Attributes:
         name: ``RunConfig.name``.
-        storage: ``RunConfig.storage_path`` (the run lives in ``storage / name``).
+        storage: ``RunConfig.storage_path`` (the run lives in ``storage / name``): a local
+            directory or a :class:`~raytrain_hetero.storage.StorageLocation` (any store).
         resuming: Whether the run exists and is being continued from its last checkpoint.
     """
 
     name: str
-    storage: Path
+    storage: Path | StorageLocation
     resuming: bool = False
 
     @property
-    def folder(self) -> Path:
-        """The run's folder (checkpoints and Ray Train's snapshot)."""
-        return self.storage / self.name
+    def storage_location(self) -> StorageLocation:
+        """``storage`` as a location (a local path: the local filesystem)."""
+        if isinstance(self.storage, StorageLocation):
+            return self.storage
+        return storage_location(self.storage)
+
+    @property
+    def location(self) -> StorageLocation:
+        """The run's folder on its store (checkpoints and Ray Train's snapshot)."""
+        return self.storage_location.join(self.name)
+
+    @property
+    def folder(self) -> Path | StorageLocation:
+        """The run's folder: a local path, or its location on a remote store."""
+        location = self.location
+        return location if location.remote else location.local_path
 
 
 def unique_run_name(prefix: str) -> str:
@@ -60,12 +79,14 @@ def unique_run_name(prefix: str) -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def resolve_run(prefix: str, storage: Path, run_name: str | None, resume: bool) -> RunIdentity:
+def resolve_run(
+    prefix: str, storage: Path | StorageLocation, run_name: str | None, resume: bool
+) -> RunIdentity:
     """The run to train in, checked against what ``storage`` already holds.
 
     Args:
         prefix: Prefix of a generated name (the job name).
-        storage: Ray Train storage directory.
+        storage: Ray Train storage (a local directory or a location on any store).
         run_name: ``--run-name`` (``None``: a unique generated name).
         resume: ``--resume``: continue ``run_name`` from its last checkpoint.
 
@@ -87,10 +108,11 @@ def resolve_run(prefix: str, storage: Path, run_name: str | None, resume: bool) 
             "'_', '.' and '-'."
         ) from exc
     identity = RunIdentity(run_name, storage, resuming=resume)
-    exists = identity.folder.exists()
+    folder = identity.location
+    exists = folder.exists()
     if exists and not resume:
         raise ConfigError(
-            f"--run-name {run_name}: a run of that name already exists at {identity.folder}. "
+            f"--run-name {run_name}: a run of that name already exists at {folder}. "
             "Fix: add --resume to continue it from its last checkpoint, or choose another "
             "--run-name."
         )
@@ -100,14 +122,14 @@ def resolve_run(prefix: str, storage: Path, run_name: str | None, resume: bool) 
             "the storage (ray.storage_path, else <output>/ray_results), or drop --resume to "
             "start it."
         )
-    if resume and not (identity.folder / RUN_SNAPSHOT_FILE).exists():
+    if resume and not folder.join(RUN_SNAPSHOT_FILE).exists():
         logger.warning(
             "run %s reported no checkpoint before it stopped; it starts from step 0", run_name
         )
     return identity
 
 
-def check_output_dir(out: Path, *, overwrite: bool, resume: bool) -> None:
+def check_output_dir(out: Path | StorageLocation, *, overwrite: bool, resume: bool) -> None:
     """Refuse to write into a non-empty output directory that is not this run's own.
 
     A resumed run writes into its own output directory again; ``--overwrite`` replaces the
@@ -117,11 +139,12 @@ def check_output_dir(out: Path, *, overwrite: bool, resume: bool) -> None:
         ConfigError: ``out`` is a file, or a non-empty directory without ``--overwrite`` or
             ``--resume``.
     """
-    if out.exists() and not out.is_dir():
+    location = out if isinstance(out, StorageLocation) else storage_location(out)
+    if location.is_file():
         raise ConfigError(f"output {out} is a file. Fix: give a directory as --output.")
-    if overwrite or resume or not out.exists():
+    if overwrite or resume:
         return
-    entries = sorted(p.name for p in out.iterdir())
+    entries = location.list_names()
     if entries:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise ConfigError(

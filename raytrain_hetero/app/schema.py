@@ -53,6 +53,14 @@ from raytrain_hetero.config.fields import (
     multiple,
 )
 from raytrain_hetero.config.problems import closest, describe, show
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.storage import (
+    StorageFilesystem,
+    StorageLocation,
+    check_no_credentials,
+    is_uri,
+    storage_location,
+)
 
 __all__ = [
     "TUNABLE_SECTIONS",
@@ -121,13 +129,23 @@ class RayConfig(HeteroModel):
             ``None`` starts an embedded local Ray.
         num_cpus: CPUs of the embedded local Ray (``None``: all of this machine's).
         dashboard_host: Interface the dashboard binds to.
-        storage_path: Ray Train storage (checkpoints); resolved to an absolute path.
+        storage_path: Ray Train storage (checkpoints): a local path (resolved absolute; on a
+            multi-node cluster one every node mounts) or a URI (``s3://bucket/runs``,
+            ``gs://...``, ``abfs://...``: anything ``pyarrow.fs.FileSystem.from_uri`` opens).
+        storage_filesystem: Endpoint, region and scheme of ``s3://`` / ``gs://`` locations
+            (:class:`~raytrain_hetero.storage.StorageFilesystem`); credentials come from the
+            environment or the instance role, never from here.
     """
 
     address: str | None = Field(None, description="cluster address; null = embedded local Ray")
     num_cpus: PositiveInt | None = Field(None, description="CPUs of the embedded local Ray")
     dashboard_host: str = Field("127.0.0.1", description="dashboard bind address")
-    storage_path: Path | None = Field(None, description="Ray Train storage directory")
+    storage_path: Path | str | None = Field(
+        None, description="Ray Train storage: a local directory or a URI (s3://bucket/runs)"
+    )
+    storage_filesystem: StorageFilesystem | None = Field(
+        None, description="endpoint_override, region, scheme of s3:// and gs:// locations"
+    )
 
     @field_validator("address")
     @classmethod
@@ -141,8 +159,34 @@ class RayConfig(HeteroModel):
 
     @field_validator("storage_path")
     @classmethod
-    def _absolute_storage(cls, value: Path | None) -> Path | None:
-        return None if value is None else absolute(value)
+    def _absolute_storage(cls, value: Path | str | None) -> Path | str | None:
+        return None if value is None else local_or_uri(value, absolute_path=True)
+
+    def storage(self, outputs: StorageLocation) -> StorageLocation:
+        """Where Ray Train keeps the job's runs: ``storage_path``, else
+        ``<outputs>/ray_results``."""
+        if self.storage_path is None:
+            return outputs.join("ray_results")
+        return storage_location(self.storage_path, self.storage_filesystem)
+
+    def location(self, place: Path | str) -> StorageLocation:
+        """Any of the job's locations (outputs, a checkpoint), through the same filesystem."""
+        return storage_location(place, self.storage_filesystem)
+
+
+def local_or_uri(value: Path | str, *, absolute_path: bool = False) -> Path | str:
+    """A location of a job file: a URI stays a string (checked for credentials), anything
+    else is a local :class:`~pathlib.Path` (absolute if ``absolute_path``)."""
+    if is_uri(value):
+        try:
+            check_no_credentials(str(value))
+        except ConfigError as exc:
+            raise invalid(
+                str(exc).split(". Fix: ")[0],
+                "give credentials through the environment or an instance role, never in the URI",
+            ) from exc
+        return str(value).rstrip("/")
+    return absolute(Path(value)) if absolute_path else Path(value)
 
 
 # ------------------------------------------------------------------------------ tune
@@ -289,7 +333,10 @@ class JobConfig(HeteroModel):
         default_factory=ParallelConfig,
         description="model parallelism: mode data | conv_split | branches, layers, group_size",
     )
-    output_dir: Path = Field(Path("outputs/run"), description="where metrics and plots go")
+    output_dir: Path | str = Field(
+        Path("outputs/run"),
+        description="where metrics and plots go: a local directory or a URI (s3://bucket/out)",
+    )
     tune: TuneConfig | None = Field(
         None, description="hyperparameter search for raytrain-hetero tune"
     )
@@ -317,6 +364,11 @@ class JobConfig(HeteroModel):
     @classmethod
     def _valid_name(cls, value: str) -> str:
         return check_name(value, "job name")
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_location(cls, value: Path | str) -> Path | str:
+        return local_or_uri(value)
 
     @property
     def total_workers(self) -> int:

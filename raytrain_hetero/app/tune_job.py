@@ -29,6 +29,7 @@ from raytrain_hetero.app.config import (
 )
 from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.errors import ConfigError, HeteroError
+from raytrain_hetero.storage import StagingDir, StorageLocation
 from raytrain_hetero.tune import search as tune_search
 from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
 from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
@@ -70,13 +71,16 @@ def trial_count(job: JobConfig) -> int:
 
 
 @abort_train_on_stop
-def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str) -> None:
+def run_trial(
+    params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str | StorageLocation
+) -> None:
     """Tune function trainable: train ``base_job`` with ``params`` merged over it.
 
     Args:
         params: This trial's sampled values (dotted job keys).
         base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
-        storage_path: Where Ray Train keeps this trial's run (checkpoints).
+        storage_path: Where Ray Train keeps this trial's run (checkpoints): a local
+            directory or a location on any store (its filesystem travels with it).
     """
     from ray import tune
 
@@ -87,9 +91,8 @@ def run_trial(params: dict[str, Any], *, base_job: dict[str, Any], storage_path:
     context = tune.get_context()
     # The trial's own Train run: its FailureConfig restarts the worker group from the
     # trial's last checkpoint; a retried trial reuses the name and so resumes it too.
-    run = RunIdentity(
-        f"{context.get_experiment_name()}-{context.get_trial_id()}", Path(storage_path)
-    )
+    storage = storage_path if isinstance(storage_path, StorageLocation) else Path(storage_path)
+    run = RunIdentity(f"{context.get_experiment_name()}-{context.get_trial_id()}", storage)
     trainer = build_trainer(
         job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
     )
@@ -112,7 +115,7 @@ def _concurrency(job: JobConfig, nodes: list[dict[str, Any]]) -> int:
 def run_tune(
     job: JobConfig,
     *,
-    output_dir: Path | None = None,
+    output_dir: Path | str | None = None,
     verbose: int = 1,
     overwrite: bool = False,
 ) -> dict[str, Any]:
@@ -138,22 +141,27 @@ def run_tune(
             "(see examples/configs/eurosat_tune.yaml)."
         )
     cfg = job.tune
-    out = Path(output_dir or job.output_dir).resolve()
-    check_output_dir(out, overwrite=overwrite, resume=False)
+    target = job.ray.location(output_dir or job.output_dir)
+    check_output_dir(target, overwrite=overwrite, resume=False)
     prepare_dataset(job)
     init_ray(
         address=job.ray.address,
         num_cpus=job.ray.num_cpus,
         dashboard_host=job.ray.dashboard_host,
     )
+    # Outputs are written to a local directory, then published (uploaded, for a URI).
+    staging = StagingDir(target)
+    out = staging.local
     out.mkdir(parents=True, exist_ok=True)
-    storage = Path(job.ray.storage_path or (out / "ray_results")).resolve()
+    storage = job.ray.storage(target)
     concurrency = _concurrency(job, cluster_nodes())
     experiment = unique_run_name(f"{job.name}-tune")
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
     trainable = tune.with_resources(
         tune.with_parameters(
-            run_trial, base_job=job.model_dump(mode="json"), storage_path=str(storage)
+            run_trial,
+            base_job=job.model_dump(mode="json"),
+            storage_path=storage if storage.remote else storage.path,
         ),
         {"cpu": cfg.trial_cpus},
     )
@@ -176,7 +184,7 @@ def run_tune(
         ),
         run_config=tune.RunConfig(
             name=experiment,
-            storage_path=str(storage),
+            **storage.run_config_storage(),
             verbose=verbose,
             # A trial whose driver dies is retried (its Train run resumes by name).
             failure_config=tune.FailureConfig(max_failures=job.resolved_max_failures()),
@@ -197,6 +205,7 @@ def run_tune(
     ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
     if not ok:
         first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
+        staging.publish()  # trials.csv / trials.png say what went wrong
         raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
     best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
     summary = {
@@ -219,10 +228,12 @@ def run_tune(
             },
             "workers": best["_workers"],
         },
-        "storage": str(storage / experiment),
+        "storage": str(storage.join(experiment)),
     }
     # NaN (a trial without throughput) is not JSON: written as null, with a warning.
     write_summary(summary, out / "tune_summary.json")
+    staging.publish()
+    staging.cleanup()
     return summary
 
 

@@ -1,17 +1,24 @@
 """Trainer checkpoints for prediction: find one, load it, check it fits the model and data.
 
 Every check runs on the driver before any actor starts, so a wrong checkpoint stops with a
-message naming the file, the mismatch and the fix.
+message naming the file, the mismatch and the fix. A checkpoint may sit on a remote store
+(:class:`~raytrain_hetero.storage.StorageLocation`, e.g. a run folder in ``s3://``): it is
+found by listing the store and read through its filesystem, by the driver and every actor.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.errors import DataError
+from raytrain_hetero.storage import StorageLocation
+
+#: A checkpoint given as a local path or as a location on any store.
+CheckpointSource = str | os.PathLike[str] | StorageLocation
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -27,13 +34,20 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_FILE = "model.pt"
 
 
-def find_checkpoint_file(path: str | os.PathLike[str]) -> Path:
+def find_checkpoint_file(path: CheckpointSource) -> Path | StorageLocation:
     """Resolve ``path`` to a ``model.pt``: the file itself, a checkpoint directory holding
     one, or a run/output directory (the newest ``checkpoint_*/model.pt`` below it).
+
+    Returns:
+        A local path, or for a remote location the location of the file.
 
     Raises:
         DataError: Nothing usable at ``path`` (the message says what was looked for).
     """
+    if isinstance(path, StorageLocation):
+        if path.remote:
+            return _find_remote_checkpoint(path)
+        path = path.local_path
     p = Path(path).expanduser()
     if p.is_file():
         return p
@@ -52,7 +66,31 @@ def find_checkpoint_file(path: str | os.PathLike[str]) -> Path:
     )
 
 
-def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+def _find_remote_checkpoint(location: StorageLocation) -> StorageLocation:
+    if location.is_file():
+        return location
+    inside = location.join(CHECKPOINT_FILE)
+    if inside.is_file():
+        return inside
+    found = [
+        (mtime, relative)
+        for relative, mtime in location.find_files(f"/{CHECKPOINT_FILE}")
+        if relative.rsplit("/", 2)[-2].startswith("checkpoint_")
+    ]
+    if found:
+        # Ray Train's checkpoint_<timestamp> names sort by time where mtimes tie.
+        newest = location.join(max(found)[1])
+        logger.info("using the newest checkpoint under %s: %s", location, newest)
+        return newest
+    raise DataError(
+        f"no checkpoint at {location}: expected a {CHECKPOINT_FILE} object, a checkpoint "
+        f"folder holding one, or a run folder with checkpoint_*/{CHECKPOINT_FILE}. Fix: pass "
+        "--checkpoint with the run's folder (<ray.storage_path>/<run name>) and check "
+        "ray.storage_filesystem and the credentials in the environment."
+    )
+
+
+def load_checkpoint_state(path: CheckpointSource) -> dict[str, Any]:
     """The model ``state_dict`` of a trainer checkpoint (``{"model": ..., "optimizer": ...}``)
     or of a bare state dict file, loaded with ``weights_only=True``.
 
@@ -62,7 +100,7 @@ def load_checkpoint_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load_checkpoint(path)[0]
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(path: CheckpointSource) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(state_dict, meta)`` of a checkpoint; ``meta`` is the ``"meta"`` entry the training
     job writes (dataset, in_channels, num_classes, s1_channels), or ``{}``.
 
@@ -73,7 +111,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
 
     file = find_checkpoint_file(path)
     try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
+        source: Any = io.BytesIO(file.read_bytes()) if isinstance(file, StorageLocation) else file
+        state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # corrupt, truncated, or not a torch file
         raise DataError(
             f"{file}: cannot load the checkpoint ({type(exc).__name__}: {exc}). "

@@ -48,6 +48,7 @@ from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.core.allocation import largest_remainder
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.inference.checkpoints import load_checkpoint_state
+from raytrain_hetero.storage import StorageLocation
 from raytrain_hetero.workloads.registry import DataSource
 
 __all__ = [
@@ -81,7 +82,8 @@ class PredictorSpec:
         source: The dataset to read.
         model_name: :func:`~raytrain_hetero.workloads.models.build_model` name.
         model_kwargs: Its keyword arguments (as for training).
-        checkpoint: Path of the ``model.pt`` to load.
+        checkpoint: Path of the ``model.pt`` to load, or its location on a remote store
+            (read by every actor through the location's pickled filesystem).
         split: Dataset split to read (hyperspectral: also ``"scene"``).
         exclude: Files / sample ids to leave out (as the driver found them).
     """
@@ -89,7 +91,7 @@ class PredictorSpec:
     source: DataSource
     model_name: str
     model_kwargs: dict[str, Any]
-    checkpoint: str
+    checkpoint: str | StorageLocation
     split: str
     exclude: tuple[str, ...] = ()
 
@@ -364,7 +366,7 @@ def summarise(
     wall: float,
     mode: str,
     split: str,
-    checkpoint: Path,
+    checkpoint: Path | StorageLocation,
     total: int,
 ) -> dict[str, Any]:
     """Samples, wall time, samples/s, the plan and per-worker rows of a finished prediction.

@@ -58,7 +58,7 @@ class LayerRule:
 
 ALL_LAYERS = frozenset(
     {"root", "__main__", "errors", "atomic", "config", "core", "worker", "parallel", "driver",
-     "tune", "inference", "sim", "workloads", "app", "bench"}
+     "tune", "inference", "sim", "workloads", "app", "bench", "storage"}
 )  # fmt: skip
 
 RULES: tuple[LayerRule, ...] = (
@@ -71,6 +71,11 @@ RULES: tuple[LayerRule, ...] = (
         "errors, atomic and config (library config objects) import nothing above core",
         importers=frozenset({"errors", "atomic", "config"}),
         allowed=frozenset({"core", "errors", "atomic"}),
+    ),
+    LayerRule(
+        "storage (the one storage helper) imports only errors, atomic and config",
+        importers=frozenset({"storage"}),
+        allowed=frozenset({"errors", "atomic", "config"}),
     ),
     LayerRule(
         "errors is the leaf: it imports nothing of the package",
