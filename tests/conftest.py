@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ def s3_store() -> Iterator[S3Store]:
     }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:

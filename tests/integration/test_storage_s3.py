@@ -1,0 +1,183 @@
+"""A job whose storage and outputs are in S3, against a real S3-compatible server (moto's,
+over HTTP on 127.0.0.1, see tests/conftest.py): ``raytrain-hetero train`` checkpoints into
+the bucket, is killed (``kill -9`` of its whole process tree), resumes from the bucket by run
+name past step 0, and ``raytrain-hetero predict`` loads that run's checkpoint from the bucket
+and writes its outputs there. Endpoint and scheme travel in ``ray.storage_filesystem`` (the
+pyarrow filesystem pickled to every Ray worker); credentials only in the environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from network_sockets import descendants
+
+pytestmark = pytest.mark.timeout(600)
+
+RUN = "s3run"
+
+
+def _job(s3_store) -> dict:
+    """Two workers, fixed equal shares (no probe), 16-pixel images, a few steps an epoch."""
+    return {
+        "name": "s3lean",
+        "data": {
+            "dataset": "eurosat",
+            "root": "data/eurosat_lean",
+            "generate": {"samples_per_class": 20, "size": 16},
+            "cache": True,
+        },
+        "model": {"name": "small_cnn", "width": 8},
+        "train": {"epochs": 4, "global_batch_size": 20, "fixed_shares": [1, 1]},
+        "workers": [
+            {"name": "a", "resources": {"CPU": 1}},
+            {"name": "b", "resources": {"CPU": 1}},
+        ],
+        "ray": {
+            "num_cpus": 3,
+            "storage_path": f"s3://{s3_store.bucket}/runs",
+            "storage_filesystem": {"endpoint_override": s3_store.endpoint, "scheme": "http"},
+        },
+        "output_dir": f"s3://{s3_store.bucket}/out",
+    }
+
+
+def _cli(tmp_path: Path, command: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "raytrain_hetero",
+        command,
+        str(tmp_path / "s3lean.yaml"),
+        *extra,
+    ]
+
+
+def _env(s3_store) -> dict[str, str]:
+    # Credentials reach the driver and (inherited by the embedded Ray) every worker from the
+    # environment only; the endpoint is in the YAML.
+    return {**os.environ, **s3_store.env, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """kill -9 the CLI's session, then any process of its tree still alive (by PID)."""
+    tree = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _read(s3_store, key: str) -> bytes:
+    with s3_store.filesystem().open_input_stream(f"{s3_store.bucket}/{key}") as stream:
+        return bytes(stream.read())
+
+
+def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(s3_store, tmp_path):
+    (tmp_path / "s3lean.yaml").write_text(yaml.safe_dump(_job(s3_store)))
+    env = _env(s3_store)
+    snapshot = f"runs/{RUN}/checkpoint_manager_snapshot.json"
+
+    # 1. Train until a checkpoint (and Ray Train's snapshot of it) is in the bucket, then
+    #    kill -9 the driver with its whole Ray.
+    proc = subprocess.Popen(
+        _cli(tmp_path, "train", "--run-name", RUN, "--no-progress"),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            keys = s3_store.keys(f"runs/{RUN}")
+            if snapshot in keys and any(k.endswith("/model.pt") for k in keys):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"the run ended before it was killed: {proc.stderr.read()}"
+        assert snapshot in s3_store.keys(f"runs/{RUN}"), "no checkpoint reached the bucket"
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc)
+    assert proc.returncode == -signal.SIGKILL
+    # Killed before its end: no outputs were published, nothing was written locally.
+    assert s3_store.keys("out") == []
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "outputs").exists()
+
+    # 2. The same name without --resume is refused (the run is found in the bucket); with
+    #    --resume it continues from the bucket's checkpoint, past step 0.
+    from raytrain_hetero.app.cli import main
+
+    monkeypatch.chdir(tmp_path)  # the job's relative data root
+    assert main(_cli(tmp_path, "train", "--run-name", RUN, "--no-progress")[3:]) == 2
+    refused = capsys.readouterr().err
+    assert "--resume" in refused and f"s3://{s3_store.bucket}/runs/{RUN}" in refused
+    resumed = subprocess.run(
+        _cli(tmp_path, "train", "--run-name", RUN, "--resume", "--no-progress"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    outputs = s3_store.keys("out")
+    assert {"out/metrics.csv", "out/summary.json", "out/throughput.png"} <= set(outputs)
+    summary = json.loads(_read(s3_store, "out/summary.json"))
+    metrics_csv = _read(s3_store, "out/metrics.csv").decode()
+    assert summary["run"]["resumed"] is True
+    assert summary["run"]["folder"] == f"s3://{s3_store.bucket}/runs/{RUN}"
+    steps = sorted({int(r["step"]) for r in csv.DictReader(io.StringIO(metrics_csv))})
+    steps_per_epoch, rest = divmod(steps[-1] + 1, 4)  # the run's 4 epochs, to the end
+    first = summary["run"]["first_step"]
+    assert rest == 0 and steps == list(range(first, 4 * steps_per_epoch))
+    # Resumed from an epoch-end checkpoint in the bucket, not from step 0.
+    assert first > 0 and first % steps_per_epoch == 0
+    assert _read(s3_store, "out/throughput.png").startswith(b"\x89PNG")
+
+    # 3. predict loads the run's newest checkpoint from the bucket (by the run folder's URI)
+    #    and writes its outputs there.
+    predicted = subprocess.run(
+        _cli(
+            tmp_path,
+            "predict",
+            "--checkpoint",
+            f"s3://{s3_store.bucket}/runs/{RUN}",
+            "--output",
+            f"s3://{s3_store.bucket}/out/predict",
+            "--batch-size",
+            "16",
+        ),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    keys = s3_store.keys("out/predict")
+    assert "out/predict/predict_summary.json" in keys
+    parts = [k for k in keys if k.startswith("out/predict/predictions/") and k.endswith(".parquet")]
+    assert parts, keys
+    result = json.loads(_read(s3_store, "out/predict/predict_summary.json"))
+    assert result["checkpoint"].startswith(f"s3://{s3_store.bucket}/runs/{RUN}/checkpoint_")
+    assert result["checkpoint"].endswith("/model.pt")
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.read_table(io.BytesIO(_read(s3_store, k))).num_rows for k in parts)
+    assert rows == result["samples"] > 0
+    assert not (tmp_path / "s3:").exists()
