@@ -85,7 +85,9 @@ def _read(s3_store, key: str) -> bytes:
         return bytes(stream.read())
 
 
-def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(s3_store, tmp_path):
+def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
+    s3_store, tmp_path, monkeypatch, capsys
+):
     (tmp_path / "s3lean.yaml").write_text(yaml.safe_dump(_job(s3_store)))
     env = _env(s3_store)
     snapshot = f"runs/{RUN}/checkpoint_manager_snapshot.json"
