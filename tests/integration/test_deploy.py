@@ -23,6 +23,8 @@ from raytrain_hetero.tune.capacity import concurrent_capacity
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CLUSTER_YAML = DEPLOY / "cluster.yaml"
+AWS_S3_YAML = DEPLOY / "aws" / "cluster-s3.yaml"
+S3_JOB = REPO / "examples" / "configs" / "eurosat_s3.yaml"
 KUBERAY = DEPLOY / "kuberay"
 CLUSTER_JOB = REPO / "examples" / "configs" / "eurosat_cluster.yaml"
 LOCAL_CLUSTER_JOB = REPO / "examples" / "configs" / "eurosat_local_cluster.yaml"
@@ -247,6 +249,77 @@ def test_node_tags_agree_across_launcher_kuberay_and_example_job():
         for g in cluster["spec"]["workerGroupSpecs"]
     }
     assert {p: r.get("GPU", 0) > 0 for p, r in launcher_pools.items()} == kuberay_gpu
+
+
+# ----------------------------------------------------------------------------- S3 storage
+
+#: What a secret in a deploy file would look like (an AWS key id, a secret key setting).
+_SECRET = re.compile(
+    r"AKIA[0-9A-Z]{16}|aws_secret_access_key|AWS_SECRET_ACCESS_KEY:|secret_key", re.I
+)
+
+
+def _without_comments(path: Path) -> str:
+    """The file's YAML without its comments (which may name the variables keys go in)."""
+    return re.sub(r"(^|\s)#.*", "", path.read_text())
+
+
+def test_aws_s3_variant_validates_and_reaches_s3_by_instance_profile_only():
+    import jsonschema
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = load_yaml(AWS_S3_YAML)
+    jsonschema.validate(config, json.loads(RAY_SCHEMA.read_text()))
+    validate_config(prepare_config(copy.deepcopy(config)))
+    base = launcher_config()
+    # The same node types and safe defaults as deploy/cluster.yaml ...
+    for name, node_type in config["available_node_types"].items():
+        plain = base["available_node_types"][name]
+        assert {k: v for k, v in node_type.items() if k != "node_config"} == {
+            k: v for k, v in plain.items() if k != "node_config"
+        }
+        # ... every node with an IAM instance profile (no keys), and no shared file system.
+        assert node_type["node_config"]["IamInstanceProfile"]["Arn"].startswith("arn:aws:iam::")
+    for key in ("head_start_ray_commands", "worker_start_ray_commands", "file_mounts", "provider"):
+        assert config[key] == base[key], key
+    text = AWS_S3_YAML.read_text()
+    assert "/mnt/shared" not in text and "efs" not in text.lower().replace("efault", "")
+    assert not _SECRET.search(_without_comments(AWS_S3_YAML))
+    assert config["docker"]["run_options"] == [
+        o for o in base["docker"]["run_options"] if "/mnt/shared" not in o
+    ]
+    # The example job it runs keeps checkpoints and outputs in S3 and fits its node types.
+    job = load_config(S3_JOB)
+    assert str(job.ray.storage_path).startswith("s3://") and str(job.output_dir).startswith("s3://")
+    assert job.ray.storage_filesystem is None  # the instance role and AWS's own endpoint
+    assert job.data.root.as_posix() in text  # setup_commands download the data it reads
+    assert_job_fits(job, config["available_node_types"], config["head_node_type"])
+    policy = json.loads((DEPLOY / "aws" / "s3-policy.json").read_text())
+    actions = {a for statement in policy["Statement"] for a in statement["Action"]}
+    assert {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"} <= actions
+
+
+def test_kuberay_s3_variant_is_rayjob_plus_irsa_and_no_keys():
+    (account, job) = kuberay_docs()["rayjob-s3.yaml"]
+    (plain,) = kuberay_docs()["rayjob.yaml"]
+    assert account["kind"] == "ServiceAccount"
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith(
+        "arn:aws:iam::"
+    )
+    # rayjob.yaml's cluster, every pod running as that ServiceAccount (IRSA), nothing else.
+    expected = copy.deepcopy(plain["spec"]["rayClusterSpec"])
+    for template in _pod_templates(expected):
+        template["spec"]["serviceAccountName"] = account["metadata"]["name"]
+    assert job["spec"]["rayClusterSpec"] == expected
+    assert not _SECRET.search(_without_comments(KUBERAY / "rayjob-s3.yaml"))
+    argv = shlex.split(job["spec"]["entrypoint"])
+    sets = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--set")
+    assert sets["ray.storage_path"].startswith("s3://") and sets["output_dir"].startswith("s3://")
+    config = REPO / argv[argv.index("--config") + 1].removeprefix("/home/ray/raytrain_hetero/")
+    from raytrain_hetero.app.config import parse_overrides
+
+    job_config = load_config(config, parse_overrides([f"{k}={v}" for k, v in sets.items()]))
+    assert str(job_config.ray.storage_path) == sets["ray.storage_path"]
 
 
 # ----------------------------------------------------------------------------- local
