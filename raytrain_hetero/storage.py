@@ -84,8 +84,9 @@ class StorageFilesystem(HeteroModel):
     Attributes:
         endpoint_override: Host[:port] or URL of an S3/GCS-compatible server (MinIO, Ceph,
             a local test server); ``None``: the provider's own endpoint.
-        region: S3 region (GCS: the location of new buckets); ``None``: from the
-            environment (``AWS_DEFAULT_REGION``) or the bucket.
+        region: S3 region (GCS: the location of new buckets); ``None``: pyarrow's default
+            (``AWS_DEFAULT_REGION`` / the AWS config). Without a spec, an ``s3://`` URI
+            looks up its bucket's region itself.
         scheme: Connection scheme to the endpoint, ``https`` (default) or ``http``.
     """
 
