@@ -159,3 +159,14 @@ def test_predict_finds_and_loads_the_newest_remote_checkpoint(s3_store, tmp_path
     assert state["w"].tolist() == [1.0, 1.0] and meta == {"num_classes": 2}
     with pytest.raises(DataError, match="no checkpoint at s3://"):
         find_checkpoint_file(_location(s3_store, "ckpt/nothing"))
+
+
+def test_cli_keeps_uris_as_uris_and_paths_as_paths():
+    from raytrain_hetero.app.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["predict", "job.yaml", "--checkpoint", "s3://b/runs/r1", "--output", "out/p"]
+    )
+    assert args.checkpoint == "s3://b/runs/r1" and args.output == Path("out/p")
+    args = build_parser().parse_args(["train", "job.yaml", "--output", "gs://b/out"])
+    assert args.output == "gs://b/out"  # not Path's "gs:/b/out"
