@@ -3,7 +3,8 @@
 Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
 the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
 a live progress bar and per-worker table, and writes ``metrics.csv``, ``summary.json`` and
-``throughput.png`` into the output directory.
+``throughput.png`` into the output directory (and, with ``tracking:``, to TensorBoard and
+MLflow: :mod:`raytrain_hetero.app.tracking`).
 
 Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
 Ray worker runs (re-exported here).
@@ -277,6 +278,7 @@ def build_trainer(
         backend=job.backend,
         guard=job.guard,
         parallel=parallel,
+        tracking=job.tracking,
         run_config=run_config,
     )
 
@@ -413,6 +415,7 @@ def run_job(
         write_summary,
     )
     from raytrain_hetero.app.runs import check_output_dir, resolve_run
+    from raytrain_hetero.app.tracking import JOB_ARTIFACTS, job_tracker
     from raytrain_hetero.core.carving import EpochCarver
 
     out = Path(output_dir or job.output_dir).resolve()
@@ -441,14 +444,23 @@ def run_job(
         if progress
         else None
     )
+    tracker = job_tracker(job, out, run.name)
     started = time.perf_counter()
     try:
-        result = trainer.fit(progress=view, poll_interval_s=1.0)
+        if tracker is not None:
+            tracker.open()
+        result = trainer.fit(progress=view, poll_interval_s=1.0, tracker=tracker)
+    except BaseException:
+        if tracker is not None:
+            tracker.close(failed=True)
+        raise
     finally:
         if view is not None:
             view.close()
     wall = time.perf_counter() - started
     if result.error is not None:
+        if tracker is not None:
+            tracker.close(failed=True)
         raise result.error
     records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
     first_step = records[0].step if records else None
@@ -471,6 +483,9 @@ def run_job(
     plot_worker_throughput(
         records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
     )
+    if tracker is not None:
+        tracker.log_artifacts(out / name for name in JOB_ARTIFACTS)
+        tracker.close()
     if progress:
         rows = summary["workers"]
         if header and summary["parallel"].get("layout"):
