@@ -106,11 +106,13 @@ def test_every_tune_trial_gets_its_own_tensorboard_dir_and_nested_mlflow_run(
         "metric": "val_accuracy",
         "mode": "max",
         "scheduler": "fifo",
-        "max_concurrent_trials": 1,
+        "max_concurrent_trials": 2,
         "trial_cpus": 0.25,
     }
     data = tiny_job(data_root, tmp_path, tune=tune)
     data["train"].update(epochs=1, fixed_shares=[2, 1])
+    for worker in data["workers"]:  # both trials at once on the 4 CPUs of ray_local
+        worker["resources"] = {"CPU": 0.5}
     job = validate_config(data, "tune.yaml")
     out = tmp_path / "out"
     summary = run_tune(job, output_dir=out, verbose=0)
