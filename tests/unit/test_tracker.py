@@ -44,6 +44,12 @@ def record(step: int, rank: int, slice_: int, loss: float, *, group: str = "g1")
     )
 
 
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    """One sqlite MLflow store for the module (creating its tables takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
 def events(directory: Path) -> EventAccumulator:
     accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0, "scalars": 0})
     accumulator.Reload()
@@ -116,8 +122,8 @@ def test_flatten_params_gives_dotted_keys_and_json_values():
 # ------------------------------------------------------------------------------ the tracker
 
 
-def test_tracker_writes_steps_plans_and_reports_to_tensorboard_and_mlflow(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_tracker_writes_steps_plans_and_reports_to_tensorboard_and_mlflow(tmp_path, mlflow_uri):
+    uri = mlflow_uri
     job = validate_config(
         {
             **BASE,
@@ -190,8 +196,8 @@ def test_tracker_writes_steps_plans_and_reports_to_tensorboard_and_mlflow(tmp_pa
     assert artifacts == {"summary.json", "plans.json"}
 
 
-def test_trial_tracker_nests_under_the_search_run_and_closes_as_stopped(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_trial_tracker_nests_under_the_search_run_and_closes_as_stopped(tmp_path, mlflow_uri):
+    uri = mlflow_uri
     job = validate_config(
         {
             **BASE,
@@ -231,3 +237,15 @@ def test_unusable_mlflow_store_is_a_config_error_before_training(tmp_path):
     config = TrackingConfig(mlflow={"enabled": True, "tracking_uri": f"sqlite:///{blocker}/x.db"})
     with pytest.raises(ConfigError, match="tracking.mlflow"):
         RunTracker(config, run_name="r", params={}).open()
+
+
+def test_the_scheduler_keeps_forwarded_reports_for_the_drain():
+    from raytrain_hetero.driver.scheduler import HeteroScheduler
+
+    scheduler = HeteroScheduler("run", live=False, clock=lambda: 0.0)
+    assert scheduler.drain().reports == ()
+    scheduler.record_report({"epoch": 0, "val_accuracy": 0.4, "hetero/global_step": 5})
+    scheduler.record_report({"epoch": 1, "val_accuracy": 0.6, "hetero/global_step": 10})
+    reports = scheduler.drain().reports
+    assert [r["val_accuracy"] for r in reports] == [0.4, 0.6]
+    assert scheduler.drain(after=10, incarnation=scheduler.incarnation).reports == reports
