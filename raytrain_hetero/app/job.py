@@ -444,7 +444,7 @@ def run_job(
         if progress
         else None
     )
-    tracker = job_tracker(job, out, run.name)
+    tracker = job_tracker(job, out, run.name, resume=run.resuming)
     started = time.perf_counter()
     try:
         if tracker is not None:

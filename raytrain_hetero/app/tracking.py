@@ -47,8 +47,11 @@ def resolved_tracking(job: JobConfig, output_dir: Path) -> TrackingConfig:
     )
 
 
-def job_tracker(job: JobConfig, output_dir: Path, run_name: str) -> RunTracker | None:
-    """The (unopened) tracker of a ``train`` run, or None when ``tracking`` is off."""
+def job_tracker(
+    job: JobConfig, output_dir: Path, run_name: str, *, resume: bool = False
+) -> RunTracker | None:
+    """The (unopened) tracker of a ``train`` run, or None when ``tracking`` is off; a resumed
+    run (``--resume``) continues its MLflow run and TensorBoard directory."""
     if not job.tracking.active:
         return None
     return RunTracker(
@@ -56,6 +59,7 @@ def job_tracker(job: JobConfig, output_dir: Path, run_name: str) -> RunTracker |
         run_name=run_name,
         params=job.model_dump(mode="json"),
         default_experiment=job.name,
+        resume=resume,
     )
 
 

@@ -46,6 +46,9 @@ _PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
 _MAX_PARAM_VALUE = 6000
 
+#: MLflow tag holding the Ray run name (a resumed run finds its MLflow run by it).
+RUN_TAG = "raytrain_hetero.run"
+
 #: Report keys not logged per epoch (per-rank figures: the per-step scalars carry them).
 _SKIPPED_REPORT_PREFIXES = ("hetero/rank",)
 
@@ -145,6 +148,9 @@ class RunTracker:
             Tune trial: ``<search>/<trial>``).
         tags: MLflow run tags.
         parent_run_id: MLflow run this one is nested under (a Tune search's run).
+        resume: Continue the newest MLflow run of ``run_name`` (a Ray run resumed from its
+            checkpoint) instead of starting a new one; TensorBoard appends to the same
+            directory either way.
     """
 
     def __init__(
@@ -158,8 +164,10 @@ class RunTracker:
         tensorboard_subdir: str | None = None,
         tags: Mapping[str, str] | None = None,
         parent_run_id: str | None = None,
+        resume: bool = False,
     ) -> None:
         config.check_installed()
+        self.resume = resume
         self.config = config
         self.run_name = run_name
         self.params = flatten_params(params)
@@ -215,12 +223,16 @@ class RunTracker:
                     self.experiment_name, artifact_location=mlflow_config.artifact_location
                 )
             )
-            tags = dict(self.tags)
-            if self.parent_run_id is not None:
-                tags["mlflow.parentRunId"] = self.parent_run_id
-            run = client.create_run(
-                experiment_id, run_name=mlflow_config.run_name or self.run_name, tags=tags
-            )
+            run = self._earlier_run(client, experiment_id) if self.resume else None
+            if run is not None:
+                client.update_run(run.info.run_id, status="RUNNING")
+            else:
+                tags = {**self.tags, RUN_TAG: self.run_name}
+                if self.parent_run_id is not None:
+                    tags["mlflow.parentRunId"] = self.parent_run_id
+                run = client.create_run(
+                    experiment_id, run_name=mlflow_config.run_name or self.run_name, tags=tags
+                )
         except Exception as exc:  # stores fail with many types; each means this
             raise ConfigError(
                 f"tracking.mlflow: cannot start a run at tracking_uri="
@@ -231,9 +243,24 @@ class RunTracker:
             ) from exc
         self._client = client
         self.mlflow_run_id = run.info.run_id
-        items = [Param(k, v) for k, v in sorted(self.params.items())]
+        logged = dict(run.data.params)
+        changed = sorted(k for k, v in self.params.items() if logged.get(k, v) != v)
+        if changed:  # MLflow params are immutable: a resumed run keeps its first values
+            logger.warning("MLflow run %s keeps its earlier params %s", run.info.run_id, changed)
+        fresh = {k: v for k, v in self.params.items() if k not in logged}
+        items = [Param(k, v) for k, v in sorted(fresh.items())]
         for start in range(0, len(items), _PARAMS_PER_BATCH):
             client.log_batch(self.mlflow_run_id, params=items[start : start + _PARAMS_PER_BATCH])
+
+    def _earlier_run(self, client: Any, experiment_id: str) -> Any:
+        """The newest MLflow run of this Ray run (tag ``raytrain_hetero.run``), or None."""
+        runs = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{RUN_TAG}` = '{self.run_name}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        return runs[0] if runs else None
 
     def __enter__(self) -> RunTracker:
         return self.open()

@@ -249,3 +249,26 @@ def test_the_scheduler_keeps_forwarded_reports_for_the_drain():
     reports = scheduler.drain().reports
     assert [r["val_accuracy"] for r in reports] == [0.4, 0.6]
     assert scheduler.drain(after=10, incarnation=scheduler.incarnation).reports == reports
+
+
+def test_a_resumed_run_continues_its_mlflow_run(tmp_path, mlflow_uri):
+    config = TrackingConfig(
+        tensorboard={"enabled": True, "log_dir": str(tmp_path / "tb")},
+        mlflow={"enabled": True, "tracking_uri": mlflow_uri, "experiment_name": "resumed"},
+    )
+    first = RunTracker(config, run_name="r", params={"train": {"lr": 0.1}}).open()
+    first({"records": [record(0, 0, 8, 1.0), record(0, 1, 4, 1.0)]})
+    first.close(failed=True)  # killed; resumed from its checkpoint
+    again = RunTracker(config, run_name="r", params={"train": {"lr": 0.2}}, resume=True).open()
+    again({"records": [record(1, 0, 8, 1.0, group="g2"), record(1, 1, 4, 1.0, group="g2")]})
+    again.close()
+    assert again.mlflow_run_id == first.mlflow_run_id
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    run = client.get_run(first.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"train.lr": "0.1"}  # MLflow params are immutable
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [0, 1]
+    assert [e.step for e in events(tmp_path / "tb" / "r").Scalars("train/loss")] == [0, 1]
+    fresh = RunTracker(config, run_name="r", params={}).open()  # not resuming: a new run
+    fresh.close()
+    assert fresh.mlflow_run_id != first.mlflow_run_id
