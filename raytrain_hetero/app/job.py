@@ -251,15 +251,16 @@ def build_trainer(
         job: The job.
         train_loop: The per-worker loop.
         run_config: Ray Train RunConfig (name, storage, checkpoints, callbacks).
-        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity) and no
-            live re-planning.
+        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity), no
+            live re-planning and no experiment tracking.
     """
-    from raytrain_hetero.config import ElasticConfig, ParallelConfig
+    from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
     scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
-    probe = job.probe
+    probe, tracking = job.probe, job.tracking
     if probe_only:
+        tracking = TrackingConfig()  # a probe is no run to track
         scheduler = scheduler.model_copy(update={"live": False})
         # The probe says which workers admission would leave out; it never re-sizes.
         probe = probe.model_copy(update={"admission": "all"})
@@ -278,7 +279,7 @@ def build_trainer(
         backend=job.backend,
         guard=job.guard,
         parallel=parallel,
-        tracking=job.tracking,
+        tracking=tracking,
         run_config=run_config,
     )
 

@@ -272,3 +272,19 @@ def test_a_resumed_run_continues_its_mlflow_run(tmp_path, mlflow_uri):
     fresh = RunTracker(config, run_name="r", params={}).open()  # not resuming: a new run
     fresh.close()
     assert fresh.mlflow_run_id != first.mlflow_run_id
+
+
+def test_a_probe_is_not_tracked_and_the_trainer_logs_its_resolved_groups():
+    from ray.train import RunConfig
+
+    from raytrain_hetero.app.job import build_trainer
+
+    job = validate_config({**BASE, "tracking": {"tensorboard": {"enabled": True}}})
+    loop = print  # never runs
+    assert build_trainer(job, loop, RunConfig()).tracking.active
+    assert not build_trainer(job, loop, RunConfig(), probe_only=True).tracking.active
+    params = flatten_params(build_trainer(job, loop, RunConfig()).tracked_params())
+    assert params["batch.global_batch_size"] == str(job.train.global_batch_size)
+    assert params["workers.1.name"] == '"slow"'
+    assert params["scheduler.policy.window_steps"] == str(job.scheduler.policy.window_steps)
+    assert not any(key.startswith("tracking.") for key in params)
