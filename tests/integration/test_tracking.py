@@ -156,7 +156,12 @@ def test_python_api_tracking_opens_feeds_and_closes_its_own_run(ray_local, tmp_p
         batch=BatchConfig(global_batch_size=20, fixed_shares=[3.0, 1.0]),
         tracking=TrackingConfig(
             tensorboard={"enabled": True, "log_dir": str(tmp_path / "tb")},
-            mlflow={"enabled": True, "tracking_uri": uri, "experiment_name": "py"},
+            mlflow={
+                "enabled": True,
+                "tracking_uri": uri,
+                "experiment_name": "py",
+                "artifact_location": str(tmp_path / "artifacts"),
+            },
         ),
         run_config=run_config,
     )

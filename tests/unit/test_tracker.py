@@ -211,7 +211,8 @@ def test_trial_tracker_nests_under_the_search_run_and_closes_as_stopped(tmp_path
             },
         }
     )
-    parent = RunTracker(job.tracking, run_name="search", params={}).open()
+    parent = RunTracker(job.tracking, run_name="search", params={}, default_log_dir=tmp_path)
+    parent.open()
     tracking = resolved_tracking(job, tmp_path / "out").model_dump(mode="json")
     trial = trial_tracker(
         job, tracking, experiment="search", run_name="search-t1", parent_run_id=parent.mlflow_run_id
@@ -254,7 +255,12 @@ def test_the_scheduler_keeps_forwarded_reports_for_the_drain():
 def test_a_resumed_run_continues_its_mlflow_run(tmp_path, mlflow_uri):
     config = TrackingConfig(
         tensorboard={"enabled": True, "log_dir": str(tmp_path / "tb")},
-        mlflow={"enabled": True, "tracking_uri": mlflow_uri, "experiment_name": "resumed"},
+        mlflow={
+            "enabled": True,
+            "tracking_uri": mlflow_uri,
+            "experiment_name": "resumed",
+            "artifact_location": str(tmp_path / "artifacts"),
+        },
     )
     first = RunTracker(config, run_name="r", params={"train": {"lr": 0.1}}).open()
     first({"records": [record(0, 0, 8, 1.0), record(0, 1, 4, 1.0)]})
