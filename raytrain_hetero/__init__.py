@@ -42,6 +42,7 @@ _LAZY = {
     "ProbeConfig": "raytrain_hetero.config",
     "SchedulerConfig": "raytrain_hetero.config",
     "SlowdownInjection": "raytrain_hetero.config",
+    "TrackingConfig": "raytrain_hetero.config",
     "WorkerSpec": "raytrain_hetero.config",
     "load_config": "raytrain_hetero.app.config",
     "HeteroTrainer": "raytrain_hetero.driver.trainer",

@@ -3,7 +3,8 @@
 Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
 the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
 a live progress bar and per-worker table, and writes ``metrics.csv``, ``summary.json`` and
-``throughput.png`` into the output directory.
+``throughput.png`` into the output directory (and, with ``tracking:``, to TensorBoard and
+MLflow: :mod:`raytrain_hetero.app.tracking`).
 
 Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
 Ray worker runs (re-exported here).
@@ -250,15 +251,16 @@ def build_trainer(
         job: The job.
         train_loop: The per-worker loop.
         run_config: Ray Train RunConfig (name, storage, checkpoints, callbacks).
-        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity) and no
-            live re-planning.
+        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity), no
+            live re-planning and no experiment tracking.
     """
-    from raytrain_hetero.config import ElasticConfig, ParallelConfig
+    from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
     scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
-    probe = job.probe
+    probe, tracking = job.probe, job.tracking
     if probe_only:
+        tracking = TrackingConfig()  # a probe is no run to track
         scheduler = scheduler.model_copy(update={"live": False})
         # The probe says which workers admission would leave out; it never re-sizes.
         probe = probe.model_copy(update={"admission": "all"})
@@ -277,6 +279,7 @@ def build_trainer(
         backend=job.backend,
         guard=job.guard,
         parallel=parallel,
+        tracking=tracking,
         run_config=run_config,
     )
 
@@ -417,6 +420,7 @@ def run_job(
         write_summary,
     )
     from raytrain_hetero.app.runs import check_output_dir, resolve_run
+    from raytrain_hetero.app.tracking import JOB_ARTIFACTS, job_tracker
     from raytrain_hetero.core.carving import EpochCarver
     from raytrain_hetero.storage import StagingDir
 
@@ -449,37 +453,56 @@ def run_job(
         if progress
         else None
     )
+    tracker = job_tracker(job, out, run.name, resume=run.resuming)
     started = time.perf_counter()
     try:
-        result = trainer.fit(progress=view, poll_interval_s=1.0)
+        if tracker is not None:
+            tracker.open()
+        result = trainer.fit(progress=view, poll_interval_s=1.0, tracker=tracker)
+    except BaseException:
+        if tracker is not None:
+            tracker.close(failed=True)
+        raise
     finally:
         if view is not None:
             view.close()
     wall = time.perf_counter() - started
     if result.error is not None:
+        if tracker is not None:
+            tracker.close(failed=True)
         raise result.error
-    records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
-    first_step = records[0].step if records else None
-    if run.resuming:
-        earlier = staging.fetch("metrics.csv")
-        records = (_earlier_records(earlier, first_step) if earlier else []) + records
-    final = dict(result.metrics or {})
-    summary = build_summary(job, records, trainer.plans, final, wall, sizes)
-    # Which workers admission left out, with the predicted samples/s (None: admission all).
-    summary["admission"] = trainer.admission
-    summary["run"] = {
-        "name": run.name,
-        "folder": str(run.folder),
-        "resumed": run.resuming,
-        # The first step this submission ran (> 0 after a resume from a checkpoint).
-        "first_step": first_step,
-        "max_failures": job.resolved_max_failures(),
-    }
-    write_metrics_csv(records, out / "metrics.csv")
-    write_summary(summary, out / "summary.json")
-    plot_worker_throughput(
-        records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
-    )
+    try:
+        records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
+        first_step = records[0].step if records else None
+        if run.resuming:
+            earlier = staging.fetch("metrics.csv")
+            records = (_earlier_records(earlier, first_step) if earlier else []) + records
+        final = dict(result.metrics or {})
+        summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+        # Which workers admission left out, with the predicted samples/s (None: admission all).
+        summary["admission"] = trainer.admission
+        summary["run"] = {
+            "name": run.name,
+            "folder": str(run.folder),
+            "resumed": run.resuming,
+            # The first step this submission ran (> 0 after a resume from a checkpoint).
+            "first_step": first_step,
+            "max_failures": job.resolved_max_failures(),
+        }
+        write_metrics_csv(records, out / "metrics.csv")
+        write_summary(summary, out / "summary.json")
+        plot_worker_throughput(
+            records, out / "throughput.png", title=f"{job.name}: per-worker throughput"
+        )
+        if tracker is not None:
+            tracker.log_artifacts(out / name for name in JOB_ARTIFACTS)
+    except BaseException:
+        # The outputs failed after training: the MLflow run ends FAILED, not left RUNNING.
+        if tracker is not None:
+            tracker.close(failed=True)
+        raise
+    if tracker is not None:
+        tracker.close()
     staging.publish()
     staging.cleanup()
     if progress:

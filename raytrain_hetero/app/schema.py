@@ -4,7 +4,8 @@ A job is one YAML file (see ``examples/configs/eurosat_local.yaml``) that valida
 :class:`JobConfig`. Its run sections ARE the library's config classes (``probe:``
 :class:`~raytrain_hetero.config.ProbeConfig`, ``workers:`` a list of
 :class:`~raytrain_hetero.config.WorkerSpec`, ``scheduler:``, ``elastic:``, ``emulation:``,
-``backend:``, ``parallel:`` :class:`~raytrain_hetero.config.ParallelConfig`, and ``train:``
+``backend:``, ``parallel:`` :class:`~raytrain_hetero.config.ParallelConfig`, ``tracking:``
+:class:`~raytrain_hetero.config.TrackingConfig`, and ``train:``
 extends :class:`~raytrain_hetero.config.BatchConfig` with the optimiser), so defaults and
 checks are the library's; cross-section checks are the library's one
 :func:`~raytrain_hetero.config.run_setting_problems` plus the parallel layout against the
@@ -36,6 +37,7 @@ from raytrain_hetero.config import (
     ProbeConfig,
     SchedulerConfig,
     SettingPaths,
+    TrackingConfig,
     WorkerSpec,
     expand_worker_specs,
     run_setting_problems,
@@ -332,6 +334,10 @@ class JobConfig(HeteroModel):
     parallel: ParallelConfig = Field(
         default_factory=ParallelConfig,
         description="model parallelism: mode data | conv_split | branches, layers, group_size",
+    )
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="experiment tracking: tensorboard {enabled, log_dir}, mlflow {enabled, ...}",
     )
     output_dir: Path | str = Field(
         Path("outputs/run"),

@@ -9,7 +9,9 @@ function trainable, importable by module path) builds the job's
 
 Outputs of :func:`run_tune` (in the output directory): ``trials.csv`` (one row per trial),
 ``trials.png`` (metric per epoch and per-worker throughput of every trial) and
-``tune_summary.json`` (the best trial and its config).
+``tune_summary.json`` (the best trial and its config). With ``tracking:`` every trial also
+gets its own TensorBoard directory and MLflow run, nested under one MLflow run of the search
+(:mod:`raytrain_hetero.app.tracking`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ from raytrain_hetero.storage import StagingDir, StorageLocation
 from raytrain_hetero.tune import search as tune_search
 from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
 from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
-from raytrain_hetero.tune.trial import abort_train_on_stop, plain_value, trial_report_callback
+from raytrain_hetero.tune.trial import (
+    abort_train_on_stop,
+    plain_value,
+    track_trial,
+    trial_report_callback,
+)
 
 __all__ = ["format_best", "param_space", "run_trial", "run_tune", "trial_count", "trial_job"]
 
@@ -72,7 +79,12 @@ def trial_count(job: JobConfig) -> int:
 
 @abort_train_on_stop
 def run_trial(
-    params: dict[str, Any], *, base_job: dict[str, Any], storage_path: str | StorageLocation
+    params: dict[str, Any],
+    *,
+    base_job: dict[str, Any],
+    storage_path: str | StorageLocation,
+    tracking: dict[str, Any] | None = None,
+    parent_run_id: str | None = None,
 ) -> None:
     """Tune function trainable: train ``base_job`` with ``params`` merged over it.
 
@@ -81,6 +93,9 @@ def run_trial(
         base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
         storage_path: Where Ray Train keeps this trial's run (checkpoints): a local
             directory or a location on any store (its filesystem travels with it).
+        tracking: The search's resolved ``tracking`` (JSON): the trial gets its own
+            TensorBoard directory and MLflow run.
+        parent_run_id: The search's MLflow run, the parent of the trial's.
     """
     from ray import tune
 
@@ -96,7 +111,24 @@ def run_trial(
     trainer = build_trainer(
         job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
     )
-    trainer.fit()
+    tracker = None
+    if tracking is not None:
+        from raytrain_hetero.app.tracking import trial_tracker
+
+        tracker = trial_tracker(
+            job,
+            tracking,
+            experiment=context.get_experiment_name(),
+            run_name=run.name,
+            parent_run_id=parent_run_id,
+        )
+    if tracker is None:
+        trainer.fit()
+        return
+    with track_trial(tracker.open()):
+        result = trainer.fit(tracker=tracker)
+        if result.error is not None:
+            tracker.close(failed=True)
 
 
 def _concurrency(job: JobConfig, nodes: list[dict[str, Any]]) -> int:
@@ -133,6 +165,7 @@ def run_tune(
     from raytrain_hetero.app.job import prepare_dataset
     from raytrain_hetero.app.outputs import write_summary
     from raytrain_hetero.app.runs import check_output_dir, unique_run_name
+    from raytrain_hetero.app.tracking import SEARCH_ARTIFACTS, resolved_tracking, search_tracker
     from raytrain_hetero.driver.session import init_ray
 
     if job.tune is None:
@@ -157,11 +190,14 @@ def run_tune(
     concurrency = _concurrency(job, cluster_nodes())
     experiment = unique_run_name(f"{job.name}-tune")
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
+    search_run = search_tracker(job, out, experiment)
     trainable = tune.with_resources(
         tune.with_parameters(
             run_trial,
             base_job=job.model_dump(mode="json"),
             storage_path=storage if storage.remote else storage.path,
+            tracking=resolved_tracking(job, out).model_dump(mode="json"),
+            parent_run_id=search_run.open().mlflow_run_id if search_run is not None else None,
         ),
         {"cpu": cfg.trial_cpus},
     )
@@ -191,7 +227,12 @@ def run_tune(
         ),
     )
     started = time.perf_counter()
-    grid = tuner.fit()
+    try:
+        grid = tuner.fit()
+    except BaseException:
+        if search_run is not None:
+            search_run.close(failed=True)
+        raise
     wall = time.perf_counter() - started
     rows, histories = trial_rows(grid, search_keys=list(cfg.search_space), epochs=job.train.epochs)
     write_trials_csv(rows, out / "trials.csv")
@@ -204,6 +245,9 @@ def run_tune(
     )
     ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
     if not ok:
+        if search_run is not None:
+            search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
+            search_run.close(failed=True)
         first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
         staging.publish()  # trials.csv / trials.png say what went wrong
         raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
@@ -232,6 +276,9 @@ def run_tune(
     }
     # NaN (a trial without throughput) is not JSON: written as null, with a warning.
     write_summary(summary, out / "tune_summary.json")
+    if search_run is not None:
+        search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
+        search_run.close()
     staging.publish()
     staging.cleanup()
     return summary

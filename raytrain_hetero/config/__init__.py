@@ -9,7 +9,8 @@ is frozen and rejects unknown keys; built from Python with bad values it raises 
 Modules: ``fields`` (field types, error vocabulary), ``problems`` (pydantic errors ->
 ConfigError), ``base`` (:class:`HeteroModel`), ``specs`` (workers, probing, slowdowns),
 ``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks),
-``parallel`` (model-parallel layout), ``faults`` (FAULT INJECTION, test/ops tooling).
+``parallel`` (model-parallel layout), ``tracking`` (TensorBoard, MLflow), ``faults`` (FAULT
+INJECTION, test/ops tooling).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from raytrain_hetero.config.specs import (
     expand_worker_specs,
     worker_groups,
 )
+from raytrain_hetero.config.tracking import MLflowConfig, TensorBoardConfig, TrackingConfig
 
 __all__ = [
     "BackendConfig",
@@ -51,6 +53,7 @@ __all__ = [
     "FaultSpec",
     "GuardConfig",
     "HeteroModel",
+    "MLflowConfig",
     "ParallelConfig",
     "ParallelMode",
     "PolicyConfig",
@@ -58,6 +61,8 @@ __all__ = [
     "SchedulerConfig",
     "SettingPaths",
     "SlowdownInjection",
+    "TensorBoardConfig",
+    "TrackingConfig",
     "WorkerSpec",
     "check_fault_targets",
     "check_run_settings",

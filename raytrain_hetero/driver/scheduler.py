@@ -181,6 +181,7 @@ class Drain:
         policy: The policy's fields.
         admission: The run's admission decision (``AdmissionDecision.to_dict`` plus
             ``summary`` and ``keep_slots``), or None.
+        reports: Rank 0's epoch reports so far (:meth:`HeteroScheduler.record_report`).
     """
 
     incarnation: str
@@ -191,6 +192,7 @@ class Drain:
     counters: SchedulerCounters
     policy: dict[str, Any] = field(default_factory=dict)
     admission: dict[str, Any] | None = None
+    reports: tuple[dict[str, Any], ...] = ()
 
 
 class HeteroScheduler:
@@ -240,6 +242,7 @@ class HeteroScheduler:
         self._injections: list[SlowdownInjection] = []
         self._decisions: list[dict[str, Any]] = []
         self._admission: dict[str, Any] | None = None
+        self._reports: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
 
     # ------------------------------------------------------------------ groups and plans
@@ -288,6 +291,11 @@ class HeteroScheduler:
         if self._admission is None:
             self._admission = dict(decision)
             logger.info("%s", decision.get("summary", "admission decided"))
+
+    def record_report(self, metrics: dict[str, Any]) -> None:
+        """Rank 0's metrics of one ``ray.train.report`` (for the driver's experiment tracker;
+        forwarded by :class:`~raytrain_hetero.driver.tracking.ReportForwarder`)."""
+        self._reports.append(dict(metrics))
 
     def admission(self) -> dict[str, Any] | None:
         """The run's admission decision, or None before one is made."""
@@ -459,6 +467,7 @@ class HeteroScheduler:
             counters=self._counters,
             policy=asdict(self.policy),
             admission=self._admission,
+            reports=tuple(self._reports),
         )
 
     def recent_records(self) -> list[StepRecord]:

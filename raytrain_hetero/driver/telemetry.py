@@ -25,7 +25,7 @@ __all__ = ["RecordCollector"]
 T = TypeVar("T")
 
 #: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans,
-#: "admission": the admission decision or None}``.
+#: "admission": the admission decision or None, "reports": new epoch reports}``.
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 
@@ -35,8 +35,9 @@ class RecordCollector:
     Args:
         scheduler: Handle of the run's scheduler actor.
         progress: Called with ``{"records": new records, "plans": all plans, "admission":
-            the admission decision or None}`` after each drain that brought something (on
-            the thread that drains).
+            the admission decision or None, "reports": new epoch reports of rank 0 (only
+            with a ``ReportForwarder``)}`` after each drain that brought something (on the
+            thread that drains).
         timeout_s: Seconds to wait for one drain.
 
     Attributes:
@@ -44,6 +45,7 @@ class RecordCollector:
         plans: Every plan installed so far (a restarted actor's are merged in).
         decisions: Every live re-plan decided so far.
         admission: The run's admission decision once made (``admission: auto``), else None.
+        reports: Rank 0's epoch reports forwarded to the actor, each once.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class RecordCollector:
         self.plans: list[dict[str, Any]] = []
         self.decisions: list[dict[str, Any]] = []
         self.admission: dict[str, Any] | None = None
+        self.reports: list[dict[str, Any]] = []
         self._keys: set[tuple[str, int, int]] = set()
         self._cursor = 0
         self._incarnation: str | None = None
@@ -78,13 +81,21 @@ class RecordCollector:
         self.records.extend(new)
         _merge(self.plans, drained.plans)
         _merge(self.decisions, drained.decisions)
+        known = len(self.reports)
+        _merge(self.reports, drained.reports)
+        reports = self.reports[known:]
         admitted_now = drained.admission is not None and self.admission is None
         if drained.admission is not None:
             self.admission = drained.admission
-        if self.progress is not None and (new or drained.plans or admitted_now):
+        if self.progress is not None and (new or drained.plans or admitted_now or reports):
             try:
                 self.progress(
-                    {"records": new, "plans": list(self.plans), "admission": self.admission}
+                    {
+                        "records": new,
+                        "plans": list(self.plans),
+                        "admission": self.admission,
+                        "reports": reports,
+                    }
                 )
             except Exception:
                 logger.exception("progress callback failed")

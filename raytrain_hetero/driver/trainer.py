@@ -27,6 +27,7 @@ from raytrain_hetero.config import (
     ProbeConfig,
     SchedulerConfig,
     SlowdownInjection,
+    TrackingConfig,
     WorkerSpec,
     check_fault_targets,
     check_run_settings,
@@ -47,6 +48,7 @@ from raytrain_hetero.driver.scheduler import (
 )
 from raytrain_hetero.driver.session import init_ray
 from raytrain_hetero.driver.telemetry import RecordCollector
+from raytrain_hetero.driver.tracking import ReportForwarder, RunTracker, fan_out
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.context import HeteroSetup
 
@@ -81,6 +83,7 @@ _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "backend": BackendConfig,
     "guard": GuardConfig,
     "parallel": ParallelConfig,
+    "tracking": TrackingConfig,
 }
 
 
@@ -184,6 +187,8 @@ class HeteroTrainer:
         parallel: Model parallelism (:class:`~raytrain_hetero.config.ParallelConfig`): mode
             ``data`` (default), ``conv_split`` or ``branches``, in groups of ``group_size``
             ranks; the loop then calls ``prepare_model_parallel`` instead of ``prepare_model``.
+        tracking: Experiment tracking (:class:`~raytrain_hetero.config.TrackingConfig`):
+            TensorBoard event files and an MLflow run per ``fit`` (off by default).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
         **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
             :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
@@ -207,6 +212,7 @@ class HeteroTrainer:
         faults: FaultInjectionConfig | Mapping[str, Any] | None = None,
         guard: GuardConfig | Mapping[str, Any] | None = None,
         parallel: ParallelConfig | Mapping[str, Any] | None = None,
+        tracking: TrackingConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
         **deprecated: Any,
     ) -> None:
@@ -235,6 +241,8 @@ class HeteroTrainer:
         self.backend = _group("backend", groups["backend"], BackendConfig)
         self.guard = _group("guard", groups["guard"], GuardConfig)
         self.parallel = _group("parallel", parallel, ParallelConfig)
+        self.tracking = _group("tracking", tracking, TrackingConfig)
+        self.tracking.check_installed()  # before any worker starts
         check_run_settings(
             self.workers, self.batch, self.elastic, self.emulation, parallel=self.parallel
         )
@@ -343,8 +351,22 @@ class HeteroTrainer:
             min_workers=self.resolved_min_workers,
         )
 
-    def torch_trainer(self) -> TorchTrainer:
-        """The underlying Ray Train V2 TorchTrainer (elastic sizing per worker slot)."""
+    def tracked_params(self) -> dict[str, Any]:
+        """The resolved settings an experiment tracker logs (MLflow params, flattened)."""
+        groups = {name: getattr(self, name) for name in _GROUP_CLASSES if name != "tracking"}
+        return {
+            "workers": [w.model_dump(mode="json") for w in self.workers],
+            **{name: group.model_dump(mode="json") for name, group in groups.items()},
+            "probe": self.probe.model_dump(mode="json"),
+            "train_loop_config": self.train_loop_config,
+        }
+
+    def torch_trainer(self, run_config: RunConfig | None = None) -> TorchTrainer:
+        """The underlying Ray Train V2 TorchTrainer (elastic sizing per worker slot).
+
+        Args:
+            run_config: In place of ``self.run_config`` (``fit`` adds its tracking callback).
+        """
         return HeteroRayTorchTrainer(
             self._entry,
             train_loop_config=self.train_loop_config,
@@ -354,7 +376,7 @@ class HeteroTrainer:
                 timeout_s=self.backend.collective_timeout_s,
             ),
             scaling_config=self.scaling_config(),
-            run_config=self.run_config,
+            run_config=run_config or self.run_config,
             slots=[SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs],
             admission_run_id=self.run_id if self.admission_auto else None,
         )
@@ -366,6 +388,7 @@ class HeteroTrainer:
         *,
         progress: Callable[[dict[str, Any]], None] | None = None,
         poll_interval_s: float = 1.0,
+        tracker: RunTracker | None = None,
     ) -> ray.train.Result:
         """Train; returns Ray Train's Result.
 
@@ -375,11 +398,18 @@ class HeteroTrainer:
         history into ``self.plans``; with ``probe.admission: auto``, the admission decision
         (which workers were left out, with the predicted samples/s) into ``self.admission``.
 
+        With ``tracking`` on, the run's TensorBoard directory and MLflow run are opened here,
+        fed while it trains (step records, plans, rank 0's epoch reports) and closed at the
+        end; pass your own open ``tracker`` instead to log more (plots) before closing it.
+
         Args:
             progress: Called on the calling thread with ``{"records": new records,
-                "plans": all plans, "admission": the admission decision or None}`` after
-                each drain that brought something.
+                "plans": all plans, "admission": the admission decision or None,
+                "reports": new epoch reports when tracking}`` after each drain that
+                brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
+            tracker: An open :class:`~raytrain_hetero.driver.tracking.RunTracker` to feed
+                (the caller closes it); ``None``: one from ``tracking`` if it is on.
 
         Raises:
             RayCompatError: The installed Ray is not the one raytrain_hetero is pinned to.
@@ -394,17 +424,33 @@ class HeteroTrainer:
             live=self.live,
         )
         self._scheduler = scheduler
-        collector = RecordCollector(scheduler, progress)
+        owned = None
+        if tracker is None and self.tracking.active:
+            name = self.run_config.name or f"hetero-{self.run_id}"
+            owned = tracker = RunTracker(
+                self.tracking, run_name=name, params=self.tracked_params()
+            ).open()
+        run_config = self.run_config
+        if tracker is not None:
+            # Rank 0's epoch reports reach the tracker through the scheduler actor's drain.
+            callbacks = [*(run_config.callbacks or []), ReportForwarder(self.run_id)]
+            run_config = dataclasses.replace(run_config, callbacks=callbacks)
+        collector = RecordCollector(scheduler, fan_out(progress, tracker))
         self.step_records, self.plans, self.decisions = (
             collector.records,
             collector.plans,
             collector.decisions,
         )
+        failed = True
         try:
             # Bounds Ray Train's report barrier as well as the package's process groups.
             with train_collective_timeout(self.backend.collective_timeout_s):
-                return collector.run_draining(self.torch_trainer().fit, poll_interval_s)
+                result = collector.run_draining(self.torch_trainer(run_config).fit, poll_interval_s)
+            failed = result.error is not None
+            return result
         finally:
+            if owned is not None:
+                owned.close(failed=failed)
             self.admission = collector.admission
             self._scheduler = None
             kill_scheduler(scheduler, self.run_id)

@@ -17,8 +17,9 @@ dashboard's state API and an unambiguous cluster address.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import ray
@@ -42,6 +43,7 @@ __all__ = [
     "abort_train_on_stop",
     "plain_value",
     "throughput_metrics",
+    "track_trial",
     "trial_report_callback",
 ]
 
@@ -174,6 +176,7 @@ class _AbortTrainOnStop:
     def cleanup(self) -> None:
         try:
             abort_active_train_run()
+            close_active_tracker()
         finally:
             super().cleanup()  # type: ignore[misc]
 
@@ -192,6 +195,38 @@ def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
 #: This trial process's mailbox (set by :func:`trial_report_callback`, read when Tune stops
 #: the trial).
 _ACTIVE_MAILBOX: Any = None
+
+
+#: This trial process's open experiment tracker (set by :func:`track_trial`).
+_ACTIVE_TRACKER: Any = None
+
+
+@contextlib.contextmanager
+def track_trial(tracker: Any) -> Iterator[Any]:
+    """Make ``tracker`` (an open :class:`~raytrain_hetero.driver.tracking.RunTracker`) this
+    trial's: closed at the end of the block (``FAILED`` on an exception), or ``KILLED`` when
+    Tune stops the trial first (ASHA; see :func:`abort_train_on_stop`)."""
+    global _ACTIVE_TRACKER
+    _ACTIVE_TRACKER = tracker
+    try:
+        yield tracker
+    except BaseException:
+        tracker.close(failed=True)
+        raise
+    else:
+        tracker.close()
+    finally:
+        _ACTIVE_TRACKER = None
+
+
+def close_active_tracker() -> None:
+    """Close this trial's open tracker as stopped, if there is one (Tune stopped the trial)."""
+    tracker = _ACTIVE_TRACKER
+    if tracker is not None:
+        try:
+            tracker.close(stopped=True)
+        except Exception as exc:  # noqa: BLE001 - best effort while the trial stops
+            logger.warning("could not close the stopped trial's tracker: %s", exc)
 
 
 def abort_active_train_run(timeout_s: float = 60.0) -> bool:

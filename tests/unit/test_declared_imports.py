@@ -5,7 +5,9 @@ installed by hand, passes on a used machine and fails on a fresh one (scipy did,
 imports are read with :mod:`ast` (nothing of the project runs) and mapped to the distributions
 that provide them with :func:`importlib.metadata.packages_distributions`. Imports of the
 package itself must be covered by ``[project] dependencies`` (``pip install -e .`` is all a
-user runs before training); tests, scripts, examples and deploy may also use the extras.
+user runs before training), except a feature extra's (``[tracking]``: every extra but ``test``)
+imported inside a function, so every module still imports on a plain install; tests, scripts,
+examples and deploy may also use the extras.
 This is the check of ``../shared/tools/check_declared_imports.py``, inside the suite.
 """
 
@@ -40,10 +42,12 @@ class Declared:
     Attributes:
         runtime: ``[project] dependencies``.
         extras: Every ``[project.optional-dependencies]`` entry.
+        features: The entries of the feature extras (every extra but ``test``).
     """
 
     runtime: frozenset[str]
     extras: frozenset[str]
+    features: frozenset[str] = frozenset()
 
 
 def normalise(name: str) -> str:
@@ -59,10 +63,13 @@ def requirement_name(requirement: str) -> str:
 def read_declared(pyproject: Path) -> Declared:
     """The declared distributions of a pyproject.toml."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    extras = [r for reqs in project.get("optional-dependencies", {}).values() for r in reqs]
+    optional = project.get("optional-dependencies", {})
+    extras = [r for reqs in optional.values() for r in reqs]
+    features = [r for name, reqs in optional.items() if name != "test" for r in reqs]
     return Declared(
         runtime=frozenset(requirement_name(r) for r in project.get("dependencies", [])),
         extras=frozenset(requirement_name(r) for r in extras),
+        features=frozenset(requirement_name(r) for r in features),
     )
 
 
@@ -82,6 +89,25 @@ def top_level_imports(directory: Path) -> dict[str, str]:
                 found.setdefault(
                     name.split(".")[0], f"{path.relative_to(directory.parent)}:{node.lineno}"
                 )
+    return found
+
+
+def module_level_imports(directory: Path) -> set[str]:
+    """Top-level names imported under ``directory`` outside every function (at import time)."""
+    found: set[str] = set()
+    for path in sorted(directory.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        nested: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                nested |= {id(inner) for inner in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in nested:
+                continue
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
     return found
 
 
@@ -110,8 +136,11 @@ def undeclared_imports(
     problems = []
     for directory in dirs:
         wanted = declared.runtime
+        eager: set[str] = set()
         if directory.name not in package_dirs:
             wanted = declared.runtime | declared.extras
+        else:
+            eager = module_level_imports(directory)
         for module, where in sorted(top_level_imports(directory).items()):
             if module in sys.stdlib_module_names or module in local or module == "__future__":
                 continue
@@ -122,7 +151,12 @@ def undeclared_imports(
                 problems.append(
                     f"{where}: imports {module!r}, which is neither installed nor declared"
                 )
-            elif not owners & wanted:
+            elif not owners & wanted and owners & declared.features and module in eager:
+                problems.append(
+                    f"{where}: imports {module!r} of an optional extra at module level. Fix: "
+                    "import it inside the function that needs it (a plain install lacks it)"
+                )
+            elif not owners & wanted and not (owners & declared.features and module not in eager):
                 kind = "[project] dependencies" if wanted is declared.runtime else "pyproject.toml"
                 problems.append(
                     f"{where}: imports {module!r} from {sorted(owners)}, which {kind} does not "
@@ -194,6 +228,17 @@ def test_package_imports_need_a_runtime_dependency(project):
         "raytrain_hetero/m.py:1: imports 'pytest' from ['pytest'], which [project] dependencies "
         "does not declare. Fix: add 'pytest' with a version range"
     ]
+
+
+def test_package_may_import_a_feature_extra_only_inside_a_function(project):
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'tracking = ["scipy>=1"]\n')
+    lazy = "def f():\n    import scipy\n"
+    (project / "raytrain_hetero" / "lazy.py").write_text(lazy)
+    assert undeclared_imports(project, distributions=DISTRIBUTIONS) == []
+    (project / "raytrain_hetero" / "eager.py").write_text("import scipy\n")
+    problems = undeclared_imports(project, distributions=DISTRIBUTIONS)
+    assert len(problems) == 1 and "of an optional extra at module level" in problems[0]
 
 
 def test_uninstalled_but_declared_import_passes_through_its_alias(project):

@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import typing
+from pathlib import Path
 
 import pytest
 from ray.train import RunConfig
@@ -31,8 +32,10 @@ from raytrain_hetero.config import (
     ProbeConfig,
     SchedulerConfig,
     SlowdownInjection,
+    TrackingConfig,
     WorkerSpec,
 )
+from raytrain_hetero.config.tracking import MLflowConfig, TensorBoardConfig
 from raytrain_hetero.driver.trainer import DEPRECATED_KEYWORDS, HeteroTrainer
 
 BASE = {"data": {"root": "data/x"}, "workers": [{"name": "a"}, {"name": "b"}]}
@@ -47,6 +50,7 @@ GROUPS: dict[type, tuple[str, str]] = {
     BackendConfig: ("backend", "backend"),
     GuardConfig: ("guard", "guard"),
     ParallelConfig: ("parallel", "parallel"),
+    TrackingConfig: ("tracking", "tracking"),
 }
 
 #: A non-default value for every library field (the test below proves the table complete).
@@ -100,12 +104,21 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (ParallelConfig, "layers"): ["features.0", "features.4"],
     (ParallelConfig, "group_size"): 2,
     (ParallelConfig, "micro_batches"): 3,
+    (TensorBoardConfig, "enabled"): True,
+    (TensorBoardConfig, "log_dir"): "/tmp/tb",
+    (MLflowConfig, "enabled"): True,
+    (MLflowConfig, "tracking_uri"): "http://127.0.0.1:5000",
+    (MLflowConfig, "experiment_name"): "exp",
+    (MLflowConfig, "run_name"): "run",
+    (MLflowConfig, "artifact_location"): "/tmp/artifacts",
 }
 
 #: Fields that hold another config class: walked into instead of set as a whole.
 NESTED = {
     (SchedulerConfig, "policy"): PolicyConfig,
     (EmulationConfig, "slowdowns"): SlowdownInjection,
+    (TrackingConfig, "tensorboard"): TensorBoardConfig,
+    (TrackingConfig, "mlflow"): MLflowConfig,
 }
 
 
@@ -152,10 +165,19 @@ def yaml_key_and_reader(cls: type, name: str, value: typing.Any):
         # A model-parallel section needs its mode (and conv_split its layers) beside the key.
         section = {"mode": "conv_split", "layers": ["features.0"], name: value}
         return [f"parallel={json.dumps(section)}"], lambda t: getattr(t.parallel, name)
+    if cls in (TensorBoardConfig, MLflowConfig):
+        sink = "tensorboard" if cls is TensorBoardConfig else "mlflow"
+        return [f"tracking.{sink}.{name}={json.dumps(value)}"], lambda t: _plain(
+            getattr(getattr(t.tracking, sink), name)
+        )
     if cls is WorkerSpec:
         return [f"workers.0.{name}={json.dumps(value)}"], lambda t: getattr(t.workers[0], name)
     section, attribute = GROUPS[cls]
     return [f"{section}.{name}={json.dumps(value)}"], lambda t: getattr(getattr(t, attribute), name)
+
+
+def _plain(value: typing.Any) -> typing.Any:
+    return str(value) if isinstance(value, Path) else value
 
 
 def test_the_value_table_covers_every_library_field():

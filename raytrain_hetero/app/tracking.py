@@ -1,0 +1,110 @@
+"""The YAML job's side of experiment tracking (``tracking:``): which tracker a job or a Tune
+trial opens, with what params, and which of its output files become artifacts.
+
+The tracker itself is the library's :class:`~raytrain_hetero.driver.tracking.RunTracker`;
+here it gets the job's defaults: TensorBoard under ``<output_dir>/tensorboard``, the MLflow
+experiment named after the job, the resolved job (every section, as the YAML keys) as params.
+A Tune search opens one parent MLflow run (:func:`search_tracker`, artifacts ``trials.csv``,
+``trials.png``, ``tune_summary.json``) and each trial its own run nested under it with its own
+TensorBoard directory ``<log_dir>/<search>/<trial run>`` (:func:`trial_tracker`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from raytrain_hetero.app.schema import JobConfig
+from raytrain_hetero.config import TensorBoardConfig, TrackingConfig
+from raytrain_hetero.driver.tracking import RunTracker
+
+__all__ = [
+    "JOB_ARTIFACTS",
+    "SEARCH_ARTIFACTS",
+    "job_tracker",
+    "resolved_tracking",
+    "search_tracker",
+    "trial_tracker",
+]
+
+#: Output files of ``raytrain-hetero train`` logged as MLflow artifacts.
+JOB_ARTIFACTS = ("throughput.png", "summary.json", "metrics.csv")
+#: Output files of ``raytrain-hetero tune`` logged to the search's MLflow run.
+SEARCH_ARTIFACTS = ("trials.png", "trials.csv", "tune_summary.json")
+
+#: MLflow tag naming the Tune search a trial's run belongs to.
+SEARCH_TAG = "raytrain_hetero.search"
+
+
+def resolved_tracking(job: JobConfig, output_dir: Path) -> TrackingConfig:
+    """``job.tracking`` with its TensorBoard directory made absolute (default
+    ``<output_dir>/tensorboard``), so Tune trials, which run in their own working
+    directories, write where the user looks."""
+    tracking = job.tracking
+    log_dir = Path(tracking.tensorboard.log_dir or Path(output_dir) / "tensorboard").resolve()
+    return tracking.model_copy(
+        update={"tensorboard": tracking.tensorboard.model_copy(update={"log_dir": log_dir})}
+    )
+
+
+def job_tracker(
+    job: JobConfig, output_dir: Path, run_name: str, *, resume: bool = False
+) -> RunTracker | None:
+    """The (unopened) tracker of a ``train`` run, or None when ``tracking`` is off; a resumed
+    run (``--resume``) continues its MLflow run and TensorBoard directory."""
+    if not job.tracking.active:
+        return None
+    return RunTracker(
+        resolved_tracking(job, output_dir),
+        run_name=run_name,
+        params=job.model_dump(mode="json"),
+        default_experiment=job.name,
+        resume=resume,
+    )
+
+
+def search_tracker(job: JobConfig, output_dir: Path, experiment: str) -> RunTracker | None:
+    """The parent MLflow run of a Tune search (no TensorBoard: the trials write theirs), or
+    None when MLflow tracking is off."""
+    if not job.tracking.mlflow.enabled:
+        return None
+    tracking = job.tracking.model_copy(update={"tensorboard": TensorBoardConfig()})
+    return RunTracker(
+        tracking,
+        run_name=experiment,
+        params=job.model_dump(mode="json"),
+        default_experiment=job.name,
+        tags={SEARCH_TAG: experiment},
+    )
+
+
+def trial_tracker(
+    job: JobConfig,
+    tracking: dict[str, Any],
+    *,
+    experiment: str,
+    run_name: str,
+    parent_run_id: str | None,
+) -> RunTracker | None:
+    """The tracker of one Tune trial: its own TensorBoard directory and MLflow run (nested
+    under ``parent_run_id``, tagged with the search), its params the trial's resolved job.
+
+    Args:
+        job: The trial's job (the sampled values merged in).
+        tracking: The search's :func:`resolved_tracking`, as JSON.
+        experiment: The Tune experiment (search) name.
+        run_name: The trial's Train run name.
+        parent_run_id: The search's MLflow run.
+    """
+    config = TrackingConfig.model_validate(tracking)
+    if not config.active:
+        return None
+    return RunTracker(
+        config,
+        run_name=run_name,
+        params=job.model_dump(mode="json"),
+        default_experiment=job.name,
+        tensorboard_subdir=f"{experiment}/{run_name}",
+        tags={SEARCH_TAG: experiment},
+        parent_run_id=parent_run_id,
+    )
