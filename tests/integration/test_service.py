@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lean_job import LEAN_JOB
 from network_sockets import descendants
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
@@ -93,22 +94,6 @@ def _train_workers(root: int) -> list[int]:
         if "RayTrainWorker" in cmdline:
             pids.append(pid)
     return sorted(pids)
-
-
-#: A lean job: two workers, fixed equal shares (no probe), 16-pixel images, 6 steps an epoch.
-LEAN_JOB = {
-    "name": "lean",
-    "data": {
-        "dataset": "eurosat",
-        "root": "data/eurosat_lean",
-        "generate": {"samples_per_class": 20, "size": 16},
-        "cache": True,
-    },
-    "model": {"name": "small_cnn", "width": 8},
-    "train": {"epochs": 2, "global_batch_size": 20, "fixed_shares": [1, 1]},
-    "workers": [{"name": "a", "resources": {"CPU": 1}}, {"name": "b", "resources": {"CPU": 1}}],
-    "ray": {"num_cpus": 3},
-}
 
 
 def _cli(out: Path, *extra: str) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lean_job import lean_job
 from network_sockets import descendants
 
 pytestmark = pytest.mark.timeout(600)
@@ -29,28 +30,16 @@ RUN = "s3run"
 
 
 def _job(s3_store) -> dict:
-    """Two workers, fixed equal shares (no probe), 16-pixel images, a few steps an epoch."""
-    return {
-        "name": "s3lean",
-        "data": {
-            "dataset": "eurosat",
-            "root": "data/eurosat_lean",
-            "generate": {"samples_per_class": 20, "size": 16},
-            "cache": True,
-        },
-        "model": {"name": "small_cnn", "width": 8},
-        "train": {"epochs": 4, "global_batch_size": 20, "fixed_shares": [1, 1]},
-        "workers": [
-            {"name": "a", "resources": {"CPU": 1}},
-            {"name": "b", "resources": {"CPU": 1}},
-        ],
-        "ray": {
-            "num_cpus": 3,
+    """The lean job for 4 epochs, its run storage and its outputs in the bucket."""
+    return lean_job(
+        name="s3lean",
+        train={"epochs": 4},
+        ray={
             "storage_path": f"s3://{s3_store.bucket}/runs",
             "storage_filesystem": {"endpoint_override": s3_store.endpoint, "scheme": "http"},
         },
-        "output_dir": f"s3://{s3_store.bucket}/out",
-    }
+        output_dir=f"s3://{s3_store.bucket}/out",
+    )
 
 
 def _cli(tmp_path: Path, command: str, *extra: str) -> list[str]:
@@ -62,6 +51,19 @@ def _cli(tmp_path: Path, command: str, *extra: str) -> list[str]:
         str(tmp_path / "s3lean.yaml"),
         *extra,
     ]
+
+
+def _run_cli(tmp_path: Path, env: dict[str, str], command: str, *extra: str) -> None:
+    """Run one CLI command to the end; it must succeed."""
+    done = subprocess.run(
+        _cli(tmp_path, command, *extra),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def _env(s3_store) -> dict[str, str]:
@@ -128,15 +130,7 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
     assert main(_cli(tmp_path, "train", "--run-name", RUN, "--no-progress")[3:]) == 2
     refused = capsys.readouterr().err
     assert "--resume" in refused and f"s3://{s3_store.bucket}/runs/{RUN}" in refused
-    resumed = subprocess.run(
-        _cli(tmp_path, "train", "--run-name", RUN, "--resume", "--no-progress"),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _run_cli(tmp_path, env, "train", "--run-name", RUN, "--resume", "--no-progress")
     outputs = s3_store.keys("out")
     assert {"out/metrics.csv", "out/summary.json", "out/throughput.png"} <= set(outputs)
     summary = json.loads(_read(s3_store, "out/summary.json"))
@@ -153,24 +147,17 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
 
     # 3. predict loads the run's newest checkpoint from the bucket (by the run folder's URI)
     #    and writes its outputs there.
-    predicted = subprocess.run(
-        _cli(
-            tmp_path,
-            "predict",
-            "--checkpoint",
-            f"s3://{s3_store.bucket}/runs/{RUN}",
-            "--output",
-            f"s3://{s3_store.bucket}/out/predict",
-            "--batch-size",
-            "16",
-        ),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    _run_cli(
+        tmp_path,
+        env,
+        "predict",
+        "--checkpoint",
+        f"s3://{s3_store.bucket}/runs/{RUN}",
+        "--output",
+        f"s3://{s3_store.bucket}/out/predict",
+        "--batch-size",
+        "16",
     )
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
     keys = s3_store.keys("out/predict")
     assert "out/predict/predict_summary.json" in keys
     parts = [k for k in keys if k.startswith("out/predict/predictions/") and k.endswith(".parquet")]
