@@ -64,6 +64,9 @@ _LAZY = {
     "ParallelLayout": "raytrain_hetero.parallel.layout",
 }
 
+#: Submodules reachable as attributes (``raytrain_hetero.lightning.HeteroDDPStrategy``).
+_LAZY_MODULES = {"lightning": "raytrain_hetero.worker.lightning"}
+
 __all__ = [
     "AllocationError",
     "ConfigError",
@@ -76,10 +79,13 @@ __all__ = [
     "ProbeError",
     "__version__",
     *_LAZY,
+    *_LAZY_MODULES,
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'raytrain_hetero' has no attribute {name!r}")
