@@ -421,7 +421,13 @@ def run_job(
         job.name, Path(job.ray.storage_path or (out / "ray_results")), run_name, resume
     )
     check_output_dir(out, overwrite=overwrite, resume=resume)
-    sizes = prepare_dataset(job)
+    train_loop = classification_loop
+    if job.model.task is not None:  # a Lightning task (torchgeo's): its own loop and checks
+        from raytrain_hetero.app.lightning_job import lightning_loop, prepare_lightning_data
+
+        train_loop, sizes = lightning_loop, prepare_lightning_data(job)
+    else:
+        sizes = prepare_dataset(job)
     steps_per_epoch = EpochCarver(
         sizes["train"],
         job.train.global_batch_size,
@@ -430,7 +436,7 @@ def run_job(
     ).steps_per_epoch
     init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(job, classification_loop, run_config(job, run))
+    trainer = build_trainer(job, train_loop, run_config(job, run))
     header = LAYOUT_HEADERS.get(job.parallel.mode)
     view = (
         ProgressView(

@@ -283,16 +283,21 @@ class HeteroReportCallback(pl.Callback):
         last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
         if (epoch + 1) % self.every_n_epochs and not last:
             return
-        metrics: dict[str, Any] = {"epoch": epoch, "step": trainer.global_step}
-        for key, value in trainer.callback_metrics.items():
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                metrics[key] = float(value.detach())
+        metrics = self.collect_metrics(trainer)
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(Path(directory) / CHECKPOINT_NAME)  # barrier on all ranks
             checkpoint = None
             if trainer.global_rank == 0:
                 checkpoint = ray.train.Checkpoint.from_directory(directory)
             api.report(metrics, checkpoint=checkpoint)
+
+    def collect_metrics(self, trainer: pl.Trainer) -> dict[str, Any]:
+        """What to report: epoch, step and every scalar of ``trainer.callback_metrics``."""
+        metrics: dict[str, Any] = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        for key, value in trainer.callback_metrics.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                metrics[key] = float(value.detach())
+        return metrics
 
 
 def _strategy(trainer: pl.Trainer) -> HeteroDDPStrategy:
