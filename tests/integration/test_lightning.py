@@ -85,9 +85,7 @@ def test_classification_task_with_eurosat_datamodule_trains_and_resumes(ray_loca
 
 
 @pytest.mark.ray
-def test_segmentation_example_trains_and_predicts_a_georeferenced_class_map(
-    ray_local, tmp_path
-):
+def test_segmentation_example_trains_and_predicts_a_georeferenced_class_map(ray_local, tmp_path):
     import rasterio
 
     job = load_config(
