@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
     """Generate the dataset if configured (cached), then check it against the model.
 
+    A ``model.task`` job is checked by
+    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data` instead.
     Everything that can be checked before a worker starts is checked here: the root, every
     file's readability (``data.on_bad_file``), the band count against the model
     (``model.in_channels``, pretrained weights) and the model itself (built once).
@@ -53,6 +55,10 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
+    if job.model.task is not None:  # a Lightning task (torchgeo's) with its datamodule
+        from raytrain_hetero.app.lightning_job import prepare_lightning_data
+
+        return prepare_lightning_data(job)
     from raytrain_hetero.app.datasets import check_model_fits_data, data_source
     from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
     from raytrain_hetero.workloads.data import generate_dataset, open_datasets
@@ -421,13 +427,7 @@ def run_job(
         job.name, Path(job.ray.storage_path or (out / "ray_results")), run_name, resume
     )
     check_output_dir(out, overwrite=overwrite, resume=resume)
-    train_loop = classification_loop
-    if job.model.task is not None:  # a Lightning task (torchgeo's): its own loop and checks
-        from raytrain_hetero.app.lightning_job import lightning_loop, prepare_lightning_data
-
-        train_loop, sizes = lightning_loop, prepare_lightning_data(job)
-    else:
-        sizes = prepare_dataset(job)
+    sizes = prepare_dataset(job)
     steps_per_epoch = EpochCarver(
         sizes["train"],
         job.train.global_batch_size,
@@ -436,7 +436,7 @@ def run_job(
     ).steps_per_epoch
     init_ray(job)
     out.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(job, train_loop, run_config(job, run))
+    trainer = build_trainer(job, classification_loop, run_config(job, run))
     header = LAYOUT_HEADERS.get(job.parallel.mode)
     view = (
         ProgressView(
