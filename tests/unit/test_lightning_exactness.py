@@ -1,6 +1,7 @@
 """torchgeo's ClassificationTask under a real Lightning Trainer on 3 uneven gloo ranks (no Ray).
 
-Ranks 0/1/2 take slices 5/3/2 of every global batch of 10 through
+Ranks 0/1/2 take slices 5/3/2 of the first global batch of 10, then (a plan switch agreed in
+a Lightning callback, as the scheduler sync does) 2/3/5 of the next ones, through
 :class:`~raytrain_hetero.worker.lightning.HeteroDDPStrategy` (count-weighted gradient hook,
 exact HeteroBatchNorm in the ResNet, the carving loader, the guarded AdamW). After N steps the
 parameters and BatchNorm buffers equal those of the same task trained by a one-device Trainer
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 SLICES = (5, 3, 2)
 BATCH = sum(SLICES)
+SWITCHED = (2, 3, 5)  # the plan from the second step on
 SAMPLES = 30  # 3 steps per epoch
 STEPS = 3
 CHANNELS, CLASSES, SIZE = 4, 3, 16
@@ -55,6 +57,23 @@ def _task():
     return ClassificationTask(
         model="resnet18", weights=None, in_channels=CHANNELS, num_classes=CLASSES, lr=LR
     )
+
+
+class _SwitchPlan:
+    """Lightning callback: after the first step, every rank switches to shares 2/3/5 (the
+    collective the scheduler sync also makes), so the later steps run under a new plan."""
+
+    def __new__(cls):
+        import lightning.pytorch as pl
+
+        class Switch(pl.Callback):
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+                if batch_idx == 0:
+                    import raytrain_hetero as rh
+
+                    rh.update_plan(shares=[float(s) for s in SWITCHED], reason="test")
+
+        return Switch()
 
 
 class _GradientLog:
@@ -147,7 +166,7 @@ def _rank_main(rank: int, world_size: int) -> dict:
         strategy=rhl.HeteroDDPStrategy(),
         plugins=[rhl.HeteroLightningEnvironment()],
         use_distributed_sampler=False,
-        callbacks=[log],
+        callbacks=[log, _SwitchPlan()],
         **_trainer_kwargs(),
     )
     rhl.prepare_trainer(trainer)
@@ -158,6 +177,7 @@ def _rank_main(rank: int, world_size: int) -> dict:
         "state": {k: v.detach().clone() for k, v in trainer.lightning_module.state_dict().items()},
         "grads": log.steps,
         "slices": [r.slice for r in records],
+        "plans": [r.plan_version for r in records],
         "steps": [r.step for r in records],
         "losses": [r.loss for r in records],
         "bn": sorted({type(m).__name__ for m in task.modules() if "Norm" in type(m).__name__}),
@@ -187,7 +207,9 @@ def test_three_uneven_workers_match_one_device():
     by_rank = run_gloo_group(_rank_main, len(SLICES), timeout_s=480)
     reference = _one_device(by_rank[0]["permutation"])
     for rank, result in by_rank.items():
-        assert result["slices"] == [SLICES[rank]] * STEPS
+        # The switch took effect at the next uncarved step, on every rank alike.
+        assert result["slices"] == [SLICES[rank]] + [SWITCHED[rank]] * (STEPS - 1)
+        assert result["plans"] == [1, 2, 2]
         assert result["steps"] == list(range(STEPS))
         assert all(loss == loss for loss in result["losses"])  # each step logged its loss
         assert result["bn"] == ["HeteroBatchNorm"]
