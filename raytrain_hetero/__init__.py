@@ -8,6 +8,8 @@ Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
 (:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
 :func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`;
 model parallelism (``HeteroTrainer(parallel=ParallelConfig(...))``): :func:`prepare_model_parallel`.
+Lightning (torchgeo's tasks): ``raytrain_hetero.lightning`` (``HeteroDDPStrategy``,
+``HeteroLightningEnvironment``, ``HeteroReportCallback``, ``prepare_trainer``, ``fit``).
 Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
 loads no config library, no Ray and no torch.
 """

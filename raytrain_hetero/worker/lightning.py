@@ -316,8 +316,8 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
     Raises:
         ConfigError: Naming the setting to change: a strategy other than
             :class:`HeteroDDPStrategy`, Lightning's distributed sampler, gradient
-            accumulation, or a cluster environment other than
-            :class:`HeteroLightningEnvironment`.
+            accumulation, epochs cut short (``limit_train_batches``, ``overfit_batches``),
+            or a cluster environment other than :class:`HeteroLightningEnvironment`.
     """
     strategy = _strategy(trainer)
     if not isinstance(strategy.cluster_environment, HeteroLightningEnvironment):
@@ -336,6 +336,13 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
             f"accumulate_grad_batches={trainer.accumulate_grad_batches}: every carved step is "
             "one optimizer update of global_batch_size samples. Fix: drop it and raise "
             "global_batch_size instead."
+        )
+    if trainer.limit_train_batches not in (1.0, None) or trainer.overfit_batches:
+        raise ConfigError(
+            f"limit_train_batches={trainer.limit_train_batches}, overfit_batches="
+            f"{trainer.overfit_batches}: an epoch ends early, but the carving's epoch covers "
+            "the whole dataset (every sample once). Fix: drop them; stop with max_steps, or "
+            "train on a smaller dataset."
         )
     if not any(isinstance(cb, HeteroStepCallback) for cb in trainer.callbacks):
         trainer.callbacks.append(HeteroStepCallback())

@@ -131,6 +131,8 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
         rhl.prepare_trainer(trainer(use_distributed_sampler=True))
     with pytest.raises(ConfigError, match="accumulate_grad_batches=2"):
         rhl.prepare_trainer(trainer(accumulate_grad_batches=2))
+    with pytest.raises(ConfigError, match="limit_train_batches=0.5"):
+        rhl.prepare_trainer(trainer(limit_train_batches=0.5))
     with pytest.raises(ConfigError, match="HeteroDDPStrategy"):
         rhl.prepare_trainer(trainer(strategy="auto", plugins=None))
     with pytest.raises(ConfigError, match="ddp_comm_hook"):
