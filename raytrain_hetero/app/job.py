@@ -331,6 +331,11 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
     from raytrain_hetero.app.runs import unique_run_name
 
+    if job.model.task is not None:
+        raise ConfigError(
+            "raytrain-hetero probe times model.name's network, not a model.task. Fix: run "
+            "train without train.fixed_shares; its first plan comes from a probe of the task."
+        )
     prepare_dataset(job)
     init_ray(job)
     storage = job.ray.storage_path or (Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-")))

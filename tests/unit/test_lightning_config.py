@@ -141,3 +141,10 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
     steps = [c for c in prepared.callbacks if isinstance(c, rhl.HeteroStepCallback)]
     assert len(steps) == 1
     assert len([c for c in rhl.prepare_trainer(prepared).callbacks if c in steps]) == 1
+
+
+def test_probe_refuses_a_task_job_naming_the_way():
+    from raytrain_hetero.app.job import run_probe
+
+    with pytest.raises(ConfigError, match="without train.fixed_shares"):
+        run_probe(validate_config(BASE))
