@@ -8,6 +8,8 @@ Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
 (:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
 :func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`;
 model parallelism (``HeteroTrainer(parallel=ParallelConfig(...))``): :func:`prepare_model_parallel`.
+Lightning (torchgeo's tasks): ``raytrain_hetero.lightning`` (``HeteroDDPStrategy``,
+``HeteroLightningEnvironment``, ``HeteroReportCallback``, ``prepare_trainer``, ``fit``).
 Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
 loads no config library, no Ray and no torch.
 """
@@ -65,6 +67,9 @@ _LAZY = {
     "ParallelLayout": "raytrain_hetero.parallel.layout",
 }
 
+#: Submodules reachable as attributes (``raytrain_hetero.lightning.HeteroDDPStrategy``).
+_LAZY_MODULES = {"lightning": "raytrain_hetero.worker.lightning"}
+
 __all__ = [
     "AllocationError",
     "ConfigError",
@@ -77,10 +82,13 @@ __all__ = [
     "ProbeError",
     "__version__",
     *_LAZY,
+    *_LAZY_MODULES,
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'raytrain_hetero' has no attribute {name!r}")

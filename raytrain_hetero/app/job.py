@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
     """Generate the dataset if configured (cached), then check it against the model.
 
+    A ``model.task`` job is checked by
+    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data` instead.
     Everything that can be checked before a worker starts is checked here: the root, every
     file's readability (``data.on_bad_file``), the band count against the model
     (``model.in_channels``, pretrained weights) and the model itself (built once).
@@ -54,6 +56,10 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
+    if job.model.task is not None:  # a Lightning task (torchgeo's) with its datamodule
+        from raytrain_hetero.app.lightning_job import prepare_lightning_data
+
+        return prepare_lightning_data(job)
     from raytrain_hetero.app.datasets import check_model_fits_data, data_source
     from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
     from raytrain_hetero.workloads.data import generate_dataset, open_datasets
@@ -328,6 +334,11 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
     from raytrain_hetero.app.runs import unique_run_name
 
+    if job.model.task is not None:
+        raise ConfigError(
+            "raytrain-hetero probe times model.name's network, not a model.task. Fix: run "
+            "train without train.fixed_shares; its first plan comes from a probe of the task."
+        )
     prepare_dataset(job)
     init_ray(job)
     storage = job.ray.location(

@@ -145,6 +145,12 @@ def run_predict(
     from raytrain_hetero.workloads.models import build_model
     from raytrain_hetero.workloads.registry import dataset_adapter, dataset_names
 
+    if job.model.task is not None:  # a Lightning task's checkpoint: its own predict
+        from raytrain_hetero.app.lightning_job import run_task_predict
+
+        return run_task_predict(
+            job, checkpoint, output_dir=output_dir, overwrite=overwrite, quiet=quiet
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     if mode not in PREDICT_MODES:

@@ -187,6 +187,27 @@ class DataConfig(HeteroModel):
     hyperspectral: HyperspectralConfig | None = Field(
         None, description="hyperspectral scene files, patch size and split"
     )
+    datamodule: str | None = Field(
+        None,
+        description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
+        "raytrain_hetero.SceneSegmentationDataModule (root is data.root)",
+    )
+    datamodule_args: dict[str, Any] = Field(
+        default_factory=dict, description="datamodule arguments besides root, e.g. {bands: [...]}"
+    )
+
+    @model_validator(mode="after")
+    def _datamodule_arguments(self) -> DataConfig:
+        if self.datamodule is None:
+            if self.datamodule_args:
+                raise invalid(
+                    "datamodule_args without a datamodule",
+                    "set data.datamodule (e.g. torchgeo.EuroSATDataModule), or remove them",
+                    ("datamodule_args",),
+                )
+            return self
+        _check_named_class("datamodule", self.datamodule, self.datamodule_args)
+        return self
 
     @model_validator(mode="after")
     def _dataset_specific_keys(self) -> DataConfig:
@@ -317,6 +338,30 @@ class ModelConfig(HeteroModel):
     modalities: list[Literal["s1", "s2"]] | None = Field(
         None, min_length=1, max_length=2, description="fusion_cnn branches: [s1, s2], [s1] or [s2]"
     )
+    task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = (
+        Field(
+            None,
+            description="train this Lightning task (with data.datamodule) instead of model.name",
+        )
+    )
+    task_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the task's init arguments, e.g. {model: resnet18, in_channels: 13, "
+        "num_classes: 10, lr: 0.001}",
+    )
+
+    @model_validator(mode="after")
+    def _task_arguments(self) -> ModelConfig:
+        if self.task is None:
+            if self.task_args:
+                raise invalid(
+                    "task_args without a task",
+                    "set model.task (e.g. torchgeo.ClassificationTask), or remove them",
+                    ("task_args",),
+                )
+            return self
+        _check_named_class("task", self.task, self.task_args)
+        return self
 
     @model_validator(mode="after")
     def _pretrained_available(self) -> ModelConfig:
@@ -347,3 +392,22 @@ class ModelConfig(HeteroModel):
                     ("modalities",),
                 )
         return self
+
+
+def _check_named_class(kind: str, name: str, arguments: dict[str, Any]) -> None:
+    """A ``model.task`` / ``data.datamodule`` name and its arguments, checked against the
+    class's signature (imports torchgeo only when the key is set)."""
+    from raytrain_hetero.errors import ConfigError
+    from raytrain_hetero.workloads.lightning_tasks import (
+        check_arguments,
+        resolve_datamodule,
+        resolve_task,
+    )
+
+    try:
+        cls = resolve_task(name) if kind == "task" else resolve_datamodule(name)
+        check_arguments(cls, arguments, f"{kind}_args")
+    except ConfigError as exc:
+        raise invalid(
+            str(exc), f"fix {kind} / {kind}_args (see the class's documentation)", (kind,)
+        ) from None

@@ -224,7 +224,8 @@ def _checkpoint_meta(job: JobConfig, workload: Any) -> dict[str, Any]:
 
 def classification_loop(config: dict[str, Any]) -> None:
     """Per-worker loop: carved training in the configured parallel mode, per-epoch validation
-    on rank 0 and a full-model checkpoint."""
+    on rank 0 and a full-model checkpoint. A ``model.task`` job (a Lightning task) runs
+    :func:`~raytrain_hetero.app.lightning_job.lightning_loop` instead."""
     import ray.train
     import torch
 
@@ -236,6 +237,11 @@ def classification_loop(config: dict[str, Any]) -> None:
     # validate_config turns validation errors into a ConfigError, which pickles back to the
     # driver (pydantic's errors with custom types do not).
     job = validate_config(config["job"], source="job config on a worker")
+    if job.model.task is not None:
+        from raytrain_hetero.app.lightning_job import lightning_loop
+
+        lightning_loop(config)
+        return
     torch.manual_seed(job.train.seed)
     # Any data.dataset; unreadable files the driver found are left out (cached list).
     workload = open_configured_datasets(job.data, ("train", "val"))

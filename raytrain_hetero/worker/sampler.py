@@ -200,6 +200,11 @@ class HeteroDataLoader:
             dataloader_kwargs["generator"] = self._generator
         self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+        # Loading times of the batch handed out last, until its step ends (finish_step).
+        self._pending_load: tuple[float, float] | None = None
+        # The iteration in progress: a superseded one (an unfinished generator closed late,
+        # e.g. by a Lightning epoch that never resumes it) must not abandon the newer step.
+        self._iteration: object | None = None
 
     @property
     def epoch(self) -> int:
@@ -230,6 +235,7 @@ class HeteroDataLoader:
         steps = state.carver.steps_per_epoch
         step = start
         batches = iter(self.loader)
+        iteration = self._iteration = object()
         try:
             while True:
                 load_started = self._clock.now()
@@ -247,12 +253,25 @@ class HeteroDataLoader:
                 # Begun after the batch is on the device: loading is accounted separately.
                 self.timing.begin(self._step_info(epoch, step))
                 state.cursor = Cursor(epoch, step + 1) if step + 1 < steps else Cursor(epoch + 1, 0)
+                self._pending_load = (load_s, load_wall_s)
                 yield batch
-                if self.timing.current is not None:
-                    self._on_step_end(self._record(load_s, load_wall_s))
+                self.finish_step()
                 step += 1
         finally:
-            self.timing.abandon()
+            if self._iteration is iteration:
+                self._pending_load = None
+                self.timing.abandon()
+
+    def finish_step(self) -> None:
+        """End the step in progress and hand on its record; nothing if none is in progress.
+
+        The loader calls it when asked for the next batch. A loop that stops asking after an
+        epoch's last batch (Lightning's, which knows the loader's length) calls it itself
+        after the optimizer update, so the last step of every epoch is recorded too.
+        """
+        pending, self._pending_load = self._pending_load, None
+        if pending is not None and self.timing.current is not None:
+            self._on_step_end(self._record(*pending))
 
     def _step_info(self, epoch: int, step_in_epoch: int) -> StepInfo:
         carver = self.state.carver

@@ -89,3 +89,29 @@ def test_batching_arguments_are_refused():
             on_step_end=lambda record: None,
             batch_size=2,
         )
+
+
+def test_a_loop_that_stops_at_the_epochs_length_ends_each_step_itself():
+    """Lightning's loop: no next() after an epoch's last batch; finish_step records it."""
+    records: list = []
+    loader = _loader(0, records)
+    for _ in range(2):  # two epochs, each iterator left suspended after its last batch
+        batches = iter(loader)
+        for _ in range(len(loader)):
+            next(batches)
+            loader.finish_step()
+            loader.finish_step()  # a second call ends nothing more
+        assert loader.timing.current is None
+    assert [r.step for r in records] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_superseded_iteration_leaves_the_new_steps_alone():
+    records: list = []
+    loader = _loader(0, records)
+    first = iter(loader)
+    next(first)
+    loader.finish_step()
+    second = iter(loader)
+    next(second)  # the next epoch's first step is in progress
+    first.close()  # the old generator is finalised late
+    assert loader.timing.current is not None

@@ -1,0 +1,247 @@
+"""The job's Lightning path: ``model.task`` + ``data.datamodule`` trained on HeteroTrainer.
+
+A job whose ``model.task`` is set (``torchgeo.ClassificationTask``,
+``torchgeo.SemanticSegmentationTask``) runs :func:`lightning_loop` on every worker instead of
+the classification loop: the task built from ``model.task_args``, the datamodule from
+``data.datamodule`` + ``data.datamodule_args`` (``root`` is ``data.root``), trained by a
+Lightning Trainer prepared with :mod:`raytrain_hetero.worker.lightning` (carved slices,
+count-weighted gradients, exact BatchNorm, live re-planning, checkpoints with the cursor).
+The task's own optimiser and learning rate apply (``task_args.lr``); ``train.epochs``,
+``train.global_batch_size``, ``train.seed`` and the workers are the job's.
+
+On the driver, :func:`prepare_lightning_data` generates the data (``data.generate``), builds
+the datamodule and the task once and runs one validation batch through the task, so a wrong
+band or class count fails before any worker starts. :func:`run_task_predict` writes a GeoTIFF
+class map of a segmentation scene with the scene's CRS and transform.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raytrain_hetero.app.config import JobConfig, validate_config
+from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+__all__ = [
+    "ACCURACY_KEYS",
+    "build_datamodule",
+    "build_task",
+    "lightning_loop",
+    "prepare_lightning_data",
+    "run_task_predict",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Validation accuracy as torchgeo's tasks log it, by task (the summary's final_val_accuracy).
+ACCURACY_KEYS: tuple[str, ...] = ("val_OverallAccuracy", "val_MulticlassAccuracy", "val_Accuracy")
+
+
+def build_task(job: JobConfig) -> pl.LightningModule:
+    """The configured task (``model.task`` with ``model.task_args``)."""
+    from raytrain_hetero.workloads.lightning_tasks import resolve_task
+
+    if job.model.task is None:
+        raise ConfigError("build_task needs model.task")
+    return resolve_task(job.model.task)(**job.model.task_args)  # type: ignore[no-any-return]
+
+
+def build_datamodule(job: JobConfig) -> pl.LightningDataModule:
+    """The configured datamodule; ``root`` is ``data.root`` and the batch size of its
+    (validation) loaders ``train.global_batch_size`` unless ``datamodule_args`` say otherwise."""
+    from raytrain_hetero.workloads.lightning_tasks import resolve_datamodule
+
+    if job.data.datamodule is None:
+        raise ConfigError(
+            "model.task needs a datamodule. Fix: set data.datamodule, e.g. "
+            "torchgeo.EuroSATDataModule or raytrain_hetero.SceneSegmentationDataModule."
+        )
+    args: dict[str, Any] = {
+        "root": str(job.data.root),
+        "batch_size": job.train.global_batch_size,
+        "num_workers": job.data.num_workers,
+        **job.data.datamodule_args,
+    }
+    return resolve_datamodule(job.data.datamodule)(**args)  # type: ignore[no-any-return]
+
+
+def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
+    """Driver-side checks of a task job; returns split sizes (and ``bands``) like
+    :func:`~raytrain_hetero.app.job.prepare_dataset`.
+
+    Raises:
+        DataError: Missing data, or a task that cannot take the datamodule's batches
+            (band or class count), naming both.
+        ConfigError: Too few training samples for the workers.
+    """
+    import torch
+
+    from raytrain_hetero.app.datasets import data_source
+    from raytrain_hetero.workloads.data import generate_dataset
+
+    if job.data.generate is not None:
+        generate_dataset(data_source(job.data))
+    if not Path(job.data.root).is_dir():
+        raise DataError(
+            f"data.root {job.data.root} does not exist. Fix: point it at the dataset, or set "
+            "data.generate to create a synthetic one."
+        )
+    datamodule = build_datamodule(job)
+    datamodule.setup("fit")
+    train, val = datamodule.train_dataset, datamodule.val_dataset  # type: ignore[attr-defined]
+    need = job.total_workers * job.train.min_slice
+    if len(train) < need:
+        raise ConfigError(
+            f"the datamodule's training set has {len(train)} samples but {job.total_workers} "
+            f"workers need at least {need}; use more data or fewer workers."
+        )
+    batch = next(iter(datamodule.val_dataloader()))
+    task = build_task(job)
+    task.eval()
+    try:
+        with torch.no_grad():
+            out = task(batch["image"])
+    except RuntimeError as exc:
+        raise DataError(
+            f"{job.model.task} with task_args {job.model.task_args} cannot take the "
+            f"datamodule's images of shape {tuple(batch['image'].shape)}: {exc}. Fix: "
+            "task_args.in_channels (bands) and the datamodule's bands."
+        ) from exc
+    labels = batch.get("mask", batch.get("label"))
+    classes = out.shape[1]
+    if labels is not None and int(labels.max()) >= classes:
+        raise DataError(
+            f"the datamodule has class id {int(labels.max())} but the task predicts "
+            f"{classes} classes. Fix: task_args.num_classes >= {int(labels.max()) + 1}."
+        )
+    return {"train": len(train), "val": len(val), "bands": int(batch["image"].shape[1])}
+
+
+def _report_callback() -> Any:
+    from raytrain_hetero.worker.lightning import HeteroReportCallback
+
+    class JobReportCallback(HeteroReportCallback):
+        """Adds ``val_accuracy`` (what the job summary reads) from torchgeo's metric name."""
+
+        def collect_metrics(self, trainer: pl.Trainer) -> dict[str, Any]:
+            metrics = super().collect_metrics(trainer)
+            for key in ACCURACY_KEYS:
+                if key in metrics:
+                    metrics["val_accuracy"] = metrics[key]
+                    break
+            return metrics
+
+    return JobReportCallback()
+
+
+def lightning_loop(config: dict[str, Any]) -> None:
+    """Per-worker loop of a task job: the task and datamodule through a prepared Trainer."""
+    import lightning.pytorch as pl
+    import torch
+
+    import raytrain_hetero as rh
+    from raytrain_hetero.worker import lightning as rhl
+
+    job = validate_config(config["job"], source="job config on a worker")
+    torch.manual_seed(job.train.seed)
+    task = build_task(job)
+    datamodule = build_datamodule(job)
+    device = rh.get_device()
+    trainer = pl.Trainer(
+        max_epochs=job.train.epochs,
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=[device.index or 0] if device.type == "cuda" else 1,
+        strategy=rhl.HeteroDDPStrategy(),
+        plugins=[rhl.HeteroLightningEnvironment()],
+        callbacks=[_report_callback()],
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
+
+
+def find_lightning_checkpoint(path: str | Path) -> Path:
+    """``checkpoint.ckpt`` itself, a checkpoint directory holding one, or the newest
+    ``checkpoint_*/checkpoint.ckpt`` under a run or output directory."""
+    from raytrain_hetero.worker.lightning import CHECKPOINT_NAME
+
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    if (p / CHECKPOINT_NAME).is_file():
+        return p / CHECKPOINT_NAME
+    if p.is_dir():
+        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_NAME}"), key=lambda f: f.stat().st_mtime)
+        if found:
+            return found[-1]
+    raise DataError(
+        f"no Lightning checkpoint at {p}: expected {CHECKPOINT_NAME}, a checkpoint directory "
+        f"holding one, or a training output directory. Fix: pass --checkpoint <output dir>."
+    )
+
+
+def run_task_predict(
+    job: JobConfig,
+    checkpoint: str | Path,
+    *,
+    output_dir: str | Path | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """``predict`` for a segmentation task: a GeoTIFF class map of every scene image.
+
+    Each ``<name>.tif`` under ``data.root`` (not ``*_gt.tif``) gives
+    ``<output>/<name>_class_map.tif`` with the scene's CRS and transform; the summary
+    (``predict_summary.json``) holds the pixel accuracy on labelled pixels.
+    """
+    import numpy as np
+    import rasterio
+
+    from raytrain_hetero.app.runs import check_output_dir
+    from raytrain_hetero.workloads.lightning_tasks import resolve_task
+    from raytrain_hetero.workloads.scene_segmentation import predict_class_map
+
+    if job.model.task != "torchgeo.SemanticSegmentationTask":
+        raise ConfigError(
+            f"predict for model.task {job.model.task} is not supported; it writes class maps "
+            "of torchgeo.SemanticSegmentationTask scenes. Fix: evaluate with Lightning's "
+            "trainer.test on the checkpoint."
+        )
+    out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
+    check_output_dir(out, overwrite=overwrite, resume=False)
+    file = find_lightning_checkpoint(checkpoint)
+    task = resolve_task(job.model.task).load_from_checkpoint(file, map_location="cpu")
+    patch = int(job.data.datamodule_args.get("patch_size", 32))
+    scenes = sorted(p for p in Path(job.data.root).glob("*.tif") if not p.stem.endswith("_gt"))
+    if not scenes:
+        raise DataError(f"{job.data.root}: no scene GeoTIFF (<name>.tif) to predict.")
+    results = []
+    for scene in scenes:
+        written = predict_class_map(
+            task.model, scene, out / f"{scene.stem}_class_map.tif", patch_size=patch
+        )
+        truth_file = scene.with_name(f"{scene.stem}_gt.tif")
+        if truth_file.exists():
+            with rasterio.open(truth_file) as src:
+                truth = src.read(1)
+            with rasterio.open(written["class_map"]) as src:
+                predicted = src.read(1)
+            labelled = truth > 0
+            written["pixel_accuracy"] = float(np.mean(predicted[labelled] == truth[labelled]))
+        results.append(written)
+    summary = {"checkpoint": str(file), "scenes": results}
+    atomic_write_json(out / "predict_summary.json", summary)
+    if not quiet:
+        for r in results:
+            print(f"class map: {r['class_map']} (accuracy {r.get('pixel_accuracy', 'n/a')})")
+    return summary

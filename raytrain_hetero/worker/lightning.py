@@ -1,0 +1,377 @@
+"""Lightning on heterogeneous workers: an unmodified ``LightningModule`` (torchgeo's tasks)
+trained by ``HeteroTrainer`` with the core loop's exactness, in the way Ray Train's own
+Lightning support works (``RayDDPStrategy`` + ``RayLightningEnvironment`` + ``prepare_trainer``
++ ``RayTrainReportCallback``)::
+
+    import lightning.pytorch as pl
+    from raytrain_hetero import lightning as rhl
+
+    def train_loop(config):
+        task = ClassificationTask(model="resnet18", in_channels=13, num_classes=10)
+        datamodule = EuroSATDataModule(root=config["root"], batch_size=config["batch"])
+        trainer = pl.Trainer(
+            max_epochs=3,
+            accelerator="cpu",
+            strategy=rhl.HeteroDDPStrategy(),
+            plugins=[rhl.HeteroLightningEnvironment()],
+            callbacks=[rhl.HeteroReportCallback()],
+            use_distributed_sampler=False,
+            enable_checkpointing=False,
+        )
+        rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
+
+What each part reuses of the core (no second sync, sampler or planner):
+
+* :class:`HeteroDDPStrategy` wraps the module with :func:`~raytrain_hetero.worker.api.prepare_model`
+  (the run's process group, BatchNorm converted to count-weighted
+  :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` per ``BatchConfig.batchnorm``, DDP
+  with the count-weighted all-reduce hook), guards every optimizer like
+  :func:`~raytrain_hetero.worker.api.prepare_optimizer`, and replaces the training dataloader
+  by :func:`~raytrain_hetero.worker.api.prepare_data_loader` over the same dataset and collate
+  function (the carving sampler: per-step uneven slices of every global batch of
+  ``global_batch_size`` samples, the datamodule's ``batch_size`` is ignored). Lightning's
+  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``).
+* A step callback (added by :func:`prepare_trainer`) ends each step after the optimizer
+  update: its record goes to the same machinery as the core loop's (the scheduler's live
+  re-planning, Ray metrics, the step guard), with the step's ``train_loss``.
+* :class:`HeteroReportCallback` reports at every epoch end through
+  :func:`~raytrain_hetero.worker.api.report` with a Lightning checkpoint plus the sampler
+  cursor and plans, and :func:`fit` resumes from ``ray.train.get_checkpoint()``, so a
+  restarted (e.g. resized) group continues at the next epoch with the same data order.
+
+Not exact, by design: Lightning's own loggers and ``self.log`` metrics of a rank describe
+that rank's slice (``sync_dist`` averages ranks equally); validation runs the whole
+validation set on every rank. Checkpoints are taken at epoch ends only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import ray
+import ray.train
+import torch
+from lightning.pytorch.plugins.environments import LightningEnvironment
+from lightning.pytorch.strategies import DDPStrategy
+from torch.utils.data import DataLoader
+
+from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.worker import api
+from raytrain_hetero.worker.context import get_runtime
+from raytrain_hetero.worker.sampler import HeteroDataLoader
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "HeteroDDPStrategy",
+    "HeteroLightningEnvironment",
+    "HeteroReportCallback",
+    "HeteroStepCallback",
+    "fit",
+    "prepare_trainer",
+]
+
+#: The Lightning checkpoint's file name inside a reported Ray checkpoint (Ray's own name).
+CHECKPOINT_NAME = "checkpoint.ckpt"
+
+
+def _ray_context_value(method: str) -> int:
+    """Local/node rank from Ray Train's context; 0 outside a Ray Train worker."""
+    try:
+        return int(getattr(ray.train.get_context(), method)())
+    except RuntimeError:
+        return 0
+
+
+class HeteroLightningEnvironment(LightningEnvironment):
+    """Lightning's view of the worker group: ranks and world size of the HeteroTrainer run.
+
+    The process group exists already (the backend made it), so Lightning launches nothing.
+    """
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    def world_size(self) -> int:
+        return get_runtime().identity.world_size
+
+    def global_rank(self) -> int:
+        return get_runtime().identity.rank
+
+    def local_rank(self) -> int:
+        return _ray_context_value("get_local_rank")
+
+    def node_rank(self) -> int:
+        return _ray_context_value("get_node_rank")
+
+    def set_world_size(self, size: int) -> None:
+        pass  # fixed by the worker group
+
+    def set_global_rank(self, rank: int) -> None:
+        pass  # fixed by the worker group
+
+    def teardown(self) -> None:
+        pass  # the process group belongs to the backend
+
+
+class HeteroDDPStrategy(DDPStrategy):
+    """Lightning DDP with exact count-weighted gradients over uneven per-worker slices.
+
+    Args:
+        sync_batchnorm: True: BatchNorm layers become global-statistics HeteroBatchNorm;
+            False: per-slice statistics (inexact under uneven slices); None: the run's
+            ``BatchConfig.batchnorm``.
+        dataloader_kwargs: Extra arguments for the carved training loader (``pin_memory``,
+            ``persistent_workers``...); ``num_workers`` and ``collate_fn`` come from the
+            datamodule's loader unless given here.
+        **kwargs: ``DDPStrategy`` arguments (``find_unused_parameters``...); the process
+            group, its backend and the communication hook are the run's.
+    """
+
+    def __init__(
+        self,
+        *,
+        sync_batchnorm: bool | None = None,
+        dataloader_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        refused = [
+            k
+            for k in (
+                "ddp_comm_hook",
+                "ddp_comm_state",
+                "ddp_comm_wrapper",
+                "process_group_backend",
+            )
+            if kwargs.get(k) is not None
+        ]
+        if refused:
+            raise ConfigError(
+                f"HeteroDDPStrategy got {', '.join(refused)}: the run's process group and its "
+                "count-weighted gradient hook are fixed. Fix: drop these arguments."
+            )
+        super().__init__(**kwargs)
+        self._hetero_sync_batchnorm = sync_batchnorm
+        self._hetero_loader_kwargs = dict(dataloader_kwargs or {})
+        self.hetero_loader: HeteroDataLoader | None = None
+        self._hetero_dataset: Any = None
+
+    @property
+    def root_device(self) -> torch.device:
+        return api.get_device()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParallel:
+        return api.prepare_model(
+            model, sync_batchnorm=self._hetero_sync_batchnorm, ddp_kwargs=dict(self._ddp_kwargs)
+        )
+
+    def _register_ddp_hooks(self) -> None:
+        pass  # prepare_model registered the count-weighted hook
+
+    def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        super().setup_optimizers(trainer)
+        self.optimizers = [api.prepare_optimizer(optimizer) for optimizer in self.optimizers]
+
+    def optimizer_step(
+        self,
+        optimizer: Any,
+        closure: Any,
+        model: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        # Lightning runs forward and backward inside optimizer.step(closure); the step guard
+        # must decide after the gradients were reduced, so the closure runs first.
+        result = closure()
+        return super().optimizer_step(optimizer, lambda: result, model, **kwargs)
+
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        if trainer is None or not trainer.training:
+            return dataloader  # validation / test / predict: every rank reads all of it
+        return self._carved_loader(dataloader)
+
+    def _carved_loader(self, dataloader: object) -> HeteroDataLoader:
+        if isinstance(dataloader, HeteroDataLoader):
+            self.hetero_loader = dataloader
+            return dataloader
+        if not isinstance(dataloader, DataLoader):
+            raise ConfigError(
+                f"HeteroDDPStrategy carves a torch DataLoader's dataset, not a "
+                f"{type(dataloader).__name__}. Fix: return a DataLoader over a map-style dataset "
+                "from train_dataloader(), or pass raytrain_hetero.prepare_data_loader(dataset)."
+            )
+        if self.hetero_loader is not None and dataloader.dataset is self._hetero_dataset:
+            return self.hetero_loader  # reloaded dataloader: keep the cursor and plans
+        if self.hetero_loader is not None:
+            raise ConfigError(
+                "The training dataset changed during fit (reload_dataloaders_every_n_epochs): "
+                "the carving covers one fixed dataset. Fix: keep one training dataset."
+            )
+        kwargs: dict[str, Any] = {
+            "num_workers": dataloader.num_workers,
+            "collate_fn": dataloader.collate_fn,
+        }
+        if dataloader.num_workers > 0:
+            kwargs["persistent_workers"] = dataloader.persistent_workers
+        kwargs.update(self._hetero_loader_kwargs)
+        loader = api.prepare_data_loader(dataloader.dataset, move_to_device=False, **kwargs)
+        self.hetero_loader, self._hetero_dataset = loader, dataloader.dataset
+        logger.info(
+            "training dataloader replaced by the carved loader (%d steps per epoch)",
+            loader.steps_per_epoch,
+        )
+        return loader
+
+
+class HeteroStepCallback(pl.Callback):
+    """Ends each carved step after its optimizer update (added by :func:`prepare_trainer`).
+
+    The step's record (slice, weight, timings, ``loss``) goes to the core loop's machinery:
+    the scheduler (live re-planning at the agreed step, a collective every
+    ``plan_sync_every`` steps on every rank) and the Ray metrics.
+    """
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loader = _strategy(trainer).hetero_loader
+        if loader is None:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            api.log_step_metrics(loss=float(loss.detach()))
+        loader.finish_step()
+
+
+class HeteroReportCallback(pl.Callback):
+    """Reports ``trainer.callback_metrics`` with a checkpoint at the end of training epochs.
+
+    Every rank calls :func:`~raytrain_hetero.worker.api.report` (the rank figures are
+    gathered); rank 0 attaches the checkpoint: Lightning's ``checkpoint.ckpt`` plus the
+    sampler cursor and plan history, which :func:`fit` resumes from.
+
+    Args:
+        every_n_epochs: Report (and checkpoint) every this many epochs, and at the last.
+    """
+
+    def __init__(self, every_n_epochs: int = 1) -> None:
+        super().__init__()
+        if every_n_epochs < 1:
+            raise ConfigError(f"every_n_epochs must be >= 1, got {every_n_epochs}.")
+        self.every_n_epochs = every_n_epochs
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
+        if (epoch + 1) % self.every_n_epochs and not last:
+            return
+        metrics = self.collect_metrics(trainer)
+        with tempfile.TemporaryDirectory() as directory:
+            trainer.save_checkpoint(Path(directory) / CHECKPOINT_NAME)  # barrier on all ranks
+            checkpoint = None
+            if trainer.global_rank == 0:
+                checkpoint = ray.train.Checkpoint.from_directory(directory)
+            api.report(metrics, checkpoint=checkpoint)
+
+    def collect_metrics(self, trainer: pl.Trainer) -> dict[str, Any]:
+        """What to report: epoch, step and every scalar of ``trainer.callback_metrics``."""
+        metrics: dict[str, Any] = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        for key, value in trainer.callback_metrics.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                metrics[key] = float(value.detach())
+        return metrics
+
+
+def _strategy(trainer: pl.Trainer) -> HeteroDDPStrategy:
+    strategy = trainer.strategy
+    if not isinstance(strategy, HeteroDDPStrategy):
+        raise ConfigError(
+            f"The Trainer's strategy is {type(strategy).__name__}. Fix: "
+            "pl.Trainer(strategy=raytrain_hetero.lightning.HeteroDDPStrategy(), ...)."
+        )
+    return strategy
+
+
+def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
+    """Check a Trainer for heterogeneous training and add the step callback.
+
+    Raises:
+        ConfigError: Naming the setting to change: a strategy other than
+            :class:`HeteroDDPStrategy`, Lightning's distributed sampler, gradient
+            accumulation, epochs cut short (``limit_train_batches``, ``overfit_batches``),
+            or a cluster environment other than :class:`HeteroLightningEnvironment`.
+    """
+    strategy = _strategy(trainer)
+    if not isinstance(strategy.cluster_environment, HeteroLightningEnvironment):
+        raise ConfigError(
+            f"The strategy's cluster environment is "
+            f"{type(strategy.cluster_environment).__name__}. Fix: "
+            "pl.Trainer(plugins=[raytrain_hetero.lightning.HeteroLightningEnvironment()], ...)."
+        )
+    if trainer._accelerator_connector.use_distributed_sampler:
+        raise ConfigError(
+            "The Trainer inserts Lightning's DistributedSampler, which splits every batch "
+            "evenly. Fix: pl.Trainer(use_distributed_sampler=False, ...)."
+        )
+    if trainer.accumulate_grad_batches != 1:
+        raise ConfigError(
+            f"accumulate_grad_batches={trainer.accumulate_grad_batches}: every carved step is "
+            "one optimizer update of global_batch_size samples. Fix: drop it and raise "
+            "global_batch_size instead."
+        )
+    if trainer.limit_train_batches not in (1.0, None) or trainer.overfit_batches:
+        raise ConfigError(
+            f"limit_train_batches={trainer.limit_train_batches}, overfit_batches="
+            f"{trainer.overfit_batches}: an epoch ends early, but the carving's epoch covers "
+            "the whole dataset (every sample once). Fix: drop them; stop with max_steps, or "
+            "train on a smaller dataset."
+        )
+    if not any(isinstance(cb, HeteroStepCallback) for cb in trainer.callbacks):
+        trainer.callbacks.append(HeteroStepCallback())
+    return trainer
+
+
+@contextmanager
+def resume_checkpoint_path() -> Iterator[str | None]:
+    """The Lightning checkpoint of ``ray.train.get_checkpoint()``, or None (a fresh run)."""
+    try:
+        checkpoint = ray.train.get_checkpoint()
+    except RuntimeError:  # outside a Ray Train worker: nothing to resume
+        checkpoint = None
+    if checkpoint is None:
+        yield None
+        return
+    with checkpoint.as_directory() as directory:
+        path = os.path.join(directory, CHECKPOINT_NAME)
+        if not os.path.exists(path):
+            raise ConfigError(
+                f"The run's checkpoint {checkpoint.path} holds no {CHECKPOINT_NAME}: it was "
+                "not written by HeteroReportCallback. Fix: start the run under a new name."
+            )
+        yield path
+
+
+def fit(trainer: pl.Trainer, model: pl.LightningModule, **fit_kwargs: Any) -> None:
+    """``trainer.fit(model, ...)`` resuming from the run's latest checkpoint if there is one."""
+    with resume_checkpoint_path() as path:
+        if path is not None:
+            logger.info("resuming Lightning from %s", path)
+        trainer.fit(model, ckpt_path=path, **fit_kwargs)
