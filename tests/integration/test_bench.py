@@ -233,11 +233,14 @@ def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
 
     data = prepare_bench_data(tmp_path, samples_per_class=3)
     assert data.train_limit(8) % 8 == 0
+    # Slices large enough that compute (what the emulator stretches, in process CPU time)
+    # dominates each step's wall time even on a loaded machine: at 8 samples, collation and
+    # scheduling waits were most of a step and hid the 4x stretch under CI load.
     fast, slow = measure_alone(
-        data.__dict__, 8, 0, [{"factor": 1.0, "slice": 8}, {"factor": 4.0, "slice": 8}], steps=3
+        data.__dict__, 16, 0, [{"factor": 1.0, "slice": 48}, {"factor": 4.0, "slice": 48}], steps=5
     )
     assert fast > 0 and slow > 0
-    assert slow < 0.75 * fast
+    assert slow < 0.6 * fast
 
 
 @pytest.mark.ray
