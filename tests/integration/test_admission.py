@@ -22,8 +22,12 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
         admission_loop,
         train_loop_config={"size": 192, "epochs": 1, "out": str(out)},
         workers=[
-            WorkerSpec(name="fast", count=2),
-            WorkerSpec(name="slow", emulated_slowdown=20.0, emulated_collective_delay_s=0.3),
+            # Every compute stretched (fast 8x, slow 160x: still 20x apart) so that a second
+            # fast worker clearly pays for its all-reduce: unstretched, this tiny model's step
+            # was about as short as a 2-rank all-reduce and a cold first Ray session once left
+            # fast-1 out (the greedy was right on what it measured; the scenario was marginal).
+            WorkerSpec(name="fast", count=2, emulated_slowdown=8.0),
+            WorkerSpec(name="slow", emulated_slowdown=160.0, emulated_collective_delay_s=0.3),
         ],
         batch=BatchConfig(global_batch_size=48),
         probe=ProbeConfig(admission="auto", calibration_steps=1, calibration_rounds=1),
