@@ -82,7 +82,7 @@ def run_trial(
     params: dict[str, Any],
     *,
     base_job: dict[str, Any],
-    storage_path: str | StorageLocation,
+    storage_path: StorageLocation,
     tracking: dict[str, Any] | None = None,
     parent_run_id: str | None = None,
 ) -> None:
@@ -91,8 +91,8 @@ def run_trial(
     Args:
         params: This trial's sampled values (dotted job keys).
         base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
-        storage_path: Where Ray Train keeps this trial's run (checkpoints): a local
-            directory or a location on any store (its filesystem travels with it).
+        storage_path: Where Ray Train keeps this trial's run (checkpoints), on any store
+            (its filesystem travels with it).
         tracking: The search's resolved ``tracking`` (JSON): the trial gets its own
             TensorBoard directory and MLflow run.
         parent_run_id: The search's MLflow run, the parent of the trial's.
@@ -106,8 +106,7 @@ def run_trial(
     context = tune.get_context()
     # The trial's own Train run: its FailureConfig restarts the worker group from the
     # trial's last checkpoint; a retried trial reuses the name and so resumes it too.
-    storage = storage_path if isinstance(storage_path, StorageLocation) else Path(storage_path)
-    run = RunIdentity(f"{context.get_experiment_name()}-{context.get_trial_id()}", storage)
+    run = RunIdentity(f"{context.get_experiment_name()}-{context.get_trial_id()}", storage_path)
     trainer = build_trainer(
         job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
     )
@@ -195,7 +194,7 @@ def run_tune(
         tune.with_parameters(
             run_trial,
             base_job=job.model_dump(mode="json"),
-            storage_path=storage if storage.remote else storage.path,
+            storage_path=storage,
             tracking=resolved_tracking(job, out).model_dump(mode="json"),
             parent_run_id=search_run.open().mlflow_run_id if search_run is not None else None,
         ),
