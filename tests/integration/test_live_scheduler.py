@@ -60,9 +60,17 @@ def test_slowed_rank_gets_a_smaller_slice_and_ledger_stays_exact(ray_local, tmp_
     assert result.error is None
     live_plans = [p for p in trainer.plans if p["reason"].startswith("live")]
     assert live_plans, f"no live re-plan; decisions={trainer.decisions}"
-    first = live_plans[0]
-    assert first["slices"][0] < 16 and first["effective_step"] <= 6 + 30
+    # Under CI load the tiny model's per-step compute is noisy enough that an aggressive policy
+    # may re-plan on noise before step 6 (CI 21 saw [16, ...] first); what must hold is that
+    # the slowdown is answered: a live plan gives rank 0 the smallest slice, soon after step 6,
+    # and no later plan gives it back.
+    shrinks = [p for p in live_plans if p["slices"][0] < min(16, *p["slices"][1:])]
+    assert shrinks, f"rank 0 never got the smallest slice; plans={live_plans}"
+    first = shrinks[0]
+    assert first["effective_step"] <= 6 + 30, live_plans
     assert "->" in first["reason"]
+    last = trainer.plans[-1]
+    assert last["slices"][0] < min(last["slices"][1:]), trainer.plans
     # Rank 0 really did get less from the switch on, as every rank saw it.
     entries = read_ledger(out)
     after = [e for e in entries if e["step"] == first["effective_step"]]
