@@ -251,6 +251,7 @@ def run_fit(
         from raytrain_hetero.bench.loop import bench_loop
         from raytrain_hetero.config import (
             BatchConfig,
+            ElasticConfig,
             EmulationConfig,
             ProbeConfig,
             SchedulerConfig,
@@ -278,8 +279,10 @@ def run_fit(
             ),
             probe=ProbeConfig(**setup.probe),
             emulation=EmulationConfig(slowdowns=mine.schedule, noise=mine.noise),
-            min_workers=setup.min_workers,
-            elastic_resize_monitor_interval_s=setup.monitor_interval_s,
+            elastic=ElasticConfig(
+                min_workers=setup.min_workers,
+                resize_monitor_interval_s=setup.monitor_interval_s,
+            ),
             run_config=run_config,
         )
         try:
