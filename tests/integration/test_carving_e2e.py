@@ -9,7 +9,7 @@ import pytest
 from ray.train import FailureConfig, RunConfig
 from train_loops import ledger_loop
 
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
 
 pytestmark = pytest.mark.ray
 
@@ -40,8 +40,7 @@ def test_ledger_exactly_once_across_replan_and_mid_epoch_resume(ray_local, tmp_p
         ledger_loop,
         train_loop_config=config,
         workers=[WorkerSpec(name="a"), WorkerSpec(name="b"), WorkerSpec(name="c")],
-        global_batch_size=16,
-        fixed_shares=[1.0, 2.0, 3.0],
+        batch=BatchConfig(global_batch_size=16, fixed_shares=[1.0, 2.0, 3.0]),
         run_config=RunConfig(
             name="ledger",
             storage_path=str(tmp_path / "results"),

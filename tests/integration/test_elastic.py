@@ -23,7 +23,7 @@ from ray.train import FailureConfig, RunConfig
 from ray_env import worker_runtime_env
 from train_loops import live_loop, wide_model
 
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, ElasticConfig, HeteroTrainer, WorkerSpec
 
 pytestmark = pytest.mark.ray
 
@@ -75,9 +75,8 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, tmp_path):
             "step_sleep_s": 0.05,
         },
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
-        global_batch_size=48,
-        min_workers=2,
-        elastic_resize_monitor_interval_s=1.0,
+        batch=BatchConfig(global_batch_size=48),
+        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
         run_config=RunConfig(
             name="join",
             storage_path=str(tmp_path / "results"),
@@ -120,8 +119,7 @@ def _crash_run(tmp_path, name, crash):
         live_loop,
         train_loop_config=config,
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
-        global_batch_size=48,
-        fixed_shares=[1.0, 2.0, 3.0],
+        batch=BatchConfig(global_batch_size=48, fixed_shares=[1.0, 2.0, 3.0]),
         run_config=RunConfig(
             name=name,
             storage_path=str(tmp_path / "results"),
@@ -170,9 +168,8 @@ def test_losing_a_node_shrinks_the_group_and_the_run_completes(cluster, tmp_path
             "step_sleep_s": 0.05,
         },
         workers=[WorkerSpec(name="w", count=3, label_selector={"pool": "w"})],
-        global_batch_size=48,
-        min_workers=2,
-        elastic_resize_monitor_interval_s=1.0,
+        batch=BatchConfig(global_batch_size=48),
+        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
         run_config=RunConfig(
             name="leave",
             storage_path=str(tmp_path / "results"),

@@ -56,9 +56,11 @@ def run_trajectory(tmp_path, run_config, *, workers, shares, weighting="proporti
         trajectory_loop,
         train_loop_config={**config, "out": str(out)},
         workers=workers,
-        global_batch_size=config["batch"],
-        weighting=weighting,
-        fixed_shares=shares,
+        batch=BatchConfig(
+            global_batch_size=config["batch"],
+            weighting=weighting,
+            fixed_shares=shares,
+        ),
         run_config=run_config,
     )
     result = trainer.fit()

@@ -10,7 +10,7 @@ import pytest
 from ray.train import RunConfig
 from train_loops import live_loop
 
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, EmulationConfig, HeteroTrainer, SchedulerConfig, WorkerSpec
 from raytrain_hetero.driver.scheduler import lookup_scheduler
 
 pytestmark = pytest.mark.ray
@@ -47,13 +47,9 @@ def test_slowed_rank_gets_a_smaller_slice_and_ledger_stays_exact(ray_local, tmp_
         live_loop,
         train_loop_config={"size": size, "epochs": epochs, "out": str(out)},
         workers=[WorkerSpec(name="a"), WorkerSpec(name="b"), WorkerSpec(name="c")],
-        global_batch_size=48,
-        fixed_shares=[1.0, 1.0, 1.0],
-        live=True,
-        policy=FAST_POLICY,
-        plan_sync_every=2,
-        flush_every=2,
-        slowdown_schedule=[{"rank": 0, "factor": 3.0, "from_step": 6}],
+        batch=BatchConfig(global_batch_size=48, fixed_shares=[1.0, 1.0, 1.0]),
+        scheduler=SchedulerConfig(live=True, policy=FAST_POLICY, plan_sync_every=2, flush_every=2),
+        emulation=EmulationConfig(slowdowns=[{"rank": 0, "factor": 3.0, "from_step": 6}]),
         run_config=RunConfig(name="live", storage_path=str(tmp_path / "results")),
     )
     result = trainer.fit()
@@ -86,10 +82,8 @@ def test_training_survives_the_scheduler_actor_dying(ray_local, tmp_path):
         live_loop,
         train_loop_config={"size": size, "epochs": epochs, "out": str(out), "kill_scheduler_at": 3},
         workers=[WorkerSpec(name="a"), WorkerSpec(name="b")],
-        global_batch_size=40,
-        fixed_shares=[1.0, 2.0],
-        live=True,
-        plan_sync_every=2,
+        batch=BatchConfig(global_batch_size=40, fixed_shares=[1.0, 2.0]),
+        scheduler=SchedulerConfig(live=True, plan_sync_every=2),
         run_config=RunConfig(name="kill", storage_path=str(tmp_path / "results")),
     )
     trainer.train_loop_config["run_id"] = trainer.run_id

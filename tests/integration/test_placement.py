@@ -11,7 +11,7 @@ from ray.train import RunConfig
 from ray_env import worker_runtime_env
 from train_loops import placement_loop
 
-from raytrain_hetero import HeteroTrainer, WorkerSpec
+from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
 from raytrain_hetero.driver.backend import common_resources, extra_resources
 
 pytestmark = pytest.mark.ray
@@ -51,8 +51,7 @@ def test_each_worker_lands_where_its_spec_says(two_pool_cluster, tmp_path):
         placement_loop,
         train_loop_config={"out": str(out)},
         workers=workers,
-        global_batch_size=12,
-        fixed_shares=[2.0, 1.0, 1.0],
+        batch=BatchConfig(global_batch_size=12, fixed_shares=[2.0, 1.0, 1.0]),
         run_config=RunConfig(name="placement", storage_path=str(tmp_path / "results")),
     )
     assert trainer.scaling_config().resources_per_worker == {"CPU": 1}
@@ -86,8 +85,7 @@ def test_unsatisfiable_lease_names_worker_and_resources(two_pool_cluster, tmp_pa
         placement_loop,
         train_loop_config={"out": str(tmp_path)},
         workers=workers,
-        global_batch_size=4,
-        fixed_shares=[1.0, 1.0],
+        batch=BatchConfig(global_batch_size=4, fixed_shares=[1.0, 1.0]),
         run_config=RunConfig(name="lease", storage_path=str(tmp_path / "results")),
     )
     result_error = None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from raytrain_hetero import HeteroTrainer
+from raytrain_hetero import BatchConfig, HeteroTrainer
 from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.app.job import classification_loop, prepare_dataset
 from raytrain_hetero.errors import DataError
@@ -71,8 +71,10 @@ def test_workload_trains_through_hetero_trainer(
         classification_loop,
         train_loop_config={"job": job.model_dump(mode="json")},
         workers=job.workers,
-        global_batch_size=job.train.global_batch_size,
-        fixed_shares=job.train.fixed_shares,
+        batch=BatchConfig(
+            global_batch_size=job.train.global_batch_size,
+            fixed_shares=job.train.fixed_shares,
+        ),
         run_config=run_config,
     )
     result = trainer.fit()
