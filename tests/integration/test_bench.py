@@ -282,7 +282,10 @@ def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys)
         figures = f["figures"]
         assert figures["steps"] == 10, f["contender"]
         assert math.isfinite(figures["samples_per_s"]) and figures["samples_per_s"] > 0
-        assert 0 < figures["efficiency"] <= 1.05, (f["contender"], figures["efficiency"])
+        # Efficiency divides by the speeds of one alone-step per factor (--alone-steps 1):
+        # on a loaded machine that step can run slow and lift a contender above 1 (1.44 seen
+        # with a second test session beside it). The exact formula is tested above.
+        assert 0 < figures["efficiency"] <= 1.6, (f["contender"], figures["efficiency"])
         assert 0 <= figures["final_accuracy"] <= 1
         assert sum(figures["slices"]) == 24
         assert {a["factor"] for a in f["alone"]} == {1.0, 2.0, 4.0}

@@ -176,8 +176,13 @@ def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monk
     # A restart that still counts the dying node waits this long for its placement before
     # Ray Train retries with the workers that fit (default 60 s); propagated to the controller.
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "30")
-    kept = cluster.add_node(num_cpus=2, labels={"pool": "f"})
+    # Ray Train sizes an elastic group from the AutoscalingCoordinator's view of the nodes,
+    # refreshed on its own 20 s tick. Doomed joins first: a tick between the two joins then
+    # sees 1 CPU (below min_workers, so the run waits for the next tick) rather than kept's
+    # 2 (enough to start a two-worker group, as a loaded machine once did).
     doomed = cluster.add_node(num_cpus=1, labels={"pool": "f"})
+    cluster.wait_for_nodes()
+    kept = cluster.add_node(num_cpus=2, labels={"pool": "f"})
     cluster.wait_for_nodes()
     # The elastic group is sized from each node's free CPUs: start only once both new nodes
     # report theirs, or a loaded machine starts the first group with two workers, not three.
