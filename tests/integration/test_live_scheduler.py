@@ -57,9 +57,9 @@ def test_slowed_rank_gets_a_smaller_slice_and_ledger_stays_exact(ray_local, tmp_
     live_plans = [p for p in trainer.plans if p["reason"].startswith("live")]
     assert live_plans, f"no live re-plan; decisions={trainer.decisions}"
     # Under CI load the tiny model's per-step compute is noisy enough that an aggressive policy
-    # may re-plan on noise before step 6 (CI 21 saw [16, ...] first); what must hold is that
-    # the slowdown is answered: a live plan gives rank 0 the smallest slice, soon after step 6,
-    # and no later plan gives it back.
+    # may re-plan on noise before step 6 (one CI run saw [16, ...] first); what must hold is
+    # that the slowdown is answered: a live plan gives rank 0 the smallest slice soon after
+    # step 6, and the run's last plan still does.
     shrinks = [p for p in live_plans if p["slices"][0] < min(16, *p["slices"][1:])]
     assert shrinks, f"rank 0 never got the smallest slice; plans={live_plans}"
     first = shrinks[0]
