@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.formats import SPLITS
 from raytrain_hetero.workloads.hyperspectral_scene import (
     HyperspectralScene,
     find_scene_files,
@@ -64,6 +65,7 @@ from raytrain_hetero.workloads.registry import (
     GenerateOptions,
     SceneOptions,
     WorkloadData,
+    check_splits,
     register_dataset,
 )
 
@@ -82,7 +84,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SplitMethod = Literal["block", "random"]
-HYPERSPECTRAL_SPLITS: tuple[str, ...] = ("train", "val", "test")
+HYPERSPECTRAL_SPLITS: tuple[str, ...] = SPLITS
 
 
 # ================================================================================ splits
@@ -330,13 +332,7 @@ def hyperspectral_datasets(
             split without any sample.
         ConfigError: Invalid split arguments.
     """
-    wanted = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad = [s for s in wanted if s not in (*HYPERSPECTRAL_SPLITS, "scene")]
-    if not wanted or bad:
-        raise ConfigError(
-            f"hyperspectral splits must be a non-empty subset of {[*HYPERSPECTRAL_SPLITS, 'scene']}, "
-            f"got {list(wanted)}"
-        )
+    wanted = check_splits("hyperspectral", splits, (*HYPERSPECTRAL_SPLITS, "scene"))
     if (
         isinstance(patch_size, bool)
         or not isinstance(patch_size, int)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ __all__ = [
     "GenerateOptions",
     "SceneOptions",
     "WorkloadData",
+    "check_splits",
     "dataset_adapter",
     "dataset_names",
     "register_dataset",
@@ -197,6 +198,20 @@ class DatasetAdapter:
     default_on_bad_file: str | None = "error"
     scan_files: Callable[[DataSource], BadFileScan] | None = None
     expected_bands: Callable[[DataSource], int | None] = field(default=lambda source: None)
+
+
+def check_splits(title: str, splits: str | Sequence[str], valid: Sequence[str]) -> tuple[str, ...]:
+    """``splits`` (one name or several) as a tuple, checked against a dataset's ``valid`` ones.
+
+    Raises:
+        ConfigError: ``splits`` is empty or names a split ``title`` does not have.
+    """
+    wanted = (splits,) if isinstance(splits, str) else tuple(splits)
+    if not wanted or any(s not in valid for s in wanted):
+        raise ConfigError(
+            f"{title} splits must be a non-empty subset of {list(valid)}, got {list(wanted)}"
+        )
+    return wanted
 
 
 _REGISTRY: dict[str, DatasetAdapter] = {}
