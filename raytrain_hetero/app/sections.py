@@ -6,6 +6,7 @@ loop (:mod:`raytrain_hetero.app.job`) reads them. Every model is frozen and reje
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +22,15 @@ from raytrain_hetero.config.fields import (
     invalid,
 )
 from raytrain_hetero.config.problems import closest, show
+from raytrain_hetero.workloads.formats import EUROSAT_BANDS
+from raytrain_hetero.workloads.registry import (
+    dataset_adapter,
+    dataset_names,
+    registering_module,
+)
 
 __all__ = [
-    "DATASET_KINDS",
     "EUROSAT_BAND_NAMES",
-    "GENERATE_KEYS",
     "DataConfig",
     "GenerateConfig",
     "HyperspectralConfig",
@@ -33,19 +38,17 @@ __all__ = [
 ]
 
 #: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
-EUROSAT_BAND_NAMES: tuple[str, ...] = (
-    "B01", "B02", "B03", "B04", "B05", "B06", "B07",
-    "B08", "B09", "B10", "B11", "B12", "B8A",
-)  # fmt: skip
+EUROSAT_BAND_NAMES: tuple[str, ...] = EUROSAT_BANDS
 
 
 class GenerateConfig(HeteroModel):
     """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
     cached).
 
-    Which keys apply depends on the dataset (see :data:`GENERATE_KEYS`; others are
-    rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal: those and
-    cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes, file_format.
+    Which keys apply depends on the dataset (its registered adapter's ``generate_keys``;
+    others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
+    those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
+    file_format.
     ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
     """
 
@@ -74,18 +77,6 @@ class GenerateConfig(HeteroModel):
         allow_inf_nan=False,
         description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
     )
-
-
-#: Generator keys that apply to each dataset kind.
-GENERATE_KEYS: dict[str, tuple[str, ...]] = {
-    "eurosat": ("samples_per_class", "seed", "size"),
-    "uc_merced": ("samples_per_class", "seed", "size"),
-    "multimodal": ("samples_per_class", "seed", "size", "cloud_fraction"),
-    "hyperspectral": ("seed", "height", "width", "spectral_bands", "classes", "file_format"),
-}
-
-#: Dataset kinds of ``data.dataset``.
-DATASET_KINDS: tuple[str, ...] = ("eurosat", "uc_merced", "hyperspectral", "multimodal")
 
 
 class HyperspectralConfig(HeteroModel):
@@ -143,9 +134,15 @@ class DataConfig(HeteroModel):
     """Where the data lives and how to read it.
 
     Attributes:
-        dataset: Dataset kind: ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial
-            RGB), ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"``
-            (Sentinel-1 + Sentinel-2 pairs).
+        dataset: A registered dataset name
+            (:func:`~raytrain_hetero.workloads.registry.dataset_names`): the built-in
+            ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial RGB),
+            ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"`` (Sentinel-1 +
+            Sentinel-2 pairs), or one added with
+            :func:`~raytrain_hetero.workloads.registry.register_dataset` before the config
+            is loaded (its registering module is then added to ``modules``).
+        modules: Modules that register datasets, imported before ``dataset`` is checked,
+            on the driver and on every Ray worker (which validates the job config again).
         root: Dataset root directory. A relative path is resolved against the current
             working directory when the config is validated, so the model always holds an
             absolute path (Ray workers run in other directories).
@@ -162,8 +159,15 @@ class DataConfig(HeteroModel):
         hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
     """
 
-    dataset: Literal["eurosat", "uc_merced", "hyperspectral", "multimodal"] = Field(
-        "eurosat", description="dataset kind: eurosat, uc_merced, hyperspectral, multimodal"
+    dataset: str = Field(
+        "eurosat",
+        description="registered dataset name: eurosat, uc_merced, hyperspectral, multimodal, "
+        "or one added with raytrain_hetero.workloads.register_dataset",
+    )
+    modules: list[str] = Field(
+        default_factory=list,
+        description="modules that register datasets (register_dataset), imported first on "
+        "the driver and on every worker",
     )
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
     bands: Literal["all", "rgb"] | list[str] = Field(
@@ -212,32 +216,27 @@ class DataConfig(HeteroModel):
     @model_validator(mode="after")
     def _dataset_specific_keys(self) -> DataConfig:
         kind = self.dataset
-        if kind != "eurosat" and self.bands != "all":
+        adapter = dataset_adapter(kind)
+        given = {"bands": self.bands != "all", "image_size": self.image_size is not None}
+        given["scene"] = self.hyperspectral is not None
+        for key in (k for k, is_set in given.items() if is_set and k not in adapter.source_keys):
+            yaml_key = "hyperspectral" if key == "scene" else key
+            takers = [n for n in dataset_names() if key in dataset_adapter(n).source_keys]
             raise invalid(
-                f"bands selects EuroSAT bands; dataset {kind!r} has fixed bands",
-                "remove data.bands (or use dataset: eurosat)",
-                ("bands",),
+                f"{yaml_key} does not apply to dataset {kind!r} (it applies to "
+                f"{', '.join(takers) or 'no registered dataset'})",
+                f"remove data.{yaml_key}, or use a dataset it applies to",
+                (yaml_key,),
             )
-        if self.image_size is not None and kind != "uc_merced":
+        if adapter.scan_files is None and self.on_bad_file == "skip":
             raise invalid(
-                f"image_size applies to dataset uc_merced, not {kind!r}",
-                "remove data.image_size",
-                ("image_size",),
-            )
-        if self.hyperspectral is not None and kind != "hyperspectral":
-            raise invalid(
-                f"the hyperspectral section applies to dataset hyperspectral, not {kind!r}",
-                "remove data.hyperspectral, or set dataset: hyperspectral",
-                ("hyperspectral",),
-            )
-        if kind == "hyperspectral" and self.on_bad_file == "skip":
-            raise invalid(
-                "a hyperspectral scene is one image: a bad scene file cannot be skipped",
-                "remove on_bad_file (a corrupt scene file always stops with its name)",
+                f"{adapter.title} files cannot be skipped: the dataset has no per-file check "
+                "(a hyperspectral scene is one image)",
+                "remove on_bad_file (a corrupt file always stops the job with its name)",
                 ("on_bad_file",),
             )
         if self.generate is not None:
-            allowed = GENERATE_KEYS[kind]
+            allowed = dataset_adapter(kind).generate_keys
             fields = GenerateConfig.model_fields
             extra = sorted(
                 k
@@ -252,6 +251,45 @@ class DataConfig(HeteroModel):
                     ("generate", extra[0]),
                 )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_dataset_modules(cls, raw: Any) -> Any:
+        """Import ``modules`` (they register datasets), and add the module that registered
+        ``dataset`` in this process, so that Ray workers register it too."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("modules", []), list):
+            return raw  # the field validation names what is wrong
+        modules = list(raw.get("modules", []))
+        for index, module in enumerate(modules):
+            try:
+                importlib.import_module(str(module))
+            except ImportError as exc:
+                raise invalid(
+                    f"cannot import dataset module {module!r}: {exc}",
+                    "install it or put it on PYTHONPATH (every Ray worker imports it too)",
+                    ("modules", index),
+                ) from None
+        registered_by = registering_module(str(raw.get("dataset")))
+        if registered_by not in (None, "__main__", *modules):
+            raw = {**raw, "modules": [*modules, registered_by]}
+        return raw
+
+    @field_validator("dataset")
+    @classmethod
+    def _registered_dataset(cls, value: str) -> str:
+        names = dataset_names()
+        if value not in names:
+            close = closest(value, names)
+            how = (
+                "register yours with raytrain_hetero.workloads.register_dataset(DatasetAdapter("
+                "name=..., generate=..., open=...)) at the top level of a module that data.modules "
+                "lists (Ray workers import it too)"
+            )
+            raise invalid(
+                f"unknown dataset {value!r}; registered datasets: {', '.join(names)}",
+                f"use dataset: {close}, or {how}" if close else f"use one of them, or {how}",
+            )
+        return value
 
     @field_validator("root", mode="before")
     @classmethod

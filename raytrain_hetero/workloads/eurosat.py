@@ -31,10 +31,10 @@ from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
     check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -183,10 +183,7 @@ def eurosat_datasets(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
-    gen = source.generate or GenerateOptions()
-    return generate_eurosat(
-        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 64
-    )
+    return run_generator(generate_eurosat, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -221,5 +218,6 @@ EUROSAT = register_dataset(
         default_on_bad_file="error",
         scan_files=_scan_files,
         expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
+        source_keys=("bands",),
     )
 )

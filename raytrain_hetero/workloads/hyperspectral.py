@@ -62,11 +62,11 @@ from raytrain_hetero.workloads.normalization import (
 from raytrain_hetero.workloads.registry import (
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     SceneOptions,
     WorkloadData,
     check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -414,23 +414,9 @@ def scene_files(source: DataSource) -> tuple[Path, Path]:
 
 
 def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.hyperspectral import (
-        generate_hyperspectral_scene,
-    )
+    from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
-    gen = source.generate or GenerateOptions()
-    kwargs = {
-        key: value
-        for key, value in (
-            ("height", gen.height),
-            ("width", gen.width),
-            ("bands", gen.spectral_bands),
-            ("classes", gen.classes),
-            ("file_format", gen.file_format),
-        )
-        if value is not None
-    }
-    return generate_hyperspectral_scene(source.root, seed=gen.seed, **kwargs)
+    return run_generator(generate_hyperspectral_scene, source, spectral_bands="bands")
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -466,5 +452,6 @@ HYPERSPECTRAL = register_dataset(
         whole_scene=True,
         generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
         default_on_bad_file=None,
+        source_keys=("scene",),
     )
 )

@@ -54,10 +54,10 @@ from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
     check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -313,17 +313,7 @@ def multimodal_band_stats(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
 
-    gen = source.generate or GenerateOptions()
-    kwargs: dict[str, Any] = {}
-    if gen.cloud_fraction is not None:
-        kwargs["cloud_fraction"] = gen.cloud_fraction
-    return generate_multimodal(
-        source.root,
-        samples_per_class=gen.samples_per_class,
-        seed=gen.seed,
-        size=gen.size or 32,
-        **kwargs,
-    )
+    return run_generator(generate_multimodal, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ __all__ = [
     "dataset_adapter",
     "dataset_names",
     "register_dataset",
+    "registering_module",
+    "run_generator",
 ]
 
 logger = logging.getLogger(__name__)
@@ -186,6 +189,8 @@ class DatasetAdapter:
         scan_files: Lists the files to check and how to read them; ``None`` when no
             per-file check applies (a single scene file is checked when it is read).
         expected_bands: Bands per sample the source's options ask for, if they fix it.
+        source_keys: The dataset-specific fields of :class:`DataSource` it reads
+            (``bands``, ``image_size``, ``scene``); a job setting another one is refused.
     """
 
     name: str
@@ -198,6 +203,7 @@ class DatasetAdapter:
     default_on_bad_file: str | None = "error"
     scan_files: Callable[[DataSource], BadFileScan] | None = None
     expected_bands: Callable[[DataSource], int | None] = field(default=lambda source: None)
+    source_keys: tuple[str, ...] = ()
 
 
 def check_splits(title: str, splits: str | Sequence[str], valid: Sequence[str]) -> tuple[str, ...]:
@@ -225,12 +231,28 @@ _BUILTIN_MODULES: dict[str, str] = {
 }
 
 
+_REGISTERED_BY: dict[str, str] = {}
+
+
 def register_dataset(adapter: DatasetAdapter) -> DatasetAdapter:
-    """Add ``adapter`` under ``adapter.name`` (replacing an earlier one of that name)."""
+    """Add ``adapter`` under ``adapter.name`` (replacing an earlier one of that name).
+
+    The calling module is remembered (:func:`registering_module`): a job config naming the
+    dataset carries it to the Ray workers, which import it and so register the same adapter.
+    Register at module level of an importable module for that to work.
+    """
     if adapter.name in _REGISTRY and _REGISTRY[adapter.name] is not adapter:
         logger.info("dataset %r re-registered", adapter.name)
     _REGISTRY[adapter.name] = adapter
+    _REGISTERED_BY[adapter.name] = sys._getframe(1).f_globals.get("__name__", "__main__")
     return adapter
+
+
+def registering_module(name: str) -> str | None:
+    """The module that registered dataset ``name``, ``None`` for a built-in or unknown name."""
+    if name in _BUILTIN_MODULES:
+        return None
+    return _REGISTERED_BY.get(name)
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -254,3 +276,13 @@ def dataset_adapter(name: str) -> DatasetAdapter:
             "raytrain_hetero.workloads.registry.register_dataset."
         )
     return adapter
+
+
+def run_generator(generator: Callable[..., Path], source: DataSource, **renamed: str) -> Path:
+    """``generator(source.root, **options)``: the options are the fields of ``source.generate``
+    its dataset's adapter lists in ``generate_keys`` that are set (``None`` leaves the
+    generator's default); ``renamed`` maps an option to the generator's argument name."""
+    options = source.generate or GenerateOptions()
+    values = {key: getattr(options, key) for key in dataset_adapter(source.dataset).generate_keys}
+    kwargs = {renamed.get(k, k): v for k, v in values.items() if v is not None}
+    return generator(source.root, **kwargs)

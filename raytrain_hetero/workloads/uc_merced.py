@@ -36,10 +36,10 @@ from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
     check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -173,10 +173,7 @@ def uc_merced_band_stats(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 
-    gen = source.generate or GenerateOptions()
-    return generate_uc_merced(
-        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 256
-    )
+    return run_generator(generate_uc_merced, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -206,5 +203,6 @@ UC_MERCED = register_dataset(
         open=_open,
         splits=UCMERCED_SPLITS,
         scan_files=_scan_files,
+        source_keys=("image_size",),
     )
 )
