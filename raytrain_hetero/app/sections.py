@@ -7,6 +7,7 @@ loop (:mod:`raytrain_hetero.app.job`) reads them. Every model is frozen and reje
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,8 @@ from raytrain_hetero.workloads.formats import EUROSAT_BANDS
 from raytrain_hetero.workloads.registry import (
     dataset_adapter,
     dataset_names,
+    model_names,
+    model_registering_module,
     registering_module,
 )
 
@@ -255,24 +258,7 @@ class DataConfig(HeteroModel):
     @model_validator(mode="before")
     @classmethod
     def _import_dataset_modules(cls, raw: Any) -> Any:
-        """Import ``modules`` (they register datasets), and add the module that registered
-        ``dataset`` in this process, so that Ray workers register it too."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("modules", []), list):
-            return raw  # the field validation names what is wrong
-        modules = list(raw.get("modules", []))
-        for index, module in enumerate(modules):
-            try:
-                importlib.import_module(str(module))
-            except ImportError as exc:
-                raise invalid(
-                    f"cannot import dataset module {module!r}: {exc}",
-                    "install it or put it on PYTHONPATH (every Ray worker imports it too)",
-                    ("modules", index),
-                ) from None
-        registered_by = registering_module(str(raw.get("dataset")))
-        if registered_by not in (None, "__main__", *modules):
-            raw = {**raw, "modules": [*modules, registered_by]}
-        return raw
+        return _import_modules(raw, "dataset", registering_module)
 
     @field_validator("dataset")
     @classmethod
@@ -280,11 +266,7 @@ class DataConfig(HeteroModel):
         names = dataset_names()
         if value not in names:
             close = closest(value, names)
-            how = (
-                "register yours with raytrain_hetero.workloads.register_dataset(DatasetAdapter("
-                "name=..., generate=..., open=...)) at the top level of a module that data.modules "
-                "lists (Ray workers import it too)"
-            )
+            how = _how_to_register("dataset")
             raise invalid(
                 f"unknown dataset {value!r}; registered datasets: {', '.join(names)}",
                 f"use dataset: {close}, or {how}" if close else f"use one of them, or {how}",
@@ -341,6 +323,36 @@ class DataConfig(HeteroModel):
         )
 
 
+def _import_modules(raw: Any, key: str, registered_by: Callable[[str], str | None]) -> Any:
+    """Import the section's ``modules`` (they register datasets or models), and add the
+    module that registered ``raw[key]`` in this process, so that Ray workers, which validate
+    the job config again, register it too."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("modules", []), list):
+        return raw  # the field validation names what is wrong
+    modules = list(raw.get("modules", []))
+    for index, module in enumerate(modules):
+        try:
+            importlib.import_module(str(module))
+        except ImportError as exc:
+            raise invalid(
+                f"cannot import module {module!r}: {exc}",
+                "install it or put it on PYTHONPATH (every Ray worker imports it too)",
+                ("modules", index),
+            ) from None
+    module = registered_by(str(raw.get(key)))
+    if module not in (None, "__main__", *modules):
+        raw = {**raw, "modules": [*modules, module]}
+    return raw
+
+
+def _how_to_register(kind: str) -> str:
+    return (
+        f"register yours with raytrain_hetero.workloads.registry.register_{kind}(...) at the "
+        f"top level of a module that {'data' if kind == 'dataset' else 'model'}.modules lists "
+        "(Ray workers import it too)"
+    )
+
+
 class ModelConfig(HeteroModel):
     """Which network to train.
 
@@ -349,7 +361,8 @@ class ModelConfig(HeteroModel):
             ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches), ``fusion_cnn``
             (two-branch SAR + multispectral late fusion, dataset multimodal) or
             ``marques_cnn`` (Marques et al.'s two wide conv layers, ``conv1`` and ``conv2``:
-            the conv-split network).
+            the conv-split network), or a name added with
+            :func:`~raytrain_hetero.workloads.registry.register_model`.
         width: Base channel width (small_cnn, cnn3d, fusion_cnn branches; marques_cnn:
             kernels of conv1, 500 is the paper's network).
         pretrained: ``false``, or the name of torchgeo weights for a ResNet
@@ -357,12 +370,22 @@ class ModelConfig(HeteroModel):
             only; ``true`` is refused (nothing can be downloaded).
         in_channels: Bands the model takes; checked against the data before training starts
             (``None``: whatever the data has).
+        modules: Modules that register models
+            (:func:`~raytrain_hetero.workloads.registry.register_model`), imported before
+            ``name`` is checked, on the driver and on every Ray worker.
         modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
             ``[s1]`` or ``[s2]`` (single-branch ablations).
     """
 
-    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn", "marques_cnn"] = (
-        Field("small_cnn", description="architecture")
+    name: str = Field(
+        "small_cnn",
+        description="architecture: small_cnn, resnet18, resnet50, cnn3d, fusion_cnn, "
+        "marques_cnn, or one added with raytrain_hetero.workloads.registry.register_model",
+    )
+    modules: list[str] = Field(
+        default_factory=list,
+        description="modules that register models (register_model), imported first on the "
+        "driver and on every worker",
     )
     width: PositiveInt = Field(
         32, description="base channel width (small_cnn, cnn3d, fusion_cnn; marques_cnn: conv1)"
@@ -387,6 +410,24 @@ class ModelConfig(HeteroModel):
         description="the task's init arguments, e.g. {model: resnet18, in_channels: 13, "
         "num_classes: 10, lr: 0.001}",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_model_modules(cls, raw: Any) -> Any:
+        return _import_modules(raw, "name", model_registering_module)
+
+    @field_validator("name")
+    @classmethod
+    def _registered_model(cls, value: str) -> str:
+        names = model_names()
+        if value not in names:
+            close = closest(value, names)
+            how = _how_to_register("model")
+            raise invalid(
+                f"unknown model {value!r}; models: {', '.join(names)}",
+                f"use name: {close}, or {how}" if close else f"use one of them, or {how}",
+            )
+        return value
 
     @model_validator(mode="after")
     def _task_arguments(self) -> ModelConfig:

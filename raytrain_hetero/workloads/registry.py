@@ -36,7 +36,11 @@ __all__ = [
     "check_splits",
     "dataset_adapter",
     "dataset_names",
+    "model_builder",
+    "model_names",
+    "model_registering_module",
     "register_dataset",
+    "register_model",
     "registering_module",
     "run_generator",
 ]
@@ -286,3 +290,50 @@ def run_generator(generator: Callable[..., Path], source: DataSource, **renamed:
     values = {key: getattr(options, key) for key in dataset_adapter(source.dataset).generate_keys}
     kwargs = {renamed.get(k, k): v for k, v in values.items() if v is not None}
     return generator(source.root, **kwargs)
+
+
+# ------------------------------------------------------------------------------ models
+
+#: Names :func:`~raytrain_hetero.workloads.models.build_model` builds itself.
+BUILTIN_MODELS: tuple[str, ...] = (
+    "small_cnn",
+    "resnet18",
+    "resnet50",
+    "cnn3d",
+    "fusion_cnn",
+    "marques_cnn",
+)
+_MODELS: dict[str, Callable[..., Any]] = {}
+_MODELS_REGISTERED_BY: dict[str, str] = {}
+
+
+def register_model(name: str, builder: Callable[..., Any]) -> Callable[..., Any]:
+    """Make ``build_model(name, ...)`` (and ``model.name`` in a job config) build
+    ``builder(in_channels=..., num_classes=..., width=...)``, a ``torch.nn.Module``.
+
+    Like :func:`register_dataset`, the calling module is remembered so that a job config
+    naming the model carries it to the Ray workers (``model.modules``).
+
+    Raises:
+        ConfigError: ``name`` is a built-in model's.
+    """
+    if name in BUILTIN_MODELS:
+        raise ConfigError(f"model name {name!r} is built in; register yours under another name")
+    _MODELS[name] = builder
+    _MODELS_REGISTERED_BY[name] = sys._getframe(1).f_globals.get("__name__", "__main__")
+    return builder
+
+
+def model_names() -> tuple[str, ...]:
+    """Every model name ``build_model`` accepts: the built-ins, then registered ones (sorted)."""
+    return BUILTIN_MODELS + tuple(sorted(_MODELS))
+
+
+def model_builder(name: str) -> Callable[..., Any] | None:
+    """The builder registered under ``name`` (``None`` for a built-in or unknown name)."""
+    return _MODELS.get(name)
+
+
+def model_registering_module(name: str) -> str | None:
+    """The module that registered model ``name``, ``None`` for a built-in or unknown name."""
+    return _MODELS_REGISTERED_BY.get(name)

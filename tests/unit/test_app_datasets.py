@@ -83,6 +83,8 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registrations made by a test stay in that test."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(registry, "_REGISTERED_BY", dict(registry._REGISTERED_BY))
+    monkeypatch.setattr(registry, "_MODELS", dict(registry._MODELS))
+    monkeypatch.setattr(registry, "_MODELS_REGISTERED_BY", dict(registry._MODELS_REGISTERED_BY))
 
 
 def test_unknown_dataset_is_one_config_error_listing_names_and_how_to_register() -> None:
@@ -91,7 +93,7 @@ def test_unknown_dataset_is_one_config_error_listing_names_and_how_to_register()
     message = str(info.value)
     assert message.count("data.dataset") == 1 and "'eurosta'" in message
     assert "eurosat, hyperspectral, multimodal, uc_merced" in message
-    assert "use dataset: eurosat" in message and "register_dataset(DatasetAdapter(" in message
+    assert "use dataset: eurosat" in message and "registry.register_dataset(" in message
 
 
 def test_a_dataset_registered_before_loading_is_prepared_from_yaml(
@@ -120,8 +122,39 @@ def test_a_dataset_registered_before_loading_is_prepared_from_yaml(
     assert (tmp_path / "data" / "eurosat-train.txt").is_file()
 
 
-def test_dataset_modules_are_imported_first_and_a_missing_one_is_named() -> None:
-    with pytest.raises(
-        ConfigError, match=r"data.modules\[0\]: cannot import dataset module .no_such_module_xyz."
-    ):
-        validate_config({"data": {"root": "/tmp/x", "modules": ["no_such_module_xyz"]}, **WORKERS})
+def test_dataset_modules_are_imported_first_and_a_missing_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_registry: None
+) -> None:
+    # What a Ray worker does: a fresh process imports data.modules, which registers the name.
+    (tmp_path / "plugin_for_test_app_datasets.py").write_text(
+        "import dataclasses\n"
+        "from raytrain_hetero.workloads.registry import dataset_adapter, register_dataset\n"
+        "register_dataset(dataclasses.replace(dataset_adapter('eurosat'), name='plugin_ds'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"dataset": "plugin_ds", "root": "/tmp/x", "modules": ["plugin_for_test_app_datasets"]}
+    assert validate_config({"data": data, **WORKERS}).data.dataset == "plugin_ds"
+    with pytest.raises(ConfigError, match=r"data.modules\[0\]: cannot import module 'no_such_mod"):
+        validate_config({"data": {"root": "/tmp/x", "modules": ["no_such_mod"]}, **WORKERS})
+
+
+def test_a_model_registered_before_loading_is_built_from_yaml(clean_registry: None) -> None:
+    import torch
+
+    from raytrain_hetero.workloads.models import build_model
+
+    def linear(in_channels: int, num_classes: int, width: int) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(num_classes))
+
+    with pytest.raises(ConfigError) as info:
+        validate_config({"data": {"root": "/tmp/x"}, "model": {"name": "linear"}, **WORKERS})
+    message = str(info.value)
+    assert "model.name: unknown model 'linear'" in message and "small_cnn" in message
+    assert "register_model" in message
+    registry.register_model("linear", linear)
+    job = validate_config({"data": {"root": "/tmp/x"}, "model": {"name": "linear"}, **WORKERS})
+    assert job.model.modules == [__name__]
+    model = build_model(job.model.name, in_channels=3, num_classes=4, width=job.model.width)
+    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 4)
+    with pytest.raises(ConfigError, match="built in"):
+        registry.register_model("small_cnn", linear)
