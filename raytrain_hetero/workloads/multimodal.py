@@ -25,12 +25,7 @@ from typing import Any
 import numpy as np
 
 from raytrain_hetero.errors import DataError
-from raytrain_hetero.workloads.file_checks import (
-    BadFilePolicy,
-    apply_bad_file_policy,
-    find_unreadable_files,
-    unreadable_message,
-)
+from raytrain_hetero.workloads.file_checks import unreadable_message
 from raytrain_hetero.workloads.formats import (
     MULTIMODAL_CLASSES,
     MULTIMODAL_CLASSES_FILE,
@@ -236,8 +231,6 @@ def multimodal_datasets(
     *,
     splits: Sequence[str] = ("train", "val"),
     normalize: bool = True,
-    on_bad_file: BadFilePolicy = "error",
-    check_files: bool = False,
     exclude: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = "auto",
 ) -> dict[str, Any]:
@@ -248,11 +241,11 @@ def multimodal_datasets(
     :func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`. Every dataset
     has ``s1_channels`` and ``num_classes`` attributes. With ``normalize=True`` every band is
     standardised with the training split's mean/std (cached JSON under ``cache_dir``;
-    ``"auto"``: ``root/.raytrain_hetero_cache``). ``check_files`` decodes every pair up front
-    and applies ``on_bad_file``; ``exclude`` leaves out sample ids found bad earlier.
+    ``"auto"``: ``root/.raytrain_hetero_cache``). ``exclude`` leaves out sample ids found bad
+    up front (:func:`~raytrain_hetero.workloads.data.bad_files`).
 
     Raises:
-        DataError: Missing/unreadable data (naming the files), or bad files under "error".
+        DataError: Missing/unreadable data (naming the files), or a split without a sample.
         ConfigError: Unknown split names.
     """
     split_tuple = check_splits("multimodal", splits, MULTIMODAL_SPLITS)
@@ -267,28 +260,12 @@ def multimodal_datasets(
     if (root_path / SO2SAT_FILES["train"]).is_file():
         return _so2sat_datasets(root_path, split_tuple, normalize, cache_dir)
 
-    excluded = list(exclude)
-    datasets = {s: MultimodalPatches(root_path, s, exclude=excluded) for s in split_tuple}
-    if check_files:
-        for split, ds in datasets.items():
-            by_path = {p: i for i in ds.ids for p in ds.paths(i)}
-
-            def read(path: str, ds: MultimodalPatches = ds, by_path: dict = by_path) -> Any:
-                return ds.read_pair(by_path[path])
-
-            bad = find_unreadable_files([ds.paths(i)[0] for i in ds.ids], read)
-            bad_ids = {
-                by_path[p]
-                for p in apply_bad_file_policy(bad, on_bad_file, dataset_name=f"multimodal {split}")
-            }
-            if bad_ids:
-                excluded += sorted(bad_ids)
-                datasets[split] = MultimodalPatches(root_path, split, exclude=excluded)
+    datasets = {s: MultimodalPatches(root_path, s, exclude=exclude) for s in split_tuple}
     for split, ds in datasets.items():
         if len(ds) == 0:
             raise DataError(f"multimodal data at {root_path}, split {split!r}: no readable sample")
     if normalize:
-        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=excluded)
+        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=exclude)
         for ds in datasets.values():
             ds.transforms = Standardize(stats)
     return datasets

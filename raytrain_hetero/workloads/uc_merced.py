@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.file_checks import (
-    BadFilePolicy,
-    CheckedLoader,
-    apply_bad_file_policy,
-    drop_samples,
-    find_unreadable_files,
-)
+from raytrain_hetero.workloads.file_checks import CheckedLoader, drop_samples
 from raytrain_hetero.workloads.formats import (
     SPLITS,
     UCMERCED_CLASSES,
@@ -96,8 +90,6 @@ def uc_merced_datasets(
     splits: Sequence[str] = ("train", "val"),
     normalize: bool = True,
     image_size: int | None = None,
-    on_bad_file: BadFilePolicy = "error",
-    check_files: bool = False,
     exclude_files: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = "auto",
 ) -> dict[str, Any]:
@@ -110,13 +102,11 @@ def uc_merced_datasets(
     ``cache_dir``; ``"auto"`` = ``root/.raytrain_hetero_cache``, ``None`` = no cache).
 
     Bad files: every read goes through :class:`~raytrain_hetero.workloads.file_checks.
-    CheckedLoader`, so a corrupt TIFF raises a DataError naming it. With ``check_files=True``
-    every file is decoded up front and ``on_bad_file`` decides: ``"error"`` raises one
-    DataError listing the bad files, ``"skip"`` leaves them out. ``exclude_files`` leaves
-    out files found bad earlier (e.g. by the driver) without reading them again.
+    CheckedLoader`, so a corrupt TIFF raises a DataError naming it. ``exclude_files`` leaves
+    out files found bad up front (:func:`~raytrain_hetero.workloads.data.bad_files`).
 
     Raises:
-        DataError: Missing root / split files / images, or bad files under ``"error"``.
+        DataError: Missing root / split files / images, or no readable image in a split.
         ConfigError: Unknown split names or an invalid ``image_size``.
     """
     split_tuple = check_splits("UC Merced", splits, UCMERCED_SPLITS)
@@ -129,13 +119,8 @@ def uc_merced_datasets(
         raise DataError(_missing_message(root_path, "the directory does not exist"))
 
     datasets = {split: _open_split(root_path, split, None) for split in split_tuple}
-    excluded = list(exclude_files)
-    if check_files:
-        for split, ds in datasets.items():
-            bad = find_unreadable_files([p for p, _ in ds.samples], ds.loader)
-            excluded += apply_bad_file_policy(bad, on_bad_file, dataset_name=f"UC Merced {split}")
     for split, ds in datasets.items():
-        removed = drop_samples(ds, excluded)
+        removed = drop_samples(ds, exclude_files)
         if removed:
             logger.warning("UC Merced %s: left out %d unreadable file(s)", split, removed)
         if len(ds) == 0:
@@ -143,7 +128,7 @@ def uc_merced_datasets(
 
     stats = None
     if normalize:
-        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=excluded)
+        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=exclude_files)
     if stats is not None or image_size is not None:
         for ds in datasets.values():
             ds.transforms = Standardize(stats, resize_to=image_size)
