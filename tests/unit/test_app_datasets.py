@@ -92,7 +92,8 @@ def test_unknown_dataset_is_one_config_error_listing_names_and_how_to_register()
         validate_config({"data": {"dataset": "eurosta", "root": "/tmp/x"}, **WORKERS})
     message = str(info.value)
     assert message.count("data.dataset") == 1 and "'eurosta'" in message
-    assert "eurosat, hyperspectral, multimodal, uc_merced" in message
+    listed = message.split("registered datasets: ")[1].split(". Fix")[0].split(", ")
+    assert {"eurosat", "hyperspectral", "multimodal", "uc_merced"} <= set(listed)
     assert "use dataset: eurosat" in message and "registry.register_dataset(" in message
 
 
