@@ -100,6 +100,12 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     return fr  # type: ignore[return-value]
 
 
+def _check_patch_size(patch_size: Any) -> None:
+    odd = isinstance(patch_size, int) and not isinstance(patch_size, bool) and patch_size % 2 == 1
+    if not odd or patch_size < 1:
+        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size!r}")
+
+
 def _assign_blocks(
     block_hist: np.ndarray, fractions: tuple[float, float, float], rng: np.random.Generator
 ) -> np.ndarray:
@@ -157,8 +163,7 @@ def split_scene_pixels(
     fr = _check_fractions(fractions)
     if method not in ("block", "random"):
         raise ConfigError(f"hyperspectral split must be 'block' or 'random', got {method!r}")
-    if patch_size < 1 or patch_size % 2 == 0:
-        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size}")
+    _check_patch_size(patch_size)
     labels = np.asarray(labels)
     h, w = labels.shape
     rng = np.random.default_rng([seed, 4242])
@@ -333,13 +338,7 @@ def hyperspectral_datasets(
         ConfigError: Invalid split arguments.
     """
     wanted = check_splits("hyperspectral", splits, (*HYPERSPECTRAL_SPLITS, "scene"))
-    if (
-        isinstance(patch_size, bool)
-        or not isinstance(patch_size, int)
-        or patch_size < 1
-        or patch_size % 2 == 0
-    ):
-        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size!r}")
+    _check_patch_size(patch_size)
     scene = load_hyperspectral_scene(
         image_path, label_path, image_key=image_key, label_key=label_key
     )
