@@ -33,9 +33,7 @@ from raytrain_hetero.app.schema import (
     TuneConfig,
 )
 from raytrain_hetero.app.sections import (
-    DATASET_KINDS,
     EUROSAT_BAND_NAMES,
-    GENERATE_KEYS,
     DataConfig,
     GenerateConfig,
     HyperspectralConfig,
@@ -55,9 +53,7 @@ from raytrain_hetero.config import (
 from raytrain_hetero.config.problems import ConfigProblem
 
 __all__ = [
-    "DATASET_KINDS",
     "EUROSAT_BAND_NAMES",
-    "GENERATE_KEYS",
     "TUNABLE_SECTIONS",
     "BackendConfig",
     "BatchConfig",

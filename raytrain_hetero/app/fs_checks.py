@@ -7,6 +7,7 @@ import logging
 from raytrain_hetero.app.sections import DataConfig
 from raytrain_hetero.config.fields import absolute
 from raytrain_hetero.errors import DataError
+from raytrain_hetero.workloads.registry import dataset_adapter
 
 __all__ = ["check_data_root"]
 
@@ -24,12 +25,7 @@ def check_data_root(cfg: DataConfig) -> None:
             is not a directory. The message names the absolute path and the fix.
     """
     root = absolute(cfg.root)
-    what = {
-        "eurosat": "EuroSAT",
-        "uc_merced": "UC Merced",
-        "hyperspectral": "hyperspectral scene",
-        "multimodal": "multimodal (So2Sat-style) dataset",
-    }[cfg.dataset]
+    what = dataset_adapter(cfg.dataset).title
     if root.exists() and not root.is_dir():
         raise DataError(
             f"data.root {root} exists but is not a directory. Fix: point data.root at a "

@@ -6,6 +6,8 @@ loop (:mod:`raytrain_hetero.app.job`) reads them. Every model is frozen and reje
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +23,17 @@ from raytrain_hetero.config.fields import (
     invalid,
 )
 from raytrain_hetero.config.problems import closest, show
+from raytrain_hetero.workloads.formats import EUROSAT_BANDS
+from raytrain_hetero.workloads.registry import (
+    dataset_adapter,
+    dataset_names,
+    model_names,
+    model_registering_module,
+    registering_module,
+)
 
 __all__ = [
-    "DATASET_KINDS",
     "EUROSAT_BAND_NAMES",
-    "GENERATE_KEYS",
     "DataConfig",
     "GenerateConfig",
     "HyperspectralConfig",
@@ -33,19 +41,17 @@ __all__ = [
 ]
 
 #: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
-EUROSAT_BAND_NAMES: tuple[str, ...] = (
-    "B01", "B02", "B03", "B04", "B05", "B06", "B07",
-    "B08", "B09", "B10", "B11", "B12", "B8A",
-)  # fmt: skip
+EUROSAT_BAND_NAMES: tuple[str, ...] = EUROSAT_BANDS
 
 
 class GenerateConfig(HeteroModel):
     """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
     cached).
 
-    Which keys apply depends on the dataset (see :data:`GENERATE_KEYS`; others are
-    rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal: those and
-    cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes, file_format.
+    Which keys apply depends on the dataset (its registered adapter's ``generate_keys``;
+    others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
+    those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
+    file_format.
     ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
     """
 
@@ -74,18 +80,6 @@ class GenerateConfig(HeteroModel):
         allow_inf_nan=False,
         description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
     )
-
-
-#: Generator keys that apply to each dataset kind.
-GENERATE_KEYS: dict[str, tuple[str, ...]] = {
-    "eurosat": ("samples_per_class", "seed", "size"),
-    "uc_merced": ("samples_per_class", "seed", "size"),
-    "multimodal": ("samples_per_class", "seed", "size", "cloud_fraction"),
-    "hyperspectral": ("seed", "height", "width", "spectral_bands", "classes", "file_format"),
-}
-
-#: Dataset kinds of ``data.dataset``.
-DATASET_KINDS: tuple[str, ...] = ("eurosat", "uc_merced", "hyperspectral", "multimodal")
 
 
 class HyperspectralConfig(HeteroModel):
@@ -143,9 +137,15 @@ class DataConfig(HeteroModel):
     """Where the data lives and how to read it.
 
     Attributes:
-        dataset: Dataset kind: ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial
-            RGB), ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"``
-            (Sentinel-1 + Sentinel-2 pairs).
+        dataset: A registered dataset name
+            (:func:`~raytrain_hetero.workloads.registry.dataset_names`): the built-in
+            ``"eurosat"`` (Sentinel-2 13 bands), ``"uc_merced"`` (aerial RGB),
+            ``"hyperspectral"`` (one scene cut into patches), ``"multimodal"`` (Sentinel-1 +
+            Sentinel-2 pairs), or one added with
+            :func:`~raytrain_hetero.workloads.registry.register_dataset` before the config
+            is loaded (its registering module is then added to ``modules``).
+        modules: Modules that register datasets, imported before ``dataset`` is checked,
+            on the driver and on every Ray worker (which validates the job config again).
         root: Dataset root directory. A relative path is resolved against the current
             working directory when the config is validated, so the model always holds an
             absolute path (Ray workers run in other directories).
@@ -162,8 +162,15 @@ class DataConfig(HeteroModel):
         hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
     """
 
-    dataset: Literal["eurosat", "uc_merced", "hyperspectral", "multimodal"] = Field(
-        "eurosat", description="dataset kind: eurosat, uc_merced, hyperspectral, multimodal"
+    dataset: str = Field(
+        "eurosat",
+        description="registered dataset name: eurosat, uc_merced, hyperspectral, multimodal, "
+        "or one added with raytrain_hetero.workloads.register_dataset",
+    )
+    modules: list[str] = Field(
+        default_factory=list,
+        description="modules that register datasets (register_dataset), imported first on "
+        "the driver and on every worker",
     )
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
     bands: Literal["all", "rgb"] | list[str] = Field(
@@ -212,32 +219,27 @@ class DataConfig(HeteroModel):
     @model_validator(mode="after")
     def _dataset_specific_keys(self) -> DataConfig:
         kind = self.dataset
-        if kind != "eurosat" and self.bands != "all":
+        adapter = dataset_adapter(kind)
+        given = {"bands": self.bands != "all", "image_size": self.image_size is not None}
+        given["scene"] = self.hyperspectral is not None
+        for key in (k for k, is_set in given.items() if is_set and k not in adapter.source_keys):
+            yaml_key = "hyperspectral" if key == "scene" else key
+            takers = [n for n in dataset_names() if key in dataset_adapter(n).source_keys]
             raise invalid(
-                f"bands selects EuroSAT bands; dataset {kind!r} has fixed bands",
-                "remove data.bands (or use dataset: eurosat)",
-                ("bands",),
+                f"{yaml_key} does not apply to dataset {kind!r} (it applies to "
+                f"{', '.join(takers) or 'no registered dataset'})",
+                f"remove data.{yaml_key}, or use a dataset it applies to",
+                (yaml_key,),
             )
-        if self.image_size is not None and kind != "uc_merced":
+        if adapter.scan_files is None and self.on_bad_file == "skip":
             raise invalid(
-                f"image_size applies to dataset uc_merced, not {kind!r}",
-                "remove data.image_size",
-                ("image_size",),
-            )
-        if self.hyperspectral is not None and kind != "hyperspectral":
-            raise invalid(
-                f"the hyperspectral section applies to dataset hyperspectral, not {kind!r}",
-                "remove data.hyperspectral, or set dataset: hyperspectral",
-                ("hyperspectral",),
-            )
-        if kind == "hyperspectral" and self.on_bad_file == "skip":
-            raise invalid(
-                "a hyperspectral scene is one image: a bad scene file cannot be skipped",
-                "remove on_bad_file (a corrupt scene file always stops with its name)",
+                f"{adapter.title} files cannot be skipped: the dataset has no per-file check "
+                "(a hyperspectral scene is one image)",
+                "remove on_bad_file (a corrupt file always stops the job with its name)",
                 ("on_bad_file",),
             )
         if self.generate is not None:
-            allowed = GENERATE_KEYS[kind]
+            allowed = dataset_adapter(kind).generate_keys
             fields = GenerateConfig.model_fields
             extra = sorted(
                 k
@@ -252,6 +254,24 @@ class DataConfig(HeteroModel):
                     ("generate", extra[0]),
                 )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_dataset_modules(cls, raw: Any) -> Any:
+        return _import_modules(raw, "dataset", registering_module)
+
+    @field_validator("dataset")
+    @classmethod
+    def _registered_dataset(cls, value: str) -> str:
+        names = dataset_names()
+        if value not in names:
+            close = closest(value, names)
+            how = _how_to_register("dataset")
+            raise invalid(
+                f"unknown dataset {value!r}; registered datasets: {', '.join(names)}",
+                f"use dataset: {close}, or {how}" if close else f"use one of them, or {how}",
+            )
+        return value
 
     @field_validator("root", mode="before")
     @classmethod
@@ -303,6 +323,36 @@ class DataConfig(HeteroModel):
         )
 
 
+def _import_modules(raw: Any, key: str, registered_by: Callable[[str], str | None]) -> Any:
+    """Import the section's ``modules`` (they register datasets or models), and add the
+    module that registered ``raw[key]`` in this process, so that Ray workers, which validate
+    the job config again, register it too."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("modules", []), list):
+        return raw  # the field validation names what is wrong
+    modules = list(raw.get("modules", []))
+    for index, module in enumerate(modules):
+        try:
+            importlib.import_module(str(module))
+        except ImportError as exc:
+            raise invalid(
+                f"cannot import module {module!r}: {exc}",
+                "install it or put it on PYTHONPATH (every Ray worker imports it too)",
+                ("modules", index),
+            ) from None
+    module = registered_by(str(raw.get(key)))
+    if module not in (None, "__main__", *modules):
+        raw = {**raw, "modules": [*modules, module]}
+    return raw
+
+
+def _how_to_register(kind: str) -> str:
+    return (
+        f"register yours with raytrain_hetero.workloads.registry.register_{kind}(...) at the "
+        f"top level of a module that {'data' if kind == 'dataset' else 'model'}.modules lists "
+        "(Ray workers import it too)"
+    )
+
+
 class ModelConfig(HeteroModel):
     """Which network to train.
 
@@ -311,7 +361,8 @@ class ModelConfig(HeteroModel):
             ``cnn3d`` (spectral-spatial 3-D CNN, hyperspectral patches), ``fusion_cnn``
             (two-branch SAR + multispectral late fusion, dataset multimodal) or
             ``marques_cnn`` (Marques et al.'s two wide conv layers, ``conv1`` and ``conv2``:
-            the conv-split network).
+            the conv-split network), or a name added with
+            :func:`~raytrain_hetero.workloads.registry.register_model`.
         width: Base channel width (small_cnn, cnn3d, fusion_cnn branches; marques_cnn:
             kernels of conv1, 500 is the paper's network).
         pretrained: ``false``, or the name of torchgeo weights for a ResNet
@@ -319,12 +370,22 @@ class ModelConfig(HeteroModel):
             only; ``true`` is refused (nothing can be downloaded).
         in_channels: Bands the model takes; checked against the data before training starts
             (``None``: whatever the data has).
+        modules: Modules that register models
+            (:func:`~raytrain_hetero.workloads.registry.register_model`), imported before
+            ``name`` is checked, on the driver and on every Ray worker.
         modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
             ``[s1]`` or ``[s2]`` (single-branch ablations).
     """
 
-    name: Literal["small_cnn", "resnet18", "resnet50", "cnn3d", "fusion_cnn", "marques_cnn"] = (
-        Field("small_cnn", description="architecture")
+    name: str = Field(
+        "small_cnn",
+        description="architecture: small_cnn, resnet18, resnet50, cnn3d, fusion_cnn, "
+        "marques_cnn, or one added with raytrain_hetero.workloads.registry.register_model",
+    )
+    modules: list[str] = Field(
+        default_factory=list,
+        description="modules that register models (register_model), imported first on the "
+        "driver and on every worker",
     )
     width: PositiveInt = Field(
         32, description="base channel width (small_cnn, cnn3d, fusion_cnn; marques_cnn: conv1)"
@@ -349,6 +410,24 @@ class ModelConfig(HeteroModel):
         description="the task's init arguments, e.g. {model: resnet18, in_channels: 13, "
         "num_classes: 10, lr: 0.001}",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_model_modules(cls, raw: Any) -> Any:
+        return _import_modules(raw, "name", model_registering_module)
+
+    @field_validator("name")
+    @classmethod
+    def _registered_model(cls, value: str) -> str:
+        names = model_names()
+        if value not in names:
+            close = closest(value, names)
+            how = _how_to_register("model")
+            raise invalid(
+                f"unknown model {value!r}; models: {', '.join(names)}",
+                f"use name: {close}, or {how}" if close else f"use one of them, or {how}",
+            )
+        return value
 
     @model_validator(mode="after")
     def _task_arguments(self) -> ModelConfig:

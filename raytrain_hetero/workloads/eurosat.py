@@ -1,31 +1,11 @@
-"""EuroSAT (Sentinel-2, 13 bands, 10 classes): a synthetic generator and torchgeo loaders.
+"""EuroSAT (Sentinel-2, 13 bands, 10 classes) read by torchgeo's own ``EuroSAT`` class.
 
-Two halves, deliberately independent:
-
-* :func:`~raytrain_hetero.workloads.synthetic.eurosat.generate_eurosat` writes a *synthetic*
-  EuroSAT in torchgeo's real on-disk layout
-  (the layout ``EuroSATallBands.zip`` extracts to), so that
-  ``torchgeo.datasets.EuroSAT(root, split=..., bands=..., download=False)`` loads it unchanged::
-
-      root/
-        .raytrain_hetero_generated.json      marker: generator parameters (written last)
-        eurosat-train.txt                    one image basename per line ("Forest_17.tif")
-        eurosat-val.txt
-        eurosat-test.txt
-        ds/images/remote_sensing/otherDatasets/sentinel_2/tif/<Class>/<Class>_<n>.tif
-
-  Each TIFF is an uncompressed, georeferenced GeoTIFF (UTM, 10 m pixels, like the real
-  files) of 13 uint16 bands, shape ``(13, size, size)``, in the band order
-  B01 B02 B03 B04 B05 B06 B07 B08 B09 B10 B11 B12 B8A and scaled like Sentinel-2 L1C
-  reflectance * 10000. The images carry *learnable* structure: every class is a spatial
-  pattern (stripes, blobs, a road, a river, a grid of houses, ...) that mixes class-typical
-  material spectra (vegetation: red edge and high NIR; water: low NIR/SWIR; urban: flat and
-  bright), with per-image spectral jitter, brightness jitter and pixel noise.
-
-* :func:`eurosat_datasets` builds torchgeo's own ``EuroSAT`` datasets over any root in that
-  layout -- a generated one or the real downloaded dataset, through the same code path --
-  with a fixed per-band standardisation (:func:`eurosat_band_stats` through the package's one
-  normaliser, :class:`~raytrain_hetero.workloads.normalization.Standardize`).
+:func:`eurosat_datasets` builds torchgeo's ``EuroSAT`` datasets over any root in torchgeo's
+layout (:mod:`~raytrain_hetero.workloads.formats`) -- one written by
+:func:`~raytrain_hetero.workloads.synthetic.eurosat.generate_eurosat` or the real downloaded
+dataset, through the same code path -- with a fixed per-band standardisation
+(:func:`eurosat_band_stats` through the package's one normaliser,
+:class:`~raytrain_hetero.workloads.normalization.Standardize`).
 """
 
 from __future__ import annotations
@@ -37,15 +17,24 @@ from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.file_checks import CheckedLoader, drop_samples
+from raytrain_hetero.workloads.formats import (
+    EUROSAT_BANDS,
+    EUROSAT_CLASSES,
+    EUROSAT_IMAGE_DIR,
+    EUROSAT_RGB_BANDS,
+    EUROSAT_SPLIT_FILE,
+    SPLITS,
+)
 from raytrain_hetero.workloads.generated_tree import MARKER_NAME, resolve_version
 from raytrain_hetero.workloads.normalization import BandStats, Standardize
 from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
+    check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -61,29 +50,7 @@ __all__ = [
     "resolve_eurosat_bands",
 ]
 
-#: Class names as directory names; torchgeo (ImageFolder) numbers them in sorted order, which
-#: is this order: label ``i`` is ``EUROSAT_CLASSES[i]``.
-EUROSAT_CLASSES: tuple[str, ...] = (
-    "AnnualCrop",
-    "Forest",
-    "HerbaceousVegetation",
-    "Highway",
-    "Industrial",
-    "Pasture",
-    "PermanentCrop",
-    "Residential",
-    "River",
-    "SeaLake",
-)
-assert tuple(sorted(EUROSAT_CLASSES)) == EUROSAT_CLASSES
-
-#: On-disk band order of the 13-band EuroSAT GeoTIFFs (B8A is last, as in the real files).
-EUROSAT_BANDS: tuple[str, ...] = (
-    "B01", "B02", "B03", "B04", "B05", "B06", "B07",
-    "B08", "B09", "B10", "B11", "B12", "B8A",
-)  # fmt: skip
-EUROSAT_RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")
-EUROSAT_SPLITS: tuple[str, ...] = ("train", "val", "test")
+EUROSAT_SPLITS: tuple[str, ...] = SPLITS
 
 #: Per-band mean / std of the real EuroSAT (raw DN = reflectance * 10000), copied from
 #: ``torchgeo.datamodules.eurosat.MEAN`` / ``STD`` (torchgeo 0.8.1) so that importing this
@@ -103,8 +70,6 @@ EUROSAT_STD: dict[str, float] = {
     "B8A": 1231.58581042,
 }  # fmt: skip
 
-_BASE_DIR = os.path.join("ds", "images", "remote_sensing", "otherDatasets", "sentinel_2", "tif")
-_SPLIT_FILE = "eurosat-{split}.txt"
 # ------------------------------------------------------------------------------ loaders
 
 
@@ -178,13 +143,7 @@ def eurosat_datasets(
     from torchgeo.datasets.errors import DatasetNotFoundError
 
     band_tuple = resolve_eurosat_bands(bands)
-    split_tuple = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad = [s for s in split_tuple if s not in EUROSAT_SPLITS]
-    if not split_tuple or bad:
-        raise ConfigError(
-            f"EuroSAT splits must be a non-empty subset of {list(EUROSAT_SPLITS)}, "
-            f"got {list(split_tuple)}"
-        )
+    split_tuple = check_splits("EuroSAT", splits, EUROSAT_SPLITS)
     root_path = resolve_version(root)  # pin one version of a generated root
     if not root_path.is_dir():
         raise DataError(_missing_root_message(root_path, "the directory does not exist"))
@@ -204,7 +163,7 @@ def eurosat_datasets(
             raise DataError(
                 _missing_root_message(
                     root_path,
-                    f"no {_SPLIT_FILE.format(split=split)} or no {_BASE_DIR}/ "
+                    f"no {EUROSAT_SPLIT_FILE.format(split=split)} or no {EUROSAT_IMAGE_DIR}/ "
                     "(nor EuroSATallBands.zip)",
                 )
             ) from None
@@ -224,10 +183,7 @@ def eurosat_datasets(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
-    gen = source.generate or GenerateOptions()
-    return generate_eurosat(
-        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 64
-    )
+    return run_generator(generate_eurosat, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -262,5 +218,6 @@ EUROSAT = register_dataset(
         default_on_bad_file="error",
         scan_files=_scan_files,
         expected_bands=lambda source: len(resolve_eurosat_bands(source.bands)),
+        source_keys=("bands",),
     )
 )

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.formats import SPLITS
 from raytrain_hetero.workloads.hyperspectral_scene import (
     HyperspectralScene,
     find_scene_files,
@@ -61,10 +62,11 @@ from raytrain_hetero.workloads.normalization import (
 from raytrain_hetero.workloads.registry import (
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     SceneOptions,
     WorkloadData,
+    check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -82,7 +84,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SplitMethod = Literal["block", "random"]
-HYPERSPECTRAL_SPLITS: tuple[str, ...] = ("train", "val", "test")
+HYPERSPECTRAL_SPLITS: tuple[str, ...] = SPLITS
 
 
 # ================================================================================ splits
@@ -96,6 +98,12 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
             f"test) summing to 1, got {list(fractions)}"
         )
     return fr  # type: ignore[return-value]
+
+
+def _check_patch_size(patch_size: Any) -> None:
+    odd = isinstance(patch_size, int) and not isinstance(patch_size, bool) and patch_size % 2 == 1
+    if not odd or patch_size < 1:
+        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size!r}")
 
 
 def _assign_blocks(
@@ -155,8 +163,7 @@ def split_scene_pixels(
     fr = _check_fractions(fractions)
     if method not in ("block", "random"):
         raise ConfigError(f"hyperspectral split must be 'block' or 'random', got {method!r}")
-    if patch_size < 1 or patch_size % 2 == 0:
-        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size}")
+    _check_patch_size(patch_size)
     labels = np.asarray(labels)
     h, w = labels.shape
     rng = np.random.default_rng([seed, 4242])
@@ -330,20 +337,8 @@ def hyperspectral_datasets(
             split without any sample.
         ConfigError: Invalid split arguments.
     """
-    wanted = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad = [s for s in wanted if s not in (*HYPERSPECTRAL_SPLITS, "scene")]
-    if not wanted or bad:
-        raise ConfigError(
-            f"hyperspectral splits must be a non-empty subset of {[*HYPERSPECTRAL_SPLITS, 'scene']}, "
-            f"got {list(wanted)}"
-        )
-    if (
-        isinstance(patch_size, bool)
-        or not isinstance(patch_size, int)
-        or patch_size < 1
-        or patch_size % 2 == 0
-    ):
-        raise ConfigError(f"patch_size must be a positive odd integer, got {patch_size!r}")
+    wanted = check_splits("hyperspectral", splits, (*HYPERSPECTRAL_SPLITS, "scene"))
+    _check_patch_size(patch_size)
     scene = load_hyperspectral_scene(
         image_path, label_path, image_key=image_key, label_key=label_key
     )
@@ -418,23 +413,9 @@ def scene_files(source: DataSource) -> tuple[Path, Path]:
 
 
 def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.hyperspectral import (
-        generate_hyperspectral_scene,
-    )
+    from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
-    gen = source.generate or GenerateOptions()
-    kwargs = {
-        key: value
-        for key, value in (
-            ("height", gen.height),
-            ("width", gen.width),
-            ("bands", gen.spectral_bands),
-            ("classes", gen.classes),
-            ("file_format", gen.file_format),
-        )
-        if value is not None
-    }
-    return generate_hyperspectral_scene(source.root, seed=gen.seed, **kwargs)
+    return run_generator(generate_hyperspectral_scene, source, spectral_bands="bands")
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -470,5 +451,6 @@ HYPERSPECTRAL = register_dataset(
         whole_scene=True,
         generate_keys=("seed", "height", "width", "spectral_bands", "classes", "file_format"),
         default_on_bad_file=None,
+        source_keys=("scene",),
     )
 )

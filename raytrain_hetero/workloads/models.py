@@ -29,6 +29,7 @@ from torch import nn
 
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.branch_model import BranchModel
+from raytrain_hetero.workloads.registry import BUILTIN_MODELS, model_builder, model_names
 
 __all__ = [
     "MODEL_NAMES",
@@ -44,15 +45,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Names accepted by :func:`build_model`.
-MODEL_NAMES: tuple[str, ...] = (
-    "small_cnn",
-    "resnet18",
-    "resnet50",
-    "cnn3d",
-    "fusion_cnn",
-    "marques_cnn",
-)
+#: Built-in names of :func:`build_model` (more with :func:`~raytrain_hetero.workloads.
+#: registry.register_model`).
+MODEL_NAMES: tuple[str, ...] = BUILTIN_MODELS
 _RESNETS = ("resnet18", "resnet50")
 
 
@@ -334,7 +329,8 @@ def build_model(
     s1_channels: int | None = None,
     modalities: Sequence[str] = ("s1", "s2"),
 ) -> nn.Module:
-    """Build a classifier by name (see :data:`MODEL_NAMES`).
+    """Build a classifier by name (see :data:`MODEL_NAMES`, or one added with
+    :func:`~raytrain_hetero.workloads.registry.register_model`).
 
     * ``"small_cnn"``: :class:`SmallCNN` (``width`` = channels of the first block).
     * ``"resnet18"`` / ``"resnet50"``: ``timm.create_model(name, in_chans=in_channels,
@@ -347,6 +343,7 @@ def build_model(
       are SAR (first), the rest multispectral; ``modalities`` picks the branches.
     * ``"marques_cnn"``: :class:`MarquesCNN` (``width`` = kernels of conv1; 500 is the
       paper's network).
+    * a registered name: its builder, called with ``in_channels``, ``num_classes``, ``width``.
 
     Raises:
         ConfigError: Unknown ``name`` (lists the valid ones), non-positive sizes,
@@ -354,8 +351,12 @@ def build_model(
             pretrained weights not in the local cache, or a bad ``s1_channels``.
         DataError: Pretrained weights made for a different band count.
     """
-    if name not in MODEL_NAMES:
-        raise ConfigError(f"unknown model name {name!r}; valid names: {list(MODEL_NAMES)}")
+    builder = model_builder(name)
+    if name not in MODEL_NAMES and builder is None:
+        raise ConfigError(
+            f"unknown model name {name!r}; valid names: {list(model_names())}. Fix: use one of "
+            "them, or add yours with raytrain_hetero.workloads.registry.register_model"
+        )
     in_channels = _positive_int("in_channels", in_channels)
     num_classes = _positive_int("num_classes", num_classes)
     width = _positive_int("width", width)
@@ -371,6 +372,8 @@ def build_model(
                 else "."
             )
         )
+    if builder is not None:
+        return builder(in_channels=in_channels, num_classes=num_classes, width=width)
     if name == "marques_cnn":
         return MarquesCNN(in_channels=in_channels, num_classes=num_classes, width=width)
     if name == "small_cnn":

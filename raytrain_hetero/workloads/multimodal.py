@@ -6,30 +6,12 @@ Samples follow torchgeo's ``So2Sat`` convention: ``{"image": cat(S1 bands, S2 ba
 generated data.
 
 * Real data: a So2Sat root (``training.h5`` / ``validation.h5`` / ``testing.h5``, version 2)
-  is read through ``torchgeo.datasets.So2Sat``; that needs h5py (not installed here, so this
-  path is untested on this machine; a missing h5py is a clear DataError).
+  is read through ``torchgeo.datasets.So2Sat`` (needs h5py; a missing h5py is a clear
+  DataError).
 * Generated data
-  (:func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`), a documented
-  GeoTIFF layout, one co-registered pair of patches per sample (HDF5 cannot be written here without h5py)::
-
-      root/
-        .raytrain_hetero_generated.json        marker: generator parameters (written last)
-        classes.txt                            class names, label = line number (0-based)
-        multimodal-train.txt                   one sample id "<Class>/<Class>_<n>" per line
-        multimodal-val.txt
-        multimodal-test.txt
-        s1/<Class>/<Class>_<n>.tif             Sentinel-1 GRD: 2 float32 bands (VV, VH),
-                                               sigma0 in dB, size x size px, 10 m UTM grid
-        s2/<Class>/<Class>_<n>.tif             Sentinel-2 L2A: 10 uint16 bands, reflectance
-                                               * 10000, So2Sat's band set B02 B03 B04 B05
-                                               B06 B07 B08 B8A B11 B12, same grid
-
-  The classes are Local-Climate-Zone-like land covers whose evidence is split between the
-  sensors: optical spectra separate vegetation, soil, water and built-up materials, but a
-  ``cloud_fraction`` of the Sentinel-2 patches are under thick cloud (and its shadow); SAR
-  sees through clouds and separates built-up types by double-bounce brightness and texture,
-  but not low plants from bare soil (similar roughness) under multiplicative speckle. So
-  each single modality is ambiguous on a known subset of samples and fusion is not.
+  (:func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`): one
+  co-registered pair of GeoTIFF patches per sample, in the layout documented in
+  :mod:`~raytrain_hetero.workloads.formats`, read by :class:`MultimodalPatches`.
 """
 
 from __future__ import annotations
@@ -42,13 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.eurosat import EUROSAT_BANDS
-from raytrain_hetero.workloads.file_checks import (
-    BadFilePolicy,
-    apply_bad_file_policy,
-    find_unreadable_files,
-    unreadable_message,
+from raytrain_hetero.errors import DataError
+from raytrain_hetero.workloads.file_checks import unreadable_message
+from raytrain_hetero.workloads.formats import (
+    MULTIMODAL_CLASSES,
+    MULTIMODAL_CLASSES_FILE,
+    MULTIMODAL_MODALITIES,
+    MULTIMODAL_SPLIT_FILE,
+    S1_BANDS,
+    S2_BANDS,
+    SO2SAT_FILES,
+    SPLITS,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
 from raytrain_hetero.workloads.normalization import (
@@ -57,14 +43,16 @@ from raytrain_hetero.workloads.normalization import (
     Standardize,
     cached_band_stats,
     file_identity,
+    files_band_stats,
 )
 from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
+    check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -78,19 +66,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Generated classes; label ``i`` is ``MULTIMODAL_CLASSES[i]`` (also in ``classes.txt``).
-MULTIMODAL_CLASSES: tuple[str, ...] = (
-    "BareSoil", "CompactUrban", "DenseTrees", "HeavyIndustry", "LowPlants", "SparselyBuilt",
-    "Water",
-)  # fmt: skip
-MULTIMODAL_SPLITS: tuple[str, ...] = ("train", "val", "test")
-S1_BANDS: tuple[str, ...] = ("VV", "VH")
-S2_BANDS: tuple[str, ...] = (
-    "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12",
-)  # fmt: skip
-_S2_INDEX = [EUROSAT_BANDS.index(b) for b in S2_BANDS]
-_SPLIT_FILE = "multimodal-{split}.txt"
-_SO2SAT_FILES = {"train": "training.h5", "val": "validation.h5", "test": "testing.h5"}
+MULTIMODAL_SPLITS: tuple[str, ...] = SPLITS
+_SO2SAT_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 # ------------------------------------------------------------------------------ loaders
 
 
@@ -130,8 +107,8 @@ class MultimodalPatches:
         self.root = Path(root)
         self.split = split
         self.transforms = transforms
-        classes_file = self.root / "classes.txt"
-        split_file = self.root / _SPLIT_FILE.format(split=split)
+        classes_file = self.root / MULTIMODAL_CLASSES_FILE
+        split_file = self.root / MULTIMODAL_SPLIT_FILE.format(split=split)
         for path in (classes_file, split_file):
             if not path.is_file():
                 raise DataError(
@@ -168,10 +145,10 @@ class MultimodalPatches:
 
     def paths(self, sample_id: str) -> tuple[str, str]:
         """The (S1, S2) files of a sample id."""
-        return (
-            str(self.root / "s1" / f"{sample_id}.tif"),
-            str(self.root / "s2" / f"{sample_id}.tif"),
+        s1, s2 = (
+            str(self.root / modality / f"{sample_id}.tif") for modality in MULTIMODAL_MODALITIES
         )
+        return s1, s2
 
     def read_pair(self, sample_id: str) -> np.ndarray:
         """The stacked float32 (S1 + S2, S, S) array of one sample; DataError if unreadable."""
@@ -223,7 +200,7 @@ def _so2sat_datasets(
     out: dict[str, Any] = {}
     try:
         for split in splits:
-            name = {"train": "train", "val": "validation", "test": "test"}[split]
+            name = _SO2SAT_SPLITS[split]
             ds = So2Sat(str(root), version="2", split=name, bands=So2Sat.all_band_names)
             ds.s1_channels = len(So2Sat.all_s1_band_names)
             ds.num_classes = len(So2Sat.classes)
@@ -234,7 +211,7 @@ def _so2sat_datasets(
         ) from None
     if normalize:
         train = out.get("train") or So2Sat(str(root), version="2", split="train")
-        key = {"kind": "so2sat-train", "file": file_identity(root / _SO2SAT_FILES["train"])}
+        key = {"kind": "so2sat-train", "file": file_identity(root / SO2SAT_FILES["train"])}
 
         def compute() -> BandStats:
             acc = BandStatsAccumulator()
@@ -254,8 +231,6 @@ def multimodal_datasets(
     *,
     splits: Sequence[str] = ("train", "val"),
     normalize: bool = True,
-    on_bad_file: BadFilePolicy = "error",
-    check_files: bool = False,
     exclude: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = "auto",
 ) -> dict[str, Any]:
@@ -266,20 +241,14 @@ def multimodal_datasets(
     :func:`~raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`. Every dataset
     has ``s1_channels`` and ``num_classes`` attributes. With ``normalize=True`` every band is
     standardised with the training split's mean/std (cached JSON under ``cache_dir``;
-    ``"auto"``: ``root/.raytrain_hetero_cache``). ``check_files`` decodes every pair up front
-    and applies ``on_bad_file``; ``exclude`` leaves out sample ids found bad earlier.
+    ``"auto"``: ``root/.raytrain_hetero_cache``). ``exclude`` leaves out sample ids found bad
+    up front (:func:`~raytrain_hetero.workloads.data.bad_files`).
 
     Raises:
-        DataError: Missing/unreadable data (naming the files), or bad files under "error".
+        DataError: Missing/unreadable data (naming the files), or a split without a sample.
         ConfigError: Unknown split names.
     """
-    split_tuple = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad_splits = [s for s in split_tuple if s not in MULTIMODAL_SPLITS]
-    if not split_tuple or bad_splits:
-        raise ConfigError(
-            f"multimodal splits must be a non-empty subset of {list(MULTIMODAL_SPLITS)}, "
-            f"got {list(split_tuple)}"
-        )
+    split_tuple = check_splits("multimodal", splits, MULTIMODAL_SPLITS)
     root_path = resolve_version(root)  # pin one version of a generated root
     if not root_path.is_dir():
         raise DataError(
@@ -288,31 +257,15 @@ def multimodal_datasets(
         )
     if cache_dir == "auto":
         cache_dir = root_path / ".raytrain_hetero_cache"
-    if (root_path / _SO2SAT_FILES["train"]).is_file():
+    if (root_path / SO2SAT_FILES["train"]).is_file():
         return _so2sat_datasets(root_path, split_tuple, normalize, cache_dir)
 
-    excluded = list(exclude)
-    datasets = {s: MultimodalPatches(root_path, s, exclude=excluded) for s in split_tuple}
-    if check_files:
-        for split, ds in datasets.items():
-            by_path = {p: i for i in ds.ids for p in ds.paths(i)}
-
-            def read(path: str, ds: MultimodalPatches = ds, by_path: dict = by_path) -> Any:
-                return ds.read_pair(by_path[path])
-
-            bad = find_unreadable_files([ds.paths(i)[0] for i in ds.ids], read)
-            bad_ids = {
-                by_path[p]
-                for p in apply_bad_file_policy(bad, on_bad_file, dataset_name=f"multimodal {split}")
-            }
-            if bad_ids:
-                excluded += sorted(bad_ids)
-                datasets[split] = MultimodalPatches(root_path, split, exclude=excluded)
+    datasets = {s: MultimodalPatches(root_path, s, exclude=exclude) for s in split_tuple}
     for split, ds in datasets.items():
         if len(ds) == 0:
             raise DataError(f"multimodal data at {root_path}, split {split!r}: no readable sample")
     if normalize:
-        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=excluded)
+        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=exclude)
         for ds in datasets.values():
             ds.transforms = Standardize(stats)
     return datasets
@@ -326,18 +279,9 @@ def multimodal_band_stats(
 ) -> BandStats:
     """Per-band mean/std (S1 dB, S2 DN) over the training split of the generated layout."""
     train = MultimodalPatches(root, "train", exclude=exclude)
-    key = {
-        "kind": "multimodal-train",
-        "files": [file_identity(p) for i in train.ids for p in train.paths(i)],
-    }
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        for sample_id in train.ids:
-            acc.update(train.read_pair(sample_id), band_axis=0)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
+    files = [p for i in train.ids for p in train.paths(i)]
+    images = (train.read_pair(i) for i in train.ids)
+    return files_band_stats("multimodal-train", files, images, cache_dir)
 
 
 # ------------------------------------------------------------------------------ adapter
@@ -346,17 +290,7 @@ def multimodal_band_stats(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
 
-    gen = source.generate or GenerateOptions()
-    kwargs: dict[str, Any] = {}
-    if gen.cloud_fraction is not None:
-        kwargs["cloud_fraction"] = gen.cloud_fraction
-    return generate_multimodal(
-        source.root,
-        samples_per_class=gen.samples_per_class,
-        seed=gen.seed,
-        size=gen.size or 32,
-        **kwargs,
-    )
+    return run_generator(generate_multimodal, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -375,7 +309,7 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
 
 def _scan_files(source: DataSource) -> BadFileScan:
     root = resolve_version(source.root)  # the paths the opened datasets hold
-    if (root / _SO2SAT_FILES["train"]).is_file():  # So2Sat HDF5: no per-sample files to check
+    if (root / SO2SAT_FILES["train"]).is_file():  # So2Sat HDF5: no per-sample files to check
         return BadFileScan([], None)
     splits = [MultimodalPatches(root, split) for split in MULTIMODAL_SPLITS]
     first = splits[0]

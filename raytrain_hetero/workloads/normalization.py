@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ __all__ = [
     "cached_band_stats",
     "cached_json",
     "file_identity",
-    "stats_key_for_files",
+    "files_band_stats",
 ]
 
 logger = logging.getLogger(__name__)
@@ -181,20 +181,24 @@ class Standardize:
     Picklable (DataLoader workers, Ray). Bands whose std is ~0 are only centred.
 
     Args:
-        stats: Per-band statistics (band count must match the images).
+        stats: Per-band statistics (band count must match the images); ``None``: only
+            convert to float32 (and resize).
         key: The sample entry to transform.
         resize_to: Optional square side to resize ``key`` to after standardising (bilinear,
             antialiased), e.g. to train on smaller images than the dataset's own size.
     """
 
-    def __init__(self, stats: BandStats, key: str = "image", resize_to: int | None = None) -> None:
+    def __init__(
+        self, stats: BandStats | None, key: str = "image", resize_to: int | None = None
+    ) -> None:
         import torch
 
         self.stats = stats
         self.key = key
         self.resize_to = resize_to
-        self.mean = torch.tensor(stats.mean, dtype=torch.float32).view(-1, 1, 1)
-        std = torch.tensor(stats.std, dtype=torch.float32).view(-1, 1, 1)
+        bands = stats or BandStats(mean=(0.0,), std=(1.0,), count=0)  # identity, broadcast
+        self.mean = torch.tensor(bands.mean, dtype=torch.float32).view(-1, 1, 1)
+        std = torch.tensor(bands.std, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.where(std > 1e-12, std, torch.ones_like(std))
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
@@ -215,12 +219,27 @@ class Standardize:
 
     def __repr__(self) -> str:
         return (
-            f"Standardize(bands={self.stats.bands}, key={self.key!r}, resize_to={self.resize_to})"
+            f"Standardize(bands={self.stats and self.stats.bands}, key={self.key!r}, "
+            f"resize_to={self.resize_to})"
         )
 
 
-def stats_key_for_files(
-    kind: str, files: Sequence[str | os.PathLike[str]], **params: Any
-) -> dict[str, Any]:
-    """A cache key from a dataset kind, the identities of its files and extra parameters."""
-    return {"kind": kind, "files": [file_identity(f) for f in files], **params}
+def files_band_stats(
+    kind: str,
+    files: Sequence[str | os.PathLike[str]],
+    images: Iterable[Any],
+    cache_dir: str | os.PathLike[str] | None,
+    *,
+    band_axis: int = 0,
+) -> BandStats:
+    """Band statistics of ``images`` (read only on a cache miss), cached under a key made of
+    ``kind`` and the identities (path, size, mtime) of the ``files`` they come from."""
+    key = {"kind": kind, "files": [file_identity(f) for f in files]}
+
+    def compute() -> BandStats:
+        acc = BandStatsAccumulator()
+        for image in images:
+            acc.update(image, band_axis=band_axis)
+        return acc.result()
+
+    return cached_band_stats(key, compute, cache_dir)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,16 @@ __all__ = [
     "GenerateOptions",
     "SceneOptions",
     "WorkloadData",
+    "check_splits",
     "dataset_adapter",
     "dataset_names",
+    "model_builder",
+    "model_names",
+    "model_registering_module",
     "register_dataset",
+    "register_model",
+    "registering_module",
+    "run_generator",
 ]
 
 logger = logging.getLogger(__name__)
@@ -185,6 +193,8 @@ class DatasetAdapter:
         scan_files: Lists the files to check and how to read them; ``None`` when no
             per-file check applies (a single scene file is checked when it is read).
         expected_bands: Bands per sample the source's options ask for, if they fix it.
+        source_keys: The dataset-specific fields of :class:`DataSource` it reads
+            (``bands``, ``image_size``, ``scene``); a job setting another one is refused.
     """
 
     name: str
@@ -197,6 +207,21 @@ class DatasetAdapter:
     default_on_bad_file: str | None = "error"
     scan_files: Callable[[DataSource], BadFileScan] | None = None
     expected_bands: Callable[[DataSource], int | None] = field(default=lambda source: None)
+    source_keys: tuple[str, ...] = ()
+
+
+def check_splits(title: str, splits: str | Sequence[str], valid: Sequence[str]) -> tuple[str, ...]:
+    """``splits`` (one name or several) as a tuple, checked against a dataset's ``valid`` ones.
+
+    Raises:
+        ConfigError: ``splits`` is empty or names a split ``title`` does not have.
+    """
+    wanted = (splits,) if isinstance(splits, str) else tuple(splits)
+    if not wanted or any(s not in valid for s in wanted):
+        raise ConfigError(
+            f"{title} splits must be a non-empty subset of {list(valid)}, got {list(wanted)}"
+        )
+    return wanted
 
 
 _REGISTRY: dict[str, DatasetAdapter] = {}
@@ -210,12 +235,28 @@ _BUILTIN_MODULES: dict[str, str] = {
 }
 
 
+_REGISTERED_BY: dict[str, str] = {}
+
+
 def register_dataset(adapter: DatasetAdapter) -> DatasetAdapter:
-    """Add ``adapter`` under ``adapter.name`` (replacing an earlier one of that name)."""
+    """Add ``adapter`` under ``adapter.name`` (replacing an earlier one of that name).
+
+    The calling module is remembered (:func:`registering_module`): a job config naming the
+    dataset carries it to the Ray workers, which import it and so register the same adapter.
+    Register at module level of an importable module for that to work.
+    """
     if adapter.name in _REGISTRY and _REGISTRY[adapter.name] is not adapter:
         logger.info("dataset %r re-registered", adapter.name)
     _REGISTRY[adapter.name] = adapter
+    _REGISTERED_BY[adapter.name] = sys._getframe(1).f_globals.get("__name__", "__main__")
     return adapter
+
+
+def registering_module(name: str) -> str | None:
+    """The module that registered dataset ``name``, ``None`` for a built-in or unknown name."""
+    if name in _BUILTIN_MODULES:
+        return None
+    return _REGISTERED_BY.get(name)
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -239,3 +280,60 @@ def dataset_adapter(name: str) -> DatasetAdapter:
             "raytrain_hetero.workloads.registry.register_dataset."
         )
     return adapter
+
+
+def run_generator(generator: Callable[..., Path], source: DataSource, **renamed: str) -> Path:
+    """``generator(source.root, **options)``: the options are the fields of ``source.generate``
+    its dataset's adapter lists in ``generate_keys`` that are set (``None`` leaves the
+    generator's default); ``renamed`` maps an option to the generator's argument name."""
+    options = source.generate or GenerateOptions()
+    values = {key: getattr(options, key) for key in dataset_adapter(source.dataset).generate_keys}
+    kwargs = {renamed.get(k, k): v for k, v in values.items() if v is not None}
+    return generator(source.root, **kwargs)
+
+
+# ------------------------------------------------------------------------------ models
+
+#: Names :func:`~raytrain_hetero.workloads.models.build_model` builds itself.
+BUILTIN_MODELS: tuple[str, ...] = (
+    "small_cnn",
+    "resnet18",
+    "resnet50",
+    "cnn3d",
+    "fusion_cnn",
+    "marques_cnn",
+)
+_MODELS: dict[str, Callable[..., Any]] = {}
+_MODELS_REGISTERED_BY: dict[str, str] = {}
+
+
+def register_model(name: str, builder: Callable[..., Any]) -> Callable[..., Any]:
+    """Make ``build_model(name, ...)`` (and ``model.name`` in a job config) build
+    ``builder(in_channels=..., num_classes=..., width=...)``, a ``torch.nn.Module``.
+
+    Like :func:`register_dataset`, the calling module is remembered so that a job config
+    naming the model carries it to the Ray workers (``model.modules``).
+
+    Raises:
+        ConfigError: ``name`` is a built-in model's.
+    """
+    if name in BUILTIN_MODELS:
+        raise ConfigError(f"model name {name!r} is built in; register yours under another name")
+    _MODELS[name] = builder
+    _MODELS_REGISTERED_BY[name] = sys._getframe(1).f_globals.get("__name__", "__main__")
+    return builder
+
+
+def model_names() -> tuple[str, ...]:
+    """Every model name ``build_model`` accepts: the built-ins, then registered ones (sorted)."""
+    return BUILTIN_MODELS + tuple(sorted(_MODELS))
+
+
+def model_builder(name: str) -> Callable[..., Any] | None:
+    """The builder registered under ``name`` (``None`` for a built-in or unknown name)."""
+    return _MODELS.get(name)
+
+
+def model_registering_module(name: str) -> str | None:
+    """The module that registered model ``name``, ``None`` for a built-in or unknown name."""
+    return _MODELS_REGISTERED_BY.get(name)

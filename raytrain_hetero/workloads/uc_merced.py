@@ -1,31 +1,11 @@
-"""UC Merced Land Use (aerial RGB, 21 classes): a synthetic generator and torchgeo loaders.
+"""UC Merced Land Use (aerial RGB, 21 classes) read by torchgeo's own ``UCMerced`` class.
 
-* :func:`~raytrain_hetero.workloads.synthetic.uc_merced.generate_uc_merced` writes a
-  *synthetic* UC Merced in torchgeo's real on-disk layout
-  (what ``UCMerced_LandUse.zip`` extracts to, plus torchgeo's split files), so that
-  ``torchgeo.datasets.UCMerced(root, split=..., download=False)`` loads it unchanged::
-
-      root/
-        .raytrain_hetero_generated.json        marker: generator parameters (written last)
-        uc_merced-train.txt                    one basename per line ("forest07.tif")
-        uc_merced-val.txt
-        uc_merced-test.txt
-        UCMerced_LandUse/Images/<class>/<class>NN.tif
-
-  Each TIFF is an RGB ``uint8`` image like the real 1-ft USGS orthophoto chips: most are
-  ``size`` x ``size`` (256 in the real set) and some are a few percent smaller in one
-  dimension, as in the real data (torchgeo resizes every image to 256 x 256). Every class is
-  a scene layout drawn from materials (grass, trees, soil, sand, water, asphalt, concrete,
-  roofs, ...): parallel crop rows, a plane on tarmac, a baseball diamond, a shoreline, tanks,
-  courts, road crossings, house grids of three densities, with per-image colour, brightness
-  and layout jitter plus pixel noise, so that a CNN has to learn shapes and textures, not
-  just colours.
-
-* :func:`uc_merced_datasets` builds torchgeo's own ``UCMerced`` datasets over any root in that
-  layout -- generated or the real dataset, through the same code path -- with per-band
-  standardisation statistics computed from the training split (and cached), an optional
-  extra resize (``image_size``), and the bad-file policy of
-  :mod:`~raytrain_hetero.workloads.file_checks`.
+:func:`uc_merced_datasets` builds torchgeo's ``UCMerced`` datasets over any root in torchgeo's
+layout (:mod:`~raytrain_hetero.workloads.formats`) -- one written by
+:func:`~raytrain_hetero.workloads.synthetic.uc_merced.generate_uc_merced` or the real dataset,
+through the same code path -- with per-band standardisation statistics computed from the
+training split (and cached), an optional extra resize (``image_size``), and the bad-file
+policy of :mod:`~raytrain_hetero.workloads.file_checks`.
 """
 
 from __future__ import annotations
@@ -37,28 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.file_checks import (
-    BadFilePolicy,
-    CheckedLoader,
-    apply_bad_file_policy,
-    drop_samples,
-    find_unreadable_files,
+from raytrain_hetero.workloads.file_checks import CheckedLoader, drop_samples
+from raytrain_hetero.workloads.formats import (
+    SPLITS,
+    UCMERCED_CLASSES,
+    UCMERCED_IMAGE_DIR,
+    UCMERCED_SPLIT_FILE,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
-from raytrain_hetero.workloads.normalization import (
-    BandStats,
-    BandStatsAccumulator,
-    Standardize,
-    cached_band_stats,
-    file_identity,
-)
+from raytrain_hetero.workloads.normalization import BandStats, Standardize, files_band_stats
 from raytrain_hetero.workloads.registry import (
     BadFileScan,
     DatasetAdapter,
     DataSource,
-    GenerateOptions,
     WorkloadData,
+    check_splits,
     register_dataset,
+    run_generator,
 )
 
 __all__ = [
@@ -70,18 +45,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The 21 classes, as directory names; torchgeo (ImageFolder) numbers them in sorted order.
-UCMERCED_CLASSES: tuple[str, ...] = (
-    "agricultural", "airplane", "baseballdiamond", "beach", "buildings", "chaparral",
-    "denseresidential", "forest", "freeway", "golfcourse", "harbor", "intersection",
-    "mediumresidential", "mobilehomepark", "overpass", "parkinglot", "river", "runway",
-    "sparseresidential", "storagetanks", "tenniscourt",
-)  # fmt: skip
-assert tuple(sorted(UCMERCED_CLASSES)) == UCMERCED_CLASSES
-UCMERCED_SPLITS: tuple[str, ...] = ("train", "val", "test")
-
-_BASE_DIR = os.path.join("UCMerced_LandUse", "Images")
-_SPLIT_FILE = "uc_merced-{split}.txt"
+UCMERCED_SPLITS: tuple[str, ...] = SPLITS
 # ------------------------------------------------------------------------------ loaders
 
 
@@ -100,14 +64,14 @@ def _open_split(root: Path, split: str, transforms: Any) -> Any:
     from torchgeo.datasets import UCMerced
     from torchgeo.datasets.errors import DatasetNotFoundError
 
-    split_file = root / _SPLIT_FILE.format(split=split)
-    if (root / _BASE_DIR).is_dir() and not split_file.is_file():
+    split_file = root / UCMERCED_SPLIT_FILE.format(split=split)
+    if (root / UCMERCED_IMAGE_DIR).is_dir() and not split_file.is_file():
         raise DataError(_missing_message(root, f"the split file {split_file.name} is missing"))
     try:
         dataset = UCMerced(str(root), split=split, transforms=transforms, download=False)
     except DatasetNotFoundError:
         raise DataError(
-            _missing_message(root, f"no {_BASE_DIR}/ (nor UCMerced_LandUse.zip)")
+            _missing_message(root, f"no {UCMERCED_IMAGE_DIR}/ (nor UCMerced_LandUse.zip)")
         ) from None
     except FileNotFoundError as exc:  # ImageFolder: a class folder with no image in the split
         raise DataError(f"UC Merced at {root}, split {split!r}: {exc}") from None
@@ -126,8 +90,6 @@ def uc_merced_datasets(
     splits: Sequence[str] = ("train", "val"),
     normalize: bool = True,
     image_size: int | None = None,
-    on_bad_file: BadFilePolicy = "error",
-    check_files: bool = False,
     exclude_files: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = "auto",
 ) -> dict[str, Any]:
@@ -140,22 +102,14 @@ def uc_merced_datasets(
     ``cache_dir``; ``"auto"`` = ``root/.raytrain_hetero_cache``, ``None`` = no cache).
 
     Bad files: every read goes through :class:`~raytrain_hetero.workloads.file_checks.
-    CheckedLoader`, so a corrupt TIFF raises a DataError naming it. With ``check_files=True``
-    every file is decoded up front and ``on_bad_file`` decides: ``"error"`` raises one
-    DataError listing the bad files, ``"skip"`` leaves them out. ``exclude_files`` leaves
-    out files found bad earlier (e.g. by the driver) without reading them again.
+    CheckedLoader`, so a corrupt TIFF raises a DataError naming it. ``exclude_files`` leaves
+    out files found bad up front (:func:`~raytrain_hetero.workloads.data.bad_files`).
 
     Raises:
-        DataError: Missing root / split files / images, or bad files under ``"error"``.
+        DataError: Missing root / split files / images, or no readable image in a split.
         ConfigError: Unknown split names or an invalid ``image_size``.
     """
-    split_tuple = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad_splits = [s for s in split_tuple if s not in UCMERCED_SPLITS]
-    if not split_tuple or bad_splits:
-        raise ConfigError(
-            f"UC Merced splits must be a non-empty subset of {list(UCMERCED_SPLITS)}, got "
-            f"{list(split_tuple)}"
-        )
+    split_tuple = check_splits("UC Merced", splits, UCMERCED_SPLITS)
     if image_size is not None and (isinstance(image_size, bool) or image_size < 8):
         raise ConfigError(
             f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}"
@@ -165,47 +119,20 @@ def uc_merced_datasets(
         raise DataError(_missing_message(root_path, "the directory does not exist"))
 
     datasets = {split: _open_split(root_path, split, None) for split in split_tuple}
-    excluded = list(exclude_files)
-    if check_files:
-        for split, ds in datasets.items():
-            bad = find_unreadable_files([p for p, _ in ds.samples], ds.loader)
-            excluded += apply_bad_file_policy(bad, on_bad_file, dataset_name=f"UC Merced {split}")
     for split, ds in datasets.items():
-        removed = drop_samples(ds, excluded)
+        removed = drop_samples(ds, exclude_files)
         if removed:
             logger.warning("UC Merced %s: left out %d unreadable file(s)", split, removed)
         if len(ds) == 0:
             raise DataError(f"UC Merced at {root_path}, split {split!r}: no readable image left")
 
-    transform: Any = None
+    stats = None
     if normalize:
-        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=excluded)
-        transform = Standardize(stats, resize_to=image_size)
-    elif image_size is not None:
-        transform = _Resize(image_size)
-    for ds in datasets.values():
-        ds.transforms = transform
+        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=exclude_files)
+    if stats is not None or image_size is not None:
+        for ds in datasets.values():
+            ds.transforms = Standardize(stats, resize_to=image_size)
     return datasets
-
-
-class _Resize:
-    """Sample transform: antialiased bilinear resize of ``image`` to a square side."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        import torch.nn.functional as F
-
-        out = dict(sample)
-        out["image"] = F.interpolate(
-            sample["image"][None].float(),
-            size=(self.size, self.size),
-            mode="bilinear",
-            antialias=True,
-            align_corners=False,
-        )[0]
-        return out
 
 
 def uc_merced_band_stats(
@@ -221,18 +148,8 @@ def uc_merced_band_stats(
     files = [p for p, _ in train.samples]
     if cache_dir == "auto":
         cache_dir = root_path / ".raytrain_hetero_cache"
-    key = {
-        "kind": "uc_merced-train",
-        "files": [file_identity(f) for f in files],
-    }
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        for i in range(len(train)):
-            acc.update(train[i]["image"], band_axis=0)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
+    images = (train[i]["image"] for i in range(len(train)))
+    return files_band_stats("uc_merced-train", files, images, cache_dir)
 
 
 # ------------------------------------------------------------------------------ adapter
@@ -241,10 +158,7 @@ def uc_merced_band_stats(
 def _generate(source: DataSource) -> Path:
     from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 
-    gen = source.generate or GenerateOptions()
-    return generate_uc_merced(
-        source.root, samples_per_class=gen.samples_per_class, seed=gen.seed, size=gen.size or 256
-    )
+    return run_generator(generate_uc_merced, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -274,5 +188,6 @@ UC_MERCED = register_dataset(
         open=_open,
         splits=UCMERCED_SPLITS,
         scan_files=_scan_files,
+        source_keys=("image_size",),
     )
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import registered_datasets
 import torch
 
 from raytrain_hetero import BatchConfig, HeteroTrainer
@@ -40,6 +41,16 @@ WORKLOADS = {
             "cache": True,
         },
         "model": {"name": "fusion_cnn", "width": 8},
+    },
+    # A dataset registered before the config is loaded (registered_datasets.py).
+    registered_datasets.REGISTERED_EUROSAT.name: {
+        "data": {
+            "dataset": registered_datasets.REGISTERED_EUROSAT.name,
+            "generate": {"samples_per_class": 5, "size": 16},
+            "bands": "rgb",
+            "cache": True,
+        },
+        "model": {"name": "small_cnn", "width": 4},
     },
 }
 

@@ -23,6 +23,8 @@ from raytrain_hetero.workloads import (
     generate_multimodal,
     multimodal_datasets,
 )
+from raytrain_hetero.workloads.data import bad_files
+from raytrain_hetero.workloads.registry import DataSource
 
 SPC = 6  # 4 train / 1 val / 1 test per class
 
@@ -75,10 +77,10 @@ def test_bad_pairs_are_named_skipped_or_reported_as_band_mismatch(
     optical = copy / "s2" / f"{sample}.tif"
     optical.write_bytes(optical.read_bytes()[:400])
     with pytest.raises(DataError, match=f"{optical}: cannot read patch"):
-        multimodal_datasets(copy, splits=("train",), check_files=True, cache_dir=None)
-    skipped = multimodal_datasets(
-        copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None
-    )
+        bad_files(DataSource("multimodal", copy))  # on_bad_file: error, the default
+    left_out = bad_files(DataSource("multimodal", copy, on_bad_file="skip"))
+    assert left_out == [sample]  # a pair is left out by its sample id
+    skipped = multimodal_datasets(copy, splits=("train",), exclude=left_out, cache_dir=None)
     assert len(skipped["train"]) == 27 and sample not in skipped["train"].ids
     # A Sentinel-2 patch with a band missing is a band-count mismatch, named as such.
     with rasterio.open(root / "s2" / f"{sample}.tif") as src:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.workloads import registry
 from raytrain_hetero.workloads.data import bad_files, generate_dataset, open_datasets
 from raytrain_hetero.workloads.registry import (
     DatasetAdapter,
@@ -40,7 +41,10 @@ def test_unknown_dataset_lists_the_registered_names() -> None:
         open_datasets(DataSource("eurosta", Path("/nonexistent")))
 
 
-def test_a_registered_adapter_is_used_by_the_generic_functions(tmp_path: Path) -> None:
+def test_a_registered_adapter_is_used_by_the_generic_functions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # stays in this test
     calls: list[tuple[str, ...]] = []
 
     def open_(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:

@@ -15,6 +15,8 @@ from torchgeo.datasets import UCMerced
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads import UCMERCED_CLASSES, generate_uc_merced, uc_merced_datasets
 from raytrain_hetero.workloads import normalization as norm_mod
+from raytrain_hetero.workloads.data import bad_files
+from raytrain_hetero.workloads.registry import DataSource
 
 IMAGES = Path("UCMerced_LandUse/Images")
 SPC = 5  # per class: 3 train / 1 val / 1 test
@@ -113,15 +115,15 @@ def damaged(root: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_corrupt_files_are_named_or_skipped(damaged: tuple[Path, Path, Path]) -> None:
     copy, truncated, garbage = damaged
     with pytest.raises(DataError) as err:
-        uc_merced_datasets(copy, splits=("train",), check_files=True, cache_dir=None)
+        bad_files(DataSource("uc_merced", copy))  # on_bad_file: error, the default
     message = str(err.value)
     assert (
         "2 unreadable file(s)" in message and str(truncated) in message and str(garbage) in message
     )
     assert "on_bad_file: skip" in message
-    skipped = uc_merced_datasets(
-        copy, splits=("train",), check_files=True, on_bad_file="skip", cache_dir=None
-    )
+    left_out = bad_files(DataSource("uc_merced", copy, on_bad_file="skip"))
+    assert sorted(left_out) == sorted([str(truncated), str(garbage)])
+    skipped = uc_merced_datasets(copy, splits=("train",), exclude_files=left_out, cache_dir=None)
     assert len(skipped["train"]) == 63 - 2
     assert {p for p, _ in skipped["train"].samples}.isdisjoint({str(truncated), str(garbage)})
     # Without the up-front check, reading the bad file raises a DataError naming it.

@@ -1,14 +1,18 @@
-"""Argument checks shared by the synthetic-dataset generators.
+"""Argument checks and file-tree steps shared by the synthetic-dataset generators.
 
 Every generator validates its integer arguments, its train/val/test ``split_fractions`` and
-the per-class image count of each split the same way; these helpers are that one mechanism.
-Each raises :class:`~raytrain_hetero.errors.ConfigError` with a message naming the generator
-(``generator``, e.g. ``"generate_eurosat"``), the argument and the fix.
+the per-class image count of each split the same way, draws its classes in seeded chunks,
+lists split members in split files and writes georeferenced GeoTIFFs; these helpers are that
+one mechanism. The checks raise :class:`~raytrain_hetero.errors.ConfigError` with a message
+naming the generator (``generator``, e.g. ``"generate_eurosat"``), the argument and the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,3 +102,75 @@ def split_members(
         members[split] = sorted(perm[start : start + count].tolist())
         start += count
     return members
+
+
+def class_chunks(
+    seed: int, classes: Sequence[str], samples_per_class: int, chunk: int
+) -> Iterator[tuple[int, str, int, int, np.random.Generator]]:
+    """``(class index, class, first sample, count, rng)`` for every chunk of every class.
+
+    Each chunk has its own generator seeded ``[seed, class index, 0, chunk index]``, so the
+    images are deterministic and independent of how many chunks precede them.
+    """
+    for ci, cls in enumerate(classes):
+        for start in range(0, samples_per_class, chunk):
+            rng = np.random.default_rng([seed, ci, 0, start // chunk])
+            yield ci, cls, start, min(chunk, samples_per_class - start), rng
+
+
+def write_split_lists(
+    root: Path,
+    split_file: str,
+    seed: int,
+    classes: Sequence[str],
+    counts: dict[str, int],
+    entry: Callable[[str, int], str],
+    *,
+    first: int = 0,
+) -> None:
+    """Write ``root/split_file.format(split=...)`` per split: one ``entry(class, number)`` per
+    line, the numbers chosen per class by :func:`split_members`."""
+    lines: dict[str, list[str]] = {split: [] for split in counts}
+    for ci, cls in enumerate(classes):
+        for split, members in split_members(seed, ci, counts, first=first).items():
+            lines[split].extend(entry(cls, k) for k in members)
+    for split, names in lines.items():
+        (root / split_file.format(split=split)).write_text("\n".join(names) + "\n")
+
+
+def write_geotiff(
+    path: str | os.PathLike[str],
+    array: np.ndarray,
+    *,
+    epsg: int,
+    origin: tuple[float, float],
+    pixel: float,
+    descriptions: Sequence[str] | None = None,
+) -> None:
+    """Write ``(bands, H, W)`` ``array`` as a GeoTIFF with north-up ``pixel``-metre pixels whose
+    top-left corner is ``origin`` (easting, northing) in ``EPSG:epsg``."""
+    import rasterio
+    from affine import Affine
+
+    bands, height, width = array.shape
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        dtype=array.dtype.name,
+        count=bands,
+        height=height,
+        width=width,
+        crs=_crs(epsg),
+        transform=Affine(pixel, 0.0, float(origin[0]), 0.0, -pixel, float(origin[1])),
+    ) as dst:
+        dst.write(array)
+        if descriptions is not None:
+            dst.descriptions = tuple(descriptions)
+
+
+@functools.cache
+def _crs(epsg: int) -> Any:
+    from rasterio.crs import CRS
+
+    return CRS.from_epsg(epsg)  # parsed once per zone: thousands of small files share a few

@@ -7,7 +7,6 @@ illumination changes; read back by
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -16,13 +15,12 @@ import numpy as np
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.generated_tree import generate_tree
-from raytrain_hetero.workloads.synthetic.arguments import check_integers
+from raytrain_hetero.workloads.synthetic import drawing as d
+from raytrain_hetero.workloads.synthetic.arguments import check_integers, write_geotiff
 
 __all__ = ["generate_hyperspectral_scene"]
 
-logger = logging.getLogger(__name__)
-
-_GENERATOR_VERSION = 1
+_GENERATOR_VERSION = 2
 
 
 # ================================================================================ generator
@@ -77,10 +75,7 @@ def _class_spectra(
 
 
 def _smooth(rng: np.random.Generator, h: int, w: int, scale: float) -> np.ndarray:
-    from scipy.ndimage import gaussian_filter
-
-    field = gaussian_filter(rng.standard_normal((h, w)), scale, mode="wrap")
-    return (field - field.mean()) / (field.std() + 1e-9)
+    return d.smooth_noise(rng, 1, h, scale, width=w)[0].astype(np.float64)
 
 
 def _scene_layout(
@@ -230,25 +225,9 @@ def generate_hyperspectral_scene(
 
             scipy.io.savemat(tmp / f"{name}_corrected.mat", {f"{name.lower()}_corrected": dn})
             scipy.io.savemat(tmp / f"{name}_gt.mat", {f"{name.lower()}_gt": labels})
-        else:
-            import rasterio
-            from affine import Affine
-            from rasterio.crs import CRS
-
-            common = {
-                "driver": "GTiff",
-                "height": int(height),
-                "width": int(width),
-                "crs": CRS.from_epsg(32615),
-                "transform": Affine(2.5, 0.0, 268_000.0, 0.0, -2.5, 3_290_000.0),
-            }
-            with rasterio.open(
-                tmp / f"{name}.tif", "w", count=int(bands), dtype="uint16", **common
-            ) as dst:
-                dst.write(np.ascontiguousarray(dn.transpose(2, 0, 1)))
-            with rasterio.open(
-                tmp / f"{name}_gt.tif", "w", count=1, dtype="uint8", **common
-            ) as dst:
-                dst.write(labels[None])
+        else:  # UTM 15N, 2.5 m pixels, like Houston 2013
+            grid = {"epsg": 32615, "origin": (268_000.0, 3_290_000.0), "pixel": 2.5}
+            write_geotiff(tmp / f"{name}.tif", np.ascontiguousarray(dn.transpose(2, 0, 1)), **grid)
+            write_geotiff(tmp / f"{name}_gt.tif", labels[None], **grid)
 
     return generate_tree(root, params, write, what="generate_hyperspectral_scene")

@@ -18,7 +18,7 @@ parts of the filtered VH·conj(VV) covariance. Sentinel-2 holds So2Sat's ten ban
 B05 B06 B07 B08 B8A B11 B12).
 
 The scenes come from the same class models as the generated two-modality data
-(:func:`raytrain_hetero.workloads.multimodal.generate_multimodal`): seven of the seventeen
+(:func:`raytrain_hetero.workloads.synthetic.multimodal.generate_multimodal`): seven of the seventeen
 Local Climate Zones, each placed at its So2Sat label (:data:`SO2SAT_LABELS`), so the classes
 are learnable and a model sees So2Sat's 17-way label space. The other ten labels get no sample.
 """
@@ -34,18 +34,14 @@ from typing import Any
 import numpy as np
 
 from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.workloads.formats import MULTIMODAL_CLASSES, SO2SAT_FILES
 from raytrain_hetero.workloads.generated_tree import generate_tree
-from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES
 from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
     split_counts,
 )
-from raytrain_hetero.workloads.synthetic.multimodal import (
-    _clouds,
-    _noisy,
-    _optical_and_radar,
-)
+from raytrain_hetero.workloads.synthetic.multimodal import add_clouds, class_scenes, optical_dn
 
 __all__ = ["SO2SAT_CLASSES", "SO2SAT_FILES", "SO2SAT_LABELS", "generate_so2sat"]
 
@@ -69,15 +65,9 @@ SO2SAT_LABELS: dict[str, int] = {
     "SparselyBuilt": SO2SAT_CLASSES.index("Sparsely built"),
     "Water": SO2SAT_CLASSES.index("Water"),
 }
-#: Split -> file name, as torchgeo's So2Sat version "2" names them.
-SO2SAT_FILES: dict[str, str] = {
-    "train": "training.h5",
-    "validation": "validation.h5",
-    "test": "testing.h5",
-}
 _SPLITS = tuple(SO2SAT_FILES)  # train, validation, test
 _PATCH = 32  # So2Sat's patch side, fixed by the format
-_GENERATOR_VERSION = 1
+_GENERATOR_VERSION = 2
 _VV_VH_COHERENCE = 0.3  # correlation of the VV and VH complex signals
 
 
@@ -174,9 +164,9 @@ def generate_so2sat(
             sen1, sen2, labels = [], [], []
             for class_index, cls in enumerate(MULTIMODAL_CLASSES):
                 rng = np.random.default_rng([int(seed), class_index, split_index])
-                s2, sigma0 = _optical_and_radar(cls, rng, n, _PATCH)
-                _clouds(rng, s2, cloud_fraction)
-                s2_dn, _ = _noisy(s2, sigma0, rng)
+                s2, sigma0 = class_scenes(cls, rng, n, _PATCH)
+                add_clouds(rng, s2, cloud_fraction)
+                s2_dn = optical_dn(s2, rng)
                 sen1.append(_sentinel1_channels(sigma0.astype(np.float64), rng))
                 sen2.append(s2_dn.astype(np.float64) / 10_000)
                 labels.append(np.full(n, SO2SAT_LABELS[cls]))
