@@ -137,15 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_overwrite_argument(predict)
 
-    from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
     from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
 
-    add_bench_arguments(
-        sub.add_parser(
-            "bench",
-            help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating",
-        )
-    )
     add_sim_arguments(
         sub.add_parser(
             "sim", help="large-cluster simulator of the allocation and re-planning policy"
@@ -234,10 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overwrite=args.overwrite,
             )
             return 0
-        if args.command == "bench":
-            from raytrain_hetero.bench.suite import run_from_args as run_bench
-
-            return run_bench(args)
         if args.command == "sim":
             from raytrain_hetero.sim.simulator import run_from_args as run_sim
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from raytrain_hetero.bench.analysis import alone_jobs, fit_figures, summarize
-from raytrain_hetero.bench.loop import StockEmulation, slowdown_at
-from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Target
-from raytrain_hetero.bench.suite import EXIT_UNAVAILABLE, format_table
-from raytrain_hetero.bench.suite import main as bench_main
+from benchmarks.analysis import alone_jobs, fit_figures, summarize
+from benchmarks.loop import StockEmulation, slowdown_at
+from benchmarks.scenarios import CONTENDERS, SCENARIOS, Target
+from benchmarks.suite import EXIT_UNAVAILABLE, format_table
+from benchmarks.suite import main as bench_main
 
 
 def synthetic_records(
@@ -228,8 +228,8 @@ def test_cpu_gpu_without_a_gpu_says_so_and_exits_non_zero(tmp_path, capsys):
 
 
 def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
-    from raytrain_hetero.bench.data import prepare_bench_data
-    from raytrain_hetero.bench.loop import measure_alone
+    from benchmarks.data import prepare_bench_data
+    from benchmarks.loop import measure_alone
 
     data = prepare_bench_data(tmp_path, samples_per_class=3)
     assert data.train_limit(8) % 8 == 0

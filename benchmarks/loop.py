@@ -23,7 +23,7 @@ stretches before each gradient bucket's all-reduce, then runs DDP's default all-
 Every rank appends one JSON line per step to ``<out>/rank<r>_<pid>.jsonl``: step, epoch, world
 size, its slice, the wall time the step ended; rank 0 evaluates every ``eval_every`` steps
 (and at the end) and logs the evaluation's start, end and accuracy. The driver computes every
-figure from these files (:mod:`raytrain_hetero.bench.analysis`), for all contenders alike.
+figure from these files (:mod:`benchmarks.analysis`), for all contenders alike.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def bench_loop(config: dict[str, Any]) -> None:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from benchmarks.data import ArrayDataset, BenchData
     from raytrain_hetero.workloads.evaluation import arrays_accuracy
 
     loop_started = time.time()
@@ -394,7 +394,7 @@ def measure_alone(
     import torch.nn.functional as F
     from torch.utils.data import default_collate
 
-    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from benchmarks.data import ArrayDataset, BenchData
     from raytrain_hetero.worker.emulation import SlowdownEmulator
     from raytrain_hetero.worker.timing import ComputeClock
 

@@ -1,7 +1,7 @@
 """Figures from the per-step logs of benchmark fits (pure: no Ray, no torch).
 
 Every contender is measured by the same code from the same kind of log (one JSON line per
-rank per step, see :mod:`raytrain_hetero.bench.loop`), never from a contender's own
+rank per step, see :mod:`benchmarks.loop`), never from a contender's own
 counters:
 
 * **samples/s**: rank 0's wall time between consecutive step ends, over steady-state steps
