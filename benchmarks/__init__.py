@@ -11,7 +11,10 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
   ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
   ``bn_exchange``, and ``soak`` (fault injection);
 * ``results/``: the measured figures the README and docs cite (``bench.json``, ``COMMAND``,
-  tables and plots per run), kept as historical data.
+  tables and plots per run), kept as historical data. A ``COMMAND`` written before the suite
+  left the package says ``raytrain-hetero bench SCENARIO ...`` or ``python -m
+  raytrain_hetero.bench.<module> ...``: the same options run as ``python -m benchmarks
+  SCENARIO ...`` and ``python -m benchmarks.<module> ...``.
 
 A user comparing stock Ray Train with raytrain_hetero on their own job runs
 ``raytrain-hetero bench --config JOB.yaml`` instead (:mod:`raytrain_hetero.app.bench`).

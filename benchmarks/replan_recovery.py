@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {
         "train": {"epochs": args.epochs, "global_batch_size": args.batch},
         "scheduler": {
-            "window_steps": 4,
-            "confirm_windows": 2,
-            "min_steps_between_replans": 4,
+            "policy": {"window_steps": 4, "confirm_windows": 2, "min_steps_between_replans": 4},
             "plan_sync_every": 2,
         },
     }
@@ -69,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         args.config,
         {
             **base,
-            "scheduler": {
-                **base["scheduler"],
-                "slowdown_schedule": [{"factor": 3.0, "worker": "fast", "from_step": args.at}],
+            "emulation": {
+                "slowdowns": [{"factor": 3.0, "worker": "fast", "from_step": args.at}],
             },
         },
     )
