@@ -172,7 +172,9 @@ def stock_loop(config: dict[str, Any]) -> None:
     accuracy = float("nan")
     for epoch in range(job.train.epochs):
         model.train()
-        loader.sampler.set_epoch(epoch)
+        sampler = loader.sampler  # a DistributedSampler unless the group has one worker
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
         for batch in loader:
             x, y = batch["image"].to(device), batch["label"].to(device)
             started = time.time()  # as raytrain_hetero's step timing: the batch in hand
