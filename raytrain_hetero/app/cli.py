@@ -1,4 +1,4 @@
-"""Command line: ``raytrain-hetero train --config FILE`` and ``raytrain-hetero tune --config FILE``.
+"""Command line: ``raytrain-hetero train|probe|tune|predict|bench --config FILE`` and ``sim``.
 
 Errors the user can fix (configuration, data, placement) print one clear message and exit
 with status 2; nothing half-written is left in the output directory.
@@ -137,15 +137,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_overwrite_argument(predict)
 
-    from raytrain_hetero.bench.suite import add_arguments as add_bench_arguments
+    bench = sub.add_parser(
+        "bench",
+        help="compare stock Ray Train (TorchTrainer, DDP, equal split) with raytrain_hetero "
+        "on this job and cluster: start-up, samples/s, wall time, final accuracy",
+    )
+    _add_job_arguments(
+        bench,
+        set_example="train.epochs=1",
+        output_help="directory for bench.json (default: <output_dir>/bench)",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="fits per contender, alternating; the table shows medians (default 1)",
+    )
+    bench.add_argument(
+        "--overwrite", action="store_true", help="replace a bench.json already in --output"
+    )
+
     from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
 
-    add_bench_arguments(
-        sub.add_parser(
-            "bench",
-            help="benchmark scenario: stock Ray Train vs HDP vs raytrain_hetero, alternating",
-        )
-    )
     add_sim_arguments(
         sub.add_parser(
             "sim", help="large-cluster simulator of the allocation and re-planning policy"
@@ -235,9 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.command == "bench":
-            from raytrain_hetero.bench.suite import run_from_args as run_bench
+            from raytrain_hetero.app.bench import run_bench
+            from raytrain_hetero.app.config import load_config, parse_overrides
 
-            return run_bench(args)
+            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
+            run_bench(job, output_dir=args.output, repeats=args.repeats, overwrite=args.overwrite)
+            return 0
         if args.command == "sim":
             from raytrain_hetero.sim.simulator import run_from_args as run_sim
 

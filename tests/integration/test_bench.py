@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from raytrain_hetero.bench.analysis import alone_jobs, fit_figures, summarize
-from raytrain_hetero.bench.loop import StockEmulation, slowdown_at
-from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Target
-from raytrain_hetero.bench.suite import EXIT_UNAVAILABLE, format_table
-from raytrain_hetero.bench.suite import main as bench_main
+from benchmarks.analysis import alone_jobs, fit_figures, summarize
+from benchmarks.scenarios import CONTENDERS, SCENARIOS, Target
+from benchmarks.suite import EXIT_UNAVAILABLE, format_table
+from benchmarks.suite import main as bench_main
+from raytrain_hetero.app.bench_stock import StockEmulation
+from raytrain_hetero.worker.emulation import SlowdownSchedule
 
 
 def synthetic_records(
@@ -186,21 +187,13 @@ def test_every_scenario_names_known_contenders_and_a_stock_baseline():
     assert not SCENARIOS["cpu-gpu"].emulated and SCENARIOS["hetero3"].emulated
 
 
-def test_slowdown_schedule_targets_by_rank_or_worker():
-    schedule = [{"rank": 0, "factor": 3.0, "from_step": 5}, {"worker": "slow", "factor": 2.0}]
-    assert slowdown_at(1.0, schedule, 4, rank=0) == 1.0
-    assert slowdown_at(2.0, schedule, 5, rank=0) == 6.0
-    assert slowdown_at(1.0, schedule, 9, rank=1) == 1.0
-    assert slowdown_at(4.0, schedule, 0, rank=2, worker="slow") == 8.0
-
-
 def test_stock_emulation_sleeps_k_minus_one_times_its_compute():
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        emulation = StockEmulation(rank=0, base_factor=3.0, schedule=(), device="cpu")
+        emulation = StockEmulation(SlowdownSchedule(3.0, worker="w", rank=0), device="cpu")
         a = torch.randn(400, 400)
         emulation.start()
         cpu_started = time.thread_time()
@@ -227,11 +220,17 @@ def test_cpu_gpu_without_a_gpu_says_so_and_exits_non_zero(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
-    from raytrain_hetero.bench.data import prepare_bench_data
-    from raytrain_hetero.bench.loop import measure_alone
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    """One synthetic EuroSAT (20 images a class) for the tests of this module."""
+    return tmp_path_factory.mktemp("bench-data")
 
-    data = prepare_bench_data(tmp_path, samples_per_class=3)
+
+def test_alone_measurement_sees_the_emulated_slowdown(data_root):
+    from benchmarks.data import prepare_bench_data
+    from benchmarks.loop import measure_alone
+
+    data = prepare_bench_data(data_root, samples_per_class=20)
     assert data.train_limit(8) % 8 == 0
     # Slices large enough that compute (what the emulator stretches, in process CPU time)
     # dominates each step's wall time even on a loaded machine: at 8 samples, collation and
@@ -243,12 +242,23 @@ def test_alone_measurement_sees_the_emulated_slowdown(tmp_path):
     assert slow < 0.6 * fast
 
 
+#: The contenders of the one tiny data-parallel run: stock DDP, hetero-static-post
+#: (count-weighted, the static probed plan, the injection folded into the base factors) and
+#: hetero-live-noise (the live scheduler under per-step noise). hdp, hetero and hetero-live
+#: differ from these only in one HeteroTrainer setting (weighting, live) or in their workers
+#: (contender_workers, unit-tested in test_bench_drift); each fit costs ~15 s on 2 cores.
+TINY_CONTENDERS = ["stock", "hetero-static-post", "hetero-live-noise"]
+
+
 @pytest.mark.ray
-def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys):
+def test_tiny_drift_run_has_every_kind_of_contender_and_sane_figures(data_root, tmp_path, capsys):
+    """One Ray session, three fits: what a scenario run writes, prints and measures."""
     out = tmp_path / "out"
     code = bench_main(
         [
-            "hetero3",
+            "drift",
+            "--contenders",
+            ",".join(TINY_CONTENDERS),
             "--repeats",
             "1",
             "--no-warmup",
@@ -264,8 +274,9 @@ def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys)
             "5",
             "--alone-steps",
             "1",
+            "--keep-logs",
             "--data-root",
-            str(tmp_path / "data"),
+            str(data_root),
             "--output",
             str(out),
         ]
@@ -273,31 +284,55 @@ def test_tiny_hetero3_run_has_every_contender_and_sane_figures(tmp_path, capsys)
     assert code == 0
     printed = capsys.readouterr().out
     assert "targets:" in printed and "EMULATED" in printed
+    assert "re-plan per 100 steps under ±10% per-step noise" in printed
     result = json.loads((out / "bench.json").read_text())
-    contenders = ["stock", "hdp", "hetero", "hetero-live"]
-    assert [f["contender"] for f in result["fits"]] == contenders
-    assert set(result["summary"]["contenders"]) == set(contenders)
+    assert [f["contender"] for f in result["fits"]] == TINY_CONTENDERS
+    assert set(result["summary"]["contenders"]) == set(TINY_CONTENDERS)
     assert result["machine"]["usable_cpus"] >= 1 and result["machine"]["torch"]
-    for f in result["fits"]:
+    fits = {f["contender"]: f for f in result["fits"]}
+    for name, f in fits.items():
         figures = f["figures"]
-        assert figures["steps"] == 10, f["contender"]
+        assert figures["steps"] == 10, name
         assert math.isfinite(figures["samples_per_s"]) and figures["samples_per_s"] > 0
+        assert 0 <= figures["final_accuracy"] <= 1
+        assert len(figures["curve"]) == 2, name  # evaluations after steps 5 and 10
+        if name == "hetero-live-noise":
+            assert f["alone"] == []  # every step has its own factor: nothing to time alone
+            continue
+        assert sum(figures["slices"]) == 24  # modal slices of one static plan
         # Efficiency divides by the speeds of one alone-step per factor (--alone-steps 1):
         # on a loaded machine that step can run slow and lift a contender above 1 (1.44 seen
         # with a second test session beside it). The exact formula is tested above.
-        assert 0 < figures["efficiency"] <= 1.6, (f["contender"], figures["efficiency"])
-        assert 0 <= figures["final_accuracy"] <= 1
-        assert sum(figures["slices"]) == 24
-        assert {a["factor"] for a in f["alone"]} == {1.0, 2.0, 4.0}
-    by_name = {f["contender"]: f["figures"] for f in result["fits"]}
-    assert by_name["stock"]["slices"] == [8, 8, 8]
-    fast, _, slow = by_name["hetero"]["slices"]
-    assert fast > slow  # the probe saw the emulated slowdowns
-    for name in contenders[1:]:
-        assert math.isfinite(result["summary"]["contenders"][name]["speedup"])
-    for png in ("throughput.png", "accuracy.png"):
+        assert 0 < figures["efficiency"] <= 1.6, (name, figures["efficiency"])
+    # The injection (step 24) never comes in 10 steps; static-post starts at its factor.
+    assert {a["factor"] for a in fits["stock"]["alone"]} == {1.0, 2.0, 4.0}
+    assert {(a["worker"], a["factor"]) for a in fits["hetero-static-post"]["alone"]} == {
+        ("fast", 3.0),
+        ("medium", 2.0),
+        ("slow", 4.0),
+    }
+    assert fits["stock"]["figures"]["slices"] == [8, 8, 8]
+    fast, medium, slow = fits["hetero-static-post"]["figures"]["slices"]
+    assert medium > max(fast, slow)  # the probe saw the factors 3, 2, 4
+    summary = result["summary"]["contenders"]
+    for name in TINY_CONTENDERS[1:]:
+        assert math.isfinite(summary[name]["speedup"])
+    assert math.isfinite(summary["hetero-live-noise"]["replans_per_100_steps"])
+    for png in ("throughput.png", "accuracy.png", "timeline.png"):
         assert (out / png).stat().st_size > 10_000
-    assert "hetero3" in (out / "COMMAND").read_text()
+    assert "python -m benchmarks drift" in (out / "COMMAND").read_text()
+    # The noise reached the workers: every step its own factor, within +-10% of the base.
+    factors: dict[str, set[float]] = {}
+    for path in (out / "logs").glob("02-hetero-live-noise/rank*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "step" in record:
+                factors.setdefault(record["worker"], set()).add(record["factor"])
+    base = {"fast": 1 / 0.9, "medium": 2 / 0.9, "slow": 4 / 0.9}
+    assert set(factors) == set(base)
+    for worker, seen in factors.items():
+        assert len(seen) > 5, worker  # varies step to step
+        assert all(0.9 * base[worker] - 1e-9 <= f <= 1.1 * base[worker] + 1e-9 for f in seen)
 
 
 @pytest.mark.ray
@@ -349,60 +384,3 @@ def test_model_parallel_scenarios_quick_forms(tmp_path, capsys):
         assert figures["samples_per_s"] > 0 and 0 <= figures["val_accuracy"] <= 1
         assert figures["inference_s_per_sample"] > 0
     assert "branch placement moves fewer bytes" in capsys.readouterr().out
-
-
-@pytest.mark.ray
-def test_tiny_drift_reference_and_noise_contenders_run_for_real(tmp_path, capsys):
-    """The static post-drift plan starts at the post-drift factor; noise reaches the workers."""
-    out = tmp_path / "out"
-    code = bench_main(
-        [
-            "drift",
-            "--contenders",
-            "hetero-static-post,hetero-live-noise",
-            "--repeats",
-            "1",
-            "--no-warmup",
-            "--width",
-            "8",
-            "--batch",
-            "24",
-            "--samples-per-class",
-            "20",
-            "--epochs",
-            "5",
-            "--eval-every",
-            "0",
-            "--alone-steps",
-            "1",
-            "--keep-logs",
-            "--data-root",
-            str(tmp_path / "data"),
-            "--output",
-            str(out),
-        ]
-    )
-    assert code == 0
-    printed = capsys.readouterr().out
-    assert "re-plan per 100 steps under ±10% per-step noise" in printed
-    result = json.loads((out / "bench.json").read_text())
-    static, noisy = result["fits"]
-    assert {(a["worker"], a["factor"]) for a in static["alone"]} == {
-        ("fast", 3.0),
-        ("medium", 2.0),
-        ("slow", 4.0),
-    }
-    assert noisy["alone"] == []  # every step has its own factor: nothing to time alone
-    row = result["summary"]["contenders"]["hetero-live-noise"]
-    assert math.isfinite(row["replans_per_100_steps"])
-    factors: dict[str, set[float]] = {}
-    for path in (out / "logs").glob("01-hetero-live-noise/rank*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if "step" in record:
-                factors.setdefault(record["worker"], set()).add(record["factor"])
-    base = {"fast": 1 / 0.9, "medium": 2 / 0.9, "slow": 4 / 0.9}
-    assert set(factors) == set(base)
-    for worker, seen in factors.items():
-        assert len(seen) > 5, worker  # varies step to step
-        assert all(0.9 * base[worker] - 1e-9 <= f <= 1.1 * base[worker] + 1e-9 for f in seen)

@@ -10,16 +10,16 @@ import statistics
 
 import pytest
 
-from raytrain_hetero.bench.analysis import (
+from benchmarks.analysis import (
     drift_figures,
     fit_figures,
     live_replans,
     steps_to_recover,
     summarize,
 )
-from raytrain_hetero.bench.contenders import contender_workers
-from raytrain_hetero.bench.report import format_table
-from raytrain_hetero.bench.scenarios import CONTENDERS, NOISE_AMPLITUDE, SCENARIOS
+from benchmarks.contenders import contender_workers
+from benchmarks.report import format_table
+from benchmarks.scenarios import CONTENDERS, NOISE_AMPLITUDE, SCENARIOS
 from raytrain_hetero.config import EmulationConfig, WorkerSpec
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.emulation import SlowdownSchedule, noise_multiplier
@@ -255,7 +255,7 @@ def test_emulation_noise_reaches_the_workers_setup_from_python_and_yaml():
 
 
 def test_bench_scheduler_option_builds_validated_scheduler_fields():
-    from raytrain_hetero.bench.arguments import parse_scheduler
+    from benchmarks.arguments import parse_scheduler
 
     assert parse_scheduler(None) == {}
     assert parse_scheduler(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raytrain_hetero.bench.memory_caps import ideal_samples_per_s_ratio
+from benchmarks.memory_caps import ideal_samples_per_s_ratio
 
 
 def test_ideal_ratio_of_a_capped_fast_worker():

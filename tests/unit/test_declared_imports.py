@@ -25,7 +25,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = ("raytrain_hetero",)
-OTHER_DIRS = ("tests", "scripts", "examples", "deploy")
+OTHER_DIRS = ("tests", "scripts", "examples", "deploy", "benchmarks")
 # Import names whose distribution is named differently, for when it is not installed here.
 IMPORT_ALIASES = {
     "yaml": "pyyaml",

@@ -58,7 +58,7 @@ class LayerRule:
 
 ALL_LAYERS = frozenset(
     {"root", "__main__", "errors", "atomic", "config", "core", "worker", "parallel", "driver",
-     "tune", "inference", "sim", "workloads", "app", "bench", "storage"}
+     "tune", "inference", "sim", "workloads", "app", "storage"}
 )  # fmt: skip
 
 RULES: tuple[LayerRule, ...] = (
@@ -83,25 +83,25 @@ RULES: tuple[LayerRule, ...] = (
         allowed=frozenset(),
     ),
     LayerRule(
-        "worker never imports parallel, driver, app, tune, inference, bench or sim",
+        "worker never imports parallel, driver, app, tune, inference or sim",
         importers=frozenset({"worker"}),
-        forbidden=frozenset({"parallel", "driver", "app", "tune", "inference", "bench", "sim"}),
+        forbidden=frozenset({"parallel", "driver", "app", "tune", "inference", "sim"}),
     ),
     LayerRule(
         "parallel imports core, config, errors, atomic, worker and workloads; never driver, "
-        "app, tune, inference, bench or sim",
+        "app, tune, inference or sim",
         importers=frozenset({"parallel"}),
         allowed=frozenset({"core", "config", "errors", "atomic", "worker", "workloads"}),
     ),
     LayerRule(
-        "driver never imports app, tune, inference or bench",
+        "driver never imports app, tune or inference",
         importers=frozenset({"driver"}),
-        forbidden=frozenset({"app", "tune", "inference", "bench"}),
+        forbidden=frozenset({"app", "tune", "inference"}),
     ),
     LayerRule(
-        "tune and inference never import app or bench",
+        "tune and inference never import app",
         importers=frozenset({"tune", "inference"}),
-        forbidden=frozenset({"app", "bench"}),
+        forbidden=frozenset({"app"}),
     ),
     LayerRule(
         "workloads import only core, errors, atomic and config of the package",
@@ -109,8 +109,8 @@ RULES: tuple[LayerRule, ...] = (
         allowed=frozenset({"core", "errors", "atomic", "config"}),
     ),
     LayerRule(
-        "nothing but app and bench imports app (the YAML schema lives there)",
-        importers=ALL_LAYERS - {"app", "bench"} - ENTRY_POINTS,
+        "nothing but app imports app (the YAML schema lives there)",
+        importers=ALL_LAYERS - {"app"} - ENTRY_POINTS,
         forbidden=frozenset({"app"}),
     ),
 )
@@ -231,6 +231,28 @@ def all_imports(package_dir: Path) -> list[ImportEdge]:
     """Every package-internal import of every module under ``package_dir``."""
     modules = package_modules(package_dir)
     return [edge for name, path in modules.items() for edge in imports_of(name, path, modules)]
+
+
+#: Top-level packages of the repository that sit above the library and are not in the wheel:
+#: the project's benchmark suite imports raytrain_hetero, never the other way round.
+ABOVE_THE_LIBRARY = ("benchmarks",)
+
+
+def imports_from_above(package_dir: Path, above: tuple[str, ...] = ABOVE_THE_LIBRARY) -> list[str]:
+    """``file:line: module imports name`` for every import (lazy ones and those under
+    ``TYPE_CHECKING`` included) of a package in ``above`` by a module under ``package_dir``."""
+    found = []
+    for module, path in package_modules(package_dir).items():
+        for node, _ in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                names = [node.module or ""] if node.level == 0 else []
+            for name in names:
+                if name.split(".")[0] in above:
+                    shown = path.relative_to(package_dir.parent)
+                    found.append(f"{shown}:{node.lineno}: {module} imports {name}")
+    return found
 
 
 def layer_violations(edges: list[ImportEdge]) -> list[tuple[ImportEdge, LayerRule]]:
@@ -358,6 +380,12 @@ def test_known_cycles_still_occur(tree_imports):
     assert not gone, f"fixed, so remove from KNOWN_CYCLES in {Path(__file__).name}: {gone}"
 
 
+def test_the_library_never_imports_the_benchmarks():
+    # benchmarks/ is not in the wheel: such an import would fail on every user's machine.
+    found = imports_from_above(PACKAGE_DIR)
+    assert not found, "the wheel must not import the repository's benchmarks:\n" + "\n".join(found)
+
+
 # ------------------------------------------------------------- the checker on a made-up tree
 
 
@@ -428,6 +456,22 @@ def test_checker_finds_cycles_and_ignores_lazy_imports(tmp_path):
         ("pkg.worker.c", "pkg.worker.a"),
     ]
     assert "worker/c.py:1: pkg.worker.c imports pkg.worker.a" in _describe(three)
+
+
+def test_checker_finds_imports_of_the_benchmarks(tmp_path):
+    package = _write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "app/__init__.py": "def f():\n    import benchmarks.suite\n",  # lazy, still counted
+            "app/cli.py": "from benchmarks import runner\nfrom . import benchmarks_view\n",
+            "app/benchmarks_view.py": "import benchmarksuite\n",  # another package's name
+        },
+    )
+    assert imports_from_above(package) == [
+        "pkg/app/__init__.py:2: pkg.app imports benchmarks.suite",
+        "pkg/app/cli.py:1: pkg.app.cli imports benchmarks",
+    ]
 
 
 def test_module_names_resolve_like_python(tmp_path):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from raytrain_hetero.bench.mp_analysis import (
+from benchmarks.mp_analysis import (
     branches_targets,
     conv_split_figures,
     conv_split_targets,
@@ -15,8 +15,8 @@ from raytrain_hetero.bench.mp_analysis import (
     ideal_speedup,
     measured_crossover,
 )
-from raytrain_hetero.bench.mp_data import cifar_like, multimodal_like
-from raytrain_hetero.bench.mp_suite import format_markdown
+from benchmarks.mp_data import cifar_like, multimodal_like
+from benchmarks.mp_suite import format_markdown
 from raytrain_hetero.workloads.models import MarquesCNN, build_model
 
 
@@ -112,7 +112,7 @@ def test_markdown_names_emulation_shapes_and_verdicts():
     result = {
         "scenario": "conv-split",
         "description": "d",
-        "command": "raytrain-hetero bench conv-split --quick",
+        "command": "python -m benchmarks conv-split --quick",
         "options": {"width": 32, "batches": [128], "steps": 1, "rounds": 2},
         "machine": {"cpu_model": "cpu", "usable_cpus": 2, "torch": "2", "ray": "2"},
         "note": "EMULATION: scaled down",
@@ -161,7 +161,8 @@ def test_generated_data_is_seeded_and_class_structured():
 def test_a_4x_speed_config_is_selectable_and_gets_the_proportional_target():
     import argparse
 
-    from raytrain_hetero.bench.mp_suite import CONV_CONFIGS, mp_options
+    from benchmarks.mp_suite import mp_options
+    from benchmarks.scenarios import CONV_CONFIGS
 
     fields = ("width", "batches", "batch", "epochs", "steps", "rounds", "delays", "contenders")
     args = argparse.Namespace(quick=True, configs="hetero2x4", **dict.fromkeys(fields))

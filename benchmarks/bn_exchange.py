@@ -6,7 +6,7 @@ gloo's all-reduce (what HeteroBatchNorm used before), an all-gather + local sum,
 all-to-all + local sum it uses now. Sizes are SmallCNN width 32's (2C+1 = 65 and 129 values
 in forward, 2C in backward). Prints the median microseconds per exchange over the rounds.
 
-Usage: ``python -m raytrain_hetero.bench.bn_exchange [--world 3] [--rounds 5] [--iters 200]``
+Usage: ``python -m benchmarks.bn_exchange [--world 3] [--rounds 5] [--iters 200]``
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ admitted ones, printed beside the measured figures; their wall time includes the
 admission measurement and the group's restart without the left-out worker.
 
     RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.2 \
-        python -m raytrain_hetero.bench.admission --output benchmarks/results/admission
+        python -m benchmarks.admission --output benchmarks/results/admission
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.bench.replan_recovery import per_step_throughput
+from benchmarks.replan_recovery import per_step_throughput
 
 __all__ = ["admission_bench_loop", "main"]
 
@@ -97,7 +97,7 @@ def _fit(admission: str, args: argparse.Namespace, storage: Path) -> dict[str, A
 
 
 def _plot(summary: dict[str, Any], path: Path) -> None:
-    from raytrain_hetero.bench.plots import _figure, _save
+    from benchmarks.plots import _figure, _save
 
     fig = _figure((6.0, 3.2))
     ax = fig.add_subplot()
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     (args.output / "bench.json").write_text(json.dumps(summary, indent=2))
     (args.output / "COMMAND").write_text(
-        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.2 python -m raytrain_hetero.bench.admission "
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.2 python -m benchmarks.admission "
         + " ".join(argv or sys.argv[1:])
         + "\n"
     )

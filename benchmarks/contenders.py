@@ -131,7 +131,7 @@ def contender_workers(
     Raises:
         ValueError: ``gpu-alone`` on a scenario without a CUDA worker.
     """
-    from raytrain_hetero.bench.scenarios import NOISE_AMPLITUDE
+    from benchmarks.scenarios import NOISE_AMPLITUDE
 
     specs = list(specs)
     if contender == "hetero-static-post":
@@ -229,7 +229,7 @@ def run_fit(
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
-            from raytrain_hetero.bench.loop import bench_loop
+            from benchmarks.loop import bench_loop
             from raytrain_hetero.driver.backend import common_resources
 
             n = len(setup.specs)
@@ -248,7 +248,7 @@ def run_fit(
                 run_config=run_config,
             )
             return trainer.fit()
-        from raytrain_hetero.bench.loop import bench_loop
+        from benchmarks.loop import bench_loop
         from raytrain_hetero.config import (
             BatchConfig,
             ElasticConfig,
@@ -343,7 +343,7 @@ def measure_alone_speeds(
     """
     import ray
 
-    from raytrain_hetero.bench.loop import measure_alone
+    from benchmarks.loop import measure_alone
 
     by_name = {s.name: s for s in setup.specs}
     groups: dict[tuple, list[dict[str, Any]]] = {}

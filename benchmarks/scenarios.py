@@ -1,11 +1,24 @@
-"""The benchmark scenarios, their contenders and the targets printed beside the figures."""
+"""The benchmark scenarios, their contenders and the targets printed beside the figures.
+
+Data-parallel scenarios (:data:`SCENARIOS`, run by :mod:`benchmarks.runner`) and the
+model-parallel ones (:data:`MP_SCENARIOS`, run by :mod:`benchmarks.mp_suite`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTENDERS", "NOISE_AMPLITUDE", "SCENARIOS", "Scenario", "Target"]
+__all__ = [
+    "BRANCH_CONFIGS",
+    "CONTENDERS",
+    "CONV_CONFIGS",
+    "MP_SCENARIOS",
+    "NOISE_AMPLITUDE",
+    "SCENARIOS",
+    "Scenario",
+    "Target",
+]
 
 #: Every contender, in the order they alternate.
 CONTENDERS: dict[str, str] = {
@@ -243,4 +256,67 @@ SCENARIOS: dict[str, Scenario] = {
         },
         needs_gpu=True,
     ),
+}
+
+# ------------------------------------------------ model parallelism (benchmarks.mp_suite)
+
+#: Worker configurations: EMULATED slowdown factor of each worker (speed = 1 / factor).
+CONV_CONFIGS: dict[str, tuple[float, ...]] = {
+    "hetero2": (1.0, 2.0),
+    "hetero2x4": (1.0, 4.0),  # the 4x speed difference of the proportional-vs-equal target
+    "hetero3": (1.0, 2.0, 4.0),
+    "same2": (1.0, 1.0),
+    "same4": (1.0, 1.0, 1.0, 1.0),
+}
+BRANCH_CONFIGS: dict[str, tuple[float, ...]] = {"hetero2": (1.0, 2.0), "hetero3": (1.0, 2.0, 4.0)}
+
+MP_SCENARIOS: dict[str, dict[str, Any]] = {
+    "conv-split": {
+        "description": "Marques' CNN (conv 500 -> 1500 kernels at width 500), conv split vs "
+        "data parallelism, EMULATED speeds",
+        "full": {
+            "width": 32,
+            "batches": [32, 128, 512],
+            "steps": 2,
+            "rounds": 2,
+            "configs": ["hetero2", "hetero3", "same2"],
+            "delays": [0.0, 0.5, 2.0, 8.0],
+            "sweep_batch": 128,
+            "lr": 0.01,
+        },
+        "quick": {
+            "width": 8,
+            "batches": [16, 32],
+            "steps": 1,
+            "rounds": 2,
+            "configs": ["hetero3"],
+            "delays": [0.0, 40.0],
+            "sweep_batch": 16,
+            "lr": 0.01,
+        },
+    },
+    "branches": {
+        "description": "S1+S2 two-branch fusion CNN, branch placement vs data parallelism, "
+        "EMULATED speeds",
+        "full": {
+            "width": 16,
+            "batch": 64,
+            "epochs": 4,
+            "train_samples": 1024,
+            "val_samples": 512,
+            "micro_batches": 4,
+            "configs": ["hetero2", "hetero3"],
+            "lr": 0.05,
+        },
+        "quick": {
+            "width": 4,
+            "batch": 16,
+            "epochs": 2,
+            "train_samples": 64,
+            "val_samples": 32,
+            "micro_batches": 2,
+            "configs": ["hetero2", "hetero3"],
+            "lr": 0.05,
+        },
+    },
 }

@@ -185,7 +185,7 @@ def timeline_points(
     records: Sequence[dict[str, Any]], global_batch_size: int, join_time: float | None = None
 ) -> list[dict[str, Any]]:
     """Per-step samples/s of rank 0 (B over the gap to the previous step of its process)."""
-    from raytrain_hetero.bench.analysis import rank_timelines
+    from benchmarks.analysis import rank_timelines
 
     points: list[dict[str, Any]] = []
     for process in rank_timelines(records).get(0, []):

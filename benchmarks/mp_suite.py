@@ -1,10 +1,10 @@
-"""``raytrain-hetero bench conv-split`` and ``raytrain-hetero bench branches``.
+"""``python -m benchmarks conv-split`` and ``python -m benchmarks branches``.
 
 Model parallelism measured against data parallelism on Ray Train workers (one
 :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` fit per worker configuration, every
 contender alternating inside it over the same data and steps; see
-:mod:`~raytrain_hetero.bench.mp_conv_loop` and :mod:`~raytrain_hetero.bench.mp_branch_loop`).
-Figures: :mod:`~raytrain_hetero.bench.mp_analysis`. Outputs in ``--output``: ``bench.json``
+:mod:`~benchmarks.mp_conv_loop` and :mod:`~benchmarks.mp_branch_loop`).
+Figures: :mod:`~benchmarks.mp_analysis`. Outputs in ``--output``: ``bench.json``
 (raw and derived figures, options, machine), ``results.md`` (the tables and target
 verdicts), ``COMMAND`` and, for conv-split, ``conv_split.png``.
 """
@@ -22,70 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scenarios import BRANCH_CONFIGS, CONV_CONFIGS, MP_SCENARIOS
 from raytrain_hetero.atomic import atomic_write_text
 
-__all__ = ["MP_SCENARIOS", "format_markdown", "run_model_parallel"]
-
-#: Worker configurations: EMULATED slowdown factor of each worker (speed = 1 / factor).
-CONV_CONFIGS: dict[str, tuple[float, ...]] = {
-    "hetero2": (1.0, 2.0),
-    "hetero2x4": (1.0, 4.0),  # the 4x speed difference of the proportional-vs-equal target
-    "hetero3": (1.0, 2.0, 4.0),
-    "same2": (1.0, 1.0),
-    "same4": (1.0, 1.0, 1.0, 1.0),
-}
-BRANCH_CONFIGS: dict[str, tuple[float, ...]] = {"hetero2": (1.0, 2.0), "hetero3": (1.0, 2.0, 4.0)}
-
-MP_SCENARIOS: dict[str, dict[str, Any]] = {
-    "conv-split": {
-        "description": "Marques' CNN (conv 500 -> 1500 kernels at width 500), conv split vs "
-        "data parallelism, EMULATED speeds",
-        "full": {
-            "width": 32,
-            "batches": [32, 128, 512],
-            "steps": 2,
-            "rounds": 2,
-            "configs": ["hetero2", "hetero3", "same2"],
-            "delays": [0.0, 0.5, 2.0, 8.0],
-            "sweep_batch": 128,
-            "lr": 0.01,
-        },
-        "quick": {
-            "width": 8,
-            "batches": [16, 32],
-            "steps": 1,
-            "rounds": 2,
-            "configs": ["hetero3"],
-            "delays": [0.0, 40.0],
-            "sweep_batch": 16,
-            "lr": 0.01,
-        },
-    },
-    "branches": {
-        "description": "S1+S2 two-branch fusion CNN, branch placement vs data parallelism, "
-        "EMULATED speeds",
-        "full": {
-            "width": 16,
-            "batch": 64,
-            "epochs": 4,
-            "train_samples": 1024,
-            "val_samples": 512,
-            "micro_batches": 4,
-            "configs": ["hetero2", "hetero3"],
-            "lr": 0.05,
-        },
-        "quick": {
-            "width": 4,
-            "batch": 16,
-            "epochs": 2,
-            "train_samples": 64,
-            "val_samples": 32,
-            "micro_batches": 2,
-            "configs": ["hetero2", "hetero3"],
-            "lr": 0.05,
-        },
-    },
-}
+__all__ = ["format_markdown", "mp_options", "run_model_parallel"]
 
 
 def _ints(text: str) -> list[int]:
@@ -149,8 +89,8 @@ def _fit(loop: Any, config: dict[str, Any], factors: tuple[float, ...], storage:
 
 
 def _run_conv_split(options: dict[str, Any], scratch: Path) -> list[dict[str, Any]]:
-    from raytrain_hetero.bench.mp_analysis import conv_split_figures
-    from raytrain_hetero.bench.mp_conv_loop import conv_split_bench_loop
+    from benchmarks.mp_analysis import conv_split_figures
+    from benchmarks.mp_conv_loop import conv_split_bench_loop
 
     configs = []
     for label in options["configs"]:
@@ -179,7 +119,7 @@ def _run_conv_split(options: dict[str, Any], scratch: Path) -> list[dict[str, An
 
 
 def _run_branches(options: dict[str, Any], scratch: Path) -> list[dict[str, Any]]:
-    from raytrain_hetero.bench.mp_branch_loop import branches_bench_loop
+    from benchmarks.mp_branch_loop import branches_bench_loop
 
     configs = []
     for label in options["configs"]:
@@ -310,7 +250,7 @@ def format_markdown(result: dict[str, Any]) -> str:
     o = result["options"]
     m = result["machine"]
     lines = [
-        f"## raytrain-hetero bench {result['scenario']}",
+        f"## python -m benchmarks {result['scenario']}",
         "",
         result["description"] + ".",
         "",
@@ -356,8 +296,8 @@ def _note(name: str, options: dict[str, Any]) -> str:
 
 def run_model_parallel(args: argparse.Namespace) -> int:
     """Run (or ``--render-only`` re-render) a model-parallel scenario; print; write outputs."""
-    from raytrain_hetero.bench.arguments import command_line
-    from raytrain_hetero.bench.mp_analysis import branches_targets, conv_split_targets
+    from benchmarks.arguments import command_line
+    from benchmarks.mp_analysis import branches_targets, conv_split_targets
 
     name = args.scenario
     output = args.output or Path("outputs/bench") / name
@@ -367,11 +307,11 @@ def run_model_parallel(args: argparse.Namespace) -> int:
         try:
             options = mp_options(name, args)
         except ValueError as exc:
-            print(f"raytrain-hetero bench: error: {exc}", file=sys.stderr)
+            print(f"python -m benchmarks: error: {exc}", file=sys.stderr)
             return 2
         import ray
 
-        from raytrain_hetero.bench.contenders import machine_description
+        from benchmarks.contenders import machine_description
         from raytrain_hetero.driver.session import init_ray
 
         known = CONV_CONFIGS if name == "conv-split" else BRANCH_CONFIGS
@@ -409,7 +349,7 @@ def run_model_parallel(args: argparse.Namespace) -> int:
     atomic_write_text(output / "results.md", text)
     atomic_write_text(output / "COMMAND", result["command"] + "\n")
     if name == "conv-split":
-        from raytrain_hetero.bench.plots import plot_conv_split
+        from benchmarks.plots import plot_conv_split
 
         plot_conv_split(result, output / "conv_split.png")
     return 0

@@ -1,7 +1,7 @@
 """Running one benchmark scenario: its fits, alternating contenders, and the figures of each.
 
-The honesty rules are in :mod:`raytrain_hetero.bench.suite`; the figures come from
-:mod:`raytrain_hetero.bench.analysis`, the fits from :mod:`raytrain_hetero.bench.contenders`.
+The honesty rules are in :mod:`benchmarks.suite`; the figures come from
+:mod:`benchmarks.analysis`, the fits from :mod:`benchmarks.contenders`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.bench.arguments import command_line, scenario_options
-from raytrain_hetero.bench.report import fit_line
-from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
+from benchmarks.arguments import command_line, scenario_options
+from benchmarks.report import fit_line
+from benchmarks.scenarios import CONTENDERS, SCENARIOS, Scenario
 
 __all__ = ["ScenarioUnavailable", "run_scenario"]
 
@@ -45,12 +45,12 @@ def _check_hardware(scenario: Scenario) -> None:
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one scenario end to end; returns the result written to ``bench.json``."""
-    from raytrain_hetero.bench.contenders import machine_description
+    from benchmarks.contenders import machine_description
 
     scenario = SCENARIOS[name]
     options = scenario_options(scenario, args)
     _check_hardware(scenario)
-    from raytrain_hetero.bench.data import prepare_bench_data
+    from benchmarks.data import prepare_bench_data
     from raytrain_hetero.driver.trainer import expand_worker_specs
 
     machine = machine_description()
@@ -64,7 +64,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         for s in expand_worker_specs(scenario.workers)
     ]
     scratch = Path(tempfile.mkdtemp(prefix=f"rh-bench-{name}-"))
-    from raytrain_hetero.bench.contenders import FitSetup
+    from benchmarks.contenders import FitSetup
 
     setup = FitSetup(
         specs=specs,
@@ -108,7 +108,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
             _run_train(scenario, setup, options, logs, result)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    from raytrain_hetero.bench.analysis import summarize
+    from benchmarks.analysis import summarize
 
     result["summary"] = summarize(result["fits"], options["contenders"], scenario.targets)
     result["elapsed_s"] = time.time() - started
@@ -151,9 +151,9 @@ def _run_train(
 ) -> None:
     import ray
 
-    from raytrain_hetero.bench.analysis import alone_jobs, fit_figures
-    from raytrain_hetero.bench.contenders import measure_alone_speeds, run_fit
-    from raytrain_hetero.bench.plots import timeline_points
+    from benchmarks.analysis import alone_jobs, fit_figures
+    from benchmarks.contenders import measure_alone_speeds, run_fit
+    from benchmarks.plots import timeline_points
     from raytrain_hetero.driver.session import init_ray
 
     cpus = sum(float(s.resources.get("CPU", 1)) for s in setup.specs)
@@ -225,9 +225,9 @@ def _run_join(
     import ray
     from ray.cluster_utils import Cluster
 
-    from raytrain_hetero.bench.analysis import fit_figures
-    from raytrain_hetero.bench.contenders import run_fit
-    from raytrain_hetero.bench.plots import timeline_points
+    from benchmarks.analysis import fit_figures
+    from benchmarks.contenders import run_fit
+    from benchmarks.plots import timeline_points
 
     total = len(setup.specs)
     start = int(scenario.min_workers or total - 1)

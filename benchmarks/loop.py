@@ -16,14 +16,14 @@ Emulated slowdown applies to both the same way, through the one EMULATION helper
 (:class:`raytrain_hetero.worker.emulation.SlowdownEmulator`): a worker with factor k sleeps
 (k - 1) times its own compute (thread CPU time on one torch thread) before every collective of
 the step. raytrain_hetero does it inside its hooks (:class:`raytrain_hetero.worker.timing.StepTiming`);
-for stock, :class:`StockEmulation` does it with a forward pre-hook on the inner module (start
-of the step's compute, after DDP's buffer broadcast) and a DDP communication hook that
-stretches before each gradient bucket's all-reduce, then runs DDP's default all-reduce.
+for stock, :class:`raytrain_hetero.app.bench_stock.StockEmulation` does it (the one the
+user-facing ``raytrain-hetero bench`` uses) with a forward pre-hook on the inner module (start
+of the step's compute) and a DDP communication hook that stretches before each all-reduce.
 
 Every rank appends one JSON line per step to ``<out>/rank<r>_<pid>.jsonl``: step, epoch, world
 size, its slice, the wall time the step ended; rank 0 evaluates every ``eval_every`` steps
 (and at the end) and logs the evaluation's start, end and accuracy. The driver computes every
-figure from these files (:mod:`raytrain_hetero.bench.analysis`), for all contenders alike.
+figure from these files (:mod:`benchmarks.analysis`), for all contenders alike.
 """
 
 from __future__ import annotations
@@ -37,107 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StockEmulation", "bench_loop", "measure_alone", "slowdown_at"]
-
-
-def slowdown_at(
-    base: float,
-    schedule: Sequence[dict[str, Any]],
-    step: int,
-    *,
-    rank: int | None = None,
-    worker: str | None = None,
-) -> float:
-    """Emulated factor at ``step``: ``base`` times every injection targeting this worker."""
-    from raytrain_hetero.config import SlowdownInjection
-    from raytrain_hetero.worker.emulation import slowdown_factor
-
-    injections = [SlowdownInjection(**injection) for injection in schedule]
-    return slowdown_factor(base, injections, worker=worker, rank=rank, step=step)
-
-
-class StockEmulation:
-    """Emulated slowdown for a stock DDP model, matching raytrain_hetero's stretch.
-
-    Args:
-        rank: This worker's rank.
-        base_factor: Its emulated slowdown (1 = none).
-        schedule: Injections ``{"factor", "rank", "from_step"}`` (the same as HeteroTrainer's).
-        device: The model's device (the compute clock reads CUDA with a synchronize).
-    """
-
-    def __init__(
-        self, rank: int, base_factor: float, schedule: Sequence[dict[str, Any]], device: Any
-    ) -> None:
-        from raytrain_hetero.worker.emulation import SlowdownEmulator
-        from raytrain_hetero.worker.timing import ComputeClock
-
-        self.rank = rank
-        self.base_factor = float(base_factor)
-        self.schedule = [dict(i) for i in schedule]
-        self.emulator = SlowdownEmulator(ComputeClock(device))
-        self.step = 0
-
-    @property
-    def factor(self) -> float:
-        """The factor of the current step."""
-        return slowdown_at(self.base_factor, self.schedule, self.step, rank=self.rank)
-
-    def start(self, *_: Any) -> None:
-        """Forward pre-hook: the step's compute starts now (loading is not stretched)."""
-        self.emulator.mark()
-
-    def stretch(self) -> None:
-        """Before a collective: sleep (k - 1) x the compute since the last mark."""
-        self.emulator.stretch(self.factor)
-
-    def install(self, ddp_model: Any) -> None:
-        """Register the pre-hook on the inner module and the stretching comm hook on DDP."""
-        import torch.distributed as dist
-
-        inner = getattr(ddp_model, "module", ddp_model)
-        inner.register_forward_pre_hook(self.start)
-        if not hasattr(ddp_model, "register_comm_hook"):
-            return  # a single worker: no DDP, no collectives
-        ddp_model.register_comm_hook(self, _stretching_allreduce_hook)
-        self._gloo_staging = dist.get_backend() == dist.Backend.GLOO
-
-
-def _stretching_allreduce_hook(state: StockEmulation, bucket: Any) -> Any:
-    """DDP's default all-reduce (sum, then divide by world size), after the emulated stretch.
-
-    On gloo a CUDA bucket is staged through host memory (a mixed CPU/GPU group), which is
-    what gloo does internally for CUDA tensors anyway.
-    """
-    import torch.distributed as dist
-
-    state.stretch()
-    tensor = bucket.buffer()
-    world = dist.get_world_size()
-    tensor.div_(world)
-    if tensor.is_cuda and getattr(state, "_gloo_staging", False):
-        staged = tensor.cpu()
-        fut = dist.all_reduce(staged, async_op=True).get_future()
-
-        def copy_back(f: Any) -> Any:
-            tensor.copy_(f.value()[0])
-            return tensor
-
-        return fut.then(copy_back)
-    fut = dist.all_reduce(tensor, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
-
-
-def _hook_annotations() -> None:
-    # DDP checks the hook's annotations as objects, not strings.
-    import torch
-    import torch.distributed as dist
-
-    _stretching_allreduce_hook.__annotations__ = {
-        "state": object,
-        "bucket": dist.GradBucket,
-        "return": torch.futures.Future[torch.Tensor],
-    }
+__all__ = ["bench_loop", "measure_alone"]
 
 
 def _build_model(width: int, bands: int, classes: int, seed: int) -> Any:
@@ -162,7 +62,7 @@ def bench_loop(config: dict[str, Any]) -> None:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from benchmarks.data import ArrayDataset, BenchData
     from raytrain_hetero.workloads.evaluation import arrays_accuracy
 
     loop_started = time.time()
@@ -172,7 +72,7 @@ def bench_loop(config: dict[str, Any]) -> None:
     train = ArrayDataset(data.path("train_x"), data.path("train_y"), limit=data.train_limit(batch))
     val = ArrayDataset(data.path("val_x"), data.path("val_y"))
     model = _build_model(int(config["width"]), data.bands, data.num_classes, int(config["seed"]))
-    emulation: StockEmulation | None = None
+    emulation: Any = None
     if mode == "stock":
         context = ray.train.get_context()
         rank, world = context.get_world_rank(), context.get_world_size()
@@ -183,10 +83,20 @@ def bench_loop(config: dict[str, Any]) -> None:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         model = ray.train.torch.prepare_model(model, move_to_device=device)
-        _hook_annotations()
+        from raytrain_hetero.app.bench_stock import StockEmulation
+        from raytrain_hetero.config import SlowdownInjection
+        from raytrain_hetero.worker.emulation import SlowdownSchedule
+
         factors = config.get("factors") or [1.0] * world
+        names = config.get("worker_names") or []
         emulation = StockEmulation(
-            rank, factors[rank] if rank < len(factors) else 1.0, config.get("schedule", ()), device
+            SlowdownSchedule(
+                factors[rank] if rank < len(factors) else 1.0,
+                worker=names[rank] if rank < len(names) else str(rank),
+                rank=rank,
+                planned=[SlowdownInjection(**i) for i in config.get("schedule", ())],
+            ),
+            device,
         )
         emulation.install(model)
         loader: Any = DataLoader(train, batch_size=batch // world, shuffle=True)
@@ -394,7 +304,7 @@ def measure_alone(
     import torch.nn.functional as F
     from torch.utils.data import default_collate
 
-    from raytrain_hetero.bench.data import ArrayDataset, BenchData
+    from benchmarks.data import ArrayDataset, BenchData
     from raytrain_hetero.worker.emulation import SlowdownEmulator
     from raytrain_hetero.worker.timing import ComputeClock
 

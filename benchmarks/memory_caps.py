@@ -14,7 +14,7 @@ Two contenders, alternated A B B A in one Ray session after one uncounted warm-u
 The model has no BatchNorm (``marques_cnn``), so both contenders make the one-device update.
 Figure: global samples/s (median over steps after the first 3) per contender and the ratio.
 
-    python -m raytrain_hetero.bench.memory_caps --output benchmarks/results/memory_caps
+    python -m benchmarks.memory_caps --output benchmarks/results/memory_caps
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.bench.replan_recovery import per_step_throughput
+from benchmarks.replan_recovery import per_step_throughput
 
 #: Contender -> memory_cap_mode (None: the "uncapped" reference, no cap at all).
 CONTENDERS: dict[str, str | None] = {
@@ -50,7 +50,7 @@ def ideal_samples_per_s_ratio(cap: int, batch: int, speeds: list[float]) -> floa
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
-    from raytrain_hetero.bench.plots import _figure, _save
+    from benchmarks.plots import _figure, _save
 
     fig = _figure((6.5, 4.0))
     ax = fig.subplots()
@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from benchmarks.fit_capture import capture_fits
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
-    from raytrain_hetero.bench.fit_capture import capture_fits
 
     captured = capture_fits()
     base = load_config(args.config)

@@ -1,4 +1,4 @@
-"""Worker loop of ``raytrain-hetero bench branches``: branch placement vs data parallelism.
+"""Worker loop of ``python -m benchmarks branches``: branch placement vs data parallelism.
 
 Runs inside the Ray Train workers of a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
 (one torch thread each, EMULATED speeds). Both contenders start from the same two-branch
@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from raytrain_hetero.bench.mp_data import multimodal_like
-from raytrain_hetero.bench.mp_probe import proportional_slices
+from benchmarks.mp_data import multimodal_like
+from benchmarks.mp_probe import proportional_slices
 from raytrain_hetero.core.allocation import CostModel, allocate
 from raytrain_hetero.parallel.branch_costs import plan_branch_placement
 from raytrain_hetero.parallel.branches import (

@@ -11,7 +11,7 @@ Two fits of the EuroSAT job in one Ray session (after one uncounted warm-up fit)
 Heterogeneity is EMULATED (``emulated_slowdown`` and the injected factor stretch each worker's
 own compute) on a shared machine; repeat for a spread.
 
-    python -m raytrain_hetero.bench.replan_recovery --output outputs/bench_replan
+    python -m benchmarks.replan_recovery --output outputs/bench_replan
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from raytrain_hetero.bench.analysis import steps_to_recover
+from benchmarks.analysis import steps_to_recover
 from raytrain_hetero.core.records import StepRecord, run_samples_per_s
 
 __all__ = ["per_step_throughput", "steps_to_recover"]
@@ -51,17 +51,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from benchmarks.fit_capture import capture_fits
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
-    from raytrain_hetero.bench.fit_capture import capture_fits
 
     captured = capture_fits()
     base = {
         "train": {"epochs": args.epochs, "global_batch_size": args.batch},
         "scheduler": {
-            "window_steps": 4,
-            "confirm_windows": 2,
-            "min_steps_between_replans": 4,
+            "policy": {"window_steps": 4, "confirm_windows": 2, "min_steps_between_replans": 4},
             "plan_sync_every": 2,
         },
     }
@@ -69,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         args.config,
         {
             **base,
-            "scheduler": {
-                **base["scheduler"],
-                "slowdown_schedule": [{"factor": 3.0, "worker": "fast", "from_step": args.at}],
+            "emulation": {
+                "slowdowns": [{"factor": 3.0, "worker": "fast", "from_step": args.at}],
             },
         },
     )

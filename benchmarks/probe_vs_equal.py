@@ -9,7 +9,7 @@ validation are excluded for both contenders alike.
 Heterogeneity here is EMULATED (``emulated_slowdown`` stretches each worker's own compute),
 on a shared 2-core machine: expect noise, which is why contenders alternate.
 
-    python -m raytrain_hetero.bench.probe_vs_equal --rounds 2 --output outputs/bench_probe
+    python -m benchmarks.probe_vs_equal --rounds 2 --output outputs/bench_probe
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from benchmarks.contenders import machine_description
     from raytrain_hetero.app.config import load_config
     from raytrain_hetero.app.job import init_ray, run_job
-    from raytrain_hetero.bench.contenders import machine_description
 
     base: dict = {"train": {"epochs": args.epochs}}
     if args.width is not None:

@@ -1,6 +1,6 @@
-"""``raytrain-hetero bench SCENARIO``: every contender in one run, alternating, honestly timed.
+"""``python -m benchmarks SCENARIO``: every contender in one run, alternating, honestly timed.
 
-Honesty rules (as in :mod:`raytrain_hetero.bench.probe_vs_equal`):
+Honesty rules (as in :mod:`benchmarks.probe_vs_equal`):
 
 * all contenders run in the same session on the same data, model, global batch, steps and
   emulated slowdowns, in the order A B C A B C ... so slow drifts of a shared machine hit
@@ -8,7 +8,7 @@ Honesty rules (as in :mod:`raytrain_hetero.bench.probe_vs_equal`):
 * the first fit of a Ray session runs slow (process start-up, cold caches): one short
   warm-up fit is run first and not counted;
 * every figure comes from the same per-step logs, computed by the same code
-  (:mod:`raytrain_hetero.bench.analysis`); medians over repeats are reported, raw per-repeat
+  (:mod:`benchmarks.analysis`); medians over repeats are reported, raw per-repeat
   figures are kept in ``bench.json``;
 * each worker's speed "alone" (the efficiency's denominator) is measured right after each
   fit, at the slices and factors that fit used, one worker at a time;
@@ -18,8 +18,8 @@ Honesty rules (as in :mod:`raytrain_hetero.bench.probe_vs_equal`):
 Outputs in ``--output``: ``bench.json`` (raw figures, options, machine), ``COMMAND``,
 ``throughput.png``, ``accuracy.png`` and, for drift and join, ``timeline.png``.
 
-Modules: :mod:`~raytrain_hetero.bench.arguments` (options), :mod:`~raytrain_hetero.bench.runner`
-(running a scenario), :mod:`~raytrain_hetero.bench.report` (table and outputs) and this one
+Modules: :mod:`~benchmarks.arguments` (options), :mod:`~benchmarks.runner`
+(running a scenario), :mod:`~benchmarks.report` (table and outputs) and this one
 (the command: run or re-render; it re-exports the public names of the other three).
 """
 
@@ -31,10 +31,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from raytrain_hetero.bench.arguments import add_arguments
-from raytrain_hetero.bench.report import format_table, write_outputs
-from raytrain_hetero.bench.runner import ScenarioUnavailable, run_scenario
-from raytrain_hetero.bench.scenarios import SCENARIOS
+from benchmarks.arguments import add_arguments
+from benchmarks.report import format_table, write_outputs
+from benchmarks.runner import ScenarioUnavailable, run_scenario
+from benchmarks.scenarios import MP_SCENARIOS, SCENARIOS
 
 __all__ = [
     "EXIT_UNAVAILABLE",
@@ -54,16 +54,16 @@ EXIT_UNAVAILABLE = 3
 
 def render_only(name: str, output: Path) -> int:
     """Recompute summary, table and plots from an existing ``bench.json`` (no fits run)."""
-    from raytrain_hetero.bench.analysis import summarize
+    from benchmarks.analysis import summarize
 
     path = output / "bench.json"
     if not path.exists():
-        print(f"raytrain-hetero bench: error: no {path} to render", file=sys.stderr)
+        print(f"python -m benchmarks: error: no {path} to render", file=sys.stderr)
         return 2
     result = json.loads(path.read_text())
     if result.get("scenario") != name:
         print(
-            f"raytrain-hetero bench: error: {path} holds scenario {result.get('scenario')!r}, "
+            f"python -m benchmarks: error: {path} holds scenario {result.get('scenario')!r}, "
             f"not {name!r}",
             file=sys.stderr,
         )
@@ -81,9 +81,9 @@ def render_only(name: str, output: Path) -> int:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the scenario named in ``args``; print the table; write the outputs."""
-    from raytrain_hetero.bench.mp_suite import MP_SCENARIOS, run_model_parallel
-
     if args.scenario in MP_SCENARIOS:
+        from benchmarks.mp_suite import run_model_parallel
+
         return run_model_parallel(args)
     output = args.output or Path("outputs/bench") / args.scenario
     args.output = output
@@ -92,10 +92,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         result = run_scenario(args.scenario, args)
     except ScenarioUnavailable as exc:
-        print(f"raytrain-hetero bench: {args.scenario} skipped: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks: {args.scenario} skipped: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except ValueError as exc:
-        print(f"raytrain-hetero bench: error: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks: error: {exc}", file=sys.stderr)
         return 2
     print()
     print(format_table(result))
@@ -105,9 +105,9 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m raytrain_hetero.bench SCENARIO ...``."""
+    """``python -m benchmarks SCENARIO ...``."""
     parser = argparse.ArgumentParser(
-        prog="python -m raytrain_hetero.bench", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))

@@ -1,7 +1,7 @@
 """Figures from the per-step logs of benchmark fits (pure: no Ray, no torch).
 
 Every contender is measured by the same code from the same kind of log (one JSON line per
-rank per step, see :mod:`raytrain_hetero.bench.loop`), never from a contender's own
+rank per step, see :mod:`benchmarks.loop`), never from a contender's own
 counters:
 
 * **samples/s**: rank 0's wall time between consecutive step ends, over steady-state steps
@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raytrain_hetero.core.records import median_finite, modal
@@ -40,7 +41,6 @@ __all__ = [
     "drift_figures",
     "fit_figures",
     "live_replans",
-    "median",
     "rank_timelines",
     "steps_to_recover",
     "summarize",
@@ -51,11 +51,6 @@ RECOVERY_TOLERANCE = 0.10
 
 #: Steps after an injected slowdown from which the drift target holds the figure.
 DRIFT_TARGET_STEPS = 30
-
-
-def median(values: Iterable[float | None]) -> float:
-    """Median of the finite values, NaN if none (the records' one median)."""
-    return median_finite(values)
 
 
 def rank_timelines(records: Sequence[Mapping[str, Any]]) -> dict[int, list[list[dict[str, Any]]]]:
@@ -265,17 +260,11 @@ def steps_to_recover(
     ok = []
     for i in range(len(steps)):
         window = [throughput[x] for x in steps[max(0, i - 2) : i + 1]]
-        ok.append(len(window) == 3 and _plain_median(window) >= (1 - tolerance) * reference)
+        ok.append(len(window) == 3 and statistics.median(window) >= (1 - tolerance) * reference)
     for i in range(len(steps)):
         if len(ok[i : i + 3]) == 3 and all(ok[i : i + 3]):
             return steps[i] - injected_at
     return None
-
-
-def _plain_median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def drift_figures(figures: Mapping[str, Any], reference: float) -> dict[str, Any]:
@@ -350,7 +339,7 @@ def summarize(
     reference_fits = [
         f for f in fits if f["contender"] == "hetero-static-post" and f.get("counted", True)
     ]
-    reference = median(f["figures"].get("samples_per_s") for f in reference_fits)
+    reference = median_finite(f["figures"].get("samples_per_s") for f in reference_fits)
     per: dict[str, dict[str, Any]] = {}
     for name in contenders:
         mine = [f for f in fits if f["contender"] == name and f.get("counted", True)]
@@ -358,10 +347,10 @@ def summarize(
         for key in keys:
             values = [f["figures"].get(key, f.get(key)) for f in mine]
             if any(v is not None for v in values):
-                row[key] = median(values)
+                row[key] = median_finite(values)
         if mine and all("plans" in f for f in mine):
             replans = [live_replans(f["plans"]) for f in mine]
-            row["replans"] = median(replans)
+            row["replans"] = median_finite(replans)
             # A rate: pooled over the repeats (all re-plans over all steps), not a median.
             steps = sum(int(f["figures"].get("steps") or 0) for f in mine)
             row["replans_per_100_steps"] = 100.0 * sum(replans) / steps if steps else math.nan
@@ -374,17 +363,17 @@ def summarize(
                 "vs_static_post_after_30",
             ):
                 if any(key in d for d in drifts):
-                    row[key] = median(d.get(key) for d in drifts)
+                    row[key] = median_finite(d.get(key) for d in drifts)
             if any(drifts):
                 transitions = [d.get("transition_steps") for d in drifts if d]
-                row["transition_steps"] = median(transitions)
+                row["transition_steps"] = median_finite(transitions)
                 row["recovered"] = sum(t is not None for t in transitions)
         rates = [f["figures"].get("samples_per_s") for f in mine]
         rates = [float(v) for v in rates if v is not None and math.isfinite(float(v))]
         if rates:
             row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
         reached = [f["figures"].get("steps_to_target") for f in mine]
-        row["steps_to_target"] = median(reached)
+        row["steps_to_target"] = median_finite(reached)
         row["reached_target"] = sum(v is not None for v in reached)
         per[name] = row
     stock = per.get("stock")

@@ -1,4 +1,4 @@
-"""The options of ``raytrain-hetero bench``.
+"""The options of ``python -m benchmarks``.
 
 The parser, the scenario options the command line overrides, and the command that repeats a run.
 """
@@ -10,15 +10,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.bench.scenarios import CONTENDERS, SCENARIOS, Scenario
+from benchmarks.scenarios import CONTENDERS, MP_SCENARIOS, SCENARIOS, Scenario
 
 __all__ = ["add_arguments", "command_line", "parse_scheduler", "scenario_options"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``raytrain-hetero bench`` (also ``python -m raytrain_hetero.bench``)."""
-    from raytrain_hetero.bench.mp_suite import MP_SCENARIOS
-
+    """Options of ``python -m benchmarks``."""
     parser.add_argument(
         "scenario", choices=sorted([*SCENARIOS, *MP_SCENARIOS]), help="scenario to run"
     )
@@ -203,11 +201,11 @@ def parse_scheduler(text: str | None) -> dict[str, Any]:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    """The ``raytrain-hetero bench`` command that repeats this run (non-default options)."""
+    """The ``python -m benchmarks`` command that repeats this run (non-default options)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     defaults = parser.parse_args([args.scenario])
-    words = ["raytrain-hetero", "bench", args.scenario]
+    words = ["python", "-m", "benchmarks", args.scenario]
     for action in parser._actions:
         if not action.option_strings or action.dest == "help":
             continue

@@ -17,7 +17,7 @@ If the loader delivers fewer samples/s than the model consumes, the worker is da
 add DataLoader workers (``data.num_workers``), cache (``data.cache``) or a smaller
 ``image_size``. Run::
 
-    python -m raytrain_hetero.bench.loader_speed --config examples/configs/uc_merced_local.yaml
+    python -m benchmarks.loader_speed --config examples/configs/uc_merced_local.yaml
 """
 
 from __future__ import annotations

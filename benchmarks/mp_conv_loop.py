@@ -1,4 +1,4 @@
-"""Worker loop of ``raytrain-hetero bench conv-split``: four contenders in one worker group.
+"""Worker loop of ``python -m benchmarks conv-split``: four contenders in one worker group.
 
 Runs inside the Ray Train workers a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
 starts (one torch thread each; EMULATED speeds through the one
@@ -41,8 +41,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from raytrain_hetero.bench.mp_data import cifar_like
-from raytrain_hetero.bench.mp_probe import proportional_slices
+from benchmarks.mp_data import cifar_like
+from benchmarks.mp_probe import proportional_slices
 from raytrain_hetero.core.kernel_split import split_kernels
 from raytrain_hetero.parallel.conv_split import CollectiveHooks, split_conv_layers
 from raytrain_hetero.parallel.conv_state import gather_kernel_costs, probe_kernel_cost

@@ -1,4 +1,4 @@
-"""What ``raytrain-hetero bench`` prints and writes: per-fit lines, the table, bench.json, plots."""
+"""What ``python -m benchmarks`` prints and writes: per-fit lines, the table, bench.json, plots."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def _json_default(value: Any) -> Any:
 
 def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
     """bench.json, COMMAND and the plots."""
-    from raytrain_hetero.bench.plots import (
+    from benchmarks.plots import (
         plot_accuracy,
         plot_throughput,
         plot_timeline,

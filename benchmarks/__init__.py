@@ -1,0 +1,21 @@
+"""The project's own benchmark suite: scenarios, contenders, analysis and plots (not in the wheel).
+
+Run from the repository root (it imports the installed ``raytrain_hetero``; nothing in
+``raytrain_hetero`` imports it):
+
+* ``python -m benchmarks SCENARIO [--output DIR] [--repeats N]``: a scenario, every contender
+  alternating in one Ray session (:mod:`benchmarks.suite`; scenarios in
+  :mod:`benchmarks.scenarios`: hetero2, hetero3, drift, homogeneous3, join, cpu-gpu,
+  conv-split, branches);
+* ``python -m benchmarks.<module>`` for the single-question benchmarks:
+  ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
+  ``bn_exchange``, and ``soak`` (fault injection);
+* ``results/``: the measured figures the README and docs cite (``bench.json``, ``COMMAND``,
+  tables and plots per run), kept as historical data. A ``COMMAND`` written before the suite
+  left the package says ``raytrain-hetero bench SCENARIO ...`` or ``python -m
+  raytrain_hetero.bench.<module> ...``: the same options run as ``python -m benchmarks
+  SCENARIO ...`` and ``python -m benchmarks.<module> ...``.
+
+A user comparing stock Ray Train with raytrain_hetero on their own job runs
+``raytrain-hetero bench --config JOB.yaml`` instead (:mod:`raytrain_hetero.app.bench`).
+"""

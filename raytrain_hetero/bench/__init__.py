@@ -1,1 +1,0 @@
-"""Benchmark scenarios: contenders measured side by side in one run, alternating."""
