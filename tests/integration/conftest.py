@@ -18,6 +18,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.ray)
+    # Within each module, the tests that use ``ray_local`` run first (otherwise in order), so
+    # they follow the previous module's on the same local Ray (see ``ray_local``).
+    module_of = {id(item): str(item.path) for item in items}
+    first_index: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_index.setdefault(module_of[id(item)], index)
+    items.sort(
+        key=lambda item: (
+            first_index[module_of[id(item)]],
+            "ray_local" not in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 #: The GCS address of the local Ray that ``ray_local`` started, while it may still run.
