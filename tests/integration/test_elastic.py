@@ -18,15 +18,13 @@ import numpy as np
 import pytest
 import ray
 import torch
-import torch.nn.functional as F
 from ledgers import assert_exactly_once, assert_restores_match, params_digest
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
 from ray_env import FAST_NODE_DEATH, worker_runtime_env
-from train_loops import flat_params, live_loop, make_regression_data, wide_model
+from train_loops import live_loop, make_regression_data, one_device_params, wide_model
 
 from raytrain_hetero import BatchConfig, ElasticConfig, HeteroTrainer, WorkerSpec
-from raytrain_hetero.core.carving import EpochCarver
 
 pytestmark = pytest.mark.ray
 
@@ -158,28 +156,6 @@ def _crash_run(tmp_path, pool_name):
     return out
 
 
-def one_device_params(size: int, batch: int, epochs: int) -> np.ndarray:
-    """live_loop's model after one-device SGD over the same global batches (no Ray).
-
-    Weighted sync makes a group's step the one-device step on its global batch
-    (test_exactness), so a fault-free group ends here: the reference a resumed run must reach.
-    """
-    x, y, _ = make_regression_data(size, 64, 3, torch.float32)
-    model = wide_model(64, 3)
-    optim = torch.optim.SGD(model.parameters(), lr=0.1)  # live_loop's optimiser
-    carver = EpochCarver(size, batch, seed=0, min_step_size=3)
-    for epoch in range(epochs):
-        perm = torch.from_numpy(carver.permutation(epoch))
-        for k in range(carver.steps_per_epoch):
-            lo, hi = carver.step_bounds(k)
-            ids = perm[lo:hi]
-            loss = F.cross_entropy(model(x[ids]), y[ids])
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-    return flat_params(model)
-
-
 def test_worker_crash_resumes_to_the_same_parameters(cluster, pool, tmp_path):
     pool(3)
     cluster.wait_for_nodes()
@@ -195,7 +171,8 @@ def test_worker_crash_resumes_to_the_same_parameters(cluster, pool, tmp_path):
     assert [s["resume_step"] for s in starts] == [0, resume]
     assert_exactly_once(kept, CRASH_SIZE, [0, 1])
     # The parameters a run without the crash reaches (float32: sums in another order).
-    want = one_device_params(CRASH_SIZE, CRASH_BATCH, epochs=2)
+    x, y, _ = make_regression_data(CRASH_SIZE, 64, 3, torch.float32)
+    want = one_device_params(wide_model(64, 3), x, y, batch=CRASH_BATCH, epochs=2, lr=0.1)
     got = np.load(crashed / "final_params.npy")
     assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-4
 

@@ -32,11 +32,10 @@ from ledgers import (
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
 from ray_env import FAST_NODE_DEATH, worker_runtime_env
-from train_loops import flat_params, make_regression_data, plain_model
+from train_loops import make_regression_data, one_device_params, plain_model
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.config import FaultInjectionConfig, FaultSpec, ProbeConfig
-from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.driver._ray_compat import available_resources_per_node
 from raytrain_hetero.worker.checkpoint_state import STATE_FILE
 from raytrain_hetero.worker.faults import fired_markers, marker_path
@@ -119,28 +118,12 @@ def assert_survived(out, reference, epochs=(0, 1)):
 
 @pytest.fixture(scope="module")
 def reference():
-    """Final parameters of a fault-free run: one-device SGD over the same global batches.
-
-    Weighted sync makes every group step the one-device step on its global batch
-    (test_exactness), whatever the shares, so no Ray run is needed for the reference.
-    """
+    """Final parameters of a fault-free run (one-device SGD, no Ray: see one_device_params)."""
     import torch
-    import torch.nn.functional as F
 
     x, y, _ = make_regression_data(SIZE, 6, 3, torch.float32)
     model = plain_model(6, 3, torch.float32)
-    optim = torch.optim.SGD(model.parameters(), lr=0.1)  # fault_loop's optimiser
-    carver = EpochCarver(SIZE, BATCH, seed=0, min_step_size=3)
-    for epoch in range(EPOCHS):
-        perm = torch.from_numpy(carver.permutation(epoch))
-        for k in range(carver.steps_per_epoch):
-            lo, hi = carver.step_bounds(k)
-            ids = perm[lo:hi]
-            loss = F.cross_entropy(model(x[ids]), y[ids])
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-    return flat_params(model)
+    return one_device_params(model, x, y, batch=BATCH, epochs=EPOCHS, lr=0.1)  # fault_loop's
 
 
 def test_a_worker_killed_in_every_phase_and_a_hung_rank(cluster, reference, tmp_path):
