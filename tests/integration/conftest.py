@@ -18,25 +18,71 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.ray)
+    # Within each module, the tests that use ``ray_local`` run first (otherwise in order), so
+    # they follow the previous module's on the same local Ray (see ``ray_local``).
+    module_of = {id(item): str(item.path) for item in items}
+    first_index: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_index.setdefault(module_of[id(item)], index)
+    items.sort(
+        key=lambda item: (
+            first_index[module_of[id(item)]],
+            "ray_local" not in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """A local Ray instance with room for three 1-CPU workers plus helpers."""
+#: The GCS address of the local Ray that ``ray_local`` started, while it may still run.
+_LOCAL_RAY: dict[str, str] = {}
+
+
+def _local_ray_running() -> bool:
     import ray
 
-    if ray.is_initialized():
-        ray.shutdown()
-    # address="local": a fresh instance even if a `ray start` cluster runs on this machine.
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env=worker_runtime_env(),
+    return (
+        bool(_LOCAL_RAY)
+        and ray.is_initialized()
+        and ray.get_runtime_context().gcs_address == _LOCAL_RAY["gcs"]
     )
-    yield ray
-    ray.shutdown()
+
+
+@pytest.fixture
+def ray_local():
+    """A local Ray instance with room for three 1-CPU workers plus helpers.
+
+    One instance serves consecutive tests that ask for it, across modules (a start costs
+    seconds on 2 cores); it is shut down as soon as the next test does not ask for it
+    (:func:`pytest_runtest_teardown`), so every other test finds no Ray running, as before.
+    A test that shut it down itself (the CLI does) gets a fresh one.
+    """
+    import ray
+
+    if not _local_ray_running():
+        if ray.is_initialized():
+            ray.shutdown()
+        # address="local": a fresh instance even if a `ray start` cluster runs on this machine.
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env=worker_runtime_env(),
+        )
+        _LOCAL_RAY["gcs"] = ray.get_runtime_context().gcs_address
+    return ray
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After a test's own teardown: stop ``ray_local``'s Ray unless the next test uses it."""
+    result = yield
+    if _LOCAL_RAY and (nextitem is None or "ray_local" not in nextitem.fixturenames):
+        import ray
+
+        if _local_ray_running():
+            ray.shutdown()
+        _LOCAL_RAY.clear()
+    return result
 
 
 @pytest.fixture

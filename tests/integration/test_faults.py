@@ -31,8 +31,8 @@ from ledgers import (
 )
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
-from ray_env import worker_runtime_env
-from train_loops import plain_model
+from ray_env import FAST_NODE_DEATH, worker_runtime_env
+from train_loops import make_regression_data, one_device_params, plain_model
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.config import FaultInjectionConfig, FaultSpec, ProbeConfig
@@ -60,7 +60,10 @@ def cluster():
     if ray.is_initialized():
         ray.shutdown()
     # The head (no `pool` label) hosts Ray Train's controller and the scheduler actor only.
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "_system_config": FAST_NODE_DEATH},
+    )
     cluster.add_node(num_cpus=3, labels={"pool": "w"})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env=worker_runtime_env(), log_to_driver=False)
@@ -114,15 +117,16 @@ def assert_survived(out, reference, epochs=(0, 1)):
 
 
 @pytest.fixture(scope="module")
-def reference(cluster, tmp_path_factory):
-    """Final parameters of the fault-free run (fixed equal shares, no probing)."""
-    trainer, out = run(tmp_path_factory.mktemp("reference"), "reference")
-    assert trainer.fit().error is None
-    assert_restores_match(out, fresh_digest())
-    return np.load(out / "final_params.npy")
+def reference():
+    """Final parameters of a fault-free run (one-device SGD, no Ray: see one_device_params)."""
+    import torch
+
+    x, y, _ = make_regression_data(SIZE, 6, 3, torch.float32)
+    model = plain_model(6, 3, torch.float32)
+    return one_device_params(model, x, y, batch=BATCH, epochs=EPOCHS, lr=0.1)  # fault_loop's
 
 
-def test_a_worker_killed_in_every_phase_and_a_hung_rank(reference, tmp_path):
+def test_a_worker_killed_in_every_phase_and_a_hung_rank(cluster, reference, tmp_path):
     hang_s = 120
     faults = [
         FaultSpec(phase="probe", action="kill", rank=1),
@@ -218,7 +222,7 @@ def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monk
 
 
 def test_a_corrupted_checkpoint_state_fails_with_the_file_named_once_retries_run_out(
-    reference, tmp_path
+    cluster, tmp_path
 ):
     # Every checkpoint's state file is corrupted as it is written, so whichever one Ray Train
     # registered last, the restart after the kill restores a corrupted one and fails too:

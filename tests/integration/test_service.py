@@ -170,15 +170,8 @@ def test_kill_9_of_a_worker_during_train_is_survived_and_resume_continues(
     capsys.readouterr()
     assert main(_cli(out, "--run-name", "nightly", "--set", "train.epochs=3")[3:]) == 2
     assert "--resume" in capsys.readouterr().err
-    resumed = subprocess.run(
-        _cli(out, "--run-name", "nightly", "--resume", "--set", "train.epochs=3"),
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # In this process: no second interpreter importing torch and Ray for the same check.
+    assert main(_cli(out, "--run-name", "nightly", "--resume", "--set", "train.epochs=3")[3:]) == 0
     again = json.loads((out / "summary.json").read_text())
     assert again["run"]["resumed"] is True
     assert again["run"]["first_step"] == first_run_steps  # epoch 3 only, from the checkpoint

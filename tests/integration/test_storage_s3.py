@@ -53,19 +53,6 @@ def _cli(tmp_path: Path, command: str, *extra: str) -> list[str]:
     ]
 
 
-def _run_cli(tmp_path: Path, env: dict[str, str], command: str, *extra: str) -> None:
-    """Run one CLI command to the end; it must succeed."""
-    done = subprocess.run(
-        _cli(tmp_path, command, *extra),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 def _env(s3_store) -> dict[str, str]:
     # Credentials reach the driver and (inherited by the embedded Ray) every worker from the
     # environment only; the endpoint is in the YAML.
@@ -130,7 +117,9 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
     assert main(_cli(tmp_path, "train", "--run-name", RUN, "--no-progress")[3:]) == 2
     refused = capsys.readouterr().err
     assert "--resume" in refused and f"s3://{s3_store.bucket}/runs/{RUN}" in refused
-    _run_cli(tmp_path, env, "train", "--run-name", RUN, "--resume", "--no-progress")
+    # The resume and predict run in this process (no second interpreter to import torch and
+    # Ray): its environment holds the same credentials (the s3_store fixture set them).
+    assert main(_cli(tmp_path, "train", "--run-name", RUN, "--resume", "--no-progress")[3:]) == 0
     outputs = s3_store.keys("out")
     assert {"out/metrics.csv", "out/summary.json", "out/throughput.png"} <= set(outputs)
     summary = json.loads(_read(s3_store, "out/summary.json"))
@@ -147,9 +136,8 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
 
     # 3. predict loads the run's newest checkpoint from the bucket (by the run folder's URI)
     #    and writes its outputs there.
-    _run_cli(
+    predict = _cli(
         tmp_path,
-        env,
         "predict",
         "--checkpoint",
         f"s3://{s3_store.bucket}/runs/{RUN}",
@@ -158,6 +146,7 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
         "--batch-size",
         "16",
     )
+    assert main(predict[3:]) == 0
     keys = s3_store.keys("out/predict")
     assert "out/predict/predict_summary.json" in keys
     parts = [k for k in keys if k.startswith("out/predict/predictions/") and k.endswith(".parquet")]

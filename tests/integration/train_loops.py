@@ -49,6 +49,30 @@ def flat_params(model: torch.nn.Module) -> np.ndarray:
     return torch.cat(tensors).numpy()
 
 
+def one_device_params(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch: int, epochs: int, lr: float
+) -> np.ndarray:
+    """``model`` after plain SGD on one device over the global batches a run carves (seed 0).
+
+    Weighted sync makes every group step the one-device step on its global batch, whatever
+    the shares (test_exactness): this is where a fault-free run of these loops ends.
+    """
+    from raytrain_hetero.core.carving import EpochCarver
+
+    optim = torch.optim.SGD(model.parameters(), lr=lr)
+    carver = EpochCarver(len(x), batch, seed=0, min_step_size=3)
+    for epoch in range(epochs):
+        perm = torch.from_numpy(carver.permutation(epoch))
+        for k in range(carver.steps_per_epoch):
+            lo, hi = carver.step_bounds(k)
+            ids = perm[lo:hi]
+            loss = F.cross_entropy(model(x[ids]), y[ids])
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+    return flat_params(model)
+
+
 def trajectory_loop(config: dict) -> None:
     """Train each model of config['models'] on the same carved batches; rank 0 saves params per step."""
     dtype = getattr(torch, config["dtype"])
