@@ -23,9 +23,8 @@ from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
 from raytrain_hetero.errors import ModelParallelError
-from raytrain_hetero.parallel.branches import branch_model_of
+from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
 from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
-from raytrain_hetero.workloads.branch_model import BranchModel
 
 __all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
 
