@@ -1,16 +1,10 @@
-"""The two model-parallel strategies behind :class:`~raytrain_hetero.parallel.ParallelModel`.
-
-* :class:`ConvSplitStrategy` (``conv_split``): the output channels of chosen conv layers split
-  over the replica's ranks by probed per-kernel cost; re-split between steps when it pays.
-* :class:`BranchStrategy` (``branches``): the modality branches and the fusion head placed on
-  the replica's ranks by measured branch costs, micro-batches pipelined; placed once.
-
-Each is prepared by a collective (:meth:`ParallelStrategy.prepare`) and then answers what
-differs between the modes: this rank's parameters, forward + backward, the layout, re-split,
-and full (unsplit) state. What both share (the cross-replica gradient all-reduce, the replica
-weight, the step's timing) is :class:`~raytrain_hetero.parallel.ParallelModel`'s. Costs are
-combined over the replicas (per position the slowest replica's rank decides), so every
-replica splits or places the model the same way without a broadcast.
+"""The two model-parallel strategies behind :class:`~raytrain_hetero.parallel.ParallelModel`:
+:class:`ConvSplitStrategy` (``conv_split``: conv kernels split by probed per-kernel cost,
+re-split when it pays) and :class:`BranchStrategy` (``branches``: branches and head placed by
+measured costs, pipelined, placed once). Costs are combined over the replicas (per position the
+slowest replica's rank decides), so every replica splits or places the model alike without a
+broadcast. What both share (replica weight, cross-replica all-reduce, timing) is
+:class:`ParallelModel`'s.
 """
 
 from __future__ import annotations
@@ -83,12 +77,12 @@ def _per_position(rows: list[Any], groups: ParallelGroups) -> list[Any]:
 
 
 class ParallelStrategy(ABC):
-    """What differs between the model-parallel modes; one per :class:`ParallelModel`.
+    """What differs between the model-parallel modes, behind one :class:`ParallelModel`.
 
-    Attributes:
-        mode: The ``ParallelConfig.mode`` it serves.
-        module: The model as this rank holds it (split layers, or parts placed elsewhere on
-            ``meta``).
+    Each method means what :class:`~raytrain_hetero.parallel.ParallelModel`'s method of the
+    same name says (``forward_backward``: forward and backward on the replica's batch,
+    returning the loss and this rank's bytes sent and received). ``module`` is the model as
+    this rank holds it.
     """
 
     mode: ClassVar[str]
@@ -104,41 +98,30 @@ class ParallelStrategy(ABC):
         groups: ParallelGroups,
         example: torch.Tensor,
     ) -> ParallelStrategy:
-        """Probe, combine over the replicas, split or place ``model`` (a collective)."""
+        """Probe, combine the costs over the replicas, split or place ``model`` (a collective)."""
 
     @abstractmethod
-    def parameters(self) -> Iterator[nn.Parameter]:
-        """This rank's parameters in the single-device model's order."""
+    def parameters(self) -> Iterator[nn.Parameter]: ...
 
     @abstractmethod
-    def train(self, mode: bool) -> None:
-        """Training (True) or evaluation mode on the whole model."""
-
-    @abstractmethod
-    def layout(self, groups: ParallelGroups) -> ParallelLayout:
-        """The split or placement of every world rank."""
+    def layout(self, groups: ParallelGroups) -> ParallelLayout: ...
 
     @abstractmethod
     def forward_backward(
         self, inputs: torch.Tensor, target: torch.Tensor, loss_fn: LossFn
-    ) -> tuple[torch.Tensor, int, int]:
-        """Forward and backward on this replica's batch: (loss, bytes sent, bytes received)."""
+    ) -> tuple[torch.Tensor, int, int]: ...
 
     @abstractmethod
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor | None:
-        """The model's output on this rank (None where the mode has none)."""
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor | None: ...
 
     def maybe_resplit(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any] | None:
-        """Re-probe and move work between ranks when it pays (a collective); None: no move."""
-        return None
+        return None  # a placement is fixed for the worker group's life
 
     @abstractmethod
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The single-device model's state_dict, CPU copies (a collective)."""
+    def full_state_dict(self) -> dict[str, torch.Tensor]: ...
 
     @abstractmethod
-    def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The single-device optimizer state, CPU copies (a collective)."""
+    def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]: ...
 
     @abstractmethod
     def restore(
@@ -146,8 +129,7 @@ class ParallelStrategy(ABC):
         model_state: Mapping[str, torch.Tensor],
         optimizer: torch.optim.Optimizer | None,
         optimizer_state: Mapping[str, Any] | None,
-    ) -> None:
-        """Load a full model state and, when both are given, the optimizer's (local)."""
+    ) -> None: ...
 
 
 class ConvSplitStrategy(ParallelStrategy):
@@ -193,9 +175,6 @@ class ConvSplitStrategy(ParallelStrategy):
 
     def parameters(self) -> Iterator[nn.Parameter]:
         return self.module.parameters()
-
-    def train(self, mode: bool) -> None:
-        self.module.train(mode)
 
     def layout(self, groups: ParallelGroups) -> ParallelLayout:
         kernels = [(name, layer.kernels_per_rank) for name, layer in split_layers(self.module)]
@@ -327,9 +306,6 @@ class BranchStrategy(ParallelStrategy):
 
     def parameters(self) -> Iterator[nn.Parameter]:
         return self.pipeline.parameters()
-
-    def train(self, mode: bool) -> None:
-        self.pipeline.train(mode)
 
     def layout(self, groups: ParallelGroups) -> ParallelLayout:
         placement = self.pipeline.placement

@@ -107,7 +107,7 @@ class ParallelModel:
 
     def train(self, mode: bool = True) -> ParallelModel:
         """Training mode (BatchNorm batch statistics, dropout) on the whole model."""
-        self.strategy.train(mode)
+        self.module.train(mode)
         return self
 
     def eval(self) -> ParallelModel:

@@ -125,8 +125,6 @@ def probe_step_costs(
     """
     if not batch_sizes or min(batch_sizes) < 1:
         raise ProbeError(f"Probe batch sizes must be >= 1, got {list(batch_sizes)}.")
-    if repeats < 1:
-        raise ProbeError(f"Probe repeats must be >= 1, got {repeats}.")
     timer = ProbeTimer(ComputeClock(device), slowdown=slowdown, count_setup=time_loading)
     saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]

@@ -224,11 +224,10 @@ class ProbeTimer:
     """Times probe calls: warm-up, interleaved repeats, one clock, EMULATION accounted.
 
     A call's compute is read on ``clock`` and stretched by ``slowdown`` through the one
-    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`, accounted, not slept (a
-    probe only has to say how slow the worker is). A call may end its setup with
-    :meth:`setup_done` (after building a batch, or a barrier): what ran before counts
-    unstretched when ``count_setup`` (a slower accelerator does not read data more slowly),
-    else not at all.
+    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`, accounted, not slept. A call
+    may end its setup with :meth:`setup_done` (after building a batch, or a barrier): the
+    setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
+    more slowly), else not at all.
 
     Args:
         clock: :class:`ComputeClock` (this worker's own compute) or :class:`WallClock`.
