@@ -7,11 +7,12 @@
   :func:`probe_kernel_cost`.
 * Branch placement (``branch_model``, ``branches``, ``branch_costs``, ``p2p``): the modality
   branches of a multimodal model (declared through :class:`DeclaresBranches`, seen as a
-  :class:`BranchModel`) on different ranks, the fusion head on one of them, activations and their
-  gradients sent point to point, micro-batches pipelined; exact against one device.
-* Training through ``HeteroTrainer`` (``training``, ``layout``, ``optimizer_state``):
-  :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step, maybe_resplit, full
-  checkpoints, :class:`ParallelLayout`), R data-parallel replicas x G-way groups.
+  :class:`BranchModel`) on different ranks, the fusion head on one of them, activations and
+  their gradients sent point to point, micro-batches pipelined; exact against one device.
+* Training through ``HeteroTrainer`` (``training``, ``strategies``, ``layout``,
+  ``optimizer_state``): :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step,
+  maybe_resplit, full checkpoints, :class:`ParallelLayout`), R data-parallel replicas x
+  G-way groups, one strategy per mode.
 
 Layer rule: ``parallel`` imports core, config, errors, atomic, worker, workloads and torch;
 never driver, app, tune, inference, bench or sim; worker never imports parallel. Names are
