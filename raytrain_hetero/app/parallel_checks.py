@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["check_parallel_fits_model", "parallel_setting_problems"]
 
-#: Models of the job schema that declare modality branches (``declared_branches()``).
+#: Models of the job schema that declare modality branches (``parallel.DeclaresBranches``).
 BRANCH_MODELS: tuple[str, ...] = ("fusion_cnn",)
 
 

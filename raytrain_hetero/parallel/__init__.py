@@ -5,12 +5,14 @@
   :func:`split_conv_layers`, :func:`check_replicas_identical`; full (unsplit) checkpoints of a
   split model, :func:`resplit` (weights and optimizer state move between ranks),
   :func:`probe_kernel_cost`.
-* Branch placement (``branches``, ``branch_costs``, ``p2p``): the modality branches of a
-  multimodal model on different ranks, the fusion head on one of them, activations and their
-  gradients sent point to point, micro-batches pipelined; exact against one device.
-* Training through ``HeteroTrainer`` (``training``, ``layout``, ``optimizer_state``):
-  :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step, maybe_resplit, full
-  checkpoints, :class:`ParallelLayout`), R data-parallel replicas x G-way groups.
+* Branch placement (``branch_model``, ``branches``, ``branch_costs``, ``p2p``): the modality
+  branches of a multimodal model (declared through :class:`DeclaresBranches`, seen as a
+  :class:`BranchModel`) on different ranks, the fusion head on one of them, activations and
+  their gradients sent point to point, micro-batches pipelined; exact against one device.
+* Training through ``HeteroTrainer`` (``training``, ``strategies``, ``layout``,
+  ``optimizer_state``): :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step,
+  maybe_resplit, full checkpoints, :class:`ParallelLayout`), R data-parallel replicas x
+  G-way groups, one strategy per mode.
 
 Layer rule: ``parallel`` imports core, config, errors, atomic, worker, workloads and torch;
 never driver, app, tune, inference, bench or sim; worker never imports parallel. Names are
@@ -46,9 +48,11 @@ _LAZY = {
     "BranchCosts": _BRANCH_COSTS,
     "measure_branch_costs": _BRANCH_COSTS,
     "plan_branch_placement": _BRANCH_COSTS,
+    "BranchModel": "raytrain_hetero.parallel.branch_model",
+    "DeclaresBranches": "raytrain_hetero.parallel.branch_model",
+    "branch_model_of": "raytrain_hetero.parallel.branch_model",
     "BranchPipeline": _BRANCHES,
     "BranchStep": _BRANCHES,
-    "branch_model_of": _BRANCHES,
     "data_parallel_bytes_per_step": _BRANCHES,
     "micro_batch_sizes": _BRANCHES,
     "predicted_branch_bytes_per_step": _BRANCHES,

@@ -1,12 +1,12 @@
 """Measuring what each branch and the head cost on each rank, and placing them from that.
 
 Before branches are placed, every rank still holds the whole model: it times the forward +
-backward of each branch (and the head) on an example batch with its own compute clock
-(:class:`~raytrain_hetero.worker.timing.ComputeClock`: thread/process CPU time on CPU, so
-co-located workers do not count each other's work), scales the readings by its emulated
-slowdown factor (EMULATION: a factor-k worker behaves like a device k times slower; 1.0 on
-real heterogeneous hardware), and the ranks exchange their rows. Every rank then solves the
-same placement problem on the same matrix
+backward of each branch (and the head) on an example batch with the one probe timer
+(:class:`~raytrain_hetero.worker.timing.ProbeTimer` on the worker's compute clock: thread or
+process CPU time on CPU, so co-located workers do not count each other's work), scales the
+readings by its emulated slowdown factor (EMULATION: a factor-k worker behaves like a device k
+times slower; 1.0 on real heterogeneous hardware), and the ranks exchange their rows. Every rank
+then solves the same placement problem on the same matrix
 (:func:`~raytrain_hetero.core.branch_placement.place_branches`), so they agree without a
 further broadcast.
 """
@@ -23,9 +23,8 @@ from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
 from raytrain_hetero.errors import ModelParallelError
-from raytrain_hetero.parallel.branches import branch_model_of
-from raytrain_hetero.worker.timing import ComputeClock
-from raytrain_hetero.workloads.branch_model import BranchModel
+from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
+from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
 
 __all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
 
@@ -43,16 +42,6 @@ class BranchCosts:
 
     branches: tuple[tuple[str, float], ...]
     head: float
-
-
-def _timed(clock: ComputeClock, run: Any, repeats: int) -> float:
-    run()  # warm-up: first calls allocate and pick kernels
-    best = float("inf")
-    for _ in range(repeats):
-        start = clock.now()
-        run()
-        best = min(best, clock.now() - start)
-    return max(best, 1e-9)
 
 
 def measure_branch_costs(
@@ -82,23 +71,21 @@ def measure_branch_costs(
     if not slowdown > 0:
         raise ModelParallelError(f"slowdown must be > 0, got {slowdown}")
     declared = branch_model_of(model)
-    clock = ComputeClock(device)
+    timer = ProbeTimer(ComputeClock(device), slowdown=slowdown)
     saved = {k: v.clone() for k, v in declared.model.state_dict().items()}
     parts = declared.split_inputs(example_input)
-    costs = []
-    embeddings = []
+    modules = [module for _, module in declared.branches]
     # Forked RNG: dropout during the measurement must not shift the training run's draws.
     with torch.random.fork_rng(devices=[]):
-        for (name, module), part in zip(declared.branches, parts, strict=True):
-            run = lambda m=module, p=part: m(p).sum().backward()  # noqa: E731
-            costs.append((name, _timed(clock, run, repeats)))
-            with torch.no_grad():
-                embeddings.append(module(part))
-        fused = torch.cat(embeddings, dim=1)
-        head = _timed(clock, lambda: declared.head(fused).sum().backward(), repeats)
+        with torch.no_grad():
+            fused = torch.cat([m(p) for m, p in zip(modules, parts, strict=True)], dim=1)
+        calls = [lambda m=m, p=p: m(p).sum().backward() for m, p in zip(modules, parts)]
+        calls.append(lambda: declared.head(fused).sum().backward())
+        timings = timer.run(calls, repeats=repeats)
     declared.model.load_state_dict(saved)
     declared.model.zero_grad(set_to_none=True)
-    return BranchCosts(tuple((n, c * slowdown) for n, c in costs), head * slowdown)
+    seconds = [max(t.best, 1e-9) for t in timings]
+    return BranchCosts(tuple(zip(declared.branch_names, seconds[:-1])), seconds[-1])
 
 
 def plan_branch_placement(

@@ -43,13 +43,12 @@ from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement
 from raytrain_hetero.errors import ModelParallelError
+from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
 from raytrain_hetero.parallel.p2p import HEADER_BYTES, Traffic, recv_tensor, send_tensor
-from raytrain_hetero.workloads.branch_model import BranchModel
 
 __all__ = [
     "BranchPipeline",
     "BranchStep",
-    "branch_model_of",
     "data_parallel_bytes_per_step",
     "micro_batch_sizes",
     "predicted_branch_bytes_per_step",
@@ -79,31 +78,6 @@ class BranchStep:
     output: torch.Tensor | None
     bytes_sent: int
     bytes_received: int
-
-
-def branch_model_of(model: nn.Module | BranchModel) -> BranchModel:
-    """The declared branches of ``model``.
-
-    Raises:
-        ModelParallelError: The model declares no branches (no ``declared_branches()``).
-    """
-    if isinstance(model, BranchModel):
-        return model
-    declare = getattr(model, "declared_branches", None)
-    if not callable(declare):
-        raise ModelParallelError(
-            f"{type(model).__name__} does not declare its branches, so it cannot be placed "
-            "branch by branch. Fix: give the model a declared_branches() method returning a "
-            "raytrain_hetero.workloads.BranchModel (see TwoBranchFusionCNN), or use data "
-            "parallelism."
-        )
-    declared = declare()
-    if not isinstance(declared, BranchModel):
-        raise ModelParallelError(
-            f"{type(model).__name__}.declared_branches() returned {type(declared).__name__}, "
-            "expected a raytrain_hetero.workloads.BranchModel"
-        )
-    return declared
 
 
 def micro_batch_sizes(batch_size: int, micro_batches: int | Sequence[int]) -> tuple[int, ...]:
@@ -193,7 +167,7 @@ class BranchPipeline:
 
     Args:
         model: The single-device model (declaring its branches) or its
-            :class:`~raytrain_hetero.workloads.BranchModel`; every rank builds the same model
+            :class:`~raytrain_hetero.parallel.BranchModel`; every rank builds the same model
             (same seed) and passes it here. Its modules not placed on this rank are moved to
             the ``meta`` device.
         placement: Where each branch and the head run (group ranks); see
@@ -259,8 +233,9 @@ class BranchPipeline:
         for part, module in parts.items():
             if id(module) not in module_names:
                 raise ModelParallelError(
-                    f"declared part {part!r} is not a submodule of the model; a BranchModel "
-                    "must be a view of the model's own modules"
+                    f"declared part {part!r} is not a submodule of the model; a "
+                    "raytrain_hetero.parallel.BranchModel must be a view of the model's own "
+                    "modules"
                 )
             name = module_names[id(module)]
             prefixes[part] = f"{name}." if name else ""

@@ -28,8 +28,7 @@ from torch import nn
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.conv_split import SplitConv2d, all_gather_blocks, split_layers
-from raytrain_hetero.worker.emulation import SlowdownEmulator
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
 
 __all__ = [
     "full_optimizer_state_dict",
@@ -241,9 +240,9 @@ def probe_kernel_cost(
     Times forward + backward of a copy of the layer with ``k`` output channels on a random
     batch of ``input_shape`` (the whole batch, as a split rank computes it), for each ``k`` of
     ``kernel_counts`` (default: a quarter of the kernels and all of them), in interleaved
-    rounds, keeping each count's fastest round. Compute is
-    measured with the worker's compute clock and stretched by ``slowdown`` through the one
-    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept).
+    rounds, keeping each count's fastest round. Timed by the one
+    :class:`~raytrain_hetero.worker.timing.ProbeTimer`: the worker's compute clock, stretched
+    by ``slowdown`` (accounted, not slept).
     Not a collective; the layer itself is not touched.
 
     Raises:
@@ -258,8 +257,7 @@ def probe_kernel_cost(
         )
     device = torch.device(device)
     dtype = conv.weight.dtype
-    clock = ComputeClock(device)
-    emulator = SlowdownEmulator(clock)
+    timer = ProbeTimer(ComputeClock(device), slowdown=slowdown)
     inputs = torch.randn(*input_shape, device=device, dtype=dtype, requires_grad=True)
     trials = [
         nn.Conv2d(
@@ -275,24 +273,20 @@ def probe_kernel_cost(
         for count in counts
     ]
 
-    def one_pass(trial: nn.Conv2d) -> float:
-        emulator.mark()
-        trial(inputs).sum().backward()
-        elapsed = emulator.stretch(slowdown, sleep=False)
+    def drop_grads() -> None:
         inputs.grad = None
-        trial.zero_grad(set_to_none=True)
-        return elapsed
+        for trial in trials:
+            trial.zero_grad(set_to_none=True)
 
-    for trial in trials:
-        for _ in range(warmup):
-            one_pass(trial)
-    # Interleaved rounds, so drift hits every count alike; the minimum per count, because
-    # interference from co-located processes (caches, memory bandwidth) only ever adds time.
-    timings: list[list[float]] = [[] for _ in trials]
-    for _ in range(max(1, repeats)):
-        for trial, times in zip(trials, timings, strict=True):
-            times.append(one_pass(trial))
-    seconds = [min(times) for times in timings]
+    # The fastest round per count: interference from co-located processes (caches, memory
+    # bandwidth) only ever adds time.
+    timings = timer.run(
+        [lambda t=trial: t(inputs).sum().backward() for trial in trials],
+        repeats=max(1, repeats),
+        warmup=warmup,
+        cleanup=drop_grads,
+    )
+    seconds = [t.best for t in timings]
     return fit_cost_model(counts, [max(s, 1e-9) for s in seconds])
 
 

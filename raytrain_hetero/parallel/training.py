@@ -19,6 +19,8 @@ layer, or the branch placement, is agreed from per-position costs combined over 
 the ranks holding the same parameters all-reduce their gradients across replicas
 (:mod:`raytrain_hetero.parallel.layout`).
 
+What differs between the modes is a :class:`~raytrain_hetero.parallel.strategies.ParallelStrategy`
+(:mod:`raytrain_hetero.parallel.strategies`); :class:`ParallelModel` holds what they share.
 This module reads the per-process worker runtime (the one other reader besides
 :mod:`raytrain_hetero.worker.api`): it is the model-parallel counterpart of ``prepare_model``.
 """
@@ -29,44 +31,21 @@ import copy
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.branch_placement import (
-    BranchPlacement,
-    check_branch_group,
-    place_branches,
-)
-from raytrain_hetero.core.kernel_split import proposed_resplit
 from raytrain_hetero.errors import ModelParallelError
-from raytrain_hetero.parallel import conv_state
-from raytrain_hetero.parallel.branch_costs import measure_branch_costs
-from raytrain_hetero.parallel.branches import BranchPipeline, branch_model_of
-from raytrain_hetero.parallel.conv_split import (
-    CollectiveHooks,
-    SplitConv2d,
-    check_replicas_identical,
-    split_conv_layers,
-    split_layers,
-)
+from raytrain_hetero.parallel.conv_split import check_replicas_identical
 from raytrain_hetero.parallel.layout import (
     ParallelGroups,
     ParallelLayout,
     build_groups,
     reduce_across_replicas,
 )
-from raytrain_hetero.parallel.optimizer_state import (
-    copy_to_cpu,
-    full_optimizer_state_of_share,
-    share_of_full_optimizer_state,
-)
-from raytrain_hetero.worker.checkpoint_state import require_state
+from raytrain_hetero.parallel.strategies import STRATEGIES, ParallelStrategy, ring_bytes
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
 
 __all__ = ["ParallelModel", "ParallelStep", "prepare_model_parallel"]
@@ -91,28 +70,6 @@ class ParallelStep:
     bytes_received: int
 
 
-def _upcoming_step(runtime: WorkerRuntime) -> int:
-    """Global step the next batch belongs to (for the EMULATION factor of a probe)."""
-    if runtime.loader is not None:
-        return runtime.loader.carver.global_step(runtime.loader.cursor)
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return 0
-    with checkpoint.as_directory() as directory:
-        return require_state(Path(directory), checkpoint.path).global_step
-
-
-def _batch_of(example: torch.Tensor, size: int) -> torch.Tensor:
-    """``example`` repeated or cut along dimension 0 to ``size`` samples."""
-    reps = -(-size // int(example.shape[0]))
-    return example.repeat(reps, *([1] * (example.dim() - 1)))[:size]
-
-
-def _ring_bytes(numel: int, element: int, ranks: int) -> int:
-    """Bytes each rank sends (and receives) in a ring all-reduce of ``numel`` elements."""
-    return 0 if ranks < 2 else int(2 * (ranks - 1) * numel * element // ranks)
-
-
 class ParallelModel:
     """A model split (``conv_split``) or placed (``branches``) over its replica's ranks.
 
@@ -121,50 +78,36 @@ class ParallelModel:
     Attributes:
         mode: ``"conv_split"`` or ``"branches"``.
         groups: This rank's process groups and place in the layout.
+        strategy: What the mode does
+            (:class:`~raytrain_hetero.parallel.strategies.ConvSplitStrategy` or
+            :class:`~raytrain_hetero.parallel.strategies.BranchStrategy`, whose ``pipeline``
+            is the :class:`~raytrain_hetero.parallel.BranchPipeline`).
         module: ``conv_split``: the split model (callable on every rank of the group, a
             collective). ``branches``: the model, its parts placed elsewhere on ``meta``.
-        pipeline: ``branches``: the :class:`~raytrain_hetero.parallel.BranchPipeline`.
     """
 
     def __init__(
         self,
         runtime: WorkerRuntime,
-        module: nn.Module,
+        strategy: ParallelStrategy,
         template: nn.Module,
         groups: ParallelGroups,
-        *,
-        layers: tuple[str, ...] = (),
-        pipeline: BranchPipeline | None = None,
-        example_input: torch.Tensor | None = None,
     ) -> None:
         self._runtime = runtime
-        self.mode = runtime.identity.setup.parallel.mode
-        self.module = module
+        self.strategy = strategy
+        self.mode = strategy.mode
+        self.module = strategy.module
         self._template = template
         self.groups = groups
-        self.layers = layers
-        self.pipeline = pipeline
-        self._example = example_input
-        self._traffic = [0, 0]  # bytes sent, received by the split layers in this step
-        self._full_index = {
-            id(p): i
-            for i, p in enumerate((pipeline.declared.model if pipeline else module).parameters())
-        }
-        for _, layer in split_layers(module):
-            layer.register_forward_pre_hook(self._count_layer_traffic, with_kwargs=False)
-
-    # ------------------------------------------------------------------ parameters, modes
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """This rank's parameters (its kernels and the replicated layers, or its branches and
         the head), in the single-device model's order: build the optimizer over them."""
-        if self.pipeline is not None:
-            return self.pipeline.parameters()
-        return self.module.parameters()
+        return self.strategy.parameters()
 
     def train(self, mode: bool = True) -> ParallelModel:
         """Training mode (BatchNorm batch statistics, dropout) on the whole model."""
-        (self.pipeline or self.module).train(mode)
+        self.module.train(mode)
         return self
 
     def eval(self) -> ParallelModel:
@@ -173,32 +116,7 @@ class ParallelModel:
 
     def layout(self) -> ParallelLayout:
         """The split or placement of every world rank (the same in every replica)."""
-        if self.pipeline is not None:
-            placement = self.pipeline.placement
-            return ParallelLayout.build(
-                "branches",
-                self.groups.groups,
-                branch_ranks=placement.branch_ranks,
-                head_position=placement.head_rank,
-            )
-        kernels = [(name, layer.kernels_per_rank) for name, layer in split_layers(self.module)]
-        return ParallelLayout.build("conv_split", self.groups.groups, kernels=kernels)
-
-    # ------------------------------------------------------------------ training
-
-    def _count_layer_traffic(self, layer: nn.Module, inputs: tuple[Any, ...]) -> None:
-        assert isinstance(layer, SplitConv2d)
-        x = inputs[0]
-        ranks = len(layer.kernels_per_rank)
-        element = x.element_size()
-        sent, received = layer.gather_bytes(tuple(x.shape), element)  # exact-size broadcasts
-        grad = (
-            _ring_bytes(x.numel(), element, ranks)
-            if x.requires_grad and torch.is_grad_enabled()
-            else 0
-        )
-        self._traffic[0] += sent + grad
-        self._traffic[1] += received + grad
+        return self.strategy.layout(self.groups)
 
     def _replica_weight(self, batch: int) -> float:
         """``n_i / N`` of this rank's replica in the step in progress."""
@@ -234,15 +152,7 @@ class ParallelModel:
         """
         timing = self._runtime.timing
         optimizer.zero_grad(set_to_none=True)
-        self._traffic = [0, 0]
-        if self.pipeline is not None:
-            branch = self.pipeline.forward_backward(inputs, target, loss_fn)
-            loss = torch.tensor(branch.loss, dtype=torch.float64)
-            sent, received = branch.bytes_sent, branch.bytes_received
-        else:
-            loss = loss_fn(self.module(inputs), target)
-            loss.backward()
-            sent, received = self._traffic
+        loss, sent, received = self.strategy.forward_backward(inputs, target, loss_fn)
         weight = self._replica_weight(int(inputs.shape[0]))
         params = list(self.parameters())
         timing.before_collective()  # the step's compute since the last exchange, stretched
@@ -251,7 +161,7 @@ class ParallelModel:
         if self.groups.peers is not None:
             numel = sum(p.grad.numel() for p in params if p.grad is not None) + 1
             element = params[0].element_size() if params else 8
-            ring = _ring_bytes(numel, element, self.groups.replicas)
+            ring = ring_bytes(numel, element, self.groups.replicas)
             sent, received = sent + ring, received + ring
         optimizer.step()
         return ParallelStep(loss=value, bytes_sent=int(sent), bytes_received=int(received))
@@ -259,13 +169,9 @@ class ParallelModel:
     def forward(self, inputs: torch.Tensor) -> torch.Tensor | None:
         """The model's output: ``conv_split`` on every rank of the group (a collective);
         ``branches`` on the head rank only (None elsewhere)."""
-        if self.pipeline is not None:
-            return self.pipeline.predict(inputs)
-        return self.module(inputs)
+        return self.strategy.forward(inputs)
 
     __call__ = forward
-
-    # ------------------------------------------------------------------ re-split
 
     def maybe_resplit(
         self, optimizer: torch.optim.Optimizer | None
@@ -282,30 +188,7 @@ class ParallelModel:
             The new split of each changed layer, or None when nothing changed (and always
             None in ``branches`` mode: the placement is fixed for the worker group's life).
         """
-        if self.pipeline is not None:
-            return None
-        policy = self._runtime.identity.setup.policy or {}
-        min_gain = float(policy.get("improvement_threshold", 0.1))
-        costs = _probe_split_costs(
-            self._runtime, self._template, self.layers, self.groups, self._example
-        )
-        moves = {}
-        for name, layer in split_layers(self.module):
-            proposal = proposed_resplit(
-                layer.kernels_per_rank,
-                [c.beta for c in costs[name]],
-                fixed_costs=[c.alpha for c in costs[name]],
-                min_gain=min_gain,
-            )
-            if proposal is not None:
-                moves[name] = proposal
-        if not moves:
-            return None
-        conv_state.resplit(self.module, optimizer, moves)
-        logger.info("re-split %s", moves)
-        return moves
-
-    # ------------------------------------------------------------------ state
+        return self.strategy.maybe_resplit(optimizer)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The single-device model's state_dict (a collective over the replica's group).
@@ -313,10 +196,7 @@ class ParallelModel:
         Loadable by the plain model, ``prepare_model`` (data mode) or any other layout.
         BatchNorm running statistics are this replica's.
         """
-        if self.pipeline is not None:
-            return self.pipeline.full_state_dict()
-        state = conv_state.full_state_dict(self.module)
-        return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        return self.strategy.full_state_dict()
 
     def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state_dict as torch.optim over the single-device model's
@@ -324,9 +204,7 @@ class ParallelModel:
 
         A snapshot: CPU copies, which later steps do not change (``optimizer.state_dict()``
         itself returns the live tensors)."""
-        if self.pipeline is not None:
-            return full_optimizer_state_of_share(optimizer, self._full_index, self.groups.split)
-        return copy_to_cpu(conv_state.full_optimizer_state_dict(self.module, optimizer))
+        return self.strategy.full_optimizer_state_dict(optimizer)
 
     def restore(
         self,
@@ -340,18 +218,7 @@ class ParallelModel:
         ``full_optimizer_state_dict`` here, or data mode's ``model.module.state_dict()`` and
         ``optimizer.state_dict()``). Not a collective.
         """
-        if self.pipeline is not None:
-            self.pipeline.load_full_state_dict(model_state)
-        else:
-            conv_state.load_full_state_dict(self.module, model_state)
-        if optimizer is None or optimizer_state is None:
-            return
-        if self.pipeline is not None:
-            optimizer.load_state_dict(
-                share_of_full_optimizer_state(optimizer, self._full_index, optimizer_state)
-            )
-        else:
-            conv_state.load_full_optimizer_state_dict(self.module, optimizer, optimizer_state)
+        self.strategy.restore(model_state, optimizer, optimizer_state)
 
     def unsplit_model(self) -> nn.Module:
         """A plain single-device copy of the current model (a collective over the group),
@@ -359,97 +226,6 @@ class ParallelModel:
         plain = copy.deepcopy(self._template)
         plain.load_state_dict(self.full_state_dict())
         return plain
-
-
-# ---------------------------------------------------------------------------- preparation
-
-
-def _combine_over_replicas(rows: list[Any], groups: ParallelGroups) -> list[Any]:
-    """Per position, the rows of the ranks at that position in every replica."""
-    return [[rows[members[pos]] for members in groups.groups] for pos in range(groups.group_size)]
-
-
-def _probe_split_costs(
-    runtime: WorkerRuntime,
-    template: nn.Module,
-    layers: tuple[str, ...],
-    groups: ParallelGroups,
-    example: torch.Tensor | None,
-) -> dict[str, tuple[CostModel, ...]]:
-    """Per-kernel cost of each layer per position: the slowest replica's (a collective)."""
-    identity = runtime.identity
-    setup = identity.setup
-    if example is None:
-        raise ModelParallelError("conv_split needs example_input to probe its layers")
-    replica_batch = max(1, setup.global_batch_size // groups.replicas)
-    shapes: dict[str, tuple[int, ...]] = {}
-    modules = dict(template.named_modules())
-    handles = [
-        modules[name].register_forward_pre_hook(
-            lambda _m, args, name=name: shapes.__setitem__(name, tuple(args[0].shape))
-        )
-        for name in layers
-    ]
-    was_training = template.training
-    try:
-        template.eval()
-        with torch.no_grad():
-            template(_batch_of(example, 1).to(identity.device))
-    finally:
-        template.train(was_training)
-        for handle in handles:
-            handle.remove()
-    slowdown = runtime.slowdowns.factor_at(_upcoming_step(runtime))
-    mine = {}
-    with torch.random.fork_rng(devices=[]):  # probes must not shift training's random draws
-        for name in layers:
-            conv = modules[name]
-            assert isinstance(conv, nn.Conv2d)
-            cost = conv_state.probe_kernel_cost(
-                conv,
-                (replica_batch, *shapes[name][1:]),
-                device=identity.device,
-                slowdown=slowdown,
-                warmup=max(1, setup.probe.warmup),
-                repeats=max(3, setup.probe.repeats),
-            )
-            mine[name] = (cost.alpha, cost.beta)
-    rows: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(rows, mine)
-    combined = {}
-    for name in layers:
-        per_position = _combine_over_replicas([row[name] for row in rows], groups)
-        combined[name] = tuple(
-            CostModel(alpha=max(a for a, _ in pos), beta=max(b for _, b in pos))
-            for pos in per_position
-        )
-    return combined
-
-
-def _place_branches(
-    runtime: WorkerRuntime, model: nn.Module, groups: ParallelGroups, example: torch.Tensor
-) -> BranchPlacement:
-    """Branch placement per position from branch costs, the slowest replica's (collective)."""
-    identity = runtime.identity
-    declared = branch_model_of(model)
-    names = declared.branch_names
-    check_branch_group(names, groups.group_size)
-    replica_batch = max(1, identity.setup.global_batch_size // groups.replicas)
-    with torch.random.fork_rng(devices=[]):
-        costs = measure_branch_costs(
-            model,
-            _batch_of(example, replica_batch).to(identity.device),
-            slowdown=runtime.slowdowns.factor_at(_upcoming_step(runtime)),
-            device=identity.device,
-        )
-    rows: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(rows, costs)
-    per_position = _combine_over_replicas(rows, groups)
-    branch_costs = [
-        [max(row.branches[b][1] for row in pos) for b in range(len(names))] for pos in per_position
-    ]
-    head_costs = [max(row.head for row in pos) for pos in per_position]
-    return place_branches(names, branch_costs, head_costs)
 
 
 def prepare_model_parallel(model: nn.Module, *, example_input: torch.Tensor) -> ParallelModel:
@@ -493,35 +269,14 @@ def prepare_model_parallel(model: nn.Module, *, example_input: torch.Tensor) -> 
     check_replicas_identical(model)  # the whole model, every rank of the world
     template = copy.deepcopy(model)
     runtime.model = template  # the data plan's speed probe times the plain model
-    hooks = CollectiveHooks(
-        before=runtime.timing.before_collective, after=runtime.timing.after_collective
-    )
-    if config.mode == "conv_split":
-        costs = _probe_split_costs(runtime, template, config.layers, groups, example_input)
-        split_conv_layers(
-            model, list(config.layers), groups.split, costs=costs, hooks=hooks, check=False
-        )
-        pm = ParallelModel(
-            runtime, model, template, groups, layers=config.layers, example_input=example_input
-        )
-    else:
-        placement = _place_branches(runtime, model, groups, example_input)
-        pipeline = BranchPipeline(
-            model,
-            placement,
-            rank=groups.position,
-            group=groups.split,
-            micro_batches=config.micro_batches,
-            device=identity.device,
-        )
-        pm = ParallelModel(runtime, model, template, groups, pipeline=pipeline)
-    layout = pm.layout()
+    strategy = STRATEGIES[config.mode].prepare(runtime, model, template, groups, example_input)
+    pm = ParallelModel(runtime, strategy, template, groups)
     logger.info(
         "model-parallel layout (%s, %d replica(s) x %d): rank %d holds %s",
         config.mode,
         groups.replicas,
         groups.group_size,
         identity.rank,
-        layout.text(identity.rank),
+        pm.layout().text(identity.rank),
     )
     return pm

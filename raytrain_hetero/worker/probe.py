@@ -1,10 +1,10 @@
 """Timed forward/backward probes of one worker, alone (no communication).
 
-Compute is this worker's own work read on its
-:class:`~raytrain_hetero.worker.timing.ComputeClock`. Under EMULATION the compute part of each
-probe step is stretched by the worker's factor through the one
-:class:`~raytrain_hetero.worker.emulation.SlowdownEmulator` (accounted, not slept: a probe's
-timings only need to say how slow the worker is). Node rounds and calibration, which need the
+Every timing goes through the one :class:`~raytrain_hetero.worker.timing.ProbeTimer`:
+compute is this worker's own work read on its
+:class:`~raytrain_hetero.worker.timing.ComputeClock`, under EMULATION stretched by the
+worker's factor (accounted, not slept: a probe's timings only need to say how slow the
+worker is). Node rounds and calibration, which need the
 whole group, live in :mod:`raytrain_hetero.worker.calibration`. The one collective here,
 :func:`time_gradient_allreduce`, times the gradient all-reduce for admission
 (:mod:`raytrain_hetero.core.admission`).
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +23,8 @@ import torch.distributed as dist
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ProbeError
-from raytrain_hetero.worker.emulation import SlowdownEmulator, emulate_collective_delay
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.emulation import emulate_collective_delay
+from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer, WallClock
 
 logger = logging.getLogger(__name__)
 
@@ -127,44 +125,40 @@ def probe_step_costs(
     """
     if not batch_sizes or min(batch_sizes) < 1:
         raise ProbeError(f"Probe batch sizes must be >= 1, got {list(batch_sizes)}.")
-    if repeats < 1:
-        raise ProbeError(f"Probe repeats must be >= 1, got {repeats}.")
-    clock = ComputeClock(device)
-    emulator = SlowdownEmulator(clock)
+    timer = ProbeTimer(ComputeClock(device), slowdown=slowdown, count_setup=time_loading)
     saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
     was_training = model.training
     model.train()
 
-    def one_step(batch_size: int) -> float:
-        start = clock.now()
+    def step(batch_size: int) -> None:
         batch = make_batch(batch_size)
-        loaded = emulator.mark()
-        loading = loaded - start if time_loading else 0.0
-        loss = loss_fn(model, batch)
-        loss.backward()
-        compute = emulator.stretch(slowdown, sleep=False)
-        model.zero_grad(set_to_none=True)
-        return loading + compute
+        timer.setup_done()  # loading ends, compute starts
+        loss_fn(model, batch).backward()
 
     sizes = sorted(set(batch_sizes))
+    steps = [lambda b=b: step(b) for b in sizes]
     try:
-        for _ in range(max(0, warmup)):
-            one_step(sizes[-1])
-        seconds: list[float] = []
-        for b in sizes:
-            median = statistics.median(one_step(b) for _ in range(repeats))
-            if not math.isfinite(median) or median <= 0:
-                raise ProbeError(
-                    f"Probe at batch {b} measured {median!r} s; timings must be positive. "
-                    "Increase the probe batch sizes."
-                )
-            seconds.append(median)
+        # Warm-up at the largest size only: it grows the allocator for the smaller ones.
+        timings = timer.run(
+            steps,
+            repeats=repeats,
+            warmup=warmup,
+            warm=steps[-1:],
+            cleanup=lambda: model.zero_grad(set_to_none=True),
+        )
     finally:
         model.load_state_dict(saved_state)
         for p, g in zip(model.parameters(), saved_grads):
             p.grad = g
         model.train(was_training)
+    seconds = [t.median for t in timings]
+    for b, median in zip(sizes, seconds):
+        if not math.isfinite(median) or median <= 0:
+            raise ProbeError(
+                f"Probe at batch {b} measured {median!r} s; timings must be positive. "
+                "Increase the probe batch sizes."
+            )
     result = ProbeResult(batch_sizes=tuple(sizes), seconds=tuple(seconds))
     logger.info("probe on %s: %s", device, dict(zip(sizes, (round(s, 5) for s in seconds))))
     return result
@@ -201,16 +195,17 @@ def time_gradient_allreduce(
     if device.type == "cuda" and dist.get_backend(group) == dist.Backend.GLOO:
         device = torch.device("cpu")
     payload = torch.zeros(max(1, numel), dtype=torch.float32, device=device)
-    dist.all_reduce(payload, group=group)
-    seconds: list[float] = []
-    for _ in range(max(1, repeats)):
+    timer = ProbeTimer(WallClock(device))
+
+    def exchange() -> None:
         dist.barrier(group=group)
-        start = time.perf_counter()
+        timer.setup_done()  # a rank's wait for late peers is not the all-reduce's cost
         emulate_collective_delay(collective_delay_s)
         dist.all_reduce(payload, group=group)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds.append(time.perf_counter() - start)
-    agreed = torch.tensor([statistics.median(seconds)], dtype=torch.float64, device=device)
+
+    # The warm-up is one plain all-reduce: it opens the connections, without the delay.
+    warm = [lambda: dist.all_reduce(payload, group=group)]
+    (timings,) = timer.run([exchange], repeats=max(1, repeats), warm=warm)
+    agreed = torch.tensor([timings.median], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
     return float(agreed.item())

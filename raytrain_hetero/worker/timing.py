@@ -12,20 +12,34 @@ gradient hook and BatchNorm layers call :meth:`StepTiming.before_collective` /
 :meth:`StepTiming.after_collective` around each exchange (stretching compute under EMULATION
 through the one :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`), and the loader
 ends the step and reads its :class:`StepTimes`.
+
+:class:`ProbeTimer` is the one timer of every probe (data-parallel step costs, the gradient
+all-reduce, conv-kernel costs, branch costs): warm-up, interleaved repeats, the clock and the
+EMULATION stretch, returning :class:`ProbeTimings`.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from raytrain_hetero.core.weighting import gradient_scale
+from raytrain_hetero.errors import ProbeError
 from raytrain_hetero.worker.emulation import SlowdownEmulator
 
-__all__ = ["ComputeClock", "StepInfo", "StepTimes", "StepTiming"]
+__all__ = [
+    "ComputeClock",
+    "ProbeTimer",
+    "ProbeTimings",
+    "StepInfo",
+    "StepTimes",
+    "StepTiming",
+    "WallClock",
+]
 
 
 class ComputeClock:
@@ -42,6 +56,17 @@ class ComputeClock:
         if torch.get_num_threads() == 1:
             return time.thread_time()
         return time.process_time()
+
+
+class WallClock(ComputeClock):
+    """Reads wall seconds (after ``torch.cuda.synchronize`` on CUDA): for probes whose cost is
+    waiting on others (a collective), not this worker's own compute."""
+
+    def now(self) -> float:
+        """Current wall-clock reading."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -171,3 +196,111 @@ class StepTiming:
 
     def _skips(self, optional: bool) -> bool:
         return optional and self.clock.device.type == "cuda" and self.slowdown() <= 1.0
+
+
+@dataclass(frozen=True)
+class ProbeTimings:
+    """The timed calls of one probed piece of work, warm-up excluded.
+
+    Attributes:
+        seconds: Seconds of each timed call in order: its compute stretched by the EMULATION
+            factor, plus its setup (unstretched) when the timer counts setup.
+    """
+
+    seconds: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        """The median call (robust to one slow outlier)."""
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self) -> float:
+        """The fastest call (interference from co-located work only ever adds time)."""
+        return min(self.seconds)
+
+
+class ProbeTimer:
+    """Times probe calls: warm-up, interleaved repeats, one clock, EMULATION accounted.
+
+    A call's compute is read on ``clock`` and stretched by ``slowdown`` through the one
+    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`, accounted, not slept. A call
+    may end its setup with :meth:`setup_done` (after building a batch, or a barrier): the
+    setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
+    more slowly), else not at all.
+
+    Args:
+        clock: :class:`ComputeClock` (this worker's own compute) or :class:`WallClock`.
+        slowdown: EMULATION factor (1.0 = real speed).
+        count_setup: Count each call's setup in its seconds.
+
+    Raises:
+        ProbeError: A slowdown that is not > 0.
+    """
+
+    def __init__(
+        self, clock: ComputeClock, *, slowdown: float = 1.0, count_setup: bool = False
+    ) -> None:
+        if not slowdown > 0:
+            raise ProbeError(f"the probe's slowdown factor must be > 0, got {slowdown}")
+        self.slowdown = float(slowdown)
+        self.count_setup = count_setup
+        self._emulator = SlowdownEmulator(clock)
+        self._start = self._setup_s = 0.0
+
+    def setup_done(self) -> None:
+        """Inside a timed call: its setup ends here, its compute starts."""
+        now = self._emulator.mark()
+        self._setup_s += now - self._start
+        self._start = now
+
+    def time_call(self, call: Callable[[], object]) -> float:
+        """Seconds of one call (setup counted as configured, compute stretched)."""
+        self._setup_s = 0.0
+        self._start = self._emulator.mark()
+        call()
+        compute = self._emulator.stretch(self.slowdown, sleep=False)
+        return compute + (self._setup_s if self.count_setup else 0.0)
+
+    def run(
+        self,
+        calls: Sequence[Callable[[], object]],
+        *,
+        repeats: int,
+        warmup: int = 1,
+        warm: Sequence[Callable[[], object]] | None = None,
+        cleanup: Callable[[], object] | None = None,
+    ) -> tuple[ProbeTimings, ...]:
+        """Warm up, then time ``repeats`` interleaved rounds of ``calls``.
+
+        A round times every call once, in order, so a drift of the machine (a co-located
+        worker starting, clock boost) hits every call alike.
+
+        Args:
+            calls: The work to time, one callable per probed size or part.
+            repeats: Timed rounds (>= 1).
+            warmup: Untimed calls of each warm-up call before timing: the first calls
+                allocate memory and pick kernels.
+            warm: The calls to warm up (default: every call).
+            cleanup: Untimed, after every call (e.g. dropping gradients).
+
+        Returns:
+            One :class:`ProbeTimings` per call, in order.
+
+        Raises:
+            ProbeError: ``repeats`` < 1 or ``warmup`` < 0.
+        """
+        if repeats < 1 or warmup < 0:
+            raise ProbeError(f"a probe needs repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
+        for call in warm if warm is not None else calls:
+            for _ in range(warmup):
+                call()
+                if cleanup is not None:
+                    cleanup()
+        seconds: list[list[float]] = [[] for _ in calls]
+        for _ in range(repeats):
+            for call, times in zip(calls, seconds, strict=True):
+                times.append(self.time_call(call))
+                if cleanup is not None:
+                    cleanup()
+        return tuple(ProbeTimings(tuple(times)) for times in seconds)

@@ -15,7 +15,6 @@ dataset registers its adapter); :mod:`~raytrain_hetero.workloads.data` reads a
 * Models: :func:`build_model` (small_cnn, resnet18/50, cnn3d, fusion_cnn).
 """
 
-from raytrain_hetero.workloads.branch_model import BranchModel
 from raytrain_hetero.workloads.eurosat import (
     EUROSAT_BANDS,
     EUROSAT_CLASSES,
@@ -90,7 +89,6 @@ __all__ = [
     "S2_BANDS",
     "UCMERCED_CLASSES",
     "BandStats",
-    "BranchModel",
     "CheckedLoader",
     "DataSource",
     "DatasetAdapter",

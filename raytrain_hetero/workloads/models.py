@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.branch_model import BranchModel
 from raytrain_hetero.workloads.registry import BUILTIN_MODELS, model_builder, model_names
 
 __all__ = [
@@ -189,28 +188,25 @@ class TwoBranchFusionCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        parts = self._modality_inputs(x)
-        embeddings = [
-            self.branches[m](part) for m, part in zip(self.modalities, parts, strict=True)
-        ]
+        parts = self.split_inputs(x)
+        embeddings = [m(part) for (_, m), part in zip(self.branch_modules(), parts, strict=True)]
         return self.head(torch.cat(embeddings, dim=1))
 
-    def _modality_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+    # Branch placement (raytrain_hetero.parallel.DeclaresBranches): the modality branches
+    # ("s1", "s2") and the head, as the model's own modules; computing through them is forward.
+
+    def branch_modules(self) -> tuple[tuple[str, nn.Module], ...]:
+        """``(modality, branch)`` in fusion order."""
+        return tuple((m, self.branches[m]) for m in self.modalities)
+
+    def fusion_head(self) -> nn.Module:
+        """The MLP head over the concatenated branch embeddings."""
+        return self.head
+
+    def split_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The input's channels of each modality, in fusion order."""
         parts = {"s1": x[:, : self.s1_channels], "s2": x[:, self.s1_channels :]}
         return [parts[m] for m in self.modalities]
-
-    def declared_branches(self) -> BranchModel:
-        """This model as modality branches (``"s1"``, ``"s2"``) plus its fusion head.
-
-        A view sharing this model's modules, for branch placement across workers; computing
-        through it gives exactly :meth:`forward`.
-        """
-        return BranchModel(
-            model=self,
-            branches=tuple((m, self.branches[m]) for m in self.modalities),
-            head=self.head,
-            split_inputs=self._modality_inputs,
-        )
 
 
 class MarquesCNN(nn.Module):

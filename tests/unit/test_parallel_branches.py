@@ -30,7 +30,6 @@ from raytrain_hetero.parallel import (
     plan_branch_placement,
     predicted_branch_bytes_per_step,
 )
-from raytrain_hetero.workloads import BranchModel
 from raytrain_hetero.workloads.models import SmallCNN, TwoBranchFusionCNN
 
 BATCH = 10
@@ -61,8 +60,15 @@ class PlainTwoBranch(nn.Module):
         a, b = self._split(x)
         return self.head(torch.cat([self.sar(a), self.msi(b)], dim=1))
 
-    def declared_branches(self) -> BranchModel:
-        return BranchModel(self, (("sar", self.sar), ("msi", self.msi)), self.head, self._split)
+    # Declares its branches (parallel.DeclaresBranches) without importing the package.
+    def branch_modules(self) -> tuple[tuple[str, nn.Module], ...]:
+        return (("sar", self.sar), ("msi", self.msi))
+
+    def fusion_head(self) -> nn.Module:
+        return self.head
+
+    def split_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._split(x)
 
 
 @dataclass(frozen=True)
@@ -288,16 +294,26 @@ def test_branch_placement_moves_fewer_bytes_than_data_parallel():
 def test_declared_branches_compute_the_model_exactly():
     model = _model("fusion", torch.float64).eval()
     x, _ = _batch(0, torch.float64)
-    declared = model.declared_branches()
+    declared = branch_model_of(model)
     assert declared.branch_names == ("s1", "s2")
+    assert declared.branches[1][1] is model.branches["s2"] and declared.head is model.head
     assert torch.equal(declared.forward(x), model(x))
+    assert branch_model_of(declared) is declared  # a BranchModel is taken as it is
     single = TwoBranchFusionCNN(S1, S2, CLASSES, width=4, modalities=("s2",))
-    assert single.declared_branches().branch_names == ("s2",)
+    assert branch_model_of(single).branch_names == ("s2",)
+
+
+class NotModules(PlainTwoBranch):
+    def fusion_head(self) -> nn.Module:
+        return "head"  # type: ignore[return-value]
 
 
 def test_model_without_declared_branches_is_refused():
-    with pytest.raises(ModelParallelError, match="does not declare its branches"):
+    with pytest.raises(ModelParallelError, match="does not declare its branches") as refused:
         branch_model_of(SmallCNN(3, 2, 4))
+    assert "raytrain_hetero.parallel.BranchModel" in str(refused.value)
+    with pytest.raises(ModelParallelError, match=r"fusion_head\(\) an nn.Module"):
+        branch_model_of(NotModules())
 
 
 def test_placement_errors():
