@@ -39,7 +39,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from benchmarks.mp_data import multimodal_like
-from benchmarks.mp_probe import proportional_slices
+from benchmarks.mp_probe import probed_slices
 from raytrain_hetero.core.allocation import CostModel, allocate
 from raytrain_hetero.parallel.branch_costs import plan_branch_placement
 from raytrain_hetero.parallel.branches import (
@@ -110,7 +110,7 @@ def branches_bench_loop(config: dict[str, Any]) -> None:
     pipe_opt = torch.optim.SGD(pipe.parameters(), lr=lr, momentum=0.9)
     dp_model = copy.deepcopy(base)
     dp_opt = torch.optim.SGD(dp_model.parameters(), lr=lr, momentum=0.9)
-    slices = proportional_slices(base, x, batch, clock.emulator, clock.factor)
+    slices = probed_slices(base, x, batch, clock.factor)
     start, size = sum(slices[:rank]), slices[rank]
     figures: dict[str, dict[str, list[float]]] = {
         "branches": {"step_s": [], "bytes": []},

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.mp_data import cifar_like
-from benchmarks.mp_probe import proportional_slices
+from benchmarks.mp_probe import probed_slices
 from raytrain_hetero.core.kernel_split import split_kernels
 from raytrain_hetero.parallel.conv_split import CollectiveHooks, split_conv_layers
 from raytrain_hetero.parallel.conv_state import gather_kernel_costs, probe_kernel_cost
@@ -319,7 +319,7 @@ def conv_split_bench_loop(config: dict[str, Any]) -> None:
             n: list(split_kernels(getattr(base, n).out_channels, [1.0] * worker.world))
             for n in MarquesCNN.SPLIT_LAYERS
         }
-        slices = proportional_slices(base, x, int(batch), worker.emulator, worker.factor)
+        slices = probed_slices(base, x, int(batch), worker.factor)
         contenders = [
             _build("alone", base, worker, lr),
             _build("equal", base, worker, lr, kernels=equal),
@@ -335,7 +335,7 @@ def conv_split_bench_loop(config: dict[str, Any]) -> None:
         batch = int(sweep_batch)
         batches = _batches(x, y, batch, steps * rounds, seed + 7 * batch)
         kernels = _kernel_splits(base, batch, worker)
-        slices = proportional_slices(base, x, batch, worker.emulator, worker.factor)
+        slices = probed_slices(base, x, batch, worker.factor)
         for delay in config["delays_ms_per_mb"]:
             pair = [
                 _build("proportional", base, worker, lr, kernels=kernels),
