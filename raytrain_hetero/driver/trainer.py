@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import logging
 import uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -55,25 +55,6 @@ from raytrain_hetero.worker.context import HeteroSetup
 logger = logging.getLogger(__name__)
 
 _Group = TypeVar("_Group", bound=HeteroModel)
-
-#: Keywords of the 0.1 API -> (config group argument, field of that group). They keep working
-#: for one release with a DeprecationWarning naming the new spelling (removed in 0.3).
-DEPRECATED_KEYWORDS: dict[str, tuple[str, str]] = {
-    "global_batch_size": ("batch", "global_batch_size"),
-    "weighting": ("batch", "weighting"),
-    "fixed_shares": ("batch", "fixed_shares"),
-    "min_slice": ("batch", "min_slice"),
-    "seed": ("batch", "seed"),
-    "live": ("scheduler", "live"),
-    "policy": ("scheduler", "policy"),
-    "plan_sync_every": ("scheduler", "plan_sync_every"),
-    "flush_every": ("scheduler", "flush_every"),
-    "min_workers": ("elastic", "min_workers"),
-    "elastic_resize_monitor_interval_s": ("elastic", "resize_monitor_interval_s"),
-    "slowdown_schedule": ("emulation", "slowdowns"),
-    "torch_backend": ("backend", "torch_backend"),
-    "collective_timeout_s": ("backend", "collective_timeout_s"),
-}
 
 _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "batch": BatchConfig,
@@ -133,30 +114,27 @@ def _group(name: str, value: Any, cls: type[_Group]) -> _Group:
     )
 
 
-def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict[str, Any]:
-    """Fold 0.1-style keywords into their config groups, warning about each."""
-    unknown = sorted(set(legacy) - set(DEPRECATED_KEYWORDS))
-    if unknown:
-        raise TypeError(f"HeteroTrainer() got unexpected keyword argument(s) {unknown}")
-    fields: dict[str, dict[str, Any]] = {}
-    for keyword, value in legacy.items():
-        group, field = DEPRECATED_KEYWORDS[keyword]
-        new = f"{group}={_GROUP_CLASSES[group].__name__}({field}=...)"
-        warnings.warn(
-            f"HeteroTrainer({keyword}=...) is deprecated: use {new} (removed in 0.3)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if groups[group] is not None:
-            raise ConfigError(
-                f"HeteroTrainer: {keyword}= and {group}= both given. Fix: set {field} inside "
-                f"{group}= only."
-            )
-        fields.setdefault(group, {})[field] = value
-    out = dict(groups)
-    for group, values in fields.items():
-        out[group] = _GROUP_CLASSES[group](**values)
-    return out
+def _unknown_keywords(unknown: Sequence[str]) -> TypeError:
+    """A TypeError naming each unknown keyword and, where one exists, the group field it
+    resembles (``global_batch_size`` -> ``batch=BatchConfig(global_batch_size=...)``)."""
+    fields = {
+        field: f"{group}={cls.__name__}({field}=...)"
+        for group, cls in _GROUP_CLASSES.items()
+        for field in cls.model_fields
+    }
+    fields.update(
+        {f"{group}": f"{group}={cls.__name__}(...)" for group, cls in _GROUP_CLASSES.items()}
+    )
+    hints = []
+    for keyword in unknown:
+        close = difflib.get_close_matches(keyword, list(fields), n=1)
+        where = f": did you mean {fields[close[0]]}?" if close else ""
+        hints.append(f"{keyword!r}{where}")
+    return TypeError(
+        "HeteroTrainer() got unexpected keyword argument(s) "
+        + "; ".join(hints)
+        + ". Settings live in their config groups (batch=, scheduler=, elastic=, ...)."
+    )
 
 
 class HeteroTrainer:
@@ -190,11 +168,10 @@ class HeteroTrainer:
         tracking: Experiment tracking (:class:`~raytrain_hetero.config.TrackingConfig`):
             TensorBoard event files and an MLflow run per ``fit`` (off by default).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
-        **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
-            :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
 
     Raises:
         ConfigError: Any bad or inconsistent setting, naming the field and the fix.
+        TypeError: An unknown keyword, naming the config group field it resembles.
     """
 
     def __init__(
@@ -214,32 +191,24 @@ class HeteroTrainer:
         parallel: ParallelConfig | Mapping[str, Any] | None = None,
         tracking: TrackingConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
-        **deprecated: Any,
+        **unknown: Any,
     ) -> None:
-        groups = {
-            "batch": batch,
-            "scheduler": scheduler,
-            "elastic": elastic,
-            "emulation": emulation,
-            "backend": backend,
-            "guard": guard,
-        }
-        if deprecated:
-            groups = _apply_deprecated(groups, deprecated)
-        if groups["batch"] is None:
+        if unknown:
+            raise _unknown_keywords(sorted(unknown))
+        if batch is None:
             raise ConfigError(
                 "HeteroTrainer: batch is missing. Fix: pass batch=BatchConfig("
                 "global_batch_size=...)."
             )
         self.workers = worker_groups(workers)
         self.specs = expand_worker_specs(self.workers)
-        self.batch = _group("batch", groups["batch"], BatchConfig)
+        self.batch = _group("batch", batch, BatchConfig)
         self.probe = _group("probe", probe, ProbeConfig)
-        self.scheduler = _group("scheduler", groups["scheduler"], SchedulerConfig)
-        self.elastic = _group("elastic", groups["elastic"], ElasticConfig)
-        self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
-        self.backend = _group("backend", groups["backend"], BackendConfig)
-        self.guard = _group("guard", groups["guard"], GuardConfig)
+        self.scheduler = _group("scheduler", scheduler, SchedulerConfig)
+        self.elastic = _group("elastic", elastic, ElasticConfig)
+        self.emulation = _group("emulation", emulation, EmulationConfig)
+        self.backend = _group("backend", backend, BackendConfig)
+        self.guard = _group("guard", guard, GuardConfig)
         self.parallel = _group("parallel", parallel, ParallelConfig)
         self.tracking = _group("tracking", tracking, TrackingConfig)
         self.tracking.check_installed()  # before any worker starts
