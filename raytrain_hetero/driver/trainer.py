@@ -36,6 +36,8 @@ from raytrain_hetero.config import (
     worker_groups,
 )
 from raytrain_hetero.core.placement import SlotDemand
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
@@ -47,7 +49,7 @@ from raytrain_hetero.driver.scheduler import (
     scheduler_actor_name,
 )
 from raytrain_hetero.driver.session import init_ray
-from raytrain_hetero.driver.telemetry import RecordCollector
+from raytrain_hetero.driver.telemetry import ProgressCallback, RecordCollector
 from raytrain_hetero.driver.tracking import ReportForwarder, RunTracker, fan_out
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.context import HeteroSetup
@@ -229,31 +231,11 @@ class HeteroTrainer:
         )
         self.run_id = uuid.uuid4().hex[:12]
         self.step_records: list[StepRecord] = []
-        self.plans: list[dict[str, Any]] = []
-        self.decisions: list[dict[str, Any]] = []
+        self.plans: list[Plan] = []
+        self.decisions: list[PendingReplan] = []
         self.admission: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ resolved settings
-
-    @property
-    def global_batch_size(self) -> int:
-        """Samples per optimizer step (``batch.global_batch_size``)."""
-        return self.batch.global_batch_size
-
-    @property
-    def fixed_shares(self) -> tuple[float, ...] | None:
-        """One share per worker slot, or None to probe (``batch.fixed_shares``)."""
-        return self.batch.fixed_shares
-
-    @property
-    def live(self) -> bool:
-        """Whether the scheduler re-plans live (``scheduler.live``, None resolved)."""
-        return self.scheduler.resolved_live(self.batch)
-
-    @property
-    def policy(self) -> dict[str, Any]:
-        """The re-planning policy's fields, as the scheduler actor takes them."""
-        return dataclasses.asdict(self.scheduler.policy)
 
     @property
     def admission_auto(self) -> bool:
@@ -267,11 +249,6 @@ class HeteroTrainer:
         if self.elastic.min_workers is not None:
             return self.elastic.min_workers
         return 1 if self.admission_auto else len(self.specs)
-
-    @property
-    def slowdown_schedule(self) -> tuple[SlowdownInjection, ...]:
-        """EMULATION: the slowdowns injected from the start (``emulation.slowdowns``)."""
-        return self.emulation.slowdowns
 
     # ------------------------------------------------------------------ Ray Train wiring
 
@@ -295,29 +272,17 @@ class HeteroTrainer:
         return HeteroSetup(
             run_id=self.run_id,
             specs=tuple(self.specs),
-            global_batch_size=self.batch.global_batch_size,
-            weighting=self.batch.weighting,
-            batchnorm=self.batch.batchnorm,
-            max_memory_fraction=self.batch.max_memory_fraction,
-            memory_cap_mode=self.batch.memory_cap_mode,
-            fixed_shares=self.batch.fixed_shares,
-            min_slice=self.batch.min_slice,
-            max_world_size=len(self.specs),
+            batch=self.batch,
             probe=self.probe,
-            seed=self.batch.seed,
+            scheduler=self.scheduler,
+            emulation=self.emulation,
+            backend=self.backend,
+            guard=self.guard,
+            parallel=self.parallel,
+            faults=self.faults if self.faults.active else None,
+            min_workers=self.resolved_min_workers,
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
-            flush_every=self.scheduler.resolved_flush_every(),
-            live=self.live,
-            policy=self.policy,
-            plan_sync_every=self.scheduler.plan_sync_every,
-            slowdown_schedule=self.emulation.slowdowns,
-            emulation_noise=self.emulation.noise,
-            faults=self.faults if self.faults.active else None,
-            collective_timeout_s=float(self.backend.collective_timeout_s),
-            max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
-            parallel=self.parallel,
-            min_workers=self.resolved_min_workers,
         )
 
     def tracked_params(self) -> dict[str, Any]:
@@ -355,7 +320,7 @@ class HeteroTrainer:
     def fit(
         self,
         *,
-        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress: ProgressCallback | None = None,
         poll_interval_s: float = 1.0,
         tracker: RunTracker | None = None,
     ) -> ray.train.Result:
@@ -363,8 +328,9 @@ class HeteroTrainer:
 
         Creates the run's scheduler actor (this driver is its only owner), trains, and kills
         the actor at the end. While training, the step records of every rank are drained from
-        the actor into ``self.step_records`` (:class:`StepRecord`, each once) and the plan
-        history into ``self.plans``; with ``probe.admission: auto``, the admission decision
+        the actor into ``self.step_records`` (:class:`StepRecord`, each once), the plan
+        history into ``self.plans`` (:class:`~raytrain_hetero.core.plan.Plan`) and the live
+        re-plans decided into ``self.decisions``; with ``probe.admission: auto``, the admission decision
         (which workers were left out, with the predicted samples/s) into ``self.admission``.
 
         With ``tracking`` on, the run's TensorBoard directory and MLflow run are opened here,
@@ -372,10 +338,10 @@ class HeteroTrainer:
         end; pass your own open ``tracker`` instead to log more (plots) before closing it.
 
         Args:
-            progress: Called on the calling thread with ``{"records": new records,
-                "plans": all plans, "admission": the admission decision or None,
-                "reports": new epoch reports when tracking}`` after each drain that
-                brought something.
+            progress: Called on the calling thread with a
+                :class:`~raytrain_hetero.driver.telemetry.FitProgress` (new records, all
+                plans, the admission decision, new epoch reports when tracking) after each
+                drain that brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
             tracker: An open :class:`~raytrain_hetero.driver.tracking.RunTracker` to feed
                 (the caller closes it); ``None``: one from ``tracking`` if it is on.
@@ -389,8 +355,8 @@ class HeteroTrainer:
         scheduler = create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),
-            policy=self.policy,
-            live=self.live,
+            policy=self.scheduler.policy,
+            live=self.scheduler.resolved_live(self.batch),
         )
         self._scheduler = scheduler
         owned = None

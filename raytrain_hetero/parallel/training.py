@@ -284,8 +284,7 @@ class ParallelModel:
         """
         if self.pipeline is not None:
             return None
-        policy = self._runtime.identity.setup.policy or {}
-        min_gain = float(policy.get("improvement_threshold", 0.1))
+        min_gain = self._runtime.identity.setup.scheduler.policy.improvement_threshold
         costs = _probe_split_costs(
             self._runtime, self._template, self.layers, self.groups, self._example
         )
@@ -381,7 +380,7 @@ def _probe_split_costs(
     setup = identity.setup
     if example is None:
         raise ModelParallelError("conv_split needs example_input to probe its layers")
-    replica_batch = max(1, setup.global_batch_size // groups.replicas)
+    replica_batch = max(1, setup.batch.global_batch_size // groups.replicas)
     shapes: dict[str, tuple[int, ...]] = {}
     modules = dict(template.named_modules())
     handles = [
@@ -434,7 +433,7 @@ def _place_branches(
     declared = branch_model_of(model)
     names = declared.branch_names
     check_branch_group(names, groups.group_size)
-    replica_batch = max(1, identity.setup.global_batch_size // groups.replicas)
+    replica_batch = max(1, identity.setup.batch.global_batch_size // groups.replicas)
     with torch.random.fork_rng(devices=[]):
         costs = measure_branch_costs(
             model,
@@ -488,7 +487,7 @@ def prepare_model_parallel(model: nn.Module, *, example_input: torch.Tensor) -> 
     model = model.to(identity.device)
     example_input = example_input.detach().to(identity.device)
     groups = build_groups(
-        config, identity.rank, identity.world_size, identity.setup.collective_timeout_s
+        config, identity.rank, identity.world_size, identity.setup.backend.collective_timeout_s
     )
     check_replicas_identical(model)  # the whole model, every rank of the world
     template = copy.deepcopy(model)

@@ -114,7 +114,7 @@ def test_counts_expand_to_named_slots_and_common_resources():
     assert scaling.resources_per_worker == {"CPU": 2}
     assert scaling.num_workers == 3
     assert trainer.torch_backend == "gloo"  # a CPU rank makes the group gloo
-    assert trainer.live is True
+    assert trainer.scheduler.resolved_live(trainer.batch) is True
 
 
 def test_groups_reach_the_worker_setup_and_ray():
@@ -126,11 +126,14 @@ def test_groups_reach_the_worker_setup_and_ray():
         backend=BackendConfig(torch_backend="gloo", collective_timeout_s=60),
     )
     setup = trainer.setup()
-    assert setup.fixed_shares == (1.0, 3.0) and setup.min_slice == 2 and setup.seed == 7
-    assert setup.live is False  # fixed shares: no live re-planning unless asked
-    assert setup.policy["window_steps"] == 4
-    assert setup.plan_sync_every == 3 and setup.flush_every == 3
-    assert setup.slowdown_schedule[0].worker == "b"
+    assert setup.batch == trainer.batch and setup.batch.fixed_shares == (1.0, 3.0)
+    assert setup.scheduler.policy.window_steps == 4
+    # fixed shares: no live re-planning unless asked
+    assert trainer.scheduler.resolved_live(trainer.batch) is False
+    assert setup.scheduler.resolved_flush_every() == 3
+    assert setup.emulation.slowdowns[0].worker == "b"
+    assert setup.backend.collective_timeout_s == 60 and setup.min_workers == 1
+    assert setup.max_world_size == 2
     assert trainer.scaling_config().num_workers == (1, 2)
     assert trainer.torch_trainer().backend_config.timeout_s == 60
 
