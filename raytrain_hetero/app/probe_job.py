@@ -12,6 +12,7 @@ from typing import Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.app.job import build_trainer, init_ray, prepare_dataset
+from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError
 
 
@@ -52,7 +53,7 @@ def probe_loop(config: dict[str, Any]) -> None:
         rh.report(metrics)
 
 
-def run_probe(job: JobConfig) -> dict[str, Any]:
+def run_probe(job: JobConfig) -> Plan:
     """Measure the workers a job would start and print their speeds and the plan (no training)."""
     from ray.train import RunConfig
 
@@ -78,11 +79,12 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
     result = trainer.fit()
     if result.error is not None:
         raise result.error
-    plan = result.metrics["plan"]
-    workers = {w["rank"]: w for w in result.metrics["workers"]}
+    metrics = result.metrics or {}
+    plan = Plan.from_dict(metrics["plan"])  # JSON in rank 0's report
+    workers = {w["rank"]: w for w in metrics["workers"]}
     rows = []
-    for rank, slice_ in enumerate(plan["slices"]):
-        _alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
+    for rank, slice_ in enumerate(plan.slices):
+        beta = plan.costs[rank].beta if plan.costs else float("nan")
         rows.append(
             {
                 "rank": rank,
@@ -90,12 +92,12 @@ def run_probe(job: JobConfig) -> dict[str, Any]:
                 "device": workers[rank]["device"],
                 "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
                 "slice": slice_,
-                "weight": slice_ / sum(plan["slices"]),
+                "weight": slice_ / plan.global_batch_size,
             }
         )
     print(format_worker_table(rows))
-    print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
-    admission = result.metrics.get("admission")
+    print(f"plan v{plan.version}: slices {list(plan.slices)} ({plan.reason})")
+    admission = metrics.get("admission")
     if admission is not None:
         print(format_admission_table(admission))
     return plan
