@@ -156,14 +156,16 @@ def _loop(config):  # never runs
 def test_the_setting_reaches_the_workers_setup_from_python_and_yaml():
     workers = [{"name": "a"}, {"name": "b"}]
     default = HeteroTrainer(_loop, workers=workers, batch={"global_batch_size": 8})
-    assert default.setup().batchnorm == "exact"
+    assert default.setup().batch.batchnorm == "exact"
     local = HeteroTrainer(
         _loop, workers=workers, batch=BatchConfig(global_batch_size=8, batchnorm="local")
     )
-    assert local.setup().batchnorm == "local"
+    assert local.setup().batch.batchnorm == "local"
     data = merge_overrides(
         {"data": {"root": "data/x"}, "workers": workers}, parse_override("train.batchnorm=local")
     )
-    assert build_trainer(validate_config(data), _loop, RunConfig()).setup().batchnorm == "local"
+    assert (
+        build_trainer(validate_config(data), _loop, RunConfig()).setup().batch.batchnorm == "local"
+    )
     with pytest.raises(Exception, match="batchnorm"):
         BatchConfig(global_batch_size=8, batchnorm="sync")
