@@ -60,6 +60,7 @@ _Group = TypeVar("_Group", bound=HeteroModel)
 
 _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "batch": BatchConfig,
+    "probe": ProbeConfig,
     "scheduler": SchedulerConfig,
     "elastic": ElasticConfig,
     "emulation": EmulationConfig,
@@ -124,9 +125,7 @@ def _unknown_keywords(unknown: Sequence[str]) -> TypeError:
         for group, cls in _GROUP_CLASSES.items()
         for field in cls.model_fields
     }
-    fields.update(
-        {f"{group}": f"{group}={cls.__name__}(...)" for group, cls in _GROUP_CLASSES.items()}
-    )
+    fields.update({group: f"{group}={cls.__name__}(...)" for group, cls in _GROUP_CLASSES.items()})
     hints = []
     for keyword in unknown:
         close = difflib.get_close_matches(keyword, list(fields), n=1)
@@ -291,7 +290,6 @@ class HeteroTrainer:
         return {
             "workers": [w.model_dump(mode="json") for w in self.workers],
             **{name: group.model_dump(mode="json") for name, group in groups.items()},
-            "probe": self.probe.model_dump(mode="json"),
             "train_loop_config": self.train_loop_config,
         }
 
