@@ -91,7 +91,7 @@ def _fit(admission: str, args: argparse.Namespace, storage: Path) -> dict[str, A
         "admission": admission,
         "samples_per_s": statistics.median(steady),
         "wall_s": wall,
-        "world_sizes": sorted({p["world_size"] for p in trainer.plans}),
+        "world_sizes": sorted({p.world_size for p in trainer.plans}),
         "decision": trainer.admission,
     }
 

@@ -288,7 +288,7 @@ def run_fit(
         try:
             return hetero.fit()
         finally:
-            plans.extend(hetero.plans)
+            plans.extend(p.to_dict() for p in hetero.plans)
             stats.extend(_worker_stats(hetero.step_records))
 
     started = time.time()

@@ -41,7 +41,7 @@ def capture_fits() -> CapturedFit:
             return original_fit(self, **kwargs)
         finally:
             latest.records = list(self.step_records)
-            latest.plans = list(self.plans)
+            latest.plans = [p.to_dict() for p in self.plans]
 
     HeteroTrainer.fit = capturing_fit  # type: ignore[method-assign]
     return latest

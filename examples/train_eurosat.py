@@ -80,7 +80,7 @@ def main() -> None:
         batch=BatchConfig(global_batch_size=192),
     )
     result = trainer.fit()
-    print("slices per step:", trainer.plans[-1]["slices"], "error:", result.error)
+    print("slices per step:", trainer.plans[-1].slices, "error:", result.error)
     ray.shutdown()
 
 

@@ -113,7 +113,7 @@ def main() -> None:
         result = trainer.fit()
         results[split] = test_accuracy(result.checkpoint, config)
         print(
-            f"{split:>6} split: test accuracy {results[split]:.4f} (slices {trainer.plans[-1]['slices']})"
+            f"{split:>6} split: test accuracy {results[split]:.4f} (slices {trainer.plans[-1].slices})"
         )
     print(f"random-pixel split overstates accuracy by {results['random'] - results['block']:+.4f}")
     ray.shutdown()

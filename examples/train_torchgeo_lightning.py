@@ -67,7 +67,7 @@ def main() -> None:
         batch=BatchConfig(global_batch_size=32),
     )
     result = trainer.fit()
-    print("slices per step:", trainer.plans[-1]["slices"], "error:", result.error)
+    print("slices per step:", trainer.plans[-1].slices, "error:", result.error)
     print("validation accuracy:", (result.metrics or {}).get("val_OverallAccuracy"))
     ray.shutdown()
 

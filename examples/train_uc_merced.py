@@ -103,7 +103,7 @@ def main() -> None:
     model = build_model(args.model, in_channels=3, num_classes=21, width=16)
     model.load_state_dict(state["model"])
     test = uc_merced_datasets(args.root, splits=("test",), image_size=args.image_size)["test"]
-    print(f"test accuracy: {accuracy_of(model, test):.4f}  (plans: {trainer.plans[-1]['slices']})")
+    print(f"test accuracy: {accuracy_of(model, test):.4f}  (plans: {trainer.plans[-1].slices})")
     ray.shutdown()
 
 

@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "probe":
             from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.app.job import run_probe
+            from raytrain_hetero.app.probe_job import run_probe
 
             job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
             run_probe(job)

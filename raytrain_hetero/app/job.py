@@ -2,9 +2,10 @@
 
 Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
 the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
-a live progress bar and per-worker table, and writes ``metrics.csv``, ``summary.json`` and
-``throughput.png`` into the output directory (and, with ``tracking:``, to TensorBoard and
-MLflow: :mod:`raytrain_hetero.app.tracking`).
+a live progress bar and per-worker table (:mod:`raytrain_hetero.app.progress`), and writes
+``metrics.csv``, ``summary.json`` and ``throughput.png`` into the output directory (and, with
+``tracking:``, to TensorBoard and MLflow: :mod:`raytrain_hetero.app.tracking`). The probe-only
+command is :mod:`raytrain_hetero.app.probe_job`.
 
 Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
 Ray worker runs (re-exported here).
@@ -12,18 +13,15 @@ Ray worker runs (re-exported here).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
-import math
-import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from raytrain_hetero.app.config import JobConfig, check_data_root, validate_config
+from raytrain_hetero.app.config import JobConfig, check_data_root
+from raytrain_hetero.app.progress import LAYOUT_HEADERS, ProgressView, with_layout
 from raytrain_hetero.app.train_loop import classification_loop
 from raytrain_hetero.core.records import StepRecord, nonfinite_steps_skipped, run_samples_per_s
 from raytrain_hetero.core.records import summarize_workers as aggregate_workers
@@ -33,6 +31,7 @@ if TYPE_CHECKING:
     from ray.train import RunConfig
 
     from raytrain_hetero.app.runs import RunIdentity
+    from raytrain_hetero.core.plan import Plan
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
 logger = logging.getLogger(__name__)
@@ -104,133 +103,6 @@ def init_ray(job: JobConfig) -> None:
     )
 
 
-#: Header of the per-rank layout column of a model-parallel mode's worker table.
-LAYOUT_HEADERS = {"conv_split": "kernels", "branches": "branches"}
-
-
-class ProgressView:
-    """Live progress: a tqdm bar over global steps and the per-worker table on plan changes.
-
-    In a model-parallel mode (``layout_dir`` set: the run's folder) the table shows each
-    rank's share of the model (kernels per split layer, or branches) in place of its slice,
-    from the layout rank 0 writes into each checkpoint; a new layout (a re-split, a restart
-    with a new split) is printed when its checkpoint lands.
-    """
-
-    def __init__(
-        self,
-        total_steps: int,
-        stream: TextIO = sys.stderr,
-        *,
-        layout_dir: Path | None = None,
-        layout_header: str | None = None,
-    ) -> None:
-        from tqdm import tqdm
-
-        self.stream = stream
-        self.layout_dir = layout_dir
-        self.layout_header = layout_header
-        self.layout: dict[str, Any] | None = None
-        self.bar = tqdm(
-            total=total_steps,
-            desc="train",
-            unit="step",
-            file=stream,
-            dynamic_ncols=True,
-            mininterval=0.5,
-        )
-        self.steps_done = -1
-        self.plan_versions: set[int] = set()
-        self.tabled_versions: set[int] = set()
-        self.latest: dict[int, StepRecord] = {}
-        self.admission_shown = False
-
-    def __call__(self, update: dict[str, Any]) -> None:
-        records: list[StepRecord] = update["records"]
-        for record in records:
-            self.latest[record.rank] = record
-        if records:
-            top = max(r.step for r in records)
-            if top > self.steps_done:
-                self.bar.update(top - max(self.steps_done, -1))
-                self.steps_done = top
-            rates = [r.global_samples_per_s for r in records if r.rank == 0]
-            if rates:
-                self.bar.set_postfix(samples_s=f"{statistics.median(rates):.0f}")
-        admission = update.get("admission")
-        if admission is not None and not self.admission_shown:
-            self.admission_shown = True
-            self.bar.write(str(admission.get("summary", "")), file=self.stream)
-        new_plans = [p for p in update["plans"] if p["version"] not in self.plan_versions]
-        for plan in new_plans:
-            self.plan_versions.add(plan["version"])
-            self.bar.write(
-                f"plan v{plan['version']} from step {plan['effective_step']}: slices "
-                f"{plan['slices']} ({plan['reason']})",
-                file=self.stream,
-            )
-        # Show the table once every rank has measured a step under the newest plan.
-        newest = max(self.plan_versions, default=None)
-        if (
-            newest is not None
-            and newest not in self.tabled_versions
-            and self.latest
-            and all(r.plan_version == newest for r in self.latest.values())
-        ):
-            self.tabled_versions.add(newest)
-            self.bar.write(self.table(), file=self.stream)
-        if self.layout_dir is not None and self._new_layout():
-            assert self.layout is not None
-            self.bar.write(
-                f"layout after epoch {self.layout['epoch']}: {_layout_text(self.layout)}",
-                file=self.stream,
-            )
-            self.bar.write(self.table(), file=self.stream)
-
-    def _new_layout(self) -> bool:
-        """Read the newest checkpoint's layout; True if it differs from the one shown."""
-        from raytrain_hetero.app.train_loop import LAYOUT_FILE
-
-        assert self.layout_dir is not None
-        newest: dict[str, Any] | None = None
-        for path in self.layout_dir.glob(f"checkpoint_*/{LAYOUT_FILE}"):
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # being written
-            if newest is None or record["epoch"] > newest["epoch"]:
-                newest = record
-        if newest is None or (
-            self.layout is not None and newest["layout"] == self.layout["layout"]
-        ):
-            return False
-        self.layout = newest
-        return True
-
-    def table(self) -> str:
-        from raytrain_hetero.app.outputs import format_worker_table
-
-        rows = [r.to_dict() for _, r in sorted(self.latest.items())]
-        if self.layout is not None:
-            rows = with_layout(rows, self.layout["layout"])
-        return format_worker_table(rows, self.layout_header if self.layout_dir else None)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _layout_text(layout: Mapping[str, Any]) -> str:
-    return " | ".join(f"rank {rank}: {text}" for rank, text in enumerate(layout["layout"]))
-
-
-def with_layout(rows: list[dict[str, Any]], per_rank: Sequence[str]) -> list[dict[str, Any]]:
-    """``rows`` (one per rank) with each rank's share of the model as ``layout``."""
-    return [
-        {**row, "layout": per_rank[row["rank"]] if row["rank"] < len(per_rank) else None}
-        for row in rows
-    ]
-
-
 def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
     """Per-worker figures over the run (summary.json's ``workers``, the printed table).
 
@@ -288,92 +160,6 @@ def build_trainer(
         tracking=tracking,
         run_config=run_config,
     )
-
-
-def probe_loop(config: dict[str, Any]) -> None:
-    """Per-worker loop of ``raytrain-hetero probe``: probe, calibrate, agree a plan, report it."""
-    import raytrain_hetero as rh
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
-    from raytrain_hetero.workloads import build_model
-
-    job = validate_config(config["job"], source="job config on a worker")
-    workload = open_configured_datasets(job.data, ("train",))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    # Prepared for its side effect: the probe times this model on each worker.
-    rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
-    loader = rh.prepare_data_loader(datasets["train"], num_workers=job.data.num_workers)
-    loader.ensure_plan()
-    import ray.train
-    import torch.distributed as dist
-
-    info = rh.get_rank_info()
-    workers: list[Any] = [None] * info["world_size"]
-    dist.all_gather_object(workers, {k: info[k] for k in ("rank", "worker", "device")})
-    metrics = {"plan": rh.current_plan().to_dict(), "workers": workers}
-    if rh.current_plan().costs is not None:
-        from raytrain_hetero.worker.api import admission_report
-
-        metrics["admission"] = admission_report()
-    if info["rank"] == 0:
-        # Ray Train V2 keeps metrics of reports that carry a checkpoint.
-        with tempfile.TemporaryDirectory() as directory:
-            Path(directory, "probe.json").write_text(json.dumps(metrics))
-            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
-    else:
-        rh.report(metrics)
-
-
-def run_probe(job: JobConfig) -> dict[str, Any]:
-    """Measure the workers a job would start and print their speeds and the plan (no training)."""
-    from ray.train import RunConfig
-
-    from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
-    from raytrain_hetero.app.runs import unique_run_name
-
-    if job.model.task is not None:
-        raise ConfigError(
-            "raytrain-hetero probe times model.name's network, not a model.task. Fix: run "
-            "train without train.fixed_shares; its first plan comes from a probe of the task."
-        )
-    prepare_dataset(job)
-    init_ray(job)
-    storage = job.ray.location(
-        job.ray.storage_path or Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-"))
-    )
-    trainer = build_trainer(
-        job,
-        probe_loop,
-        RunConfig(name=unique_run_name(f"{job.name}-probe"), **storage.run_config_storage()),
-        probe_only=True,
-    )
-    result = trainer.fit()
-    if result.error is not None:
-        raise result.error
-    plan = result.metrics["plan"]
-    workers = {w["rank"]: w for w in result.metrics["workers"]}
-    rows = []
-    for rank, slice_ in enumerate(plan["slices"]):
-        _alpha, beta = plan["costs"][rank] if plan.get("costs") else (0.0, float("nan"))
-        rows.append(
-            {
-                "rank": rank,
-                "worker": workers[rank]["worker"],
-                "device": workers[rank]["device"],
-                "samples_per_s": 1.0 / beta if beta and math.isfinite(beta) else float("nan"),
-                "slice": slice_,
-                "weight": slice_ / sum(plan["slices"]),
-            }
-        )
-    print(format_worker_table(rows))
-    print(f"plan v{plan['version']}: slices {plan['slices']} ({plan['reason']})")
-    admission = result.metrics.get("admission")
-    if admission is not None:
-        print(format_admission_table(admission))
-    return plan
 
 
 def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = None) -> RunConfig:
@@ -465,24 +251,18 @@ def run_job(
         else None
     )
     tracker = job_tracker(job, out, run.name, resume=run.resuming)
-    started = time.perf_counter()
-    try:
-        if tracker is not None:
-            tracker.open()
-        result = trainer.fit(progress=view, poll_interval_s=1.0, tracker=tracker)
-    except BaseException:
-        if tracker is not None:
-            tracker.close(failed=True)
-        raise
-    finally:
-        if view is not None:
-            view.close()
-    wall = time.perf_counter() - started
-    if result.error is not None:
-        if tracker is not None:
-            tracker.close(failed=True)
-        raise result.error
-    try:
+    # The tracker's MLflow run ends FAILED if training or writing the outputs raises (a
+    # failed fit included), FINISHED otherwise; never left RUNNING.
+    with tracker if tracker is not None else contextlib.nullcontext():
+        started = time.perf_counter()
+        try:
+            result = trainer.fit(progress=view, poll_interval_s=1.0, tracker=tracker)
+        finally:
+            if view is not None:
+                view.close()
+        wall = time.perf_counter() - started
+        if result.error is not None:
+            raise result.error
         records = sorted(trainer.step_records, key=lambda r: (r.step, r.rank))
         first_step = records[0].step if records else None
         if run.resuming:
@@ -507,13 +287,6 @@ def run_job(
         )
         if tracker is not None:
             tracker.log_artifacts(out / name for name in JOB_ARTIFACTS)
-    except BaseException:
-        # The outputs failed after training: the MLflow run ends FAILED, not left RUNNING.
-        if tracker is not None:
-            tracker.close(failed=True)
-        raise
-    if tracker is not None:
-        tracker.close()
     staging.publish()
     staging.cleanup()
     if progress:
@@ -547,7 +320,7 @@ def _earlier_records(metrics_csv: Path, before_step: int | None) -> list[StepRec
 def build_summary(
     job: JobConfig,
     records: list[StepRecord],
-    plans: list[dict[str, Any]],
+    plans: Sequence[Plan],
     final_metrics: dict[str, Any],
     wall_s: float,
     sizes: dict[str, int],
@@ -568,7 +341,7 @@ def build_summary(
         "bands": sizes["bands"],
         "weighting": job.train.weighting,
         "workers": summarize_workers(records),
-        "plans": plans,
+        "plans": [plan.to_dict() for plan in plans],
         "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
         "parallel": parallel_summary(job, final_metrics),
         # What rank 0 reported last through Ray Train (plan version, per-rank figures).

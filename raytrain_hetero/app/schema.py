@@ -16,8 +16,6 @@ workers and the model (:mod:`raytrain_hetero.app.parallel_checks`). YAML-only se
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -346,25 +344,6 @@ class JobConfig(HeteroModel):
     tune: TuneConfig | None = Field(
         None, description="hyperparameter search for raytrain-hetero tune"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_slowdown_schedule(cls, data: Any) -> Any:
-        # Before 0.2 injected slowdowns sat in the scheduler section.
-        scheduler = data.get("scheduler") if isinstance(data, Mapping) else None
-        if not isinstance(scheduler, Mapping) or "slowdown_schedule" not in scheduler:
-            return data
-        warnings.warn(
-            "scheduler.slowdown_schedule is deprecated: use emulation.slowdowns (removed in 0.3)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        out = dict(data)
-        out["scheduler"] = {k: v for k, v in scheduler.items() if k != "slowdown_schedule"}
-        emulation = out.get("emulation") or {}
-        if isinstance(emulation, Mapping) and "slowdowns" not in emulation:
-            out["emulation"] = {**emulation, "slowdowns": scheduler["slowdown_schedule"]}
-        return out
 
     @field_validator("name")
     @classmethod

@@ -10,13 +10,11 @@ once, in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
 
 from __future__ import annotations
 
-import dataclasses
 import typing
-import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.fields import Int, NonNegFloat, PositiveFloat, PositiveInt, invalid
@@ -32,9 +30,6 @@ __all__ = [
     "PolicyConfig",
     "SchedulerConfig",
 ]
-
-#: PolicyConfig's fields, read from the dataclass itself (its one definition).
-POLICY_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PolicyConfig))
 
 
 class BatchConfig(HeteroModel):
@@ -128,33 +123,6 @@ class SchedulerConfig(HeteroModel):
     flush_every: PositiveInt | None = Field(
         None, description="steps between measurement pushes (null: plan_sync_every)"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_policy_keys(cls, data: Any) -> Any:
-        # Before 0.2 the policy's knobs sat directly in the scheduler section.
-        if not isinstance(data, Mapping):
-            return data
-        moved = [k for k in POLICY_FIELDS if k in data]
-        if not moved:
-            return data
-        verb = "is" if len(moved) == 1 else "are"
-        warnings.warn(
-            "scheduler."
-            + ", scheduler.".join(moved)
-            + f" {verb} deprecated: use "
-            + ", ".join(f"scheduler.policy.{k}" for k in moved)
-            + " (removed in 0.3)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        out = {k: v for k, v in data.items() if k not in moved}
-        policy = out.get("policy", {})
-        if isinstance(policy, PolicyConfig):
-            policy = dataclasses.asdict(policy)
-        if isinstance(policy, Mapping):
-            out["policy"] = {**{k: data[k] for k in moved}, **policy}
-        return out
 
     @field_validator("policy", mode="before")
     @classmethod

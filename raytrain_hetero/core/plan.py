@@ -145,10 +145,12 @@ class Plan:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form, for checkpoints, metrics and logs."""
+        """JSON-ready form, for checkpoints, summaries and logs (``world_size`` for readers;
+        :meth:`from_dict` derives it from the slices)."""
         return {
             "version": self.version,
             "effective_step": self.effective_step,
+            "world_size": self.world_size,
             "slices": list(self.slices),
             "shares": list(self.shares) if self.shares is not None else None,
             "costs": ([[c.alpha, c.beta] for c in self.costs] if self.costs is not None else None),

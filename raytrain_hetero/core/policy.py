@@ -165,6 +165,21 @@ Decision = Noop | Replan
 
 
 @dataclass(frozen=True)
+class PendingReplan:
+    """A live re-plan the scheduler decided, waiting for the ranks to install it.
+
+    Attributes:
+        based_on_version: Version of the plan whose measurements it was decided from.
+        decided_at_step: The newest step every rank had reported when it was decided.
+        replan: The decision (new slices, the cost models behind them, the reason).
+    """
+
+    based_on_version: int
+    decided_at_step: int
+    replan: Replan
+
+
+@dataclass(frozen=True)
 class Estimates:
     """Per-rank cost estimates from a window, plus the ranks that went silent."""
 

@@ -41,8 +41,9 @@ from typing import Any
 import ray
 
 from raytrain_hetero.config import SlowdownInjection
-from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.policy import (
+    PendingReplan,
     PolicyConfig,
     PolicyState,
     Replan,
@@ -50,6 +51,7 @@ from raytrain_hetero.core.policy import (
     decide,
 )
 from raytrain_hetero.core.records import StepRecord, as_step_record
+from raytrain_hetero.worker.scheduler_client import PollAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +177,10 @@ class Drain:
         incarnation: Id of the actor's incarnation (a restarted actor has a new one).
         records: Records after the caller's cursor, oldest first.
         cursor: Pass this as ``after`` to the next drain (acknowledges ``records``).
-        plans: Every plan installed so far (dicts, history order).
+        plans: Every plan installed so far (history order).
         decisions: Every live re-plan decided so far.
         counters: The scheduler's counters.
-        policy: The policy's fields.
+        policy: The re-planning policy.
         admission: The run's admission decision (``AdmissionDecision.to_dict`` plus
             ``summary`` and ``keep_slots``), or None.
         reports: Rank 0's epoch reports so far (:meth:`HeteroScheduler.record_report`).
@@ -187,10 +189,10 @@ class Drain:
     incarnation: str
     records: tuple[StepRecord, ...]
     cursor: int
-    plans: tuple[dict[str, Any], ...]
-    decisions: tuple[dict[str, Any], ...]
+    plans: tuple[Plan, ...]
+    decisions: tuple[PendingReplan, ...]
     counters: SchedulerCounters
-    policy: dict[str, Any] = field(default_factory=dict)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     admission: dict[str, Any] | None = None
     reports: tuple[dict[str, Any], ...] = ()
 
@@ -200,7 +202,7 @@ class HeteroScheduler:
 
     Args:
         run_id: The run.
-        policy: PolicyConfig fields (dict), or None for defaults.
+        policy: The re-planning policy (None: its defaults).
         live: Whether to re-plan from measurements at all.
         clock: Time source (seconds); injected for tests.
         max_undrained: Records kept for the driver until it drains them.
@@ -211,7 +213,7 @@ class HeteroScheduler:
     def __init__(
         self,
         run_id: str,
-        policy: dict[str, Any] | None = None,
+        policy: PolicyConfig | None = None,
         live: bool = True,
         clock: Any = time.time,
         *,
@@ -221,7 +223,7 @@ class HeteroScheduler:
     ) -> None:
         self.run_id = run_id
         self.incarnation = uuid.uuid4().hex[:8]
-        self.policy = PolicyConfig(**(policy or {}))
+        self.policy = policy or PolicyConfig()
         self.live = live
         self._clock = clock
         self._undrained: deque[tuple[int, StepRecord]] = deque()
@@ -232,24 +234,22 @@ class HeteroScheduler:
         self._seen: OrderedDict[tuple[str, int, int], None] = OrderedDict()
         self._max_seen_keys = max_seen_keys
         self._counters = SchedulerCounters()
-        self._plans: list[dict[str, Any]] = []
+        self._plans: list[Plan] = []
         self._group_id: str | None = None
         self._world_size = 0
-        self._current: dict[str, Any] | None = None
+        self._current: Plan | None = None
         self._samples: dict[int, list[StepSample]] = {}
         self._state = PolicyState()
-        self._pending: dict[str, Any] | None = None
+        self._pending: PendingReplan | None = None
         self._injections: list[SlowdownInjection] = []
-        self._decisions: list[dict[str, Any]] = []
+        self._decisions: list[PendingReplan] = []
         self._admission: dict[str, Any] | None = None
         self._reports: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
 
     # ------------------------------------------------------------------ groups and plans
 
-    def register_group(
-        self, group_id: str, world_size: int, plan: dict[str, Any] | None = None
-    ) -> None:
+    def register_group(self, group_id: str, world_size: int, plan: Plan | None = None) -> None:
         """A worker group (re)started, or rank 0 re-registers after the actor was recreated."""
         if group_id != self._group_id:
             self._group_id = group_id
@@ -262,26 +262,23 @@ class HeteroScheduler:
         if plan is not None:
             self._set_current(plan)
 
-    def record_plan(
-        self, plan: dict[str, Any], world_size: int, group_id: str | None = None
-    ) -> None:
+    def record_plan(self, plan: Plan, group_id: str | None = None) -> None:
         """A plan was installed by the workers (append to history; it becomes current)."""
-        entry = dict(plan, world_size=world_size)
-        if entry not in self._plans:
-            self._plans.append(entry)
+        if plan not in self._plans:
+            self._plans.append(plan)
         if group_id is not None and group_id != self._group_id:
-            self.register_group(group_id, world_size)
+            self.register_group(group_id, plan.world_size)
         self._set_current(plan)
 
-    def _set_current(self, plan: dict[str, Any]) -> None:
-        self._current = dict(plan)
-        self._metrics.plan(int(plan["version"]))
-        if self._pending is not None and self._pending["based_on_version"] < plan["version"]:
+    def _set_current(self, plan: Plan) -> None:
+        self._current = plan
+        self._metrics.plan(plan.version)
+        if self._pending is not None and self._pending.based_on_version < plan.version:
             self._pending = None
         # The new plan's first window starts now.
         self._state = PolicyState(
-            last_replan_step=int(plan["effective_step"]),
-            last_decision_step=int(plan["effective_step"]) - 1,
+            last_replan_step=plan.effective_step,
+            last_decision_step=plan.effective_step - 1,
         )
         for samples in self._samples.values():
             samples.clear()
@@ -337,7 +334,7 @@ class HeteroScheduler:
             kept += 1
             self._metrics.record(record)
             if record.group == self._group_id and self._current is not None:
-                if record.plan_version != self._current["version"]:
+                if record.plan_version != self._current.version:
                     continue  # measured under an older plan
                 samples = self._samples.setdefault(record.rank, [])
                 samples.append(
@@ -386,29 +383,21 @@ class HeteroScheduler:
             return
         # The newest step every rank has reported.
         step = min(max(s.step for s in self._samples[r]) for r in range(self._world_size))
-        costs = current.get("costs")
-        prior = [CostModel(a, b) for a, b in costs] if costs else None
         flat = [s for r in range(self._world_size) for s in self._samples[r]]
         decision, self._state = decide(
-            tuple(current["slices"]),
+            current.slices,
             flat,
             self._state,
             self.policy,
             self._clock(),
             step=step,
-            prior=prior,
-            caps=current.get("caps"),
-            min_slice=int(current.get("min_slice", 1)),
+            prior=current.costs,
+            caps=current.caps,
+            min_slice=current.min_slice,
         )
         if isinstance(decision, Replan):
-            self._pending = {
-                "based_on_version": int(current["version"]),
-                "slices": list(decision.slices),
-                "costs": [[c.alpha, c.beta] for c in decision.costs],
-                "reason": decision.reason,
-                "decided_at_step": step,
-            }
-            self._decisions.append(dict(self._pending))
+            self._pending = PendingReplan(current.version, step, decision)
+            self._decisions.append(self._pending)
             self._metrics.replan()
             logger.info(
                 "replan %s",
@@ -417,7 +406,7 @@ class HeteroScheduler:
                         "event": "replan",
                         "run": self.run_id,
                         "step": step,
-                        "old_slices": list(current["slices"]),
+                        "old_slices": list(current.slices),
                         "new_slices": list(decision.slices),
                         "speeds": [round(1.0 / c.beta, 1) for c in decision.costs],
                         "predicted_step_s": round(decision.predicted_step_s, 5),
@@ -429,17 +418,13 @@ class HeteroScheduler:
 
     # ------------------------------------------------------------------ polling
 
-    def poll(self, group_id: str, plan_version: int) -> dict[str, Any]:
-        """What rank 0 should broadcast: a pending plan (if newer) and the injections."""
+    def poll(self, group_id: str, plan_version: int) -> PollAnswer:
+        """What rank 0 should broadcast: a pending re-plan (if newer) and the injections."""
         known = group_id == self._group_id
-        plan = None
-        if (
-            known
-            and self._pending is not None
-            and self._pending["based_on_version"] >= plan_version
-        ):
-            plan = dict(self._pending)
-        return {"known_group": known, "plan": plan, "injections": list(self._injections)}
+        pending = self._pending
+        if not known or (pending is not None and pending.based_on_version < plan_version):
+            pending = None
+        return PollAnswer(known, pending, tuple(self._injections))
 
     def inject_slowdown(self, injection: SlowdownInjection) -> SlowdownInjection:
         """EMULATION: make a worker (by name) or rank slower from a step on (validated by the caller)."""
@@ -465,7 +450,7 @@ class HeteroScheduler:
             plans=tuple(self._plans),
             decisions=tuple(self._decisions),
             counters=self._counters,
-            policy=asdict(self.policy),
+            policy=self.policy,
             admission=self._admission,
             reports=tuple(self._reports),
         )
@@ -496,7 +481,7 @@ def create_scheduler(
     run_id: str,
     node_id: str | None = None,
     *,
-    policy: Mapping[str, Any] | None = None,
+    policy: PolicyConfig | None = None,
     live: bool = True,
 ) -> ray.actor.ActorHandle:
     """Create the scheduler actor of ``run_id``, pinned (softly) to ``node_id``.
@@ -517,7 +502,7 @@ def create_scheduler(
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
     try:
-        return HeteroSchedulerActor.options(**options).remote(run_id, dict(policy or {}), live)
+        return HeteroSchedulerActor.options(**options).remote(run_id, policy, live)
     except ValueError as exc:  # Ray: the name is taken
         raise ConfigError(
             f"A scheduler actor for run {run_id!r} exists already ({exc}); each "

@@ -12,21 +12,41 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import ray
 
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RecordCollector"]
+__all__ = ["FitProgress", "ProgressCallback", "RecordCollector"]
 
 T = TypeVar("T")
 
-#: Signature of a progress callback: ``{"records": new StepRecords, "plans": all plans,
-#: "admission": the admission decision or None, "reports": new epoch reports}``.
-ProgressCallback = Callable[[dict[str, Any]], None]
+
+@dataclass(frozen=True)
+class FitProgress:
+    """What one drain of the scheduler brought, as handed to a progress callback.
+
+    Attributes:
+        records: Step records new to the driver, in arrival order.
+        plans: Every plan installed so far (history order).
+        admission: The run's admission decision (``admission: auto``), or None.
+        reports: Rank 0's epoch reports new to the driver (with a ``ReportForwarder``).
+    """
+
+    records: tuple[StepRecord, ...] = ()
+    plans: tuple[Plan, ...] = ()
+    admission: dict[str, Any] | None = None
+    reports: tuple[dict[str, Any], ...] = ()
+
+
+#: A progress callback of ``HeteroTrainer.fit``.
+ProgressCallback = Callable[[FitProgress], None]
 
 
 class RecordCollector:
@@ -34,10 +54,8 @@ class RecordCollector:
 
     Args:
         scheduler: Handle of the run's scheduler actor.
-        progress: Called with ``{"records": new records, "plans": all plans, "admission":
-            the admission decision or None, "reports": new epoch reports of rank 0 (only
-            with a ``ReportForwarder``)}`` after each drain that brought something (on the
-            thread that drains).
+        progress: Called with a :class:`FitProgress` after each drain that brought
+            something (on the thread that drains).
         timeout_s: Seconds to wait for one drain.
 
     Attributes:
@@ -55,8 +73,8 @@ class RecordCollector:
         self.progress = progress
         self.timeout_s = timeout_s
         self.records: list[StepRecord] = []
-        self.plans: list[dict[str, Any]] = []
-        self.decisions: list[dict[str, Any]] = []
+        self.plans: list[Plan] = []
+        self.decisions: list[PendingReplan] = []
         self.admission: dict[str, Any] | None = None
         self.reports: list[dict[str, Any]] = []
         self._keys: set[tuple[str, int, int]] = set()
@@ -90,12 +108,7 @@ class RecordCollector:
         if self.progress is not None and (new or drained.plans or admitted_now or reports):
             try:
                 self.progress(
-                    {
-                        "records": new,
-                        "plans": list(self.plans),
-                        "admission": self.admission,
-                        "reports": reports,
-                    }
+                    FitProgress(tuple(new), tuple(self.plans), self.admission, tuple(reports))
                 )
             except Exception:
                 logger.exception("progress callback failed")
@@ -130,7 +143,7 @@ class RecordCollector:
         return box["result"]
 
 
-def _merge(into: list[dict[str, Any]], items: tuple[dict[str, Any], ...]) -> None:
+def _merge(into: list[Any], items: tuple[Any, ...]) -> None:
     for item in items:
         if item not in into:
             into.append(item)

@@ -34,7 +34,9 @@ import ray
 from ray.train import UserCallback
 
 from raytrain_hetero.config.tracking import TrackingConfig
+from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.driver.telemetry import FitProgress, ProgressCallback
 from raytrain_hetero.errors import ConfigError
 
 __all__ = ["ReportForwarder", "RunTracker", "fan_out", "flatten_params"]
@@ -88,13 +90,11 @@ def _param_text(value: Any) -> str:
         return str(value)
 
 
-def fan_out(
-    *callbacks: Callable[[dict[str, Any]], None] | None,
-) -> Callable[[dict[str, Any]], None]:
+def fan_out(*callbacks: ProgressCallback | None) -> ProgressCallback:
     """One progress callback calling each given one in turn (``None`` entries skipped)."""
     active = [c for c in callbacks if c is not None]
 
-    def call(update: dict[str, Any]) -> None:
+    def call(update: FitProgress) -> None:
         for callback in active:
             callback(update)
 
@@ -263,7 +263,11 @@ class RunTracker:
         return runs[0] if runs else None
 
     def __enter__(self) -> RunTracker:
-        return self.open()
+        try:
+            return self.open()
+        except BaseException:
+            self.close(failed=True)  # an MLflow store that failed: close the event files
+            raise
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
         self.close(failed=kind is not None)
@@ -292,21 +296,21 @@ class RunTracker:
 
     # ------------------------------------------------------------------ feeding
 
-    def __call__(self, update: Mapping[str, Any]) -> None:
-        """A progress update of ``HeteroTrainer.fit``: ``records`` (new step records),
-        ``plans`` (all plans) and ``reports`` (new epoch reports of rank 0)."""
+    def __call__(self, update: FitProgress) -> None:
+        """A progress update of ``HeteroTrainer.fit``: new step records, all plans and new
+        epoch reports of rank 0."""
         with self._lock:
             self._feed(update)
 
-    def _feed(self, update: Mapping[str, Any]) -> None:
-        for plan in update.get("plans", ()):
-            if plan["version"] not in self._plan_versions:
-                self._plan_versions.add(plan["version"])
-                self._plans.append(dict(plan))
+    def _feed(self, update: FitProgress) -> None:
+        for plan in update.plans:
+            if plan.version not in self._plan_versions:
+                self._plan_versions.add(plan.version)
+                self._plans.append(plan.to_dict())  # plans.json, at close
                 self._emit_plan(plan)
-        for record in update.get("records", ()):
+        for record in update.records:
             self._take(record)
-        for report in update.get("reports", ()):
+        for report in update.reports:
             self._emit_report(report)
         self._flush_metrics()
 
@@ -354,13 +358,12 @@ class RunTracker:
             if record.has_speed:
                 self._scalar(f"{prefix}/samples_per_s", record.samples_per_s, step)
 
-    def _emit_plan(self, plan: Mapping[str, Any]) -> None:
-        step = int(plan.get("effective_step", 0))
-        self._scalar("plan/version", plan["version"], step)
+    def _emit_plan(self, plan: Plan) -> None:
+        step = plan.effective_step
+        self._scalar("plan/version", plan.version, step)
         self._text(
             "plans",
-            f"plan v{plan['version']} from step {step}: slices {list(plan['slices'])} "
-            f"({plan.get('reason', '')})",
+            f"plan v{plan.version} from step {step}: slices {list(plan.slices)} ({plan.reason})",
             step,
         )
 

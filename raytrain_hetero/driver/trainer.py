@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import logging
 import uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -36,6 +36,8 @@ from raytrain_hetero.config import (
     worker_groups,
 )
 from raytrain_hetero.core.placement import SlotDemand
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
@@ -47,7 +49,7 @@ from raytrain_hetero.driver.scheduler import (
     scheduler_actor_name,
 )
 from raytrain_hetero.driver.session import init_ray
-from raytrain_hetero.driver.telemetry import RecordCollector
+from raytrain_hetero.driver.telemetry import ProgressCallback, RecordCollector
 from raytrain_hetero.driver.tracking import ReportForwarder, RunTracker, fan_out
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.context import HeteroSetup
@@ -56,27 +58,9 @@ logger = logging.getLogger(__name__)
 
 _Group = TypeVar("_Group", bound=HeteroModel)
 
-#: Keywords of the 0.1 API -> (config group argument, field of that group). They keep working
-#: for one release with a DeprecationWarning naming the new spelling (removed in 0.3).
-DEPRECATED_KEYWORDS: dict[str, tuple[str, str]] = {
-    "global_batch_size": ("batch", "global_batch_size"),
-    "weighting": ("batch", "weighting"),
-    "fixed_shares": ("batch", "fixed_shares"),
-    "min_slice": ("batch", "min_slice"),
-    "seed": ("batch", "seed"),
-    "live": ("scheduler", "live"),
-    "policy": ("scheduler", "policy"),
-    "plan_sync_every": ("scheduler", "plan_sync_every"),
-    "flush_every": ("scheduler", "flush_every"),
-    "min_workers": ("elastic", "min_workers"),
-    "elastic_resize_monitor_interval_s": ("elastic", "resize_monitor_interval_s"),
-    "slowdown_schedule": ("emulation", "slowdowns"),
-    "torch_backend": ("backend", "torch_backend"),
-    "collective_timeout_s": ("backend", "collective_timeout_s"),
-}
-
 _GROUP_CLASSES: dict[str, type[HeteroModel]] = {
     "batch": BatchConfig,
+    "probe": ProbeConfig,
     "scheduler": SchedulerConfig,
     "elastic": ElasticConfig,
     "emulation": EmulationConfig,
@@ -133,30 +117,25 @@ def _group(name: str, value: Any, cls: type[_Group]) -> _Group:
     )
 
 
-def _apply_deprecated(groups: dict[str, Any], legacy: Mapping[str, Any]) -> dict[str, Any]:
-    """Fold 0.1-style keywords into their config groups, warning about each."""
-    unknown = sorted(set(legacy) - set(DEPRECATED_KEYWORDS))
-    if unknown:
-        raise TypeError(f"HeteroTrainer() got unexpected keyword argument(s) {unknown}")
-    fields: dict[str, dict[str, Any]] = {}
-    for keyword, value in legacy.items():
-        group, field = DEPRECATED_KEYWORDS[keyword]
-        new = f"{group}={_GROUP_CLASSES[group].__name__}({field}=...)"
-        warnings.warn(
-            f"HeteroTrainer({keyword}=...) is deprecated: use {new} (removed in 0.3)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if groups[group] is not None:
-            raise ConfigError(
-                f"HeteroTrainer: {keyword}= and {group}= both given. Fix: set {field} inside "
-                f"{group}= only."
-            )
-        fields.setdefault(group, {})[field] = value
-    out = dict(groups)
-    for group, values in fields.items():
-        out[group] = _GROUP_CLASSES[group](**values)
-    return out
+def _unknown_keywords(unknown: Sequence[str]) -> TypeError:
+    """A TypeError naming each unknown keyword and, where one exists, the group field it
+    resembles (``global_batch_size`` -> ``batch=BatchConfig(global_batch_size=...)``)."""
+    fields = {
+        field: f"{group}={cls.__name__}({field}=...)"
+        for group, cls in _GROUP_CLASSES.items()
+        for field in cls.model_fields
+    }
+    fields.update({group: f"{group}={cls.__name__}(...)" for group, cls in _GROUP_CLASSES.items()})
+    hints = []
+    for keyword in unknown:
+        close = difflib.get_close_matches(keyword, list(fields), n=1)
+        where = f": did you mean {fields[close[0]]}?" if close else ""
+        hints.append(f"{keyword!r}{where}")
+    return TypeError(
+        "HeteroTrainer() got unexpected keyword argument(s) "
+        + "; ".join(hints)
+        + ". Settings live in their config groups (batch=, scheduler=, elastic=, ...)."
+    )
 
 
 class HeteroTrainer:
@@ -190,11 +169,10 @@ class HeteroTrainer:
         tracking: Experiment tracking (:class:`~raytrain_hetero.config.TrackingConfig`):
             TensorBoard event files and an MLflow run per ``fit`` (off by default).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
-        **deprecated: The 0.1 keywords (``global_batch_size=``, ``min_workers=``, ... see
-            :data:`DEPRECATED_KEYWORDS`) still work, with a DeprecationWarning.
 
     Raises:
         ConfigError: Any bad or inconsistent setting, naming the field and the fix.
+        TypeError: An unknown keyword, naming the config group field it resembles.
     """
 
     def __init__(
@@ -214,32 +192,24 @@ class HeteroTrainer:
         parallel: ParallelConfig | Mapping[str, Any] | None = None,
         tracking: TrackingConfig | Mapping[str, Any] | None = None,
         run_config: RunConfig | None = None,
-        **deprecated: Any,
+        **unknown: Any,
     ) -> None:
-        groups = {
-            "batch": batch,
-            "scheduler": scheduler,
-            "elastic": elastic,
-            "emulation": emulation,
-            "backend": backend,
-            "guard": guard,
-        }
-        if deprecated:
-            groups = _apply_deprecated(groups, deprecated)
-        if groups["batch"] is None:
+        if unknown:
+            raise _unknown_keywords(sorted(unknown))
+        if batch is None:
             raise ConfigError(
                 "HeteroTrainer: batch is missing. Fix: pass batch=BatchConfig("
                 "global_batch_size=...)."
             )
         self.workers = worker_groups(workers)
         self.specs = expand_worker_specs(self.workers)
-        self.batch = _group("batch", groups["batch"], BatchConfig)
+        self.batch = _group("batch", batch, BatchConfig)
         self.probe = _group("probe", probe, ProbeConfig)
-        self.scheduler = _group("scheduler", groups["scheduler"], SchedulerConfig)
-        self.elastic = _group("elastic", groups["elastic"], ElasticConfig)
-        self.emulation = _group("emulation", groups["emulation"], EmulationConfig)
-        self.backend = _group("backend", groups["backend"], BackendConfig)
-        self.guard = _group("guard", groups["guard"], GuardConfig)
+        self.scheduler = _group("scheduler", scheduler, SchedulerConfig)
+        self.elastic = _group("elastic", elastic, ElasticConfig)
+        self.emulation = _group("emulation", emulation, EmulationConfig)
+        self.backend = _group("backend", backend, BackendConfig)
+        self.guard = _group("guard", guard, GuardConfig)
         self.parallel = _group("parallel", parallel, ParallelConfig)
         self.tracking = _group("tracking", tracking, TrackingConfig)
         self.tracking.check_installed()  # before any worker starts
@@ -260,31 +230,11 @@ class HeteroTrainer:
         )
         self.run_id = uuid.uuid4().hex[:12]
         self.step_records: list[StepRecord] = []
-        self.plans: list[dict[str, Any]] = []
-        self.decisions: list[dict[str, Any]] = []
+        self.plans: list[Plan] = []
+        self.decisions: list[PendingReplan] = []
         self.admission: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ resolved settings
-
-    @property
-    def global_batch_size(self) -> int:
-        """Samples per optimizer step (``batch.global_batch_size``)."""
-        return self.batch.global_batch_size
-
-    @property
-    def fixed_shares(self) -> tuple[float, ...] | None:
-        """One share per worker slot, or None to probe (``batch.fixed_shares``)."""
-        return self.batch.fixed_shares
-
-    @property
-    def live(self) -> bool:
-        """Whether the scheduler re-plans live (``scheduler.live``, None resolved)."""
-        return self.scheduler.resolved_live(self.batch)
-
-    @property
-    def policy(self) -> dict[str, Any]:
-        """The re-planning policy's fields, as the scheduler actor takes them."""
-        return dataclasses.asdict(self.scheduler.policy)
 
     @property
     def admission_auto(self) -> bool:
@@ -298,11 +248,6 @@ class HeteroTrainer:
         if self.elastic.min_workers is not None:
             return self.elastic.min_workers
         return 1 if self.admission_auto else len(self.specs)
-
-    @property
-    def slowdown_schedule(self) -> tuple[SlowdownInjection, ...]:
-        """EMULATION: the slowdowns injected from the start (``emulation.slowdowns``)."""
-        return self.emulation.slowdowns
 
     # ------------------------------------------------------------------ Ray Train wiring
 
@@ -326,29 +271,17 @@ class HeteroTrainer:
         return HeteroSetup(
             run_id=self.run_id,
             specs=tuple(self.specs),
-            global_batch_size=self.batch.global_batch_size,
-            weighting=self.batch.weighting,
-            batchnorm=self.batch.batchnorm,
-            max_memory_fraction=self.batch.max_memory_fraction,
-            memory_cap_mode=self.batch.memory_cap_mode,
-            fixed_shares=self.batch.fixed_shares,
-            min_slice=self.batch.min_slice,
-            max_world_size=len(self.specs),
+            batch=self.batch,
             probe=self.probe,
-            seed=self.batch.seed,
+            scheduler=self.scheduler,
+            emulation=self.emulation,
+            backend=self.backend,
+            guard=self.guard,
+            parallel=self.parallel,
+            faults=self.faults if self.faults.active else None,
+            min_workers=self.resolved_min_workers,
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
-            flush_every=self.scheduler.resolved_flush_every(),
-            live=self.live,
-            policy=self.policy,
-            plan_sync_every=self.scheduler.plan_sync_every,
-            slowdown_schedule=self.emulation.slowdowns,
-            emulation_noise=self.emulation.noise,
-            faults=self.faults if self.faults.active else None,
-            collective_timeout_s=float(self.backend.collective_timeout_s),
-            max_consecutive_nonfinite=self.guard.max_consecutive_nonfinite,
-            parallel=self.parallel,
-            min_workers=self.resolved_min_workers,
         )
 
     def tracked_params(self) -> dict[str, Any]:
@@ -357,7 +290,6 @@ class HeteroTrainer:
         return {
             "workers": [w.model_dump(mode="json") for w in self.workers],
             **{name: group.model_dump(mode="json") for name, group in groups.items()},
-            "probe": self.probe.model_dump(mode="json"),
             "train_loop_config": self.train_loop_config,
         }
 
@@ -386,7 +318,7 @@ class HeteroTrainer:
     def fit(
         self,
         *,
-        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress: ProgressCallback | None = None,
         poll_interval_s: float = 1.0,
         tracker: RunTracker | None = None,
     ) -> ray.train.Result:
@@ -394,8 +326,9 @@ class HeteroTrainer:
 
         Creates the run's scheduler actor (this driver is its only owner), trains, and kills
         the actor at the end. While training, the step records of every rank are drained from
-        the actor into ``self.step_records`` (:class:`StepRecord`, each once) and the plan
-        history into ``self.plans``; with ``probe.admission: auto``, the admission decision
+        the actor into ``self.step_records`` (:class:`StepRecord`, each once), the plan
+        history into ``self.plans`` (:class:`~raytrain_hetero.core.plan.Plan`) and the live
+        re-plans decided into ``self.decisions``; with ``probe.admission: auto``, the admission decision
         (which workers were left out, with the predicted samples/s) into ``self.admission``.
 
         With ``tracking`` on, the run's TensorBoard directory and MLflow run are opened here,
@@ -403,10 +336,10 @@ class HeteroTrainer:
         end; pass your own open ``tracker`` instead to log more (plots) before closing it.
 
         Args:
-            progress: Called on the calling thread with ``{"records": new records,
-                "plans": all plans, "admission": the admission decision or None,
-                "reports": new epoch reports when tracking}`` after each drain that
-                brought something.
+            progress: Called on the calling thread with a
+                :class:`~raytrain_hetero.driver.telemetry.FitProgress` (new records, all
+                plans, the admission decision, new epoch reports when tracking) after each
+                drain that brought something.
             poll_interval_s: Seconds between drains of the scheduler actor.
             tracker: An open :class:`~raytrain_hetero.driver.tracking.RunTracker` to feed
                 (the caller closes it); ``None``: one from ``tracking`` if it is on.
@@ -420,8 +353,8 @@ class HeteroTrainer:
         scheduler = create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),
-            policy=self.policy,
-            live=self.live,
+            policy=self.scheduler.policy,
+            live=self.scheduler.resolved_live(self.batch),
         )
         self._scheduler = scheduler
         owned = None

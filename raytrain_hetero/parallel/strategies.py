@@ -208,8 +208,7 @@ class ConvSplitStrategy(ParallelStrategy):
         """Re-probe every split layer; move the kernels of each layer whose predicted
         makespan gain (:func:`~raytrain_hetero.core.kernel_split.proposed_resplit`) beats the
         scheduler's ``improvement_threshold``, weights and optimizer state included."""
-        policy = self._runtime.identity.setup.policy or {}
-        min_gain = float(policy.get("improvement_threshold", 0.1))
+        min_gain = self._runtime.identity.setup.scheduler.policy.improvement_threshold
         costs = _probe_split_costs(
             self._runtime, self._template, self.layers, self._groups, self._example
         )
@@ -275,7 +274,7 @@ class BranchStrategy(ParallelStrategy):
         declared = branch_model_of(model)
         names = declared.branch_names
         check_branch_group(names, groups.group_size)
-        replica_batch = max(1, identity.setup.global_batch_size // groups.replicas)
+        replica_batch = max(1, identity.setup.batch.global_batch_size // groups.replicas)
         with torch.random.fork_rng(devices=[]):
             costs = measure_branch_costs(
                 model,
@@ -361,7 +360,7 @@ def _probe_split_costs(
     """Per-kernel cost of each layer per position: the slowest replica's (a collective)."""
     identity = runtime.identity
     setup = identity.setup
-    replica_batch = max(1, setup.global_batch_size // groups.replicas)
+    replica_batch = max(1, setup.batch.global_batch_size // groups.replicas)
     shapes: dict[str, tuple[int, ...]] = {}
     modules = dict(template.named_modules())
     handles = [

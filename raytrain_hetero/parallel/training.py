@@ -264,7 +264,7 @@ def prepare_model_parallel(model: nn.Module, *, example_input: torch.Tensor) -> 
     model = model.to(identity.device)
     example_input = example_input.detach().to(identity.device)
     groups = build_groups(
-        config, identity.rank, identity.world_size, identity.setup.collective_timeout_s
+        config, identity.rank, identity.world_size, identity.setup.backend.collective_timeout_s
     )
     check_replicas_identical(model)  # the whole model, every rank of the world
     template = copy.deepcopy(model)

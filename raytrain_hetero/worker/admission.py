@@ -67,8 +67,8 @@ def assess_admission(
     """
     setup = identity.setup
     module = getattr(model, "module", model)
-    order = greedy_order(setup.global_batch_size, costs)
-    timeout = timedelta(seconds=setup.collective_timeout_s)
+    order = greedy_order(setup.batch.global_batch_size, costs)
+    timeout = timedelta(seconds=setup.backend.collective_timeout_s)
     collective = [0.0]
     for k in range(2, len(order) + 1):
         members = sorted(order[:k])
@@ -90,12 +90,12 @@ def assess_admission(
         [round(c * 1e3, 2) for c in collective],
     )
     return decide_admission(
-        setup.global_batch_size,
+        setup.batch.global_batch_size,
         costs,
         collective_s=collective,
         names=[setup.specs[slot].name for slot in rank_slots],
         caps=[setup.specs[slot].max_batch for slot in rank_slots],
-        min_slice=setup.min_slice,
+        min_slice=setup.batch.min_slice,
     )
 
 

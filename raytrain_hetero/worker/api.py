@@ -41,7 +41,6 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, default_collate
 
-from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
@@ -76,6 +75,7 @@ from raytrain_hetero.worker.resume import (
 )
 from raytrain_hetero.worker.rng_state import RngState, capture_rng
 from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
+from raytrain_hetero.worker.scheduler_client import PollAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +145,9 @@ def prepare_model(
             "example_input=...) instead, or set HeteroTrainer(parallel=...) mode: data."
         )
     if sync_batchnorm is None:
-        sync_batchnorm = setup.batchnorm == "exact"
-    if setup.memory_cap_mode == "accumulate" and (
-        setup.max_memory_fraction is not None
+        sync_batchnorm = setup.batch.batchnorm == "exact"
+    if setup.batch.memory_cap_mode == "accumulate" and (
+        setup.batch.max_memory_fraction is not None
         or any(s.max_micro_batch is not None for s in setup.specs)
     ):
         check_micro_batching(model, exact_batchnorm=sync_batchnorm)
@@ -155,10 +155,10 @@ def prepare_model(
         model,
         device=runtime.identity.device,
         timing=runtime.timing,
-        weighting=setup.weighting,
+        weighting=setup.batch.weighting,
         sync_batchnorm=sync_batchnorm,
         ddp_kwargs=ddp_kwargs,
-        collective_timeout_s=runtime.identity.setup.collective_timeout_s,
+        collective_timeout_s=runtime.identity.setup.backend.collective_timeout_s,
         guard=runtime.guard,
         collective_delay_s=runtime.identity.spec.emulated_collective_delay_s,
     )
@@ -226,9 +226,9 @@ def prepare_data_loader(
     setup = runtime.identity.setup
     carver = EpochCarver(
         dataset_size=size,
-        global_batch_size=setup.global_batch_size,
-        seed=setup.seed,
-        min_step_size=setup.max_world_size * setup.min_slice,
+        global_batch_size=setup.batch.global_batch_size,
+        seed=setup.batch.seed,
+        min_step_size=setup.max_world_size * setup.batch.min_slice,
     )
     _check_same_dataset(runtime, dataset_fingerprint(dataset, size))
     runtime.loader = LoaderState(carver, restore_from_checkpoint(runtime, carver))
@@ -310,7 +310,7 @@ def micro_batches(batch: Any) -> Iterator[MicroBatch]:
         )
     setup, caps = runtime.identity.setup, runtime.plans.pass_caps
     cap = None
-    if setup.memory_cap_mode == "accumulate" and caps is not None:
+    if setup.batch.memory_cap_mode == "accumulate" and caps is not None:
         cap = caps[runtime.identity.rank]
     yield from iterate_micro_batches(batch, step.local_count, cap, runtime.model)
 
@@ -483,8 +483,8 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
     plans.pass_caps = measure_pass_caps(identity, runtime.model, inputs)
     loader = runtime.loader
     start = loader.carver.global_step(loader.cursor)
-    if setup.fixed_shares is not None:
-        shares = [setup.fixed_shares[slot] for slot in rank_slots]
+    if setup.batch.fixed_shares is not None:
+        shares = [setup.batch.fixed_shares[slot] for slot in rank_slots]
         plan = build_plan(
             identity,
             plans,
@@ -529,9 +529,9 @@ def _on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     if scheduler is None:
         return
     scheduler.add(record)
-    if scheduler.buffered >= setup.flush_every:
+    if scheduler.buffered >= setup.scheduler.resolved_flush_every():
         scheduler.flush()
-    every = setup.plan_sync_every
+    every = setup.scheduler.plan_sync_every
     if every > 0 and (record.step + 1) % every == 0:
         _sync_with_scheduler(runtime)
 
@@ -542,26 +542,26 @@ def _sync_with_scheduler(runtime: WorkerRuntime) -> None:
     Rank 0 asks the scheduler and broadcasts its answer (None if unreachable: training goes
     on with the current plan); a new plan takes effect at the first step no rank has carved.
     """
-    payload: Any = None
+    answer: PollAnswer | None = None
     if runtime.identity.rank == 0:
         runtime.scheduler.flush()  # a failed push is retried at every sync
-        payload = runtime.scheduler.poll(runtime.plans.current)
-    box = [payload]
+        answer = runtime.scheduler.poll(runtime.plans.current)
+    box = [answer]
     dist.broadcast_object_list(box, src=0)
-    payload = box[0]
-    if not payload:
+    answer = box[0]
+    if answer is None:
         return
-    runtime.slowdowns.set_live(payload.get("injections") or [])
-    proposal = payload.get("plan")
-    if not proposal:
+    runtime.slowdowns.set_live(answer.injections)
+    if answer.pending is None:
         return
+    replan = answer.pending.replan
     plan = build_plan(
         runtime.identity,
         runtime.plans,
-        costs=[CostModel(float(a), float(b)) for a, b in proposal["costs"]],
-        slices=proposal["slices"],
+        costs=replan.costs,
+        slices=replan.slices,
         effective_step=next_free_step(runtime.plans),
-        reason=f"live: {proposal['reason']}",
+        reason=f"live: {replan.reason}",
     )
     fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
     _install(runtime, plan)

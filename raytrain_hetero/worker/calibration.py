@@ -134,10 +134,12 @@ def measure_pass_caps(
     Without either setting on any slot nothing is measured and no collective runs.
     """
     setup, spec = identity.setup, identity.spec
-    if setup.max_memory_fraction is None and all(s.max_micro_batch is None for s in setup.specs):
+    if setup.batch.max_memory_fraction is None and all(
+        s.max_micro_batch is None for s in setup.specs
+    ):
         return (None,) * identity.world_size
     cap = spec.max_micro_batch
-    if setup.max_memory_fraction is not None:
+    if setup.batch.max_memory_fraction is not None:
         if model is None:
             raise HeteroError(
                 "The memory probe needs the model: call prepare_model(model) before iterating "
@@ -145,7 +147,7 @@ def measure_pass_caps(
             )
         nodes: list[Any] = [None] * identity.world_size
         dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
-        even = -(-setup.global_batch_size // identity.world_size)
+        even = -(-setup.batch.global_batch_size // identity.world_size)
         module = getattr(model, "module", model)
         set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
         try:
@@ -155,7 +157,7 @@ def measure_pass_caps(
                 memory_probe_batch_sizes(even, cap),
                 device=torch.device(identity.device),
                 loss_fn=inputs.loss_fn,
-                fraction=setup.max_memory_fraction,
+                fraction=setup.batch.max_memory_fraction,
                 ray_memory_bytes=spec.resources.get("memory"),
                 ranks_on_node=nodes.count(nodes[identity.rank]),
             )
@@ -213,7 +215,7 @@ def _probe_this_worker(
     fault_point(identity, "probe")  # FAULT INJECTION hook (off unless configured)
     setup, spec = identity.setup, identity.spec
     sizes = setup.probe.batch_sizes or default_probe_batch_sizes(
-        setup.global_batch_size, identity.world_size, spec.max_batch
+        setup.batch.global_batch_size, identity.world_size, spec.max_batch
     )
     for cap in (spec.max_batch, pass_cap):  # a probe pass must fit the memory caps too
         if cap is not None:
@@ -261,12 +263,14 @@ def calibrate(
     saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
     caps = allocation_caps(setup, rank_slots, pass_caps)
     pass_cap = None
-    if setup.memory_cap_mode == "accumulate" and pass_caps is not None:
+    if setup.batch.memory_cap_mode == "accumulate" and pass_caps is not None:
         pass_cap = pass_caps[identity.rank]
     make_batch = _batch_maker(identity, inputs, salt=CALIBRATION_SALT)
     try:
         for _ in range(setup.probe.calibration_rounds):
-            slices = allocate(setup.global_batch_size, costs, caps=caps, min_slice=setup.min_slice)
+            slices = allocate(
+                setup.batch.global_batch_size, costs, caps=caps, min_slice=setup.batch.min_slice
+            )
             busy: list[float] = []
             for k in range(setup.probe.calibration_steps + 1):
                 parts = micro_batch_sizes(slices[identity.rank], pass_cap)
@@ -307,7 +311,7 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
     device = torch.device(identity.device)
     dataset = inputs.dataset
     size = len(dataset)  # type: ignore[arg-type]
-    rng = np.random.default_rng([identity.setup.seed, salt, identity.rank])
+    rng = np.random.default_rng([identity.setup.batch.seed, salt, identity.rank])
 
     def make_batch(batch_size: int) -> Any:
         indices = rng.integers(0, size, size=batch_size)

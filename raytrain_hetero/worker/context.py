@@ -109,8 +109,8 @@ class WorkerRuntime:
             identity.spec.emulated_slowdown,
             worker=identity.spec.name,
             rank=identity.rank,
-            planned=setup.slowdown_schedule,
-            noise=setup.emulation_noise,
+            planned=setup.emulation.slowdowns,
+            noise=setup.emulation.noise,
         )
         scheduler = None
         if setup.scheduler_name is not None:
@@ -121,7 +121,7 @@ class WorkerRuntime:
                 world_size=identity.world_size,
             )
         timing = StepTiming(ComputeClock(identity.device), slowdowns.factor_at)
-        guard = StepGuard(identity.rank, identity.world_size, setup.max_consecutive_nonfinite)
+        guard = StepGuard(identity.rank, identity.world_size, setup.guard.max_consecutive_nonfinite)
         return cls(
             identity=identity,
             slowdowns=slowdowns,

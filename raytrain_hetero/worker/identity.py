@@ -7,19 +7,21 @@ writes them afterwards, so every part of the worker can hold them without copies
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 from raytrain_hetero.config.groups import (
     BackendConfig,
     BatchConfig,
     EmulationConfig,
     GuardConfig,
+    SchedulerConfig,
 )
 from raytrain_hetero.config.parallel import ParallelConfig
+from raytrain_hetero.config.specs import ProbeConfig
 from raytrain_hetero.errors import ConfigError
 
 if TYPE_CHECKING:
-    from raytrain_hetero.config import ProbeConfig, SlowdownInjection, WorkerSpec
+    from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.config.faults import FaultInjectionConfig
 
 
@@ -27,70 +29,47 @@ if TYPE_CHECKING:
 class HeteroSetup:
     """Run-wide settings the trainer hands to every worker (picklable, identical on all ranks).
 
+    The settings are the library's own config groups, as the user gave them to
+    :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`; each default lives in its group.
+
     Attributes:
         run_id: Unique id of this run (names the scheduler actor).
         specs: One WorkerSpec per worker slot, in worker order (counts expanded).
-        global_batch_size: Samples per global step.
-        weighting: "proportional" (exact) or "uniform" (the seed papers' HDP baseline).
-        batchnorm: "exact" (global-batch statistics) or "local" (per-slice statistics):
-            what ``prepare_model`` does with BatchNorm layers unless told otherwise.
-        max_memory_fraction: Fraction of a worker's memory one pass may use (None: no
-            probed memory cap).
-        memory_cap_mode: "accumulate" (micro-batches) or "slice" (capped slices) for a slice
-            above a worker's per-pass cap.
-        fixed_shares: One share per worker slot, or None to probe.
-        min_slice: Smallest per-rank slice.
-        max_world_size: Largest world the run may reach (fixes step boundaries).
+        batch: Global batch, minimum slice, weighting, BatchNorm mode, memory caps, fixed
+            shares and the carving seed.
         probe: Probe settings.
-        seed: Seed of the carving permutations.
-        scheduler_name: Ray actor name of the run's scheduler, or None.
-        scheduler_namespace: Ray namespace of that actor.
-        flush_every: Steps between pushes of step records to the scheduler.
-        live: Re-plan from live measurements (the scheduler's policy).
-        policy: PolicyConfig fields for the scheduler.
-        plan_sync_every: Steps between rank 0's polls of the scheduler (a collective).
-        slowdown_schedule: EMULATION: injected slowdowns known from the start.
-        emulation_noise: EMULATION: per-step factor noise amplitude (0: off).
-        faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
-        collective_timeout_s: Timeout of every process group the worker creates (gradient
-            and BatchNorm): a rank stuck this long in a collective fails the group.
-        max_consecutive_nonfinite: Step guard: consecutive skipped (non-finite) steps after
-            which the run stops.
+        scheduler: Plan agreement and measurement-push spacing, and the re-planning policy.
+        emulation: EMULATION: injected slowdowns known from the start, per-step noise.
+        backend: Timeout of every process group the worker creates (gradient, BatchNorm).
+        guard: The step guard (consecutive non-finite steps before the run stops).
         parallel: The parallel layout (data parallelism by default; in a model-parallel mode
             every rank of a group reads its replica's slice, see
             :mod:`raytrain_hetero.worker.sampler`).
+        faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
         min_workers: Smallest group the run may shrink to (elastic ``min_workers``, else 1);
             admission never drops a group below it.
+        scheduler_name: Ray actor name of the run's scheduler, or None.
+        scheduler_namespace: Ray namespace of that actor.
     """
 
     run_id: str
     specs: tuple[WorkerSpec, ...]
-    global_batch_size: int
-    weighting: Literal["proportional", "uniform"]
-    fixed_shares: tuple[float, ...] | None
-    min_slice: int
-    max_world_size: int
-    probe: ProbeConfig
-    seed: int = 0
+    batch: BatchConfig
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    faults: FaultInjectionConfig | None = None
+    min_workers: int = 1
     scheduler_name: str | None = None
     scheduler_namespace: str | None = None
-    flush_every: int = 5
-    live: bool = True
-    policy: dict[str, Any] | None = None
-    plan_sync_every: int = 5
-    slowdown_schedule: tuple[SlowdownInjection, ...] = ()
-    emulation_noise: float = float(EmulationConfig.model_fields["noise"].default)
-    faults: FaultInjectionConfig | None = None
-    # Defaults read from the library config objects, where each setting is defined once.
-    collective_timeout_s: float = float(BackendConfig.model_fields["collective_timeout_s"].default)
-    max_consecutive_nonfinite: int = GuardConfig.model_fields["max_consecutive_nonfinite"].default
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    batchnorm: Literal["exact", "local"] = BatchConfig.model_fields["batchnorm"].default
-    min_workers: int = 1
-    max_memory_fraction: float | None = BatchConfig.model_fields["max_memory_fraction"].default
-    memory_cap_mode: Literal["accumulate", "slice"] = BatchConfig.model_fields[
-        "memory_cap_mode"
-    ].default
+
+    @property
+    def max_world_size(self) -> int:
+        """Largest world the run may reach (every slot filled; fixes step boundaries)."""
+        return len(self.specs)
 
     def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
         """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""

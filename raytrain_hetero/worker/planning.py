@@ -87,7 +87,7 @@ def allocation_caps(
     """Per-rank slice caps of the allocation: ``WorkerSpec.max_batch``, and under
     ``memory_cap_mode="slice"`` also each rank's per-pass memory cap (the smaller binds)."""
     caps = [setup.specs[slot].max_batch for slot in rank_slots]
-    if setup.memory_cap_mode == "slice" and pass_caps is not None:
+    if setup.batch.memory_cap_mode == "slice" and pass_caps is not None:
         caps = [c if p is None else p if c is None else min(c, p) for c, p in zip(caps, pass_caps)]
     return tuple(caps)
 
@@ -133,14 +133,14 @@ def build_plan(
         "version": plans.next_version(),
         "effective_step": effective_step,
         "caps": caps,
-        "min_slice": setup.min_slice,
+        "min_slice": setup.batch.min_slice,
         "reason": reason,
     }
     if shares is not None:
-        return Plan.from_shares(setup.global_batch_size, list(shares), **common)
+        return Plan.from_shares(setup.batch.global_batch_size, list(shares), **common)
     costs = tuple(costs)
     if slices is None:
-        return Plan.from_costs(setup.global_batch_size, costs, **common)
+        return Plan.from_costs(setup.batch.global_batch_size, costs, **common)
     return Plan(slices=tuple(int(b) for b in slices), costs=costs, **common)
 
 

@@ -302,7 +302,7 @@ class HeteroDataLoader:
             worker=identity.spec.name,
             device=identity.device,
             slice=step.local_count,
-            weight=step.weight(identity.setup.weighting),
+            weight=step.weight(identity.setup.batch.weighting),
             compute_s=times.compute_s,
             load_s=load_s,
             busy_s=times.busy_s + load_wall_s,

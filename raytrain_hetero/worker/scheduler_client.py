@@ -13,20 +13,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import HeteroError
 
+if TYPE_CHECKING:
+    from raytrain_hetero.config import SlowdownInjection
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["SchedulerClient"]
+__all__ = ["PollAnswer", "SchedulerClient"]
 
 POLL_TIMEOUT_S = 10.0
 FLUSH_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class PollAnswer:
+    """The scheduler's answer to rank 0's poll (broadcast to every rank as is).
+
+    Attributes:
+        known_group: Whether the scheduler knows the polling group (False after a restart
+            of the actor: the client registers the group again).
+        pending: A live re-plan decided from the caller's plan or a newer one, or None.
+        injections: EMULATION: every slowdown injected so far.
+    """
+
+    known_group: bool
+    pending: PendingReplan | None = None
+    injections: tuple[SlowdownInjection, ...] = ()
 
 
 class SchedulerClient:
@@ -87,7 +108,7 @@ class SchedulerClient:
         if wait:
             self._collect(timeout=FLUSH_WAIT_S)
 
-    def poll(self, plan: Plan | None) -> dict[str, Any] | None:
+    def poll(self, plan: Plan | None) -> PollAnswer | None:
         """The scheduler's answer for this group (rank 0 only), or None if unreachable.
 
         Re-registers the group when the actor does not know it (it was restarted).
@@ -97,12 +118,12 @@ class SchedulerClient:
         if actor is None:
             return None
         try:
-            payload = ray.get(actor.poll.remote(self.group_id, version), timeout=POLL_TIMEOUT_S)
-            if not payload["known_group"]:
-                actor.register_group.remote(
-                    self.group_id, self.world_size, plan.to_dict() if plan else None
-                )
-            return payload
+            answer: PollAnswer = ray.get(
+                actor.poll.remote(self.group_id, version), timeout=POLL_TIMEOUT_S
+            )
+            if not answer.known_group:
+                actor.register_group.remote(self.group_id, self.world_size, plan)
+            return answer
         except Exception as exc:  # noqa: BLE001 - training goes on with the current plan
             logger.warning("scheduler unreachable (%s); continuing on plan v%s", exc, version)
             self._actor = None
@@ -114,7 +135,7 @@ class SchedulerClient:
         if actor is None:
             return
         try:
-            actor.record_plan.remote(plan.to_dict(), self.world_size, self.group_id)
+            actor.record_plan.remote(plan, self.group_id)
         except Exception as exc:  # noqa: BLE001
             logger.warning("plan v%d not recorded by the scheduler (%s)", plan.version, exc)
             self._actor = None

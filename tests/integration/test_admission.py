@@ -54,4 +54,4 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
     assert sorted(r["worker"] for r in records) == ["fast-0", "fast-1"]
     assert all(r["steps"] == 4 and len(r["slices"]) == 2 for r in records)
     # Every plan the run installed belongs to the two-worker group.
-    assert trainer.plans and all(p["world_size"] == 2 for p in trainer.plans)
+    assert trainer.plans and all(p.world_size == 2 for p in trainer.plans)

@@ -112,7 +112,7 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
     joined = threading.Event()
 
     def progress(update):
-        if not joined.is_set() and any(r.world_size == 2 for r in update["records"]):
+        if not joined.is_set() and any(r.world_size == 2 for r in update.records):
             pool(1)
             joined.set()
 
@@ -125,8 +125,8 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
     assert {r.rank for r in grown} == {0, 1, 2}
     assert min(r.slice for r in grown) >= 1
     # The restarted group reused the cost models of the two slots it already knew.
-    grown_plans = [p for p in trainer.plans if len(p["slices"]) == 3]
-    assert grown_plans and "probe of 1 new slot(s)" in grown_plans[0]["reason"], grown_plans
+    grown_plans = [p for p in trainer.plans if p.world_size == 3]
+    assert grown_plans and "probe of 1 new slot(s)" in grown_plans[0].reason, grown_plans
     kept, groups = committed_ledger(out)
     assert len(groups) >= 2
     epochs = sorted({e["epoch"] for e in kept})
@@ -210,7 +210,7 @@ def test_losing_a_node_shrinks_the_group_and_the_run_completes(
     removed = threading.Event()
 
     def progress(update):
-        if not removed.is_set() and any(r.step >= 4 for r in update["records"]):
+        if not removed.is_set() and any(r.step >= 4 for r in update.records):
             cluster.remove_node(doomed)
             removed.set()
 

@@ -123,7 +123,7 @@ def test_memory_capped_micro_batches_equal_one_device_step_float64(ray_local, tm
     ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
     assert [ledger[0][3] for ledger in ledgers] == [[2, 1], [2, 2, 2], [4, 4, 4, 3]]
     assert all(sum(entry[3]) == len(entry[2]) for ledger in ledgers for entry in ledger)
-    assert trainer.plans[0]["reason"].endswith("samples/pass caps r0:2, r1:2, r2:4")
+    assert trainer.plans[0].reason.endswith("samples/pass caps r0:2, r1:2, r2:4")
 
 
 def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):

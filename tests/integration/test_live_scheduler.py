@@ -54,23 +54,23 @@ def test_slowed_rank_gets_a_smaller_slice_and_ledger_stays_exact(ray_local, tmp_
     )
     result = trainer.fit()
     assert result.error is None
-    live_plans = [p for p in trainer.plans if p["reason"].startswith("live")]
+    live_plans = [p for p in trainer.plans if p.reason.startswith("live")]
     assert live_plans, f"no live re-plan; decisions={trainer.decisions}"
     # Under CI load the tiny model's per-step compute is noisy enough that an aggressive policy
     # may re-plan on noise before step 6 (one CI run saw [16, ...] first); what must hold is
     # that the slowdown is answered: a live plan gives rank 0 the smallest slice soon after
     # step 6, and the run's last plan still does.
-    shrinks = [p for p in live_plans if p["slices"][0] < min(16, *p["slices"][1:])]
+    shrinks = [p for p in live_plans if p.slices[0] < min(16, *p.slices[1:])]
     assert shrinks, f"rank 0 never got the smallest slice; plans={live_plans}"
     first = shrinks[0]
-    assert first["effective_step"] <= 6 + 30, live_plans
-    assert "->" in first["reason"]
+    assert first.effective_step <= 6 + 30, live_plans
+    assert "->" in first.reason
     last = trainer.plans[-1]
-    assert last["slices"][0] < min(last["slices"][1:]), trainer.plans
+    assert last.slices[0] < min(last.slices[1:]), trainer.plans
     # Rank 0 really did get less from the switch on, as every rank saw it.
     entries = read_ledger(out)
-    after = [e for e in entries if e["step"] == first["effective_step"]]
-    assert sorted((e["rank"], len(e["ids"])) for e in after) == list(enumerate(first["slices"]))
+    after = [e for e in entries if e["step"] == first.effective_step]
+    assert sorted((e["rank"], len(e["ids"])) for e in after) == list(enumerate(first.slices))
     assert_exactly_once(entries, size, epochs)
 
 

@@ -11,6 +11,7 @@ from grafana_queries import dashboard_queries, load_dashboard, query_metric_name
 
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PolicyConfig
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver.scheduler import create_scheduler, kill_scheduler
 
@@ -47,18 +48,19 @@ def test_scheduler_exports_every_series_the_dashboard_queries(ray_local) -> None
     run_id = f"metrics-{uuid.uuid4().hex[:6]}"
     wanted = set().union(*(query_metric_names(q.expr) for q in dashboard_queries(load_dashboard())))
     actor = create_scheduler(
-        run_id, policy={"window_steps": 2, "confirm_windows": 1, "min_steps_between_replans": 0}
+        run_id,
+        policy=PolicyConfig(window_steps=2, confirm_windows=1, min_steps_between_replans=0),
     )
     try:
         plan = Plan(version=1, effective_step=0, slices=(16, 16), costs=(CostModel(0, 0.01),) * 2)
-        ray.get(actor.register_group.remote("g", 2, plan.to_dict()), timeout=60)
+        ray.get(actor.register_group.remote("g", 2, plan), timeout=60)
         # Rank 1 runs 4x slower than the plan assumed: the scheduler decides a re-plan.
         records = [
             _record(s, r, 0.01 if r == 0 else 0.04, run_id) for s in range(6) for r in (0, 1)
         ]
         ray.get(actor.record_steps.remote(records), timeout=60)
         polled = ray.get(actor.poll.remote("g", 1), timeout=60)
-        assert polled["plan"] is not None, "no re-plan was decided"
+        assert polled.pending is not None, "no re-plan was decided"
         port = int(ray.nodes()[0]["MetricsExportPort"])
         deadline = time.monotonic() + 60
         missing = wanted

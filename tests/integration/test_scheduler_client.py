@@ -59,7 +59,7 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
     assert client.buffered == 0
     assert [r.step for r in _drain(actor).records] == [0, 1, 2]
     plan = Plan.from_shares(16, [1.0, 1.0])
-    assert client.poll(plan)["known_group"] is True
+    assert client.poll(plan).known_group is True
 
     # Ray restarts the actor (the driver owns its lifecycle); its state starts empty.
     incarnation = _drain(actor).incarnation
@@ -73,9 +73,9 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
             pass  # restarting
         time.sleep(0.2)
     payload = client.poll(plan)
-    assert payload is not None and payload["known_group"] is False
+    assert payload is not None and payload.known_group is False
     # The client registered the group again, with its current plan.
-    assert client.poll(plan)["known_group"] is True
+    assert client.poll(plan).known_group is True
     client.add(_record(3))
     client.flush(wait=True)
     drained = _drain(ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE))

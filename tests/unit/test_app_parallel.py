@@ -13,9 +13,10 @@ from torch import nn
 
 from raytrain_hetero.app.cli import main
 from raytrain_hetero.app.config import merge_overrides, parse_override, validate_config
-from raytrain_hetero.app.job import parallel_summary, with_layout
+from raytrain_hetero.app.job import parallel_summary
 from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
+from raytrain_hetero.app.progress import with_layout
 from raytrain_hetero.config import ParallelConfig
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.workloads.models import MarquesCNN, SmallCNN, TwoBranchFusionCNN, build_model

@@ -19,7 +19,7 @@ from ray.train import RunConfig
 import raytrain_hetero as rh
 from raytrain_hetero.app.config import merge_overrides, parse_override, validate_config
 from raytrain_hetero.app.job import build_trainer
-from raytrain_hetero.config import BatchConfig, ProbeConfig, WorkerSpec
+from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.driver.trainer import HeteroTrainer
 from raytrain_hetero.worker.batchnorm import convert_batchnorm
 from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
@@ -59,13 +59,7 @@ def _wrapped_forward(rank: int, world_size: int) -> dict[bool, tuple]:
         setup = HeteroSetup(
             run_id="t",
             specs=tuple(WorkerSpec(name=f"w{i}") for i in range(world_size)),
-            global_batch_size=sum(SLICES),
-            weighting="proportional",
-            fixed_shares=None,
-            min_slice=1,
-            max_world_size=world_size,
-            probe=ProbeConfig(),
-            batchnorm=setting,
+            batch=BatchConfig(global_batch_size=sum(SLICES), batchnorm=setting),
         )
         identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world_size)
         install_runtime(WorkerRuntime.start(identity))
@@ -162,14 +156,16 @@ def _loop(config):  # never runs
 def test_the_setting_reaches_the_workers_setup_from_python_and_yaml():
     workers = [{"name": "a"}, {"name": "b"}]
     default = HeteroTrainer(_loop, workers=workers, batch={"global_batch_size": 8})
-    assert default.setup().batchnorm == "exact"
+    assert default.setup().batch.batchnorm == "exact"
     local = HeteroTrainer(
         _loop, workers=workers, batch=BatchConfig(global_batch_size=8, batchnorm="local")
     )
-    assert local.setup().batchnorm == "local"
+    assert local.setup().batch.batchnorm == "local"
     data = merge_overrides(
         {"data": {"root": "data/x"}, "workers": workers}, parse_override("train.batchnorm=local")
     )
-    assert build_trainer(validate_config(data), _loop, RunConfig()).setup().batchnorm == "local"
+    assert (
+        build_trainer(validate_config(data), _loop, RunConfig()).setup().batch.batchnorm == "local"
+    )
     with pytest.raises(Exception, match="batchnorm"):
         BatchConfig(global_batch_size=8, batchnorm="sync")

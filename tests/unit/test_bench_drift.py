@@ -244,12 +244,12 @@ def test_emulation_noise_reaches_the_workers_setup_from_python_and_yaml():
         batch={"global_batch_size": 8},
         emulation=EmulationConfig(noise=0.1),
     )
-    assert trainer.setup().emulation_noise == 0.1
+    assert trainer.setup().emulation.noise == 0.1
     data = merge_overrides(
         {"data": {"root": "data/x"}, "workers": workers}, parse_override("emulation.noise=0.05")
     )
     assert (
-        build_trainer(validate_config(data), _never_runs, RunConfig()).setup().emulation_noise
+        build_trainer(validate_config(data), _never_runs, RunConfig()).setup().emulation.noise
         == 0.05
     )
 

@@ -533,27 +533,10 @@ def test_run_sections_are_checked_against_the_workers(tmp_path: Path) -> None:
         validate_config({**MINIMAL, "scheduler": {"policy": {"window_step": 3}}})
 
 
-def test_old_scheduler_keys_still_load_with_a_deprecation_warning(tmp_path: Path) -> None:
-    path = write_yaml(
-        tmp_path,
-        {
-            **MINIMAL,
-            "scheduler": {
-                "window_steps": 4,
-                "improvement_threshold": 0.2,
-                "slowdown_schedule": [{"factor": 3, "worker": "b", "from_step": 10}],
-            },
-        },
-    )
-    with pytest.warns(DeprecationWarning) as caught:
-        cfg = load_config(path)
-    messages = " | ".join(str(w.message) for w in caught)
-    assert "use scheduler.policy.window_steps, scheduler.policy.improvement_threshold" in messages
-    assert "scheduler.slowdown_schedule is deprecated: use emulation.slowdowns" in messages
-    assert cfg.scheduler.policy.window_steps == 4
-    assert cfg.scheduler.policy.improvement_threshold == 0.2
-    assert cfg.emulation.slowdowns[0].factor == 3.0
-    bad = write_yaml(tmp_path, {**MINIMAL, "scheduler": {"slowdown_schedule": [{"factor": 3}]}})
-    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError) as info:
-        load_config(bad)
-    assert "emulation.slowdowns[0]" in str(info.value) and "worker" in str(info.value)
+def test_pre_0_2_scheduler_keys_are_unknown_keys(tmp_path: Path) -> None:
+    # The policy's knobs live in scheduler.policy, injected slowdowns in emulation.slowdowns.
+    for key, value in (("window_steps", 4), ("slowdown_schedule", [{"factor": 3}])):
+        path = write_yaml(tmp_path, {**MINIMAL, "scheduler": {key: value}})
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert f"scheduler.{key}" in str(info.value)

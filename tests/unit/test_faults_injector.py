@@ -13,9 +13,9 @@ import pytest
 
 from raytrain_hetero import HeteroTrainer
 from raytrain_hetero.config import (
+    BatchConfig,
     FaultInjectionConfig,
     FaultSpec,
-    ProbeConfig,
     WorkerSpec,
 )
 from raytrain_hetero.config.faults import random_faults
@@ -29,12 +29,7 @@ def identity(config: FaultInjectionConfig | None, rank: int = 0) -> RankIdentity
     setup = HeteroSetup(
         run_id="r",
         specs=specs,
-        global_batch_size=8,
-        weighting="proportional",
-        fixed_shares=None,
-        min_slice=1,
-        max_world_size=2,
-        probe=ProbeConfig(),
+        batch=BatchConfig(global_batch_size=8),
         faults=config,
     )
     return RankIdentity(setup=setup, slot=rank, rank=rank, world_size=2, group_id="g1")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from raytrain_hetero.app.config import validate_config
+from raytrain_hetero.config import BatchConfig
 from raytrain_hetero.errors import ConfigError, DataError
 
 BASE: dict[str, Any] = {
@@ -97,7 +98,7 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
     import lightning.pytorch as pl
 
     from raytrain_hetero import lightning as rhl
-    from raytrain_hetero.config import ProbeConfig, WorkerSpec
+    from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.worker import context
     from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
 
@@ -107,12 +108,7 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
     setup = HeteroSetup(
         run_id="t",
         specs=(WorkerSpec(name="a"),),
-        global_batch_size=4,
-        weighting="proportional",
-        fixed_shares=None,
-        min_slice=1,
-        max_world_size=1,
-        probe=ProbeConfig(),
+        batch=BatchConfig(global_batch_size=4),
     )
     install_runtime(WorkerRuntime.start(RankIdentity(setup=setup, slot=0, rank=0, world_size=1)))
 
@@ -144,7 +140,7 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
 
 
 def test_probe_refuses_a_task_job_naming_the_way():
-    from raytrain_hetero.app.job import run_probe
+    from raytrain_hetero.app.probe_job import run_probe
 
     with pytest.raises(ConfigError, match="without train.fixed_shares"):
         run_probe(validate_config(BASE))

@@ -17,6 +17,8 @@ import torch
 from gloo_group import run_gloo_group
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from raytrain_hetero.config import BatchConfig
+
 SLICES = (5, 3, 2)
 BATCH = sum(SLICES)
 SWITCHED = (2, 3, 5)  # the plan from the second step on
@@ -117,7 +119,8 @@ def _carved_loader(dataset: Dataset, records: list):
 
     runtime = get_runtime()
     setup = runtime.identity.setup
-    carver = EpochCarver(len(dataset), BATCH, setup.seed, setup.max_world_size * setup.min_slice)
+    batch = setup.batch
+    carver = EpochCarver(len(dataset), BATCH, batch.seed, setup.max_world_size * batch.min_slice)
     runtime.loader = LoaderState(carver, Cursor(0, 0))
     inputs = ProbeInputs(dataset, default_collate, default_probe_loss, True)
 
@@ -142,20 +145,16 @@ def _rank_main(rank: int, world_size: int) -> dict:
     import lightning.pytorch as pl
 
     from raytrain_hetero import lightning as rhl
-    from raytrain_hetero.config import ProbeConfig, WorkerSpec
+    from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
     from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="lightning",
         specs=tuple(WorkerSpec(name=f"w{i}") for i in range(world_size)),
-        global_batch_size=BATCH,
-        weighting="proportional",
-        fixed_shares=tuple(float(s) for s in SLICES),
-        min_slice=1,
-        max_world_size=world_size,
-        probe=ProbeConfig(),
-        seed=7,
+        batch=BatchConfig(
+            global_batch_size=BATCH, fixed_shares=tuple(float(s) for s in SLICES), seed=7
+        ),
     )
     identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world_size)
     install_runtime(WorkerRuntime.start(identity))

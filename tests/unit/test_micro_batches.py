@@ -13,7 +13,7 @@ import torch.distributed as dist
 from gloo_group import run_gloo_group
 
 import raytrain_hetero as rh
-from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.errors import ConfigError, HeteroError, ProbeError
 from raytrain_hetero.worker.calibration import measure_pass_caps
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
@@ -46,18 +46,12 @@ def _model(batchnorm: bool = False) -> torch.nn.Module:
 def _install(rank: int, world_size: int, **setup: object) -> RankIdentity:
     caps = setup.pop("caps", PASS_CAPS)
     specs = tuple(WorkerSpec(name=f"w{i}", max_micro_batch=caps[i]) for i in range(world_size))
-    defaults = {
-        "run_id": "t",
-        "specs": specs,
-        "global_batch_size": sum(SLICES),
-        "weighting": "proportional",
-        "fixed_shares": None,
-        "min_slice": 1,
-        "max_world_size": world_size,
-        "probe": ProbeConfig(),
-    }
+    batch = BatchConfig(global_batch_size=sum(SLICES), **setup)
     identity = RankIdentity(
-        setup=HeteroSetup(**{**defaults, **setup}), slot=rank, rank=rank, world_size=world_size
+        setup=HeteroSetup(run_id="t", specs=specs, batch=batch),
+        slot=rank,
+        rank=rank,
+        world_size=world_size,
     )
     install_runtime(WorkerRuntime.start(identity))
     return identity

@@ -17,7 +17,15 @@ import torch.nn.functional as F
 from gloo_group import run_gloo_group, tiny_conv_net
 from torch import nn
 
-from raytrain_hetero.config import ParallelConfig, ProbeConfig, SlowdownInjection, WorkerSpec
+from raytrain_hetero.config import (
+    BackendConfig,
+    BatchConfig,
+    EmulationConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SlowdownInjection,
+    WorkerSpec,
+)
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.parallel.training import prepare_model_parallel
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
@@ -48,18 +56,15 @@ def _install(rank: int, parallel: ParallelConfig) -> None:
     setup = HeteroSetup(
         run_id="t",
         specs=tuple(WorkerSpec(name=f"w{i}") for i in range(WORLD)),
-        global_batch_size=10,
-        weighting="proportional",
-        fixed_shares=None,
-        min_slice=1,
-        max_world_size=WORLD,
-        probe=ProbeConfig(),
+        batch=BatchConfig(global_batch_size=10),
         parallel=parallel,
-        collective_timeout_s=60.0,
+        backend=BackendConfig(collective_timeout_s=60),
         # EMULATION: rank 0 (position 0 of replica 0) turns 8x slower from step 1.
-        slowdown_schedule=(SlowdownInjection(factor=8.0, worker="w0", from_step=1),),
+        emulation=EmulationConfig(
+            slowdowns=(SlowdownInjection(factor=8.0, worker="w0", from_step=1),)
+        ),
         # No hysteresis: on these tiny layers fixed costs dominate the predicted gain.
-        policy={"improvement_threshold": 0.0},
+        scheduler=SchedulerConfig(policy={"improvement_threshold": 0.0}),
     )
     runtime = WorkerRuntime.start(RankIdentity(setup=setup, slot=rank, rank=rank, world_size=4))
     runtime.loader = LoaderState(EpochCarver(20, 10, seed=0, min_step_size=4), Cursor(0, 0))

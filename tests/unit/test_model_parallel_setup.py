@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from raytrain_hetero import ConfigError, HeteroTrainer, ModelParallelError, WorkerSpec
-from raytrain_hetero.config import BatchConfig, ElasticConfig, ParallelConfig, ProbeConfig
+from raytrain_hetero.config import BatchConfig, ElasticConfig, ParallelConfig
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.parallel.layout import ParallelLayout
@@ -118,12 +118,7 @@ def _setup(parallel: ParallelConfig) -> HeteroSetup:
     return HeteroSetup(
         run_id="r",
         specs=tuple(workers(WORLD)),
-        global_batch_size=BATCH,
-        weighting="proportional",
-        fixed_shares=tuple(SHARES),
-        min_slice=1,
-        max_world_size=WORLD,
-        probe=ProbeConfig(),
+        batch=BatchConfig(global_batch_size=BATCH, fixed_shares=tuple(SHARES)),
         parallel=parallel,
     )
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import PendingReplan, PolicyConfig
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver.scheduler import HeteroScheduler
+from raytrain_hetero.worker.scheduler_client import PollAnswer
 
 
 def record(step: int, rank: int = 0, group: str = "g", busy_s: float = 0.1, **over) -> StepRecord:
@@ -101,3 +105,27 @@ def test_memory_stays_bounded_however_long_the_run() -> None:
     # The newest records are the ones kept for the driver and for live summaries.
     assert drained.records[-1].step == 1989
     assert {r.step for r in sched.recent_records()} == set(range(1982, 1990))
+
+
+def test_a_live_replan_travels_as_typed_records() -> None:
+    # Rank 1 runs 4x slower than plan v1 assumed: the policy decides a re-plan.
+    policy = PolicyConfig(window_steps=2, confirm_windows=1, min_steps_between_replans=0)
+    sched = HeteroScheduler("run", policy, live=True, clock=lambda: 0.0)
+    first = Plan(version=1, effective_step=0, slices=(10, 10), costs=(CostModel(0, 0.01),) * 2)
+    sched.register_group("g", 2, first)
+    sched.record_steps(
+        [record(s, r, busy_s=0.1 if r == 0 else 0.4) for s in range(6) for r in (0, 1)]
+    )
+    answer = sched.poll("g", first.version)
+    assert isinstance(answer, PollAnswer) and answer.known_group
+    assert isinstance(answer.pending, PendingReplan) and answer.pending.based_on_version == 1
+    slices = answer.pending.replan.slices
+    assert sum(slices) == 20 and slices[0] > slices[1]
+    assert sched.poll("other", 1) == PollAnswer(known_group=False)
+    # Rank 0 installs the re-plan as v2: the history holds Plans, the pending answer is gone.
+    second = Plan(version=2, effective_step=7, slices=slices, costs=answer.pending.replan.costs)
+    sched.record_plan(second, "g")
+    assert sched.poll("g", 2).pending is None
+    drained = sched.drain()
+    assert drained.plans == (second,) and drained.decisions == (answer.pending,)
+    assert drained.policy == policy

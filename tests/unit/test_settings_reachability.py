@@ -36,7 +36,7 @@ from raytrain_hetero.config import (
     WorkerSpec,
 )
 from raytrain_hetero.config.tracking import MLflowConfig, TensorBoardConfig
-from raytrain_hetero.driver.trainer import DEPRECATED_KEYWORDS, HeteroTrainer
+from raytrain_hetero.driver.trainer import HeteroTrainer
 
 BASE = {"data": {"root": "data/x"}, "workers": [{"name": "a"}, {"name": "b"}]}
 
@@ -208,13 +208,10 @@ def test_every_trainer_knob_is_a_yaml_section():
         "train_loop_per_worker",
         "train_loop_config",
         "run_config",
-        "deprecated",
+        "unknown",  # refused with a hint naming the group field
         "faults",  # FAULT INJECTION: test/ops tooling, deliberately not a YAML key
     }
     assert knobs == {"workers", *(attr for _, attr in GROUPS.values())}
-    for keyword, (group, field) in DEPRECATED_KEYWORDS.items():
-        cls = next(c for c, (_, attr) in GROUPS.items() if attr == group)
-        assert field in fields_of(cls), keyword
 
 
 def test_every_run_related_yaml_key_is_a_library_setting():

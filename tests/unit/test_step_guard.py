@@ -7,7 +7,7 @@ import pytest
 import torch
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.config import BackendConfig, BatchConfig, GuardConfig, WorkerSpec
 from raytrain_hetero.errors import NonFiniteStepError
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
 from raytrain_hetero.worker.guard import StepGuard
@@ -21,14 +21,9 @@ NAN_STEP = 2
 SETUP = HeteroSetup(
     run_id="guard",
     specs=(WorkerSpec(name="a"), WorkerSpec(name="b")),
-    global_batch_size=sum(SLICES),
-    weighting="proportional",
-    fixed_shares=None,
-    min_slice=1,
-    max_world_size=2,
-    probe=ProbeConfig(),
-    collective_timeout_s=60.0,
-    max_consecutive_nonfinite=3,
+    batch=BatchConfig(global_batch_size=sum(SLICES)),
+    backend=BackendConfig(collective_timeout_s=60),
+    guard=GuardConfig(max_consecutive_nonfinite=3),
 )
 
 
@@ -58,7 +53,7 @@ def _run(rank, *, nan_steps=(), skip_batches=(), inf_steps=(), scaler=None, step
     import raytrain_hetero as rh
 
     runtime = get_runtime()
-    runtime.guard = StepGuard(rank, 2, SETUP.max_consecutive_nonfinite)
+    runtime.guard = StepGuard(rank, 2, SETUP.guard.max_consecutive_nonfinite)
     model = rh.prepare_model(_model(), sync_batchnorm=False)
     optimizer = rh.prepare_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)

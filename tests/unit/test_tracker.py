@@ -14,7 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from raytrain_hetero.app.config import validate_config
 from raytrain_hetero.app.tracking import job_tracker, resolved_tracking, trial_tracker
 from raytrain_hetero.config import TrackingConfig
+from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.driver.telemetry import FitProgress
 from raytrain_hetero.driver.tracking import RunTracker, flatten_params
 from raytrain_hetero.errors import ConfigError
 
@@ -140,29 +142,22 @@ def test_tracker_writes_steps_plans_and_reports_to_tensorboard_and_mlflow(tmp_pa
     )
     tracker = job_tracker(job, tmp_path / "out", "run-1")
     assert tracker is not None
-    plan = {"version": 1, "effective_step": 0, "slices": [8, 4], "reason": "probe"}
-    replan = {"version": 2, "effective_step": 2, "slices": [9, 3], "reason": "re-plan: drift"}
+    plan = Plan.from_shares(12, [2.0, 1.0], reason="probe")
+    replan = Plan.from_shares(12, [3.0, 1.0], version=2, effective_step=2, reason="re-plan: drift")
     with tracker:
         # Rank 1's record of step 0 arrives in a later drain: the step is written once whole.
-        tracker({"records": [record(0, 0, 8, 1.0)], "plans": [plan]})
-        tracker({"records": [record(0, 1, 4, 4.0), record(1, 0, 8, 1.0)], "plans": [plan]})
-        tracker({"records": [record(1, 1, 4, 1.0)], "plans": [plan, replan], "reports": []})
-        tracker(
-            {
-                "records": [],
-                "plans": [plan, replan],
-                "reports": [
-                    {
-                        "epoch": 0,
-                        "val_accuracy": 0.5,
-                        "hetero/global_step": 2,
-                        "hetero/slices": [9, 3],
-                        "hetero/rank0/slice": 8,
-                        "run": "text",
-                    }
-                ],
-            }
-        )
+        tracker(FitProgress((record(0, 0, 8, 1.0),), (plan,)))
+        tracker(FitProgress((record(0, 1, 4, 4.0), record(1, 0, 8, 1.0)), (plan,)))
+        tracker(FitProgress((record(1, 1, 4, 1.0),), (plan, replan)))
+        report = {
+            "epoch": 0,
+            "val_accuracy": 0.5,
+            "hetero/global_step": 2,
+            "hetero/slices": [9, 3],
+            "hetero/rank0/slice": 8,
+            "run": "text",
+        }
+        tracker(FitProgress(plans=(plan, replan), reports=(report,)))
         summary = tmp_path / "summary.json"
         summary.write_text("{}")
         tracker.log_artifacts([summary, tmp_path / "missing.png"])
@@ -219,7 +214,7 @@ def test_trial_tracker_nests_under_the_search_run_and_closes_as_stopped(tmp_path
     )
     assert trial is not None
     trial.open()
-    trial({"records": [record(0, 0, 8, 1.0), record(0, 1, 4, 1.0)], "plans": []})
+    trial(FitProgress((record(0, 0, 8, 1.0), record(0, 1, 4, 1.0))))
     trial.close(stopped=True)
     trial.close()  # again: nothing
     parent.close()
@@ -263,10 +258,10 @@ def test_a_resumed_run_continues_its_mlflow_run(tmp_path, mlflow_uri):
         },
     )
     first = RunTracker(config, run_name="r", params={"train": {"lr": 0.1}}).open()
-    first({"records": [record(0, 0, 8, 1.0), record(0, 1, 4, 1.0)]})
+    first(FitProgress((record(0, 0, 8, 1.0), record(0, 1, 4, 1.0))))
     first.close(failed=True)  # killed; resumed from its checkpoint
     again = RunTracker(config, run_name="r", params={"train": {"lr": 0.2}}, resume=True).open()
-    again({"records": [record(1, 0, 8, 1.0, group="g2"), record(1, 1, 4, 1.0, group="g2")]})
+    again(FitProgress((record(1, 0, 8, 1.0, group="g2"), record(1, 1, 4, 1.0, group="g2"))))
     again.close()
     assert again.mlflow_run_id == first.mlflow_run_id
     client = MlflowClient(tracking_uri=mlflow_uri)

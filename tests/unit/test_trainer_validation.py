@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from raytrain_hetero import ConfigError, HeteroTrainer, WorkerSpec
@@ -16,7 +14,6 @@ from raytrain_hetero.config import (
     SchedulerConfig,
     SlowdownInjection,
 )
-from raytrain_hetero.driver.trainer import DEPRECATED_KEYWORDS
 
 
 def loop(config):  # never runs: construction fails first
@@ -117,7 +114,7 @@ def test_counts_expand_to_named_slots_and_common_resources():
     assert scaling.resources_per_worker == {"CPU": 2}
     assert scaling.num_workers == 3
     assert trainer.torch_backend == "gloo"  # a CPU rank makes the group gloo
-    assert trainer.live is True
+    assert trainer.scheduler.resolved_live(trainer.batch) is True
 
 
 def test_groups_reach_the_worker_setup_and_ray():
@@ -129,65 +126,29 @@ def test_groups_reach_the_worker_setup_and_ray():
         backend=BackendConfig(torch_backend="gloo", collective_timeout_s=60),
     )
     setup = trainer.setup()
-    assert setup.fixed_shares == (1.0, 3.0) and setup.min_slice == 2 and setup.seed == 7
-    assert setup.live is False  # fixed shares: no live re-planning unless asked
-    assert setup.policy["window_steps"] == 4
-    assert setup.plan_sync_every == 3 and setup.flush_every == 3
-    assert setup.slowdown_schedule[0].worker == "b"
+    assert setup.batch == trainer.batch and setup.batch.fixed_shares == (1.0, 3.0)
+    assert setup.scheduler.policy.window_steps == 4
+    # fixed shares: no live re-planning unless asked
+    assert trainer.scheduler.resolved_live(trainer.batch) is False
+    assert setup.scheduler.resolved_flush_every() == 3
+    assert setup.emulation.slowdowns[0].worker == "b"
+    assert setup.backend.collective_timeout_s == 60 and setup.min_workers == 1
+    assert setup.max_world_size == 2
     assert trainer.scaling_config().num_workers == (1, 2)
     assert trainer.torch_trainer().backend_config.timeout_s == 60
 
 
-def test_old_keywords_still_work_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning) as caught:
-        old = HeteroTrainer(
-            loop,
-            workers=TWO,
-            global_batch_size=8,
-            weighting="uniform",
-            fixed_shares=[1, 1],
-            min_slice=2,
-            seed=3,
-            torch_backend="gloo",
-            flush_every=2,
-            live=True,
-            policy={"window_steps": 4},
-            plan_sync_every=4,
-            slowdown_schedule=[{"factor": 3, "worker": "a"}],
-            min_workers=1,
-            elastic_resize_monitor_interval_s=1.0,
-            collective_timeout_s=90,
-        )
-    messages = [str(w.message) for w in caught]
-    assert len(messages) == len(DEPRECATED_KEYWORDS)
-    assert any("use batch=BatchConfig(global_batch_size=...)" in m for m in messages)
-    assert any("use elastic=ElasticConfig(resize_monitor_interval_s=...)" in m for m in messages)
-    assert any("use emulation=EmulationConfig(slowdowns=...)" in m for m in messages)
-    new = make(
-        batch=BatchConfig(
-            global_batch_size=8, weighting="uniform", fixed_shares=[1, 1], min_slice=2, seed=3
-        ),
-        scheduler=SchedulerConfig(
-            live=True, policy={"window_steps": 4}, plan_sync_every=4, flush_every=2
-        ),
-        elastic=ElasticConfig(min_workers=1, resize_monitor_interval_s=1.0),
-        emulation=EmulationConfig(slowdowns=[{"factor": 3, "worker": "a"}]),
-        backend=BackendConfig(torch_backend="gloo", collective_timeout_s=90),
-    )
-    for group in ("batch", "scheduler", "elastic", "emulation", "backend"):
-        assert getattr(old, group) == getattr(new, group)
-
-
-def test_old_keyword_and_its_group_together_are_refused():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(ConfigError, match="both given"):
-            make(min_slice=2)  # batch= is given too
-
-
-def test_unknown_keyword_is_a_type_error():
-    with pytest.raises(TypeError, match="global_batch"):
+def test_unknown_keyword_is_a_type_error_naming_where_the_setting_lives():
+    with pytest.raises(
+        TypeError, match=r"did you mean batch=BatchConfig\(global_batch_size=\.\.\.\)"
+    ):
+        make(global_batch_size=8)  # the 0.1 spelling: now a field of batch=
+    with pytest.raises(TypeError, match=r"'global_batchsize': did you mean batch=BatchConfig"):
         make(global_batchsize=8)
+    with pytest.raises(TypeError, match=r"'elastic_resize_monitor_interval_s'.*ElasticConfig"):
+        make(elastic_resize_monitor_interval_s=1.0)
+    with pytest.raises(TypeError, match=r"'zzz'\. Settings live in their config groups"):
+        make(zzz=1)
 
 
 def test_library_configs_raise_config_error_not_pydantic():

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
@@ -23,12 +23,7 @@ from raytrain_hetero.worker.planning import (
 SETUP = HeteroSetup(
     run_id="r",
     specs=(WorkerSpec(name="a", max_batch=20), WorkerSpec(name="b"), WorkerSpec(name="c")),
-    global_batch_size=48,
-    weighting="proportional",
-    fixed_shares=None,
-    min_slice=2,
-    max_world_size=3,
-    probe=ProbeConfig(),
+    batch=BatchConfig(global_batch_size=48, min_slice=2),
 )
 
 
@@ -80,8 +75,7 @@ def test_install_announces_and_restore_continues_the_versions():
 
 
 def _one_rank_collectives(rank: int, world_size: int) -> tuple:
-    setup = dataclasses.replace(SETUP, max_world_size=1)
-    identity = RankIdentity(setup=setup, slot=2, rank=rank, world_size=world_size)
+    identity = RankIdentity(setup=SETUP, slot=2, rank=rank, world_size=world_size)
     plans = PlanState()
     slots = gather_rank_slots(identity, plans)
     plan = build_plan(identity, plans, shares=[1.0], effective_step=0, reason="one")
@@ -104,7 +98,8 @@ def test_memory_caps_cap_slices_only_in_slice_mode():
     slots = (0, 1, 2)
     # accumulate (default): the slice keeps its speed share; only max_batch caps it.
     assert allocation_caps(SETUP, slots, pass_caps) == (20, None, None)
-    sliced = dataclasses.replace(SETUP, memory_cap_mode="slice")
+    batch = BatchConfig(global_batch_size=48, min_slice=2, memory_cap_mode="slice")
+    sliced = dataclasses.replace(SETUP, batch=batch)
     assert allocation_caps(sliced, slots, pass_caps) == (20, 8, None)
     assert allocation_caps(sliced, (1, 0, 2), pass_caps) == (30, 8, None)  # slots reordered
     assert allocation_caps(sliced, slots, None) == (20, None, None)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from raytrain_hetero.config import ProbeConfig, WorkerSpec
+from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.errors import ConfigError
@@ -18,12 +18,7 @@ from raytrain_hetero.worker.timing import ComputeClock, StepTiming
 SETUP = HeteroSetup(
     run_id="r",
     specs=(WorkerSpec(name="a"), WorkerSpec(name="b")),
-    global_batch_size=12,
-    weighting="proportional",
-    fixed_shares=(1.0, 2.0),
-    min_slice=1,
-    max_world_size=2,
-    probe=ProbeConfig(),
+    batch=BatchConfig(global_batch_size=12, fixed_shares=(1.0, 2.0)),
 )
 SIZE = 30  # 2 full steps and a short one of 6 per epoch
 START = Cursor(0, 0)
