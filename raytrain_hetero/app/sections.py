@@ -263,15 +263,7 @@ class DataConfig(HeteroModel):
     @field_validator("dataset")
     @classmethod
     def _registered_dataset(cls, value: str) -> str:
-        names = dataset_names()
-        if value not in names:
-            close = closest(value, names)
-            how = _how_to_register("dataset")
-            raise invalid(
-                f"unknown dataset {value!r}; registered datasets: {', '.join(names)}",
-                f"use dataset: {close}, or {how}" if close else f"use one of them, or {how}",
-            )
-        return value
+        return _registered(value, dataset_names(), "dataset")
 
     @field_validator("root", mode="before")
     @classmethod
@@ -345,11 +337,20 @@ def _import_modules(raw: Any, key: str, registered_by: Callable[[str], str | Non
     return raw
 
 
-def _how_to_register(kind: str) -> str:
-    return (
+def _registered(value: str, names: tuple[str, ...], kind: str) -> str:
+    """``value`` if a registered ``kind`` (dataset or model) has that name, else one error
+    listing the names, the closest one, and how to register one."""
+    if value in names:
+        return value
+    close = closest(value, names)
+    key, section = ("dataset", "data") if kind == "dataset" else ("name", "model")
+    how = (
         f"register yours with raytrain_hetero.workloads.registry.register_{kind}(...) at the "
-        f"top level of a module that {'data' if kind == 'dataset' else 'model'}.modules lists "
-        "(Ray workers import it too)"
+        f"top level of a module that {section}.modules lists (Ray workers import it too)"
+    )
+    raise invalid(
+        f"unknown {kind} {value!r}; registered {kind}s: {', '.join(names)}",
+        f"use {key}: {close}, or {how}" if close else f"use one of them, or {how}",
     )
 
 
@@ -419,15 +420,7 @@ class ModelConfig(HeteroModel):
     @field_validator("name")
     @classmethod
     def _registered_model(cls, value: str) -> str:
-        names = model_names()
-        if value not in names:
-            close = closest(value, names)
-            how = _how_to_register("model")
-            raise invalid(
-                f"unknown model {value!r}; models: {', '.join(names)}",
-                f"use name: {close}, or {how}" if close else f"use one of them, or {how}",
-            )
-        return value
+        return _registered(value, model_names(), "model")
 
     @model_validator(mode="after")
     def _task_arguments(self) -> ModelConfig:
