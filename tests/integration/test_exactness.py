@@ -7,16 +7,22 @@ epoch permutation).
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from train_loops import bn_model, flat_params, make_regression_data, plain_model, trajectory_loop
+from train_loops import (
+    bn_model,
+    flat_params,
+    make_regression_data,
+    one_device_steps,
+    plain_model,
+    trajectory_loop,
+)
 
 from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
-from raytrain_hetero.core.carving import EpochCarver
 
 pytestmark = pytest.mark.ray
 
@@ -24,24 +30,14 @@ THREE_WORKERS = [WorkerSpec(name="w0"), WorkerSpec(name="w1"), WorkerSpec(name="
 
 
 def reference_trajectory(builder, *, size, batch, epochs, lr, dtype, min_step_size, max_steps=None):
-    """Parameters after each one-device step over the same carved global batches."""
+    """Parameters before and after each one-device step over the same carved global batches."""
     x, y, _ = make_regression_data(size, 6, 3, dtype)
     model = builder(6, 3, dtype)
-    optim = torch.optim.SGD(model.parameters(), lr=lr)
-    carver = EpochCarver(size, batch, seed=0, min_step_size=min_step_size)
     history = [flat_params(model)]
-    for epoch in range(epochs):
-        perm = torch.from_numpy(carver.permutation(epoch))
-        for k in range(carver.steps_per_epoch):
-            lo, hi = carver.step_bounds(k)
-            ids = perm[lo:hi]
-            loss = F.cross_entropy(model(x[ids]), y[ids])
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-            history.append(flat_params(model))
-            if max_steps is not None and len(history) - 1 == max_steps:
-                return np.stack(history)
+    steps = one_device_steps(
+        model, x, y, batch=batch, epochs=epochs, lr=lr, min_step_size=min_step_size
+    )
+    history.extend(itertools.islice(steps, max_steps))
     return np.stack(history)
 
 

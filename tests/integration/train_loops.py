@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -49,18 +50,26 @@ def flat_params(model: torch.nn.Module) -> np.ndarray:
     return torch.cat(tensors).numpy()
 
 
-def one_device_params(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch: int, epochs: int, lr: float
-) -> np.ndarray:
-    """``model`` after plain SGD on one device over the global batches a run carves (seed 0).
+def one_device_steps(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch: int,
+    epochs: int,
+    lr: float,
+    min_step_size: int = 3,
+) -> Iterator[np.ndarray]:
+    """``model``'s parameters after each step of plain SGD on one device over the global
+    batches a run carves (seed 0): the one-device reference of every exactness check.
 
     Weighted sync makes every group step the one-device step on its global batch, whatever
-    the shares (test_exactness): this is where a fault-free run of these loops ends.
+    the shares (test_exactness).
     """
     from raytrain_hetero.core.carving import EpochCarver
 
     optim = torch.optim.SGD(model.parameters(), lr=lr)
-    carver = EpochCarver(len(x), batch, seed=0, min_step_size=3)
+    carver = EpochCarver(len(x), batch, seed=0, min_step_size=min_step_size)
     for epoch in range(epochs):
         perm = torch.from_numpy(carver.permutation(epoch))
         for k in range(carver.steps_per_epoch):
@@ -70,7 +79,15 @@ def one_device_params(
             optim.zero_grad()
             loss.backward()
             optim.step()
-    return flat_params(model)
+            yield flat_params(model)
+
+
+def one_device_params(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch: int, epochs: int, lr: float
+) -> np.ndarray:
+    """Where a fault-free run of these loops ends: the last of :func:`one_device_steps`."""
+    steps = list(one_device_steps(model, x, y, batch=batch, epochs=epochs, lr=lr))
+    return steps[-1] if steps else flat_params(model)
 
 
 def trajectory_loop(config: dict) -> None:

@@ -6,26 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
+from cpu_time import burn
 
 from raytrain_hetero.errors import ProbeError
 from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer, ProbeTimings, WallClock
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _burn(seconds: float) -> None:
-    """Spend about ``seconds`` of this thread's CPU time."""
-    start = time.thread_time()
-    a = torch.randn(100, 100)
-    while time.thread_time() - start < seconds:
-        a = torch.tanh(a @ a.T / 100)
 
 
 def test_warm_up_then_interleaved_rounds_with_cleanup_after_every_call():
@@ -43,8 +27,10 @@ def test_warm_up_then_interleaved_rounds_with_cleanup_after_every_call():
 
 def test_compute_clock_counts_own_work_stretched_and_not_waits(one_thread):
     timer = ProbeTimer(ComputeClock("cpu"), slowdown=3.0)
-    (burn, wait) = timer.run([lambda: _burn(0.05), lambda: time.sleep(0.1)], repeats=2, warmup=0)
-    assert 0.12 <= burn.best <= 0.3  # 3 x ~0.05 s of own compute
+    (work, wait) = timer.run(
+        [lambda: burn(0.05, size=100), lambda: time.sleep(0.1)], repeats=2, warmup=0
+    )
+    assert 0.12 <= work.best <= 0.3  # 3 x ~0.05 s of own compute
     assert wait.best < 0.01  # sleeping is no compute
 
 

@@ -5,33 +5,17 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
+from cpu_time import burn
 
 from raytrain_hetero.config import SlowdownInjection
 from raytrain_hetero.worker.emulation import SlowdownEmulator, SlowdownSchedule, slowdown_factor
 from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _burn(seconds: float) -> None:
-    """Spend about ``seconds`` of this thread's CPU time."""
-    start = time.thread_time()
-    a = torch.randn(200, 200)
-    while time.thread_time() - start < seconds:
-        a = torch.tanh(a @ a.T / 200)
-
-
 def test_emulator_sleeps_k_minus_one_times_the_compute_and_returns_k_times(one_thread):
     emulator = SlowdownEmulator(ComputeClock("cpu"))
     emulator.mark()
-    _burn(0.2)
+    burn(0.2)
     before = time.perf_counter()
     stretched = emulator.stretch(3.0)
     slept = time.perf_counter() - before
@@ -46,7 +30,7 @@ def test_emulator_excludes_waits_and_can_account_without_sleeping(one_thread):
     time.sleep(0.3)  # a wait (e.g. a collective) is not compute
     assert emulator.stretch(4.0) < 0.05
     emulator.mark()
-    _burn(0.1)
+    burn(0.1)
     before = time.perf_counter()
     stretched = emulator.stretch(4.0, sleep=False)
     assert time.perf_counter() - before < 0.05
@@ -96,11 +80,11 @@ def test_step_timing_accounts_compute_up_to_the_last_exchange_stretched(one_thre
     timing.before_collective()  # between steps: nothing happens
     timing.begin(_step(0))
     assert timing.current == _step(0) and timing.slowdown() == 2.0
-    _burn(0.1)
+    burn(0.1)
     timing.before_collective()  # stretched: sleeps ~0.1 s more
     time.sleep(0.2)  # the collective's wait
     timing.after_collective()
-    _burn(0.05)
+    burn(0.05)
     timing.before_collective()
     times = timing.end()
     assert timing.current is None
@@ -114,7 +98,7 @@ def test_step_timing_accounts_compute_up_to_the_last_exchange_stretched(one_thre
 def test_optional_exchanges_are_accounted_on_cpu(one_thread):
     timing = StepTiming(ComputeClock("cpu"), lambda step: 1.0)
     timing.begin(_step(3))
-    _burn(0.05)
+    burn(0.05)
     timing.before_collective(optional=True)
     assert timing.end().compute_s >= 0.04
     timing.begin(_step(4))
