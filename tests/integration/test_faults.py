@@ -65,6 +65,14 @@ def cluster():
         head_node_args={"num_cpus": 2, "_system_config": FAST_NODE_DEATH},
     )
     cluster.add_node(num_cpus=3, labels={"pool": "w"})
+    # The flapping test's pool joins now, idle until that test: Ray Train sizes an elastic group
+    # from the AutoscalingCoordinator's view of the nodes, refreshed on its own 20 s tick, and a
+    # pool that joined just before the run may be seen in part (a loaded CI machine once
+    # started that group with two workers, not three).
+    cluster.flapping_pool = {
+        "doomed": cluster.add_node(num_cpus=1, labels={"pool": "f"}),
+        "kept": cluster.add_node(num_cpus=2, labels={"pool": "f"}),
+    }
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env=worker_runtime_env(), log_to_driver=False)
     yield cluster
@@ -180,16 +188,9 @@ def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monk
     # A restart that still counts the dying node waits this long for its placement before
     # Ray Train retries with the workers that fit (default 60 s); propagated to the controller.
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "30")
-    # Ray Train sizes an elastic group from the AutoscalingCoordinator's view of the nodes,
-    # refreshed on its own 20 s tick. Doomed joins first: a tick between the two joins then
-    # sees 1 CPU (below min_workers, so the run waits for the next tick) rather than kept's
-    # 2 (enough to start a two-worker group, as a loaded machine once did).
-    doomed = cluster.add_node(num_cpus=1, labels={"pool": "f"})
-    cluster.wait_for_nodes()
-    kept = cluster.add_node(num_cpus=2, labels={"pool": "f"})
-    cluster.wait_for_nodes()
-    # The elastic group is sized from each node's free CPUs: start only once both new nodes
-    # report theirs, or a loaded machine starts the first group with two workers, not three.
+    doomed, kept = cluster.flapping_pool["doomed"], cluster.flapping_pool["kept"]
+    # The elastic group is sized from each node's free CPUs: start only once both nodes report
+    # theirs (when this test runs alone, they have only just joined).
     wait_for_free_cpus({kept.node_id: 2, doomed.node_id: 1})
     faults = [FaultSpec(phase="mid_epoch", action="kill", step=3, rank=0)]
     trainer, out = run(
@@ -217,7 +218,9 @@ def test_a_node_lost_while_the_group_restarts(cluster, reference, tmp_path, monk
     watcher.join(timeout=10)
     assert result.error is None and removed.is_set()
     assert_survived(out, reference)
-    worlds = [r.world_size for r in sorted(trainer.step_records, key=lambda r: r.step)]
+    # World sizes from the ranks' own ledgers (on disk), not from the driver's telemetry.
+    _kept, groups = committed_ledger(out)
+    worlds = [len({entry["rank"] for entry in group}) for group in groups]
     assert worlds[0] == 3 and worlds[-1] == 2, worlds
 
 
