@@ -64,12 +64,46 @@ def run_trajectory(tmp_path, run_config, *, workers, shares, weighting="proporti
     return np.load(out / "params.npz"), out, trainer
 
 
-def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_config):
-    # 101 samples, B=24: four full steps and a short fifth step of 5 samples (split 1/1/3-ish).
-    config = dict(size=101, batch=24, epochs=2, lr=0.5, dtype="float64", models=["plain"])
-    params, out, trainer = run_trajectory(
-        tmp_path, run_config, workers=THREE_WORKERS, shares=[1.0, 2.0, 5.0], **config
-    )
+@pytest.fixture(scope="module")
+def _fits() -> dict:
+    """Fits shared by the tests of this module (each costs a worker-group start)."""
+    return {}
+
+
+@pytest.fixture
+def capped_run(ray_local, tmp_path_factory, _fits):
+    """One fit, three workers with fixed shares 1:2:5 of B=24 over 101 samples for 2 epochs
+    (four full steps and a short fifth of 5 samples per epoch) and caps in samples per pass
+    (2, 2, 4) below their slices (3, 6, 15): ``plain`` steps on the whole slice, ``micro``
+    accumulates micro-batches, on the same carved batches. The memory probe
+    (max_memory_fraction) runs on every real worker and leaves the explicit caps binding (the
+    data are tiny). Returns (params, ledgers, trainer)."""
+    if "capped" not in _fits:
+        from ray.train import RunConfig
+
+        base = tmp_path_factory.mktemp("capped")
+        out = base / "out"
+        out.mkdir()
+        trainer = HeteroTrainer(
+            trajectory_loop,
+            train_loop_config=dict(
+                size=101, batch=24, epochs=2, lr=0.5, dtype="float64",
+                models=["plain", "micro"], out=str(out),
+            ),
+            workers=[WorkerSpec(name=f"w{i}", max_micro_batch=c) for i, c in enumerate((2, 2, 4))],
+            batch=BatchConfig(
+                global_batch_size=24, fixed_shares=(1.0, 2.0, 5.0), max_memory_fraction=0.5
+            ),
+            run_config=RunConfig(name="capped", storage_path=str(base / "ray_results")),
+        )  # fmt: skip
+        assert trainer.fit().error is None
+        ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
+        _fits["capped"] = (np.load(out / "params.npz"), ledgers, trainer)
+    return _fits["capped"]
+
+
+def test_weighted_sync_equals_one_device_step_float64(capped_run):
+    params, ledgers, trainer = capped_run
     want = reference_trajectory(
         plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
     )
@@ -78,45 +112,20 @@ def test_weighted_sync_equals_one_device_step_float64(ray_local, tmp_path, run_c
     errors = relative_errors(got, want)
     assert errors.max() <= 1e-6, errors
     # The short step really was uneven and every rank got samples in every step.
-    ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
-    sizes = np.array([[len(ids) for _, _, ids in ledger] for ledger in ledgers])
+    sizes = np.array([[len(entry[2]) for entry in ledger] for ledger in ledgers])
     assert sizes.min() >= 1
     assert sizes[:, 4].sum() == 5 and sizes[:, 0].tolist() == [3, 6, 15]
     assert {r.plan_version for r in trainer.step_records} == {1}
 
 
-def test_memory_capped_micro_batches_equal_one_device_step_float64(ray_local, tmp_path, run_config):
-    # Slices 3/6/15 of B=24 above the workers' caps in samples per pass (2, 2, 4), so every
-    # rank accumulates micro-batches; the memory probe (max_memory_fraction) runs on every
-    # real worker and leaves the explicit caps binding (the data are tiny).
-    out = tmp_path / "out-micro"
-    out.mkdir()
-    trainer = HeteroTrainer(
-        trajectory_loop,
-        train_loop_config=dict(
-            size=101,
-            batch=24,
-            epochs=1,
-            lr=0.5,
-            dtype="float64",
-            models=["plain"],
-            out=str(out),
-            micro_batches=True,
-        ),
-        workers=[WorkerSpec(name=f"w{i}", max_micro_batch=c) for i, c in enumerate((2, 2, 4))],
-        batch=BatchConfig(
-            global_batch_size=24, fixed_shares=(1.0, 2.0, 5.0), max_memory_fraction=0.5
-        ),
-        run_config=run_config,
-    )
-    assert trainer.fit().error is None
+def test_memory_capped_micro_batches_equal_one_device_step_float64(capped_run):
+    params, ledgers, trainer = capped_run
     want = reference_trajectory(
-        plain_model, size=101, batch=24, epochs=1, lr=0.5, dtype=torch.float64, min_step_size=3
+        plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
     )
-    got = np.load(out / "params.npz")["plain"]
+    got = params["micro"]
     assert got.shape == want.shape
     assert relative_errors(got, want).max() <= 1e-10
-    ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
     assert [ledger[0][3] for ledger in ledgers] == [[2, 1], [2, 2, 2], [4, 4, 4, 3]]
     assert all(sum(entry[3]) == len(entry[2]) for ledger in ledgers for entry in ledger)
     assert trainer.plans[0].reason.endswith("samples/pass caps r0:2, r1:2, r2:4")
