@@ -79,10 +79,24 @@ def _rank_main(rank: int, world_size: int, dtype: torch.dtype, bound: bool) -> t
     return out.detach(), inputs.grad, grads, [b.clone() for b in buffers], exchanges
 
 
+CASES = [(dtype, bound) for dtype in (torch.float64, torch.float32) for bound in (False, True)]
+
+
+def _every_case(rank: int, world_size: int) -> dict:
+    """Every (dtype, bound) case of the test, one after the other on the same group."""
+    return {case: _rank_main(rank, world_size, *case) for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def group_results() -> dict[int, dict]:
+    """Each rank's results by case: one group of processes runs every case (a spawn each)."""
+    return run_gloo_group(_every_case, len(SLICES))
+
+
 @pytest.mark.parametrize("bound", [False, True], ids=["unbound", "bound"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 2e-5)])
-def test_three_uneven_ranks_equal_one_device_batchnorm(dtype, tolerance, bound):
-    results = run_gloo_group(_rank_main, len(SLICES), dtype, bound)
+def test_three_uneven_ranks_equal_one_device_batchnorm(group_results, dtype, tolerance, bound):
+    results = {rank: by_case[(dtype, bound)] for rank, by_case in group_results.items()}
 
     # One device, native BatchNorm, loss weighted per slice the same way.
     x, target = _batch(torch.float64)

@@ -80,8 +80,20 @@ def _one_device(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return model(x), model[1].running_mean.clone()
 
 
-def test_local_keeps_per_slice_statistics_and_exact_the_global_ones():
-    results = run_gloo_group(_wrapped_forward, len(SLICES))
+def _both(rank: int, world_size: int) -> dict[str, dict]:
+    """Both tests' figures from one group (a spawn each): the forwards, then the counts (whose
+    counters replace torch.distributed's functions in this process for good)."""
+    forward = _wrapped_forward(rank, world_size)
+    return {"forward": forward, "collectives": _count_collectives(rank, world_size)}
+
+
+@pytest.fixture(scope="module")
+def group_results() -> dict[int, dict[str, dict]]:
+    return run_gloo_group(_both, len(SLICES))
+
+
+def test_local_keeps_per_slice_statistics_and_exact_the_global_ones(group_results):
+    results = {rank: both["forward"] for rank, both in group_results.items()}
     whole_out, whole_running = _one_device(_batch())
     for (rank, by_setting), sync_batchnorm in itertools.product(results.items(), (False, True)):
         out, kinds, running = by_setting[sync_batchnorm]
@@ -141,8 +153,8 @@ def _count_collectives(rank: int, world_size: int) -> dict[str, dict[str, int]]:
     return out
 
 
-def test_collectives_per_step():
-    for by_case in run_gloo_group(_count_collectives, len(SLICES)).values():
+def test_collectives_per_step(group_results):
+    for by_case in (both["collectives"] for both in group_results.values()):
         for case, expected in EXPECTED_COLLECTIVES.items():
             # One hop each: gloo's ring all-reduce would take 2 * (world - 1) = 4 in sequence.
             want = {**dict.fromkeys(COLLECTIVES, 0), "all_to_all_single": expected}

@@ -98,8 +98,18 @@ def _one_device_grads() -> list[torch.Tensor]:
     return [p.grad for p in model.parameters()]
 
 
-def test_accumulated_micro_batches_give_the_one_device_update():
-    by_rank = run_gloo_group(_steps_by_mode, len(SLICES))
+def _both(rank: int, world_size: int) -> dict[str, dict]:
+    """Both group tests' figures from one group of processes (a spawn each)."""
+    return {"steps": _steps_by_mode(rank, world_size), "prepare": _prepare(rank, world_size)}
+
+
+@pytest.fixture(scope="module")
+def group_results() -> dict[int, dict[str, dict]]:
+    return run_gloo_group(_both, len(SLICES))
+
+
+def test_accumulated_micro_batches_give_the_one_device_update(group_results):
+    by_rank = {rank: both["steps"] for rank, both in group_results.items()}
     results = {rank: modes["accumulate"] for rank, modes in by_rank.items()}
     want = _one_device_grads()
     for result in results.values():
@@ -132,11 +142,12 @@ def _prepare(rank: int, world_size: int) -> dict[tuple[str, str], str]:
     return outcome
 
 
-def test_exact_batchnorm_refused_with_accumulation_only():
-    by_rank = run_gloo_group(_prepare, 2)
+def test_exact_batchnorm_refused_with_accumulation_only(group_results):
+    by_rank = {rank: both["prepare"] for rank, both in group_results.items()}
     refused = by_rank[0]["exact", "accumulate"]
     assert "batchnorm: local" in refused and "memory_cap_mode: slice" in refused
-    assert by_rank[0] == by_rank[1]  # every rank decides alike: nobody waits in a collective
+    # Every rank decides alike: nobody waits in a collective.
+    assert by_rank[0] == by_rank[1] == by_rank[2]
     assert by_rank[0]["local", "accumulate"] == by_rank[0]["exact", "slice"] == "accepted"
 
 
