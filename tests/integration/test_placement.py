@@ -17,8 +17,10 @@ from raytrain_hetero.driver.backend import common_resources, extra_resources
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_pool_cluster():
+    """One cluster for the module's tests (a start costs seconds on 2 cores): a 1-CPU head,
+    a 2-CPU ``fast`` pool with a custom resource and a 3-CPU ``slow`` pool."""
     if ray.is_initialized():
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
