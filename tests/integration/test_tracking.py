@@ -1,7 +1,8 @@
-"""Experiment tracking end to end on local Ray: a ``train`` job and a two-trial Tune search with
-``tracking:`` on, read back from the TensorBoard event files (TensorBoard's own reader) and the
-MLflow store (MLflow's client on a local sqlite database; MLflow 3 keeps ``file:`` stores in
-maintenance mode, refused unless ``MLFLOW_ALLOW_FILE_STORE=true``)."""
+"""Experiment tracking end to end on local Ray: a ``train`` job and the Python API with
+tracking on (a Tune search with ``tracking:`` is test_tune.py's ASHA search), read back from
+the TensorBoard event files (TensorBoard's own reader) and the MLflow store (MLflow's client on
+a local sqlite database; MLflow 3 keeps ``file:`` stores in maintenance mode, refused unless
+``MLFLOW_ALLOW_FILE_STORE=true``)."""
 
 from __future__ import annotations
 
@@ -92,54 +93,6 @@ def test_train_job_logs_scalars_plans_params_and_plots(ray_local, data_root, tmp
     assert final == pytest.approx(summary["final_val_accuracy"])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"throughput.png", "summary.json", "metrics.csv", "plans.json"} <= artifacts
-
-
-@pytest.mark.timeout(300)
-def test_every_tune_trial_gets_its_own_tensorboard_dir_and_nested_mlflow_run(
-    ray_local, data_root, tmp_path
-):
-    from raytrain_hetero.app.tune_job import run_tune
-
-    tune = {
-        "search_space": {"model.width": {"grid": [4, 6]}},
-        "num_samples": 1,
-        "metric": "val_accuracy",
-        "mode": "max",
-        "scheduler": "fifo",
-        "max_concurrent_trials": 2,
-        "trial_cpus": 0.25,
-    }
-    data = tiny_job(data_root, tmp_path, tune=tune)
-    data["train"].update(epochs=1, fixed_shares=[2, 1])
-    for worker in data["workers"]:  # both trials at once on the 4 CPUs of ray_local
-        worker["resources"] = {"CPU": 0.5}
-    job = validate_config(data, "tune.yaml")
-    out = tmp_path / "out"
-    summary = run_tune(job, output_dir=out, verbose=0)
-
-    client = MlflowClient(tracking_uri=job.tracking.mlflow.tracking_uri)
-    experiment = client.get_experiment_by_name("tracked")
-    runs = client.search_runs([experiment.experiment_id])
-    (parent,) = [r for r in runs if r.info.run_name == summary["experiment"]]
-    trials = [r for r in runs if r is not parent and r.info.run_id != parent.info.run_id]
-    assert len(trials) == 2
-    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {
-        "trials.csv",
-        "trials.png",
-        "tune_summary.json",
-    }
-    assert sorted(r.data.params["model.width"] for r in trials) == ["4", "6"]
-    search_dir = out / "tensorboard" / summary["experiment"]
-    for trial in trials:
-        assert trial.info.status == "FINISHED"
-        assert trial.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert trial.data.tags["raytrain_hetero.search"] == summary["experiment"]
-        assert len(client.get_metric_history(trial.info.run_id, "val_accuracy")) == 1
-        assert client.get_metric_history(trial.info.run_id, "train/loss")
-        # Its own TensorBoard run directory, named after its Train run.
-        acc = events(search_dir / trial.info.run_name)
-        assert acc.Scalars("train/loss") and acc.Scalars("worker/rank1/slice")
-    assert len(list(search_dir.iterdir())) == 2
 
 
 @pytest.mark.timeout(180)

@@ -204,41 +204,68 @@ def test_tune_without_tune_section_is_a_clear_cli_error(tmp_path, capsys):
 # ----------------------------------------------------------------------------- real search
 
 
-@pytest.mark.ray
-@pytest.mark.timeout(420)
-def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, tmp_path):
-    """Two sequential trials (grid over model.width) optimising samples/s with ASHA.
+@pytest.fixture(scope="module")
+def _searches() -> dict:
+    """The real search, run once for the tests of this module that read it."""
+    return {}
+
+
+@pytest.fixture
+def asha_search(ray_local, tmp_path_factory, _searches):
+    """Two sequential trials (grid over model.width) optimising samples/s with ASHA, with
+    TensorBoard and MLflow tracking on. Returns (job, output folder, summary).
 
     The width-64 trial runs second and is far slower than the width-4 trial that finished
-    before it, so ASHA stops it after its first epoch. Stopping must release its workers at
-    once (the trial aborts its Train run): afterwards no placement group may be left.
+    before it, so ASHA stops it after its first epoch.
     """
-    from raytrain_hetero.app.tune_job import run_tune
+    if "asha" not in _searches:
+        from raytrain_hetero.app.tune_job import run_tune
 
-    data = example()
-    data["data"]["root"] = str(tmp_path / "eurosat")
-    data["data"]["generate"] = {"samples_per_class": 20}
-    data["train"].update(epochs=2, global_batch_size=64, fixed_shares=[2, 1])
-    data["tune"] = {
-        "search_space": {"model.width": {"grid": [4, 64]}, "train.lr": {"choice": [0.05]}},
-        "num_samples": 1,
-        "metric": "samples_per_s",
-        "mode": "max",
-        "scheduler": "asha",
-        "grace_period": 1,
-        "reduction_factor": 2,
-        "max_concurrent_trials": 1,
-        "trial_cpus": 0.25,
-    }
-    job = validate_config(data, "tune.yaml")
-    out = tmp_path / "out"
+        base = tmp_path_factory.mktemp("asha")
+        data = example()
+        data["name"] = "tracked"
+        data["data"]["root"] = str(base / "eurosat")
+        data["data"]["generate"] = {"samples_per_class": 20}
+        data["train"].update(epochs=2, global_batch_size=64, fixed_shares=[2, 1])
+        data["tune"] = {
+            "search_space": {"model.width": {"grid": [4, 64]}, "train.lr": {"choice": [0.05]}},
+            "num_samples": 1,
+            "metric": "samples_per_s",
+            "mode": "max",
+            "scheduler": "asha",
+            "grace_period": 1,
+            "reduction_factor": 2,
+            "max_concurrent_trials": 1,
+            "trial_cpus": 0.25,
+        }
+        data["tracking"] = {
+            "tensorboard": {"enabled": True},
+            "mlflow": {
+                "enabled": True,
+                "tracking_uri": f"sqlite:///{base}/mlflow.db",
+                "artifact_location": str(base / "artifacts"),
+            },
+        }
+        job = validate_config(data, "tune.yaml")
+        out = base / "out"
+        _searches["asha"] = (job, out, run_tune(job, output_dir=out, verbose=0))
+    return _searches["asha"]
 
-    summary = run_tune(job, output_dir=out, verbose=0)
 
+def trial_rows(out: Path) -> dict[int, dict[str, str]]:
+    with open(out / "trials.csv", newline="") as fh:
+        return {int(r["config/model.width"]): r for r in csv.DictReader(fh)}
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(420)
+def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, asha_search):
+    """Stopping must release the slow trial's workers at once (the trial aborts its Train
+    run): afterwards no placement group may be left."""
+    _job, out, summary = asha_search
     groups = ray_local.util.placement_group_table().values()
     assert [g for g in groups if g["state"] != "REMOVED"] == []
-    with open(out / "trials.csv", newline="") as fh:
-        rows = {int(r["config/model.width"]): r for r in csv.DictReader(fh)}
+    rows = trial_rows(out)
     assert set(rows) == {4, 64}
     assert all(r["error"] == "" for r in rows.values())
     assert rows[64]["status"] == "stopped early" and rows[64]["epochs"] == "1"
@@ -254,6 +281,49 @@ def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, tm
     assert "best config: model.width=4" in printed and "fast" in printed and "slow" in printed
     png = (out / "trials.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(420)
+def test_every_tune_trial_gets_its_own_tensorboard_dir_and_nested_mlflow_run(asha_search):
+    """Read back with TensorBoard's own reader and MLflow's client (see test_tracking.py); the
+    trial ASHA stopped ends its MLflow run as KILLED."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    job, out, summary = asha_search
+    epochs = {width: int(row["epochs"]) for width, row in trial_rows(out).items()}
+    client = MlflowClient(tracking_uri=job.tracking.mlflow.tracking_uri)
+    experiment = client.get_experiment_by_name("tracked")
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.info.run_name == summary["experiment"]]
+    trials = [r for r in runs if r.info.run_id != parent.info.run_id]
+    assert len(trials) == 2
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {
+        "trials.csv",
+        "trials.png",
+        "tune_summary.json",
+    }
+    assert sorted(int(r.data.params["model.width"]) for r in trials) == [4, 64]
+    search_dir = out / "tensorboard" / summary["experiment"]
+    for trial in trials:
+        width = int(trial.data.params["model.width"])
+        assert trial.info.status == ("FINISHED" if width == 4 else "KILLED"), width
+        assert trial.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert trial.data.tags["raytrain_hetero.search"] == summary["experiment"]
+        # One per epoch: all of the completed trial's; the stopped trial's Train run may end
+        # the epoch under way before the abort reaches it, beyond the one Tune acted on.
+        history = client.get_metric_history(trial.info.run_id, "val_accuracy")
+        if width == 4:
+            assert len(history) == epochs[width] == 2
+        else:
+            assert len(history) >= epochs[width] == 1
+        assert client.get_metric_history(trial.info.run_id, "train/loss")
+        # Its own TensorBoard run directory, named after its Train run.
+        acc = EventAccumulator(str(search_dir / trial.info.run_name), size_guidance={"scalars": 0})
+        acc.Reload()
+        assert acc.Scalars("train/loss") and acc.Scalars("worker/rank1/slice")
+    assert len(list(search_dir.iterdir())) == 2
 
 
 def test_tune_subcommand_parses():
