@@ -16,30 +16,46 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "configs" / "eurosat_local.yaml"
 
 
-@pytest.mark.ray
-def test_train_writes_outputs_and_prints_accuracy(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    out = tmp_path / "out"
-    code = main(
-        [
-            "train",
-            "--config",
-            str(EXAMPLE),
-            "--output",
-            str(out),
-            "--no-progress",
-            "--set",
+@pytest.fixture(scope="module")
+def _runs() -> dict:
+    """Runs shared by the tests of this module (each fit costs a worker-group start)."""
+    return {}
+
+
+@pytest.fixture
+def cli_train(tmp_path_factory, monkeypatch, capsys, _runs):
+    """``raytrain-hetero train`` on the example, smaller, with TensorBoard and MLflow tracking
+    on (MLflow on a local sqlite database), run once in this process from a fresh folder (the
+    job's relative data root is below it). Returns (folder, the job as the CLI resolved it,
+    what it printed)."""
+    if "train" not in _runs:
+        from raytrain_hetero.app.config import load_config, parse_overrides
+
+        folder = tmp_path_factory.mktemp("cli-train")
+        sets = [
             "data.generate.samples_per_class=30",
-            "--set",
             "train.epochs=2",
-            "--set",
             "train.global_batch_size=48",
-            "--set",
             "model.width=8",
+            "tracking.tensorboard.enabled=true",
+            "tracking.mlflow.enabled=true",
+            f"tracking.mlflow.tracking_uri=sqlite:///{folder}/mlflow.db",
+            f"tracking.mlflow.artifact_location={folder / 'artifacts'}",
         ]
-    )
-    assert code == 0
-    printed = capsys.readouterr().out
+        monkeypatch.chdir(folder)
+        argv = ["train", "--config", str(EXAMPLE), "--output", str(folder / "out")]
+        code = main([*argv, "--no-progress", *(p for v in sets for p in ("--set", v))])
+        printed = capsys.readouterr().out
+        assert code == 0
+        job = load_config(EXAMPLE, parse_overrides(sets))
+        _runs["train"] = (folder, job, printed)
+    return _runs["train"]
+
+
+@pytest.mark.ray
+def test_train_writes_outputs_and_prints_accuracy(cli_train):
+    folder, _job, printed = cli_train
+    out = folder / "out"
     assert "final validation accuracy:" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 <= summary["final_val_accuracy"] <= 1.0
@@ -58,7 +74,58 @@ def test_train_writes_outputs_and_prints_accuracy(tmp_path, monkeypatch, capsys)
     png = (out / "throughput.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     # The synthetic dataset was generated in the real torchgeo layout under the relative root.
-    assert (tmp_path / "data" / "eurosat_synth" / "eurosat-train.txt").exists()
+    assert (folder / "data" / "eurosat_synth" / "eurosat-train.txt").exists()
+
+
+@pytest.mark.ray
+def test_train_job_logs_scalars_plans_params_and_plots(cli_train):
+    """Tracking read back from the TensorBoard event files (TensorBoard's own reader) and the
+    MLflow store (MLflow's client on a local sqlite database; see test_tracking.py)."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from raytrain_hetero.driver.tracking import flatten_params
+
+    folder, job, _printed = cli_train
+    out = folder / "out"
+    summary = json.loads((out / "summary.json").read_text())
+
+    # TensorBoard: one run directory named after the Ray run, under <output>/tensorboard.
+    acc = EventAccumulator(
+        str(out / "tensorboard" / summary["run"]["name"]),
+        size_guidance={"tensors": 0, "scalars": 0},
+    )
+    acc.Reload()
+    scalars = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/samples_per_s", "val_accuracy", "plan/version"} <= scalars
+    for rank in (0, 1, 2):
+        assert {f"worker/rank{rank}/{k}" for k in ("slice", "weight", "samples_per_s")} <= scalars
+    steps = summary["steps"]
+    assert [e.step for e in acc.Scalars("train/loss")] == list(range(steps))
+    slices = [e.value for e in acc.Scalars("worker/rank0/slice")]
+    assert len(slices) == steps and all(s >= 1 for s in slices)
+    assert [e.step for e in acc.Scalars("val_accuracy")][-1] == steps  # after the last step
+    plans = summary["plans"]
+    texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("plans/text_summary")]
+    assert texts == [
+        f"plan v{p['version']} from step {p['effective_step']}: slices {p['slices']} "
+        f"({p['reason']})"
+        for p in plans
+    ]
+
+    # MLflow: one finished run in the job's experiment, params = the resolved job.
+    client = MlflowClient(tracking_uri=job.tracking.mlflow.tracking_uri)
+    experiment = client.get_experiment_by_name(job.name)
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == summary["run"]["name"]
+    assert run.data.params == flatten_params(job.model_dump(mode="json"))
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [m.step for m in history] == list(range(steps))
+    assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2  # per epoch
+    final = client.get_metric_history(run.info.run_id, "val_accuracy")[-1].value
+    assert final == pytest.approx(summary["final_val_accuracy"])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"throughput.png", "summary.json", "metrics.csv", "plans.json"} <= artifacts
 
 
 def test_unknown_key_is_one_clear_error(tmp_path, capsys):
