@@ -51,6 +51,8 @@ _LAZY = {
     "prepare_model": "raytrain_hetero.worker.api",
     "prepare_data_loader": "raytrain_hetero.worker.api",
     "prepare_optimizer": "raytrain_hetero.worker.api",
+    "prepare_eval_data_loader": "raytrain_hetero.worker.api",
+    "sum_across_ranks": "raytrain_hetero.worker.api",
     "report": "raytrain_hetero.worker.api",
     "get_device": "raytrain_hetero.worker.api",
     "get_rank_info": "raytrain_hetero.worker.api",

@@ -224,7 +224,7 @@ def _checkpoint_meta(job: JobConfig, workload: Any) -> dict[str, Any]:
 
 def classification_loop(config: dict[str, Any]) -> None:
     """Per-worker loop: carved training in the configured parallel mode, per-epoch validation
-    on rank 0 and a full-model checkpoint. A ``model.task`` job (a Lightning task) runs
+    sharded over all ranks by speed (counts summed exactly) and a full-model checkpoint. A ``model.task`` job (a Lightning task) runs
     :func:`~raytrain_hetero.app.lightning_job.lightning_loop` instead."""
     import ray.train
     import torch
@@ -232,7 +232,7 @@ def classification_loop(config: dict[str, Any]) -> None:
     import raytrain_hetero as rh
     from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
     from raytrain_hetero.workloads import build_model
-    from raytrain_hetero.workloads.evaluation import dataset_accuracy
+    from raytrain_hetero.workloads.evaluation import correct_counts
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
     # driver (pydantic's errors with custom types do not).
@@ -275,10 +275,13 @@ def classification_loop(config: dict[str, Any]) -> None:
         metrics: dict[str, Any] = {"epoch": epoch, **runner.layout_metrics()}
         evaluated = runner.evaluation_model()  # collective in the model-parallel modes
         model_state, optimizer_state = runner.full_state()  # idem
+        # Every rank validates its speed-proportional shard; counts add up exactly.
+        shard = ((b["image"], b["label"]) for b in rh.prepare_eval_data_loader(datasets["val"]))
+        correct, seen = rh.sum_across_ranks(*correct_counts(evaluated, shard, rh.get_device()))
+        metrics["val_accuracy"] = correct / seen if seen else 0.0
         if rank != 0:
             rh.report(metrics)
             continue
-        metrics["val_accuracy"] = dataset_accuracy(evaluated, datasets["val"], rh.get_device())
         with tempfile.TemporaryDirectory() as directory:
             torch.save(
                 {

@@ -39,7 +39,7 @@ from typing import Any
 import ray
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, Sampler, default_collate
 
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
@@ -53,6 +53,7 @@ from raytrain_hetero.worker.dataset_agreement import (
     check_agreement,
     dataset_fingerprint,
 )
+from raytrain_hetero.worker.evaluation import EvaluationLoader, evaluation_shares, sum_across_ranks
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
 from raytrain_hetero.worker.micro_batches import (
@@ -87,9 +88,11 @@ __all__ = [
     "log_step_metrics",
     "micro_batches",
     "prepare_data_loader",
+    "prepare_eval_data_loader",
     "prepare_model",
     "prepare_optimizer",
     "report",
+    "sum_across_ranks",
     "update_plan",
 ]
 
@@ -256,6 +259,35 @@ def prepare_data_loader(
         before_epoch=lambda: apply_pending_rng(runtime),
         move_to_device=move_to_device,
         **dataloader_kwargs,
+    )
+
+
+def prepare_eval_data_loader(
+    dataset: Dataset, *, batch_size: int = 256, sampler: Sampler | None = None, **kwargs: Any
+) -> EvaluationLoader:
+    """This rank's share of an evaluation or prediction set, split by the current plan's
+    speeds, every item once over all ranks (:mod:`~raytrain_hetero.worker.evaluation`). Build
+    and iterate it on every rank; aggregate with :func:`sum_across_ranks` (counts) or a
+    torchmetrics metric's ``compute()`` (synchronised, exact for uneven shards).
+
+    Args:
+        dataset: The evaluation set, identical on every rank.
+        batch_size: Items per step over all ranks (each rank takes its share of each step).
+        sampler: Items to shard, in order (e.g. torchgeo's ``GridGeoSampler``); by default
+            ``range(len(dataset))``.
+        **kwargs: Passed to ``DataLoader`` (``collate_fn``, ``num_workers``...).
+    """
+    runtime = get_runtime()
+    world = runtime.identity.world_size
+    return EvaluationLoader(
+        dataset,
+        source=len(dataset) if sampler is None else sampler,  # type: ignore[arg-type]
+        batch_size=batch_size,
+        rank=runtime.identity.rank,
+        shares=lambda: evaluation_shares(runtime.plans.current, world),
+        clock=runtime.timing.clock,
+        slowdown=runtime.timing.slowdown,  # EMULATION: the base factor (between steps)
+        **kwargs,
     )
 
 

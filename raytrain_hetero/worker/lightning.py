@@ -39,9 +39,15 @@ What each part reuses of the core (no second sync, sampler or planner):
   cursor and plans, and :func:`fit` resumes from ``ray.train.get_checkpoint()``, so a
   restarted (e.g. resized) group continues at the next epoch with the same data order.
 
-Not exact, by design: Lightning's own loggers and ``self.log`` metrics of a rank describe
-that rank's slice (``sync_dist`` averages ranks equally); validation runs the whole
-validation set on every rank. Checkpoints are taken at epoch ends only.
+* Validation, test and predict loaders are shared out by speed
+  (:func:`~raytrain_hetero.worker.api.prepare_eval_data_loader`): each step of the loader's
+  ``batch_size`` items is split across the ranks by the current plan, every item once, the
+  same number of steps on every rank. Epoch metrics stay exact on uneven shards: torchmetrics
+  metrics gather their states, and ``self.log(value, sync_dist=True)`` sums value x batch size
+  and batch sizes over the ranks (give ``batch_size=`` where Lightning cannot infer it).
+
+Not exact, by design: training-step ``self.log`` metrics of a rank describe that rank's
+slice. Checkpoints are taken at epoch ends only.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from torch.utils.data import DataLoader
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker import api
 from raytrain_hetero.worker.context import get_runtime
+from raytrain_hetero.worker.evaluation import EvaluationLoader
 from raytrain_hetero.worker.sampler import HeteroDataLoader
 
 logger = logging.getLogger(__name__)
@@ -200,8 +207,32 @@ class HeteroDDPStrategy(DDPStrategy):
     def process_dataloader(self, dataloader: object) -> object:
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
         if trainer is None or not trainer.training:
-            return dataloader  # validation / test / predict: every rank reads all of it
+            return self._sharded_loader(dataloader)  # validation / test / predict
         return self._carved_loader(dataloader)
+
+    def _sharded_loader(self, dataloader: object) -> object:
+        """This rank's speed-proportional share of an evaluation loader's items (each item on
+        one rank; the loader's batch size is the step's size over all ranks)."""
+        if isinstance(dataloader, EvaluationLoader):
+            return dataloader
+        # A plain BatchSampler, or Lightning's predict wrapper (it copies its attributes).
+        batches = getattr(dataloader, "batch_sampler", None)
+        sampler, size = getattr(batches, "sampler", None), getattr(batches, "batch_size", None)
+        if not isinstance(dataloader, DataLoader) or sampler is None or not size:
+            raise ConfigError(
+                f"HeteroDDPStrategy shares evaluation data out by speed, over a DataLoader "
+                f"with a batch_size and a sampler, not {type(dataloader).__name__} "
+                f"(batch_sampler {type(batches).__name__}). Fix: return "
+                "DataLoader(dataset, batch_size=..., sampler=...) from the *_dataloader hook."
+            )
+        kwargs: dict[str, Any] = {
+            "num_workers": dataloader.num_workers,
+            "collate_fn": dataloader.collate_fn,
+            "pin_memory": dataloader.pin_memory,
+        }
+        return api.prepare_eval_data_loader(
+            dataloader.dataset, batch_size=size, sampler=sampler, **kwargs
+        )
 
     def _carved_loader(self, dataloader: object) -> HeteroDataLoader:
         if isinstance(dataloader, HeteroDataLoader):

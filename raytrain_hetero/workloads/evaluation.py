@@ -1,8 +1,9 @@
 """The one evaluation loop: top-1 accuracy of a classifier (``torchmetrics``).
 
-Used by the training job (validation after every epoch, on a map-style dataset of
-``{"image", "label"}`` items) and by the benchmark loop (on memory-mapped arrays); both feed
-batches of ``(images, labels)`` to :func:`accuracy`.
+Used by the training job (validation after every epoch on every rank's speed-proportional
+shard, a map-style dataset of ``{"image", "label"}`` items) and by the benchmark loop (on
+memory-mapped arrays); both feed batches of ``(images, labels)`` to :func:`correct_counts`.
+Counts, not accuracies, are what shards add up exactly.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["accuracy", "arrays_accuracy", "dataset_accuracy"]
+__all__ = ["accuracy", "arrays_accuracy", "correct_counts", "dataset_accuracy"]
 
 logger = logging.getLogger(__name__)
 
 
-def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> float:
-    """Top-1 accuracy of ``model`` over ``batches`` of ``(images, labels)`` tensors.
+def correct_counts(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> tuple[int, int]:
+    """Top-1 correct predictions of ``model`` over ``batches`` of ``(images, labels)``
+    tensors, and the samples seen.
 
     The model runs in evaluation mode without gradients and is put back in the mode it was
-    in. Returns 0.0 when there is no sample (nothing was classified correctly).
+    in.
 
     Args:
         model: A classifier returning logits ``(N, classes)``.
@@ -39,7 +41,8 @@ def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> flo
                 logits = model(images.to(device)).cpu()
                 if metric is None:  # the class count is the model's, known at the first batch
                     # Local only: torchmetrics would otherwise all-gather over any initialised
-                    # process group, and a rank evaluating alone (rank 0) would deadlock.
+                    # process group; a rank evaluating alone would deadlock, and shards add
+                    # their counts with one all-reduce (sum_across_ranks).
                     metric = MulticlassAccuracy(
                         num_classes=int(logits.shape[1]),
                         average="micro",
@@ -49,9 +52,15 @@ def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> flo
                 metric.update(logits, torch.as_tensor(labels, dtype=torch.int64).cpu())
     finally:
         model.train(was_training)
-    if metric is None or int(metric.tp.sum() + metric.fn.sum()) == 0:
-        return 0.0
-    return float(metric.compute())
+    if metric is None:
+        return 0, 0
+    return int(metric.tp.sum()), int(metric.tp.sum() + metric.fn.sum())
+
+
+def accuracy(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> float:
+    """Top-1 accuracy over ``batches`` (:func:`correct_counts`); 0.0 without samples."""
+    correct, seen = correct_counts(model, batches, device)
+    return correct / seen if seen else 0.0
 
 
 def dataset_accuracy(model: Any, dataset: Any, device: Any, batch_size: int = 256) -> float:

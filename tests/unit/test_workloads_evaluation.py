@@ -64,7 +64,7 @@ def test_accuracy_of_nothing_is_zero() -> None:
 
 
 def _rank_main(rank: int, world_size: int) -> tuple[float, float] | None:
-    if rank != 0:  # as in the job: only rank 0 validates, the other rank does not wait on it
+    if rank != 0:  # as stock (bench_stock): only rank 0 validates, the other does not wait
         return None
     images, labels, expected = make_data()
     return arrays_accuracy(FirstPixelClassifier(), images, labels, "cpu"), expected
