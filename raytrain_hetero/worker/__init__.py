@@ -5,7 +5,8 @@
 * ``identity``: the run's settings and the immutable rank identity.
 * ``context``: the one per-process registry, a runtime composed of focused parts.
 * ``timing``: the compute clock and the step in progress; ``emulation``: THE slowdown emulator.
-* ``sampler``: carving sampler and loader (builds StepRecords); ``ddp``: weighted gradient hook;
+* ``sampler``: carving sampler and loader (builds StepRecords); ``evaluation``: evaluation
+  sharded by speed, counts summed; ``ddp``: weighted gradient hook;
   ``batchnorm``: global-statistics BatchNorm, its step binding injected at conversion.
 * ``probe`` / ``calibration``: measuring workers; ``planning``: the one plan builder and switch;
   ``checkpoint_state``: versioned resume state; ``scheduler_client``: the scheduler actor's client.

@@ -73,8 +73,8 @@ class ShardBatchSampler(Sampler[list[Any]]):
         return self.carver.steps_per_epoch
 
     def __iter__(self) -> Iterator[list[Any]]:
-        items = range(self.carver.dataset_size) if isinstance(self.source, int) else None
-        items = items if items is not None else list(self.source)  # type: ignore[arg-type]
+        source = self.source
+        items = range(source) if isinstance(source, int) else list(source)  # type: ignore[call-overload]
         plan = Plan.from_shares(self.carver.global_batch_size, self.shares(), reason="evaluation")
         for step in range(len(self)):
             lo, hi = self.carver.rank_positions(step, plan, self.rank)
