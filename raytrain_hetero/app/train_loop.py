@@ -279,6 +279,7 @@ def classification_loop(config: dict[str, Any]) -> None:
         shard = ((b["image"], b["label"]) for b in rh.prepare_eval_data_loader(datasets["val"]))
         correct, seen = rh.sum_across_ranks(*correct_counts(evaluated, shard, rh.get_device()))
         metrics["val_accuracy"] = correct / seen if seen else 0.0
+        metrics["hetero/val_samples"] = seen  # over all ranks: each sample once
         if rank != 0:
             rh.report(metrics)
             continue
