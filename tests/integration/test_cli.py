@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from raytrain_hetero.app.cli import main
+from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
 from raytrain_hetero.app.outputs import read_metrics_csv
+from raytrain_hetero.inference.checkpoints import load_checkpoint
+from raytrain_hetero.workloads import build_model
+from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "configs" / "eurosat_local.yaml"
@@ -54,7 +58,7 @@ def cli_train(tmp_path_factory, monkeypatch, capsys, _runs):
 
 @pytest.mark.ray
 def test_train_writes_outputs_and_prints_accuracy(cli_train):
-    folder, _job, printed = cli_train
+    folder, job, printed = cli_train
     out = folder / "out"
     assert "final validation accuracy:" in printed
     summary = json.loads((out / "summary.json").read_text())
@@ -75,6 +79,15 @@ def test_train_writes_outputs_and_prints_accuracy(cli_train):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     # The synthetic dataset was generated in the real torchgeo layout under the relative root.
     assert (folder / "data" / "eurosat_synth" / "eurosat-train.txt").exists()
+    # Validation ran sharded by speed over the three uneven workers: the summed counts are
+    # the one-device accuracy of the final checkpoint on the whole validation split.
+    val = open_configured_datasets(
+        job.data.model_copy(update={"root": str(folder / "data" / "eurosat_synth")}), ("val",)
+    )
+    model = build_model(job.model.name, **model_arguments(job.model, val))
+    model.load_state_dict(load_checkpoint(out)[0])
+    assert dataset_accuracy(model, val.datasets["val"], "cpu") == summary["final_val_accuracy"]
+    assert reported["hetero/val_samples"] == summary["val_samples"] == len(val.datasets["val"])
 
 
 @pytest.mark.ray
