@@ -503,13 +503,13 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         )
     elif starts_passive(identity):
         # No phase before step 0: a prior now, the measured plan after a few timed steps.
-        known = known_costs(identity, plans, runtime.model, inputs)
+        known = known_costs(identity, plans, runtime.model, inputs, stored=True)
         plan = prior_plan(identity, plans, known, start)
     else:
-        # Slots with a known cost model (the checkpoint's group measured them, or the store
-        # remembers their type) skip the probe; the calibration refits them under this
-        # group's contention. Only new slots are probed.
-        known_list = known_costs(identity, plans, runtime.model, inputs)
+        # After a restart, slots the previous group measured keep their cost models (the
+        # calibration refits them under the new group's contention); only new slots are
+        # probed. An explicit probe is not skipped for remembered ones; it is remembered.
+        known_list = known_costs(identity, plans, runtime.model, inputs, stored=False)
         known = {slot: c for slot, c in zip(rank_slots, known_list) if c is not None}
         costs, how = measure_costs(
             identity,

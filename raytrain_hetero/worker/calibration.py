@@ -355,10 +355,11 @@ def starts_passive(identity: RankIdentity) -> bool:
 
 
 def known_costs(
-    identity: RankIdentity, plans: PlanState, model: Any, inputs: ProbeInputs
+    identity: RankIdentity, plans: PlanState, model: Any, inputs: ProbeInputs, *, stored: bool
 ) -> list[CostModel | None]:
     """Every rank's known cost model (a collective): its slot's from the checkpoint's group
-    (``reuse_on_restart``), else the store's for its key (``remember``), else None."""
+    (``reuse_on_restart``), else with ``stored`` the store's for its key (``remember``; the
+    key is found either way, to remember what is measured), else None."""
     setup = identity.setup
     if setup.probe.remember and setup.storage is not None and model is not None:
         sample = inputs.collate_fn([inputs.dataset[0]])
@@ -370,7 +371,7 @@ def known_costs(
             setup={"batchnorm": setup.batch.batchnorm, "time_loading": inputs.time_loading},
         )
     mine = plans.restored_slot_costs.get(identity.slot) if setup.probe.reuse_on_restart else None
-    if mine is None and plans.cost_key is not None:
+    if mine is None and stored and plans.cost_key is not None:
         found = setup.storage.cost_models().read(plans.cost_key.digest)  # type: ignore[union-attr]
         mine = None if found is None else CostModel(found.alpha, found.beta)
     gathered: list[Any] = [None] * identity.world_size

@@ -56,7 +56,7 @@ def _one_start(rank: int, world: int, storage: str, slow: float) -> dict:
     plans = PlanState()
     gather_rank_slots(identity, plans)
     model = torch.nn.Linear(6, 2)
-    known = known_costs(identity, plans, model, _inputs())
+    known = known_costs(identity, plans, model, _inputs(), stored=True)
     first = install_plan(plans, prior_plan(identity, plans, known, start=0))
     switched = []
     for step in range(6):
