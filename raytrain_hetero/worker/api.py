@@ -405,6 +405,8 @@ def report(
     if runtime.loader is not None:
         enriched["hetero/global_step"] = runtime.loader.carver.global_step(runtime.loader.cursor)
         enriched["hetero/epoch"] = runtime.loader.cursor.epoch
+    if runtime.plans.first_step_at is not None:  # this group's start to its first step
+        enriched["hetero/startup_s"] = runtime.plans.first_step_at - runtime.plans.started_at
     if plan is not None:
         enriched["hetero/plan_version"] = plan.version
         enriched["hetero/slices"] = list(plan.slices)
@@ -539,6 +541,8 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
 def _on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
     runtime.telemetry.last_record = record
+    if runtime.plans.first_step_at is None:
+        runtime.plans.first_step_at = record.time - record.wall_s
     measured = passive_step(runtime.identity, runtime.plans, record)
     if measured is not None:
         fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)

@@ -9,6 +9,7 @@ first step no rank has carved yet, so every rank switches at the same step (a co
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,8 @@ class PlanState:
         passive: The training steps timed for the first measured plan of a group that
             started on a prior (``ProbeConfig.mode="passive"``), until it is decided.
         cost_key: Where this rank's cost model is remembered (None: not remembered).
+        started_at: When this worker group started (its plan state was made); with
+            ``first_step_at`` (when its first training step began) its start-up.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
@@ -79,6 +82,8 @@ class PlanState:
     pass_caps: tuple[int | None, ...] | None = None
     passive: PassiveWindow | None = None
     cost_key: CostKey | None = None
+    started_at: float = field(default_factory=time.time)
+    first_step_at: float | None = None
 
     @property
     def current(self) -> Plan | None:
