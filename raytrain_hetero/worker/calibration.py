@@ -362,14 +362,18 @@ def known_costs(
     key is found either way, to remember what is measured), else None."""
     setup = identity.setup
     if setup.probe.remember and setup.storage is not None and model is not None:
-        sample = inputs.collate_fn([inputs.dataset[0]])
-        plans.cost_key = cost_key(
-            model,
-            sample,
-            identity.spec,
-            identity.device,
-            setup={"batchnorm": setup.batch.batchnorm, "time_loading": inputs.time_loading},
-        )
+        try:  # the input's shape is part of the key
+            sample = inputs.collate_fn([inputs.dataset[0]])
+        except Exception as exc:  # noqa: BLE001 - a dataset without int indexing: not remembered
+            logger.info("cost models not remembered: no sample to key them by (%s)", exc)
+        else:
+            plans.cost_key = cost_key(
+                model,
+                sample,
+                identity.spec,
+                identity.device,
+                setup={"batchnorm": setup.batch.batchnorm, "time_loading": inputs.time_loading},
+            )
     mine = plans.restored_slot_costs.get(identity.slot) if setup.probe.reuse_on_restart else None
     if mine is None and stored and plans.cost_key is not None:
         found = setup.storage.cost_models().read(plans.cost_key.digest)  # type: ignore[union-attr]
