@@ -286,9 +286,11 @@ class HeteroTrainer:
             storage=self._storage() if self.probe.remember else None,
         )
 
-    def _storage(self) -> StorageLocation:
+    def _storage(self) -> StorageLocation | None:
         """The runs' storage of ``run_config`` (where remembered cost models live)."""
         path, filesystem = self.run_config.storage_path, self.run_config.storage_filesystem
+        if path is None:
+            return None
         if filesystem is None:
             return storage_location(path)
         remote = type(filesystem).__name__ != "LocalFileSystem"
