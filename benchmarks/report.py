@@ -48,6 +48,21 @@ def _goal(result: dict[str, Any], contender: str, metric: str) -> str:
     return ""
 
 
+def ideal_speedup(result: dict[str, Any]) -> float:
+    """Samples/s of uneven slices over equal ones for the run's emulated speeds 1/factor:
+    sum of the speeds over (workers x the slowest speed); NaN without emulated workers."""
+    speeds = [1.0 / float(w["emulated_slowdown"]) for w in result.get("workers") or []]
+    return sum(speeds) / (len(speeds) * min(speeds)) if speeds else math.nan
+
+
+def ideal_clock_ratio(result: dict[str, Any]) -> float:
+    """Stock's (time to accuracy + start-up) over (that time / the ideal speed-up + the same
+    start-up): the best time to accuracy including start-up any contender can reach."""
+    stock = result["summary"]["contenders"].get("stock", {})
+    tta, startup = stock.get("tta_s", math.nan), stock.get("startup_s", math.nan)
+    return (tta + startup) / (tta / ideal_speedup(result) + startup)
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The printed table: medians per contender, ratios to stock, targets beside figures."""
     summary = result["summary"]["contenders"]
@@ -101,8 +116,23 @@ def format_table(result: dict[str, Any]) -> str:
         ]
     else:
         target = options["target_accuracy"]
+        ideal = ideal_clock_ratio(result)
+        if math.isfinite(ideal):
+            lines[-1:-1] = [
+                f"ideal clock ratio {ideal:.2f}x: stock's (time to {target:.2f} + start-up) "
+                f"over (its time to {target:.2f} / the ideal speed-up "
+                f"{ideal_speedup(result):.2f}x + its start-up)"
+            ]
         columns = [
             ("contender", 12, lambda n, r: n),
+            ("incl. start-up (s)", 18, lambda n, r: _num(r.get("tta_total_s"), ".1f")),
+            ("x stock", 7, lambda n, r: _num(r.get("tta_total_speedup"), ".2f")),
+            (
+                "of ideal clock",
+                14,
+                lambda n, r: _num(r.get("tta_total_speedup", math.nan) / ideal, ".2f"),
+            ),
+            ("start-up (s)", 12, lambda n, r: _num(r.get("startup_s"), ".1f")),
             (
                 "samples/s (range)",
                 9,
@@ -143,7 +173,6 @@ def format_table(result: dict[str, Any]) -> str:
                 8,
                 lambda n, r: _num(r.get("tta_speedup"), ".2f") + _goal(result, n, "tta_speedup"),
             ),
-            ("incl. start-up (s)", 18, lambda n, r: _num(r.get("tta_total_s"), ".1f")),
             ("final acc", 9, lambda n, r: _num(r.get("final_accuracy"), ".3f")),
             ("wall s", 6, lambda n, r: _num(r.get("wall_s"), ".0f")),
         ]

@@ -17,6 +17,7 @@ role / workload identity, and a config key or URI that carries a secret is refus
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from raytrain_hetero.atomic import atomic_write_json
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.fields import invalid
 from raytrain_hetero.errors import ConfigError
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     import pyarrow.fs
 
 __all__ = [
+    "CostModelStore",
+    "RememberedCost",
     "StagingDir",
     "StorageFilesystem",
     "StorageLocation",
@@ -191,6 +195,11 @@ class StorageLocation:
             path=f"{self.path.rstrip('/')}/{tail}",
             remote=self.remote,
         )
+
+    def cost_models(self) -> CostModelStore:
+        """The store of cost models remembered by the runs kept here (workers reach it
+        through the location they are handed, not by importing this module)."""
+        return CostModelStore(self)
 
     def run_config_storage(self) -> dict[str, Any]:
         """``storage_path`` / ``storage_filesystem`` keywords of a Ray ``RunConfig``.
@@ -408,3 +417,57 @@ class StagingDir:
         """Remove the staging directory of a remote location (it was created here)."""
         if self.location.remote:
             shutil.rmtree(self.local, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RememberedCost:
+    """A worker's step cost t(b) = alpha + beta * b seconds, as an earlier run measured it.
+
+    Attributes:
+        alpha: Fixed seconds per step. beta: Seconds per sample.
+    """
+
+    alpha: float
+    beta: float
+
+
+class CostModelStore:
+    """Cost models measured by earlier runs, one small JSON file per key, kept with the runs.
+
+    Lives at ``<storage>/.raytrain_hetero/cost_models/<key>.json`` beside the run
+    directories, so every run, restart and Tune trial writing to the same storage shares it.
+    The key (chosen by the worker) changes with the model and the worker type, so a changed
+    model or device never finds a stale entry. A cache: an unreadable entry is ignored.
+
+    Args:
+        storage: The runs' storage location (``RunConfig.storage_path``).
+    """
+
+    def __init__(self, storage: StorageLocation) -> None:
+        self.root = storage.join(".raytrain_hetero", "cost_models")
+
+    def read(self, key: str) -> RememberedCost | None:
+        """The cost model stored under ``key``, or None (absent or unreadable)."""
+        entry = self.root.join(f"{key}.json")
+        try:
+            if not entry.is_file():
+                return None
+            data = json.loads(entry.read_bytes())
+            return RememberedCost(float(data["alpha"]), float(data["beta"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("ignoring the remembered cost model %s: %s", entry, exc)
+            return None
+
+    def write(self, key: str, alpha: float, beta: float, about: dict[str, Any]) -> None:
+        """Store t(b) = alpha + beta * b under ``key`` (replacing it), with ``about`` (what
+        the key stands for)."""
+        entry = self.root.join(f"{key}.json")
+        data = {"alpha": float(alpha), "beta": float(beta), "about": about}
+        try:
+            if not entry.remote:
+                atomic_write_json(entry.local_path, data)
+                return
+            with entry.filesystem.open_output_stream(entry.path) as stream:  # whole-object
+                stream.write(json.dumps(data).encode())
+        except OSError as exc:  # a cache: training goes on
+            logger.warning("could not remember the cost model at %s: %s", entry, exc)

@@ -148,9 +148,22 @@ class WorkerSpec(HeteroModel):
 
 
 class ProbeConfig(HeteroModel):
-    """Throughput probing before training (skipped when ``train.fixed_shares`` is set).
+    """How the first plan is measured (nothing is measured when ``train.fixed_shares`` is set).
 
     Attributes:
+        mode: ``"passive"`` (default): no phase before step 0 but the memory probe of
+            ``BatchConfig.max_memory_fraction``; training starts on a prior (cost models
+            remembered for these worker types and this model, else equal slices), the first
+            ``passive_steps`` training steps are timed as they run and the group switches to
+            the measured plan at the next agreed step. ``"probe"``: probe every worker at
+            several batch sizes and calibrate before step 0 (the fields below). Admission
+            ``auto`` and the model-parallel modes always probe.
+        passive_steps: Training steps timed for the first measured plan (after the group's
+            first step, which sets DDP up and is not timed).
+        remember: Store measured cost models with the run's storage
+            (``<storage_path>/.raytrain_hetero/cost_models``), keyed by the model (its
+            architecture, parameter shapes and dtypes, the input's shape), the worker type and
+            its hardware, and start later runs, Tune trials and new slots from them.
         batch_sizes: Batch sizes to time (>= 2 distinct, to fit t(b) = alpha + beta*b);
             ``None`` lets the prober choose from the global batch size.
         warmup: Untimed iterations before timing. repeats: Timed iterations per size.
@@ -171,6 +184,11 @@ class ProbeConfig(HeteroModel):
             per run, an excluded worker is not retried).
     """
 
+    mode: Literal["passive", "probe"] = Field(
+        "passive", description="passive: train from step 0, measure live; probe: probe first"
+    )
+    passive_steps: PositiveInt = Field(3, description="timed steps before the measured plan")
+    remember: bool = Field(True, description="store cost models with the run's storage")
     batch_sizes: list[PositiveInt] | None = Field(
         None, description="probe batch sizes, >= 2 distinct (None: automatic)"
     )

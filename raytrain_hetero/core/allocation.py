@@ -89,23 +89,6 @@ class CostModel:
         """Throughput at large batch, where the fixed cost is amortised away: 1 / beta."""
         return 1.0 / self.beta
 
-    @classmethod
-    def from_throughput(cls, samples_per_second: float) -> CostModel:
-        """A constant-speed model (no fixed cost) from a measured throughput.
-
-        Args:
-            samples_per_second: Finite, > 0.
-
-        Raises:
-            AllocationError: If the throughput is not finite and positive.
-        """
-        speed = float(samples_per_second)
-        if not (math.isfinite(speed) and speed > 0.0):
-            raise AllocationError(
-                f"samples_per_second must be finite and > 0, got {samples_per_second!r}"
-            )
-        return cls(alpha=0.0, beta=1.0 / speed)
-
 
 def fit_cost_model(batch_sizes: Sequence[float], seconds: Sequence[float]) -> CostModel:
     """Least-squares affine fit t = alpha + beta * b to probe timings.

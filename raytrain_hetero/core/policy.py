@@ -382,15 +382,10 @@ def decide(
     if estimates is None:
         return Noop("warming up: not every rank has a full window"), state
     state = replace(state, last_decision_step=step)
-    total = sum(slices)
-    best = allocate(total, estimates.costs, caps=caps, min_slice=min_slice)
-    current_s = makespan(slices, estimates.costs)
-    best_s = makespan(best, estimates.costs)
-    improvement = 1.0 - best_s / current_s if current_s > 0 else 0.0
-    if improvement <= cfg.improvement_threshold or tuple(best) == tuple(slices):
-        return Noop(
-            f"predicted gain {improvement:.1%} <= {cfg.improvement_threshold:.0%}"
-        ), replace(state, streak=0)
+    found = _best_plan(slices, estimates, cfg.improvement_threshold, caps, min_slice)
+    if isinstance(found, Noop):
+        return found, replace(state, streak=0)
+    improvement = 1.0 - found.predicted_step_s / found.current_step_s
     streak = state.streak + 1
     urgent = improvement > cfg.urgent_improvement
     if streak < cfg.confirm_windows and not urgent:
@@ -399,6 +394,24 @@ def decide(
         ), replace(state, streak=streak)
     if step - state.last_replan_step < cfg.min_steps_between_replans and not urgent:
         return Noop("too soon after the last re-plan"), replace(state, streak=streak)
+    return found, PolicyState(streak=0, last_replan_step=step, last_decision_step=step)
+
+
+def _best_plan(
+    slices: Sequence[int],
+    estimates: Estimates,
+    threshold: float,
+    caps: Sequence[int | None] | None,
+    min_slice: int,
+) -> Decision:
+    """The makespan-optimal slices under ``estimates`` if predicted more than ``threshold``
+    faster than ``slices``, else a Noop (no hysteresis: the callers add theirs)."""
+    best = allocate(sum(slices), estimates.costs, caps=caps, min_slice=min_slice)
+    current_s = makespan(slices, estimates.costs)
+    best_s = makespan(best, estimates.costs)
+    improvement = 1.0 - best_s / current_s if current_s > 0 else 0.0
+    if improvement <= threshold or tuple(best) == tuple(slices):
+        return Noop(f"predicted gain {improvement:.1%} <= {threshold:.0%}")
     speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))
     silent = f"; silent ranks {list(estimates.stragglers)}" if estimates.stragglers else ""
     reason = (
@@ -406,11 +419,53 @@ def decide(
         f"predicted step {current_s * 1e3:.1f} ms -> {best_s * 1e3:.1f} ms "
         f"({improvement:.0%} faster)"
     )
-    decision = Replan(
-        slices=tuple(best),
-        costs=estimates.costs,
-        predicted_step_s=best_s,
-        current_step_s=current_s,
-        reason=reason,
+    return Replan(tuple(best), estimates.costs, best_s, current_s, reason)
+
+
+def decide_first_measured(
+    slices: Sequence[int],
+    samples: Sequence[StepSample],
+    cfg: PolicyConfig,
+    *,
+    prior: Sequence[CostModel] | None = None,
+    caps: Sequence[int | None] | None = None,
+    min_slice: int = 1,
+) -> tuple[Estimates | None, Decision]:
+    """The first measured plan of a group that started on a prior (cheap start, no probe).
+
+    Every rank ran the same few training steps at the prior ``slices``; their passive
+    timings (all of them, the group agrees on them in one gather) give each rank's
+    per-sample cost as :func:`estimate_costs` does (robust median, ``prior``'s fixed cost
+    kept). Unlike :func:`decide` there is no hysteresis: the prior was a guess, not a
+    measurement, so one window decides, and only a predicted gain above
+    ``cfg.improvement_threshold`` switches (a right prior stays).
+
+    Returns:
+        The estimates (None while some rank has no valid sample) and the decision.
+    """
+    world = len(slices)
+    per_rank = [sum(1 for s in samples if s.rank == r and s.valid) for r in range(world)]
+    if min(per_rank, default=0) == 0:
+        return None, Noop("no valid passive timing from every rank")
+    # All ranks ran these steps together: none is a straggler (``now`` precedes every sample).
+    now = min(s.time_s for s in samples)
+    estimates = estimate_costs(samples, world, prior, replace(cfg, window_steps=min(per_rank)), now)
+    if estimates is None:  # pragma: no cover - every rank has a full window by construction
+        return None, Noop("no valid passive timing from every rank")
+    return estimates, _best_plan(slices, estimates, cfg.improvement_threshold, caps, min_slice)
+
+
+def prior_costs(known: Sequence[CostModel | None]) -> tuple[CostModel, ...] | None:
+    """The cheap start's prior: each rank's remembered cost model, or for a rank without one
+    the median of the others' (a neutral guess the first measured plan corrects).
+
+    Returns:
+        One cost model per rank, or None when no rank has one (start on equal slices).
+    """
+    have = [c for c in known if c is not None]
+    if not have:
+        return None
+    guess = CostModel(
+        statistics.median(c.alpha for c in have), statistics.median(c.beta for c in have)
     )
-    return decision, PolicyState(streak=0, last_replan_step=step, last_decision_step=step)
+    return tuple(guess if c is None else c for c in known)

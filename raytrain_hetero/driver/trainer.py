@@ -52,6 +52,7 @@ from raytrain_hetero.driver.session import init_ray
 from raytrain_hetero.driver.telemetry import ProgressCallback, RecordCollector
 from raytrain_hetero.driver.tracking import ReportForwarder, RunTracker, fan_out
 from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.storage import StorageLocation, storage_location
 from raytrain_hetero.worker.context import HeteroSetup
 
 logger = logging.getLogger(__name__)
@@ -282,7 +283,18 @@ class HeteroTrainer:
             min_workers=self.resolved_min_workers,
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
+            storage=self._storage() if self.probe.remember else None,
         )
+
+    def _storage(self) -> StorageLocation | None:
+        """The runs' storage of ``run_config`` (where remembered cost models live)."""
+        path, filesystem = self.run_config.storage_path, self.run_config.storage_filesystem
+        if path is None:
+            return None
+        if filesystem is None:
+            return storage_location(path)
+        remote = type(filesystem).__name__ != "LocalFileSystem"
+        return StorageLocation(str(path), filesystem, str(path).rstrip("/"), remote=remote)
 
     def tracked_params(self) -> dict[str, Any]:
         """The resolved settings an experiment tracker logs (MLflow params, flattened)."""

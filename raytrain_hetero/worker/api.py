@@ -46,7 +46,16 @@ from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
 from raytrain_hetero.worker.admission import apply_admission
-from raytrain_hetero.worker.calibration import ProbeInputs, measure_costs, measure_pass_caps
+from raytrain_hetero.worker.calibration import (
+    ProbeInputs,
+    known_costs,
+    measure_costs,
+    measure_pass_caps,
+    passive_step,
+    prior_plan,
+    remember_cost,
+    starts_passive,
+)
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
 from raytrain_hetero.worker.dataset_agreement import (
     RankDataset,
@@ -428,6 +437,8 @@ def report(
     if runtime.loader is not None:
         enriched["hetero/global_step"] = runtime.loader.carver.global_step(runtime.loader.cursor)
         enriched["hetero/epoch"] = runtime.loader.cursor.epoch
+    if runtime.plans.first_step_at is not None:  # this group's start to its first step
+        enriched["hetero/startup_s"] = runtime.plans.first_step_at - runtime.plans.started_at
     if plan is not None:
         enriched["hetero/plan_version"] = plan.version
         enriched["hetero/slices"] = list(plan.slices)
@@ -524,11 +535,16 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
             effective_step=start,
             reason="fixed shares" + pass_caps_note(plans.pass_caps),
         )
+    elif starts_passive(identity):
+        # No phase before step 0: a prior now, the measured plan after a few timed steps.
+        known = known_costs(identity, plans, runtime.model, inputs, stored=True)
+        plan = prior_plan(identity, plans, known, start)
     else:
         # After a restart, slots the previous group measured keep their cost models (the
         # calibration refits them under the new group's contention); only new slots are
-        # probed, which shortens the time until a joining node is used.
-        known = plans.restored_slot_costs if setup.probe.reuse_on_restart else {}
+        # probed. An explicit probe is not skipped for remembered ones; it is remembered.
+        known_list = known_costs(identity, plans, runtime.model, inputs, stored=False)
+        known = {slot: c for slot, c in zip(rank_slots, known_list) if c is not None}
         costs, how = measure_costs(
             identity,
             runtime.model,
@@ -538,6 +554,7 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
             known=known,
             pass_caps=plans.pass_caps,
         )
+        remember_cost(identity, plans, costs[identity.rank])
         if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
             apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
         speeds = ", ".join(
@@ -556,6 +573,12 @@ def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
 def _on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
     runtime.telemetry.last_record = record
+    if runtime.plans.first_step_at is None:
+        runtime.plans.first_step_at = record.time - record.wall_s
+    measured = passive_step(runtime.identity, runtime.plans, record)
+    if measured is not None:
+        fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)
+        _install(runtime, measured)
     setup = runtime.identity.setup
     scheduler = runtime.scheduler
     if scheduler is None:

@@ -28,13 +28,28 @@ from torch.utils.data import Dataset
 
 from raytrain_hetero.core.allocation import CostModel, allocate
 from raytrain_hetero.core.memory import micro_batch_sizes
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.policy import Replan, StepSample, decide_first_measured, prior_costs
+from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.identity import RankIdentity
 from raytrain_hetero.worker.memory_probe import memory_probe_batch_sizes, probe_memory
-from raytrain_hetero.worker.planning import allocation_caps
-from raytrain_hetero.worker.probe import ProbeResult, default_probe_batch_sizes, probe_step_costs
+from raytrain_hetero.worker.micro_batches import pass_caps_note
+from raytrain_hetero.worker.planning import (
+    PassiveWindow,
+    PlanState,
+    allocation_caps,
+    build_plan,
+    next_free_step,
+)
+from raytrain_hetero.worker.probe import (
+    ProbeResult,
+    cost_key,
+    default_probe_batch_sizes,
+    probe_step_costs,
+)
 from raytrain_hetero.worker.sampler import move_to_device
 from raytrain_hetero.worker.timing import StepInfo, StepTiming
 
@@ -43,9 +58,14 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ProbeInputs",
     "calibrate",
+    "known_costs",
     "measure_costs",
     "measure_pass_caps",
+    "passive_step",
+    "prior_plan",
     "probe_in_node_rounds",
+    "remember_cost",
+    "starts_passive",
 ]
 
 PROBE_SALT = 7919
@@ -318,3 +338,130 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
         return move_to_device(inputs.collate_fn([dataset[int(i)] for i in indices]), device)
 
     return make_batch
+
+
+# ----------------------------------------------------------------------------- the cheap start
+
+
+def starts_passive(identity: RankIdentity) -> bool:
+    """Whether the first plan is measured passively (``ProbeConfig.mode``); admission
+    ``auto`` and the model-parallel modes probe, as their decisions need costs at step 0."""
+    setup = identity.setup
+    return (
+        setup.probe.mode == "passive"
+        and setup.probe.admission == "all"
+        and not setup.parallel.model_parallel
+    )
+
+
+def known_costs(
+    identity: RankIdentity, plans: PlanState, model: Any, inputs: ProbeInputs, *, stored: bool
+) -> list[CostModel | None]:
+    """Every rank's known cost model (a collective): its slot's from the checkpoint's group
+    (``reuse_on_restart``), else with ``stored`` the store's for its key (``remember``; the
+    key is found either way, to remember what is measured), else None."""
+    setup = identity.setup
+    if setup.probe.remember and setup.storage is not None and model is not None:
+        try:  # the input's shape is part of the key
+            sample = inputs.collate_fn([inputs.dataset[0]])
+        except Exception as exc:  # noqa: BLE001 - a dataset without int indexing: not remembered
+            logger.info("cost models not remembered: no sample to key them by (%s)", exc)
+        else:
+            plans.cost_key = cost_key(
+                model,
+                sample,
+                identity.spec,
+                identity.device,
+                setup={"batchnorm": setup.batch.batchnorm, "time_loading": inputs.time_loading},
+            )
+    mine = plans.restored_slot_costs.get(identity.slot) if setup.probe.reuse_on_restart else None
+    if mine is None and stored and plans.cost_key is not None:
+        found = setup.storage.cost_models().read(plans.cost_key.digest)  # type: ignore[union-attr]
+        mine = None if found is None else CostModel(found.alpha, found.beta)
+    gathered: list[Any] = [None] * identity.world_size
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+def remember_cost(identity: RankIdentity, plans: PlanState, cost: CostModel) -> None:
+    """Store this rank's measured cost model under its key (when remembering)."""
+    key, storage = plans.cost_key, identity.setup.storage
+    if key is not None and storage is not None:
+        storage.cost_models().write(key.digest, cost.alpha, cost.beta, key.about)
+
+
+def prior_plan(
+    identity: RankIdentity, plans: PlanState, known: list[CostModel | None], start: int
+) -> Plan:
+    """The cheap start's first plan: remembered cost models (a rank without one guessed at
+    the others' median), else equal slices; its steps ``start + 1 ..`` are timed."""
+    costs = prior_costs(known)
+    last = start + identity.setup.probe.passive_steps
+    how = (
+        "equal slices"
+        if costs is None
+        else f"remembered cost models of ranks {[r for r, c in enumerate(known) if c]}"
+    )
+    reason = f"prior: {how}; steps {start + 1}-{last} timed for the measured plan"
+    reason += pass_caps_note(plans.pass_caps)
+    if costs is None:
+        shares = [1.0] * identity.world_size
+        plan = build_plan(identity, plans, shares=shares, effective_step=start, reason=reason)
+    else:
+        plan = build_plan(identity, plans, costs=costs, effective_step=start, reason=reason)
+    plans.passive = PassiveWindow(plan.version, start + 1, last)
+    return plan
+
+
+def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -> Plan | None:
+    """Time a step of the prior plan; after the last, agree on the measured plan.
+
+    At the end of the window's last step every rank gathers the window's timings (a
+    collective at the same step on every rank), rank 0 decides with
+    :func:`~raytrain_hetero.core.policy.decide_first_measured` and broadcasts; a switch
+    takes effect at the first step no rank has carved (:func:`next_free_step`), as every
+    live re-plan does, so the carving stays exactly-once.
+
+    Returns:
+        The measured plan to install, or None (not yet, or the prior stays).
+    """
+    window = plans.passive
+    if window is None or record.step < window.first:
+        return None
+    if record.plan_version == window.version:
+        window.samples.append(
+            StepSample(identity.rank, record.step, record.slice, record.busy_s, record.time)
+        )
+    if record.step < window.last:
+        return None
+    plans.passive = None
+    gathered: list[Any] = [None] * identity.world_size
+    dist.all_gather_object(gathered, window.samples)
+    box: list[Any] = [None]
+    current = plans.current
+    if identity.rank == 0 and current is not None and current.version == window.version:
+        box[0] = decide_first_measured(
+            current.slices,
+            [s for samples in gathered for s in samples],
+            identity.setup.scheduler.policy,
+            prior=current.costs,
+            caps=current.caps,
+            min_slice=current.min_slice,
+        )
+    dist.broadcast_object_list(box, src=0)
+    if box[0] is None:
+        return None
+    estimates, decision = box[0]
+    if estimates is not None:
+        remember_cost(identity, plans, estimates.costs[identity.rank])
+    if not isinstance(decision, Replan):
+        logger.info("measured plan: the prior stays (%s)", decision.reason)
+        return None
+    return build_plan(
+        identity,
+        plans,
+        costs=decision.costs,
+        slices=decision.slices,
+        effective_step=next_free_step(plans),
+        reason=f"measured: {decision.reason}",
+    )

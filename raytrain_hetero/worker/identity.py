@@ -23,6 +23,7 @@ from raytrain_hetero.errors import ConfigError
 if TYPE_CHECKING:
     from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.config.faults import FaultInjectionConfig
+    from raytrain_hetero.storage import StorageLocation
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class HeteroSetup:
             admission never drops a group below it.
         scheduler_name: Ray actor name of the run's scheduler, or None.
         scheduler_namespace: Ray namespace of that actor.
+        storage: The run's storage (``RunConfig.storage_path``), where the cost models of
+            ``ProbeConfig.remember`` are kept; None: nothing is remembered.
     """
 
     run_id: str
@@ -65,6 +68,7 @@ class HeteroSetup:
     min_workers: int = 1
     scheduler_name: str | None = None
     scheduler_namespace: str | None = None
+    storage: StorageLocation | None = None
 
     @property
     def max_world_size(self) -> int:

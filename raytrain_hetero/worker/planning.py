@@ -9,6 +9,7 @@ first step no rank has carved yet, so every rank switches at the same step (a co
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +19,15 @@ import torch.distributed as dist
 
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan, PlanSchedule
+from raytrain_hetero.core.policy import StepSample
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.probe import CostKey
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "PassiveWindow",
     "PlanState",
     "allocation_caps",
     "build_plan",
@@ -32,6 +36,23 @@ __all__ = [
     "next_free_step",
     "slice_caps",
 ]
+
+
+@dataclass
+class PassiveWindow:
+    """Training steps ``first..last`` of the prior plan ``version``, timed as they run.
+
+    Attributes:
+        version: The prior plan whose steps are timed.
+        first: First timed global step (the group's first step sets DDP up: not timed).
+        last: Last timed step; at its end the group agrees on the measured plan.
+        samples: This rank's timings so far.
+    """
+
+    version: int
+    first: int
+    last: int
+    samples: list[StepSample] = field(default_factory=list)
 
 
 @dataclass
@@ -47,6 +68,11 @@ class PlanState:
         pass_caps: Samples one forward+backward pass of each rank may hold (memory; None:
             no cap), once gathered: see :func:`slice_caps` and
             :func:`raytrain_hetero.micro_batches`.
+        passive: The training steps timed for the first measured plan of a group that
+            started on a prior (``ProbeConfig.mode="passive"``), until it is decided.
+        cost_key: Where this rank's cost model is remembered (None: not remembered).
+        started_at: When this worker group started (its plan state was made); with
+            ``first_step_at`` (when its first training step began) its start-up.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
@@ -54,6 +80,10 @@ class PlanState:
     rank_slots: tuple[int, ...] | None = None
     restored_slot_costs: dict[int, CostModel] = field(default_factory=dict)
     pass_caps: tuple[int | None, ...] | None = None
+    passive: PassiveWindow | None = None
+    cost_key: CostKey | None = None
+    started_at: float = field(default_factory=time.time)
+    first_step_at: float | None = None
 
     @property
     def current(self) -> Plan | None:

@@ -12,8 +12,11 @@ whole group, live in :mod:`raytrain_hetero.worker.calibration`. The one collecti
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,3 +212,71 @@ def time_gradient_allreduce(
     agreed = torch.tensor([timings.median], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
     return float(agreed.item())
+
+
+@dataclass(frozen=True)
+class CostKey:
+    """Where this worker's cost model is remembered: a digest and what it stands for.
+
+    Attributes:
+        digest: Hex SHA-256 of ``about`` (the file name in the store).
+        about: The model, input, worker type and hardware the cost model is valid for.
+    """
+
+    digest: str
+    about: dict[str, Any]
+
+
+def cost_key(
+    model: torch.nn.Module, sample_batch: Any, spec: Any, device: str, *, setup: dict[str, Any]
+) -> CostKey:
+    """The key of a cost model: it changes whenever what a step costs may change.
+
+    Covers the model (every module's class, every parameter's and buffer's name, shape and
+    dtype), the input (shape and dtype of each tensor of a one-sample batch), the worker type
+    (its WorkerSpec but its name, count and caps: the same type under another slot name is the
+    same), the hardware (GPU name, or CPU model and torch threads) and ``setup`` (step settings
+    that change the cost, e.g. exact BatchNorm, loading in the step).
+    """
+    module = getattr(model, "module", model)
+    tensors = [
+        (name, list(t.shape), str(t.dtype))
+        for name, t in [*module.named_parameters(), *module.named_buffers()]
+    ]
+
+    def shapes(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return [list(value.shape[1:]), str(value.dtype)]
+        if isinstance(value, dict):
+            return {str(k): shapes(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(value, (list, tuple)):
+            return [shapes(v) for v in value]
+        return type(value).__name__
+
+    hardware = {"threads": torch.get_num_threads(), "torch": torch.__version__}
+    if torch.device(device).type == "cuda":
+        hardware["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    else:
+        hardware["cpu"] = _cpu_model()
+    about = {
+        "modules": [type(m).__name__ for m in module.modules()],
+        "tensors": tensors,
+        "input": shapes(sample_batch),
+        "worker": spec.model_dump(mode="json", exclude={"name", "count", "max_batch"}),
+        "hardware": hardware,
+        "setup": setup,
+    }
+    digest = hashlib.sha256(json.dumps(about, sort_keys=True).encode()).hexdigest()
+    return CostKey(digest, about)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what ``platform`` says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

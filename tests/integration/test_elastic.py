@@ -124,9 +124,10 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
     grown = [r for r in trainer.step_records if r.world_size == 3]
     assert {r.rank for r in grown} == {0, 1, 2}
     assert min(r.slice for r in grown) >= 1
-    # The restarted group reused the cost models of the two slots it already knew.
+    # The restarted group started from known cost models: the two slots the first group
+    # measured (and the new slot's worker type, remembered in the run's storage).
     grown_plans = [p for p in trainer.plans if p.world_size == 3]
-    assert grown_plans and "probe of 1 new slot(s)" in grown_plans[0].reason, grown_plans
+    assert grown_plans and "remembered cost models" in grown_plans[0].reason, grown_plans
     kept, groups = committed_ledger(out)
     assert len(groups) >= 2
     epochs = sorted({e["epoch"] for e in kept})

@@ -43,8 +43,8 @@ from raytrain_hetero.worker.faults import fired_markers, marker_path
 pytestmark = pytest.mark.ray
 
 SIZE, BATCH, EPOCHS = 144, 24, 2  # 6 steps per epoch: epoch 0 = steps 0-5, epoch 1 = 6-11
-QUICK_PROBE = ProbeConfig(
-    batch_sizes=[2, 4], warmup=0, repeats=1, calibration_steps=1, calibration_rounds=1
+QUICK_PROBE = ProbeConfig(  # the explicit probe: its "probe" and "calibration" phases fire
+    mode="probe", batch_sizes=[2, 4], warmup=0, repeats=1, calibration_steps=1, calibration_rounds=1
 )
 TOLERANCE = 1e-4
 
