@@ -54,8 +54,9 @@ def _fit_while_sampling(out, storage) -> tuple[set[ListeningSocket], dict[int, t
             seen.update(current)
             for attempt in (0, 1):
                 path = out / f"store-{attempt}"
-                if attempt not in stores and path.exists() and path.read_text():
-                    pid, port = map(int, path.read_text().split())
+                fields = path.read_text().split() if path.exists() else []
+                if attempt not in stores and len(fields) == 2:  # written in full
+                    pid, port = map(int, fields)
                     if any(s.pid == pid and s.port == port for s in current):
                         stores[attempt] = (pid, port)
                         (out / f"seen-{attempt}").touch()
