@@ -180,8 +180,8 @@ class ProbeConfig(HeteroModel):
         admission: ``"all"`` trains on every worker; ``"auto"`` times the gradient
             all-reduce after the first probe, predicts each worker's marginal samples/s
             (:mod:`raytrain_hetero.core.admission`) and re-sizes the group without the
-            trailing worker slots that would lower it (Ray Train elastic restart; decided once
-            per run, an excluded worker is not retried).
+            worker slots that would lower it, wherever they are listed (Ray Train elastic
+            restart; decided once per run, an excluded worker is not retried).
     """
 
     mode: Literal["passive", "probe"] = Field(

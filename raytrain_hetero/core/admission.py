@@ -34,7 +34,7 @@ __all__ = [
     "decide_admission",
     "greedy_order",
     "group_samples_per_second",
-    "slots_to_keep",
+    "kept_slots",
 ]
 
 
@@ -238,21 +238,33 @@ def decide_admission(
     )
 
 
-def slots_to_keep(
-    admitted_ranks: Sequence[int], rank_slots: Sequence[int], *, min_workers: int = 1
-) -> int:
-    """How many worker slots (a prefix, as Ray Train places them) the group keeps.
+def kept_slots(
+    admitted_slots: Sequence[int], preference: Sequence[int], *, min_workers: int = 1
+) -> tuple[int, ...]:
+    """The worker slots a group keeps after admission, in the order Ray Train fills them.
 
-    Ray Train places a group of k workers on slots 0..k-1, so only trailing slots can be
-    dropped: an excluded slot before the last admitted one keeps training.
+    Ray Train fills a group of k workers from its first k placement slots; the trainer owns
+    which worker slot (WorkerSpec) each of those hosts, so a left-out slot is dropped
+    wherever it is listed: the admitted slots come first, in their listed order, then, only
+    as far as ``min_workers`` asks, left-out slots in ``preference`` order.
 
     Args:
-        admitted_ranks: Ranks the decision admits.
-        rank_slots: Worker slot of every rank.
-        min_workers: The group never shrinks below this.
+        admitted_slots: Worker slots the decision admits.
+        preference: Every worker slot, best first (the greedy's fastest-first order).
+        min_workers: The group never shrinks below this (nor below one worker).
 
     Returns:
-        The number of leading slots to keep (>= 1).
+        The kept slots; entry j is the slot that Ray Train's j-th worker hosts.
+
+    Raises:
+        AllocationError: ``preference`` repeats a slot or misses an admitted one.
     """
-    last = max((rank_slots[r] for r in admitted_ranks), default=0)
-    return max(last + 1, int(min_workers), 1)
+    admitted = sorted(set(admitted_slots))
+    if len(set(preference)) != len(preference) or not set(admitted) <= set(preference):
+        raise AllocationError(
+            f"kept_slots: preference {list(preference)} must list every slot once, "
+            f"admitted {admitted} among them"
+        )
+    rest = [slot for slot in preference if slot not in set(admitted)]
+    extra = max(int(min_workers), 1, len(admitted)) - len(admitted)
+    return (*admitted, *rest[:extra])

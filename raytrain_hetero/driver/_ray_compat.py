@@ -116,6 +116,13 @@ _SCALING = "ray.train.v2._internal.execution.scaling_policy"
 #: Every private Ray API the package uses (checked by :func:`check_ray_compat`).
 PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
     PrivateRayAPI(
+        "ray.train.v2.api.config",
+        "ScalingConfig._label_selector_per_worker",
+        "overridden by HeteroScalingConfig: worker j gets the label selector of the slot it "
+        "hosts once admission has reordered the slots",
+        "per-worker placement that a scaling decision can order",
+    ),
+    PrivateRayAPI(
         "ray._private.state",
         "available_resources_per_node",
         "live per-node available resources for slot-by-slot elastic sizing",
@@ -138,8 +145,8 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
     PrivateRayAPI(
         "ray.train.torch.config",
         "_TorchBackend.on_start",
-        "base of HeteroTorchBackend: per-worker placement, leases and context before the "
-        "process group forms",
+        "base of HeteroTorchBackend, whose on_start replaces it: per-worker placement, leases "
+        "and context, then a process group whose store listens on one address only",
         "a public per-worker Backend hook",
     ),
     PrivateRayAPI(

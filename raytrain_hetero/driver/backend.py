@@ -12,7 +12,12 @@ resources_per_worker``) but accepts one label selector per worker. The heterogen
    pinned to the worker's node. Ray gives the lease its GPU ids, so the worker computes on
    exactly the GPU Ray reserved for it and no two workers share one.
 3. It installs the per-worker context (slot, rank, device, torch threads) in each worker
-   process, then sets up the torch process group (gloo if any rank is on CPU, else NCCL).
+   process, then sets up the torch process group (gloo if any rank is on CPU, else NCCL)
+   around a rendezvous store that listens on one address only (:func:`rendezvous_host`):
+   127.0.0.1 when every rank is on one machine, else rank 0's node IP. Ray Train's own setup
+   (``MASTER_ADDR``/``MASTER_PORT``, ``env://``) makes torch's ``TCPStore`` listen on every
+   interface (``*:port``), unauthenticated; here rank 0 binds the listening socket itself
+   and hands it to the store (``master_listen_fd``).
 
 Leases are released when the worker group shuts down. Elastic sizing lives in
 :mod:`raytrain_hetero.driver.elastic`.
@@ -22,8 +27,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import ray
@@ -31,12 +38,76 @@ from ray.train.torch import TorchConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytrain_hetero.driver._ray_compat import TorchBackendBase
+from raytrain_hetero.driver.elastic import kept_slot_order, slot_of_bundle
 from raytrain_hetero.errors import PlacementError
 from raytrain_hetero.worker.context import HeteroSetup
 
 logger = logging.getLogger(__name__)
 
 LEASE_TIMEOUT_S = float(os.environ.get("RAYTRAIN_HETERO_LEASE_TIMEOUT_S", "60"))
+
+_master_store: list[Any] = []  # worker side: rank 0's store until init_process_group
+
+
+def rendezvous_host(node_ips: list[str]) -> str:
+    """Where the process group listens: loopback if every rank is on one machine, else rank
+    0's node IP (never every interface)."""
+    return "127.0.0.1" if len(set(node_ips)) == 1 else node_ips[0]
+
+
+def _open_rendezvous(host: str, timeout_s: float) -> int:
+    """Rank 0: a TCPStore server on a socket bound to ``host`` only; returns its port."""
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.bind((host, 0))
+    listener.listen(128)
+    port = int(listener.getsockname()[1])
+    timeout = timedelta(seconds=timeout_s)
+    fd = listener.detach()  # the store owns the bound socket from here
+    store = dist.TCPStore(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timeout,
+        master_listen_fd=fd,
+        use_libuv=True,
+    )
+    _master_store[:] = [store]
+    return port
+
+
+def _join_process_group(
+    backend: str, host: str, port: int, rank: int, world_size: int, timeout_s: float
+) -> None:
+    """Every rank: the torch process group over rank 0's store."""
+    import ray.train
+    import torch.distributed as dist
+
+    context = ray.train.get_context()  # the variables Ray Train sets, for libraries reading them
+    os.environ.update(
+        MASTER_ADDR=host,
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(context.get_local_rank()),
+        LOCAL_WORLD_SIZE=str(context.get_local_world_size()),
+        NODE_RANK=str(context.get_node_rank()),
+    )
+    if host == "127.0.0.1":  # gloo and NCCL would listen on the hostname's address
+        loopback = "lo" if "lo" in {name for _, name in socket.if_nameindex()} else "lo0"
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback)
+    if backend == "nccl":  # as Ray Train: a timed-out collective fails the worker
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    timeout = timedelta(seconds=timeout_s)
+    store = (
+        _master_store.pop()
+        if rank == 0
+        else dist.TCPStore(host, port, is_master=False, timeout=timeout, use_libuv=True)
+    )
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def common_resources(resources: list[dict[str, float]]) -> dict[str, float]:
@@ -138,7 +209,10 @@ class HeteroTorchBackend(TorchBackendBase):
         workers = worker_group.get_workers()
         world_size = len(workers)
         common = common_resources([dict(s.resources) for s in setup.specs])
-        slots = [self._slot_of(w, i) for i, w in enumerate(workers)]
+        kept = None  # after admission: the slots Ray Train's workers host, in bundle order
+        if setup.probe.admission == "auto" and setup.scheduler_name is not None:
+            kept = kept_slot_order(setup.run_id)
+        slots = [slot_of_bundle(self._slot_of(w, i), kept) for i, w in enumerate(workers)]
         if len(set(slots)) != len(slots) or max(slots) >= len(setup.specs):
             raise PlacementError(
                 f"Workers map to slots {slots} but the run has {len(setup.specs)} slots."
@@ -174,7 +248,28 @@ class HeteroTorchBackend(TorchBackendBase):
             scheduler = lookup_scheduler(setup.run_id)
             if scheduler is not None:
                 scheduler.register_group.remote(group_id, world_size)
-        super().on_start(worker_group, backend_config)
+        self._start_process_group(worker_group, backend_config, workers)
+
+    @staticmethod
+    def _start_process_group(
+        worker_group: Any, backend_config: HeteroTorchConfig, workers: list[Any]
+    ) -> None:
+        backend = backend_config.backend
+        if backend is None:
+            gpus = worker_group.get_resources_per_worker().get("GPU", 0)
+            backend = "nccl" if gpus > 0 else "gloo"
+        host = rendezvous_host([w.metadata.node_ip for w in workers])
+        timeout_s = float(backend_config.timeout_s)
+        port = worker_group.execute_single(0, _open_rendezvous, host, timeout_s)
+        ray.get(
+            [
+                worker_group.execute_single_async(
+                    rank, _join_process_group, backend, host, port, rank, len(workers), timeout_s
+                )
+                for rank in range(len(workers))
+            ]
+        )
+        logger.info("process group (%s) rendezvous on %s:%d", backend, host, port)
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -32,7 +33,13 @@ from raytrain_hetero.driver.scheduler import lookup_scheduler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HeteroElasticScalingPolicy", "HeteroRayTorchTrainer"]
+__all__ = [
+    "HeteroElasticScalingPolicy",
+    "HeteroRayTorchTrainer",
+    "HeteroScalingConfig",
+    "kept_slot_order",
+    "slot_of_bundle",
+]
 
 
 class HeteroElasticScalingPolicy(ElasticScalingPolicy):
@@ -48,9 +55,11 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     slot (full resources and label selector) with :func:`count_placeable_prefix`.
 
     With ``admission: auto`` (``run_id`` given), the run's admission decision, read from its
-    scheduler actor, caps the group at the leading slots it keeps: a running group holding
-    more is re-sized at once (not at the next monitor check), and the left-out slots are never
-    added back.
+    scheduler actor, caps the group at the slots it keeps, which Ray Train's workers then host
+    in the decision's order (:func:`kept_slot_order`; the backend and
+    :class:`HeteroScalingConfig` read the same order): a running group holding more is
+    re-sized at once (not at the next monitor check), and the left-out slots, wherever they
+    are listed, are never added back.
     """
 
     NODE_VIEW_INTERVAL_S = 1.0
@@ -65,7 +74,7 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         super().__init__(scaling_config)
         self._slots = tuple(slots)
         self._run_id = run_id
-        self._admitted: int | None = None
+        self._admitted: tuple[int, ...] | None = None
         self._admission_poll_time = float("-inf")
         self._held: dict[str, dict[str, float]] = {}
         self._held_placement_group: Any = None
@@ -79,13 +88,13 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         handle = worker_group_state.placement_group_handle
         self._held_placement_group = getattr(handle, "placement_group", None)
         admitted = self._admitted_slots()
-        if admitted is not None and worker_group_state.num_workers > admitted:
+        if admitted is not None and worker_group_state.num_workers > len(admitted):
             logger.info(
-                "admission: re-sizing the worker group from %d to %d workers",
+                "admission: re-sizing the worker group from %d workers to slots %s",
                 worker_group_state.num_workers,
-                admitted,
+                list(admitted),
             )
-            return self._get_resize_decision(admitted)
+            return self._get_resize_decision(len(admitted))
         return super().make_decision_for_running_worker_group(
             worker_group_state, worker_group_status
         )
@@ -113,7 +122,7 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         held: dict[str, dict[str, float]] = {}
         for rank, worker in enumerate(worker_group_state.workers):
             index = worker.placement_group_bundle_index
-            slot = self._slots[index if index is not None else rank]
+            slot = self._slots[slot_of_bundle(index if index is not None else rank, self._admitted)]
             node = held.setdefault(worker.metadata.node_id, {})
             for key, amount in slot.resources.items():
                 node[key] = node.get(key, 0.0) + amount
@@ -144,13 +153,15 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
 
     def _count_possible_workers(self, reserved_resources: Any) -> int:
         limit = self.scaling_config.max_workers
+        slots = self._slots
         admitted = self._admitted_slots()
         if admitted is not None:
-            limit = min(limit, admitted)
-        return count_placeable_prefix(self._slots, reserved_resources, limit)
+            limit = min(limit, len(admitted))
+            slots = tuple(slots[s] for s in admitted)
+        return count_placeable_prefix(slots, reserved_resources, limit)
 
-    def _admitted_slots(self) -> int | None:
-        """Leading slots the run's admission decision keeps (None: none yet, or not auto).
+    def _admitted_slots(self) -> tuple[int, ...] | None:
+        """Slots the run's admission decision keeps (None: none yet, or not auto).
 
         Read from the run's scheduler actor at most every ``ADMISSION_POLL_INTERVAL_S``;
         once known it never changes (decided once per run).
@@ -161,13 +172,47 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         if now - self._admission_poll_time < self.ADMISSION_POLL_INTERVAL_S:
             return None
         self._admission_poll_time = now
-        try:
-            scheduler = lookup_scheduler(self._run_id)
-            if scheduler is not None:
-                self._admitted = ray.get(scheduler.admitted_slots.remote(), timeout=2.0)
-        except Exception:  # asked again at the next poll
-            logger.debug("admission decision not readable yet", exc_info=True)
+        self._admitted = kept_slot_order(self._run_id)
         return self._admitted
+
+
+def kept_slot_order(run_id: str) -> tuple[int, ...] | None:
+    """The worker slots run ``run_id`` keeps after admission, in Ray Train's worker order
+    (None: not decided, no admission, or its scheduler actor not readable now)."""
+    try:
+        scheduler = lookup_scheduler(run_id)
+        if scheduler is not None:
+            return ray.get(scheduler.admitted_slots.remote(), timeout=2.0)
+    except Exception:  # asked again at the next poll
+        logger.debug("admission decision not readable yet", exc_info=True)
+    return None
+
+
+def slot_of_bundle(index: int, kept: tuple[int, ...] | None) -> int:
+    """The worker slot that Ray Train's worker in placement bundle ``index`` hosts."""
+    return index if kept is None else kept[index]
+
+
+@dataclass
+class HeteroScalingConfig(ScalingConfig):
+    """Ray Train's ScalingConfig whose per-worker label selectors follow admission's order.
+
+    Ray Train gives worker j of a k-worker group the label selector ``label_selector[j]``
+    (``_label_selector_per_worker``); once admission has reordered the slots, worker j hosts
+    slot ``kept[j]`` and must land where that slot's selector says.
+
+    Attributes:
+        admission_run_id: The run whose admission decision orders the slots (None: never).
+    """
+
+    admission_run_id: str | None = None
+
+    def _label_selector_per_worker(self, num_workers: int) -> Any:
+        selectors = super()._label_selector_per_worker(num_workers)
+        kept = None if self.admission_run_id is None else kept_slot_order(self.admission_run_id)
+        if not selectors or kept is None or not isinstance(self.label_selector, list):
+            return selectors
+        return [dict(self.label_selector[slot]) for slot in kept[:num_workers]]
 
 
 class HeteroRayTorchTrainer(TorchTrainer):

@@ -298,9 +298,10 @@ class HeteroScheduler:
         """The run's admission decision, or None before one is made."""
         return self._admission
 
-    def admitted_slots(self) -> int | None:
-        """Leading worker slots the run keeps after admission (None: not decided yet)."""
-        return None if self._admission is None else int(self._admission["keep_slots"])
+    def admitted_slots(self) -> tuple[int, ...] | None:
+        """Worker slots the run keeps after admission, in Ray Train's worker order (None: not
+        decided yet)."""
+        return None if self._admission is None else tuple(self._admission["keep_slots"])
 
     # ------------------------------------------------------------------ measurements
 

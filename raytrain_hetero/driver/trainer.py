@@ -41,7 +41,7 @@ from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
-from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer
+from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer, HeteroScalingConfig
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
     create_scheduler,
@@ -259,12 +259,13 @@ class HeteroTrainer:
         n = len(self.specs)
         min_workers = self.resolved_min_workers
         elastic = min_workers < n
-        return ScalingConfig(
+        return HeteroScalingConfig(
             num_workers=(min_workers, n) if elastic else n,
             resources_per_worker=common,
             use_gpu=common.get("GPU", 0) > 0,
             label_selector=selectors if any(selectors) else None,
             elastic_resize_monitor_interval_s=self.elastic.resize_monitor_interval_s,
+            admission_run_id=self.run_id if self.admission_auto else None,
         )
 
     def setup(self) -> HeteroSetup:

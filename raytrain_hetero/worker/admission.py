@@ -9,9 +9,10 @@ models; every rank computes the same decision from the same gathered numbers.
 
 With ``ProbeConfig.admission == "auto"``, :func:`apply_admission` records the decision with the
 run's scheduler actor (once per run: a group that finds a decision there does not decide
-again) and, when trailing worker slots are left out, the group stops before training and waits
-for Ray Train's elastic controller, whose scaling policy reads the decision, to restart it
-without those slots (:mod:`raytrain_hetero.driver.elastic`). No rank gets a zero slice: a rank
+again) and, when worker slots are left out (wherever they are listed), the group stops before
+training and waits for Ray Train's elastic controller, whose scaling policy reads the
+decision, to restart it on the kept slots only (:mod:`raytrain_hetero.driver.elastic`; the
+backend maps Ray's workers onto them, :func:`~raytrain_hetero.core.admission.kept_slots`). No rank gets a zero slice: a rank
 in the group pays every collective whatever its slice.
 """
 
@@ -31,7 +32,7 @@ from raytrain_hetero.core.admission import (
     AdmissionDecision,
     decide_admission,
     greedy_order,
-    slots_to_keep,
+    kept_slots,
 )
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import HeteroError
@@ -110,9 +111,9 @@ def apply_admission(
 
     Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0
     asks the run's scheduler whether the run decided already (then nothing happens);
-    otherwise every rank measures and decides, rank 0 records the decision and the number of
-    leading worker slots to keep, and, if this group holds a slot beyond them, every rank waits
-    for the elastic controller to restart the group without it (the waiting ranks are stopped
+    otherwise every rank measures and decides, rank 0 records the decision and the worker
+    slots to keep, and, if this group holds another slot, every rank waits for the elastic
+    controller to restart the group on the kept slots (the waiting ranks are stopped
     by that restart).
 
     Args:
@@ -148,29 +149,26 @@ def apply_admission(
         )
         return None
     decision = assess_admission(identity, model, costs, rank_slots)
-    keep = slots_to_keep(decision.admitted, rank_slots, min_workers=identity.setup.min_workers)
-    dropped = sorted(slot for slot in rank_slots if slot >= keep)
+    ranked = sorted(decision.workers, key=lambda w: w.order)
+    kept = kept_slots(
+        [rank_slots[r] for r in decision.admitted],
+        [rank_slots[w.rank] for w in ranked],
+        min_workers=identity.setup.min_workers,
+    )
+    dropped = sorted(set(rank_slots) - set(kept))
     if identity.rank == 0:
         logger.info("%s", decision.summary())
         for worker in decision.workers:
             logger.info("admission: %s (rank %d): %s", worker.worker, worker.rank, worker.reason)
-        kept_but_excluded = [r for r in decision.excluded if rank_slots[r] < keep]
-        if kept_but_excluded:
-            logger.warning(
-                "admission: rank(s) %s would be left out but sit before an admitted worker "
-                "slot; Ray Train places slots as a prefix, so they keep training. Fix: list "
-                "the faster workers first.",
-                kept_but_excluded,
-            )
         scheduler.record_admission(
-            dict(decision.to_dict(), summary=decision.summary(), keep_slots=keep)
+            dict(decision.to_dict(), summary=decision.summary(), keep_slots=list(kept))
         )
     if not dropped:
         return decision
     logger.info(
-        "admission: waiting for Ray Train to restart the group on worker slots 0..%d "
+        "admission: waiting for Ray Train to restart the group on worker slots %s "
         "(slots %s left out)",
-        keep - 1,
+        list(kept),
         dropped,
     )
     deadline = time.monotonic() + RESTART_TIMEOUT_S

@@ -5,7 +5,7 @@ Typical loop::
     def train_loop(config):
         model = raytrain_hetero.prepare_model(build_model())
         loader = raytrain_hetero.prepare_data_loader(train_dataset, num_workers=2)
-        optimizer = raytrain_hetero.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=config["lr"]))
+        optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
         for epoch in range(loader.epoch, config["epochs"]):
             for batch in loader:                      # this rank's slice of each global batch
                 loss = loss_fn(model(batch["image"]), batch["label"])   # mean over the slice
@@ -15,8 +15,8 @@ Typical loop::
 
 ``report`` stores the sampler cursor, the plan history and every rank's random-generator
 state inside the checkpoint, so a restarted group resumes at exactly the next unseen step of
-the epoch and draws the same Dropout masks. ``prepare_optimizer`` skips, on every rank, a step
-whose gradients are non-finite on any rank.
+the epoch and draws the same Dropout masks. Any optimizer over a prepared model's parameters
+skips, on every rank, a step whose gradients are non-finite on any rank (the step guard).
 
 This module is the only reader of the per-process runtime
 (:func:`~raytrain_hetero.worker.context.get_runtime`) in the worker layer (above it, the
@@ -64,7 +64,7 @@ from raytrain_hetero.worker.dataset_agreement import (
 )
 from raytrain_hetero.worker.evaluation import EvaluationLoader, evaluation_shares, sum_across_ranks
 from raytrain_hetero.worker.faults import fault_point
-from raytrain_hetero.worker.guard import guard_optimizer, optimizer_gradients
+from raytrain_hetero.worker.guard import install_step_hooks, optimizer_gradients
 from raytrain_hetero.worker.micro_batches import (
     MicroBatch,
     check_micro_batching,
@@ -175,11 +175,18 @@ def prepare_model(
         collective_delay_s=runtime.identity.spec.emulated_collective_delay_s,
     )
     runtime.model = wrapped
+    if runtime.guard is not None:
+        runtime.guard.watch(wrapped.parameters())
+        install_step_hooks(_skip_step)
     return wrapped
 
 
 def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """Guard ``optimizer.step``: a step with non-finite gradients on any rank is skipped.
+
+    Optional for an optimizer over a :func:`prepare_model` model's parameters (the guard
+    covers those already, a plain ``torch.optim`` optimizer included); needed for one over
+    other parameters, e.g. a :func:`prepare_model_parallel` model's.
 
     The decision is one all-reduced flag, identical on every rank (it rides on the gradient
     all-reduce of a model from :func:`prepare_model`), so no rank applies a non-finite update,
@@ -194,10 +201,13 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer
         optimizer: The loop's optimizer, over the prepared model's parameters.
 
     Returns:
-        The same optimizer object, its ``step`` guarded.
+        The same optimizer object, its steps guarded.
     """
     runtime = get_runtime()
-    return guard_optimizer(optimizer, lambda opt: _skip_step(runtime, opt))
+    if runtime.guard is not None:
+        runtime.guard.mark(optimizer)
+    install_step_hooks(_skip_step)
+    return optimizer
 
 
 def prepare_data_loader(
@@ -490,12 +500,13 @@ def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:
     check_agreement([RankDataset(rank, node, fp) for rank, (node, fp) in enumerate(gathered)])
 
 
-def _skip_step(runtime: WorkerRuntime, optimizer: torch.optim.Optimizer) -> bool:
-    """The guarded optimizer's question: must the step in progress be skipped?"""
+def _skip_step(optimizer: torch.optim.Optimizer) -> bool:
+    """The step hooks' question (any optimizer.step): must the step in progress be skipped?"""
+    runtime = get_runtime()
     step = runtime.timing.current
     guard = runtime.guard
-    if step is None or guard is None:
-        return False  # outside the prepared loader's steps: nothing to agree on
+    if step is None or guard is None or not guard.covers(optimizer):
+        return False  # outside the prepared loader's steps, or not a guarded optimizer
     verdict = guard.verdict(step.global_step, lambda: optimizer_gradients(optimizer))
     if not verdict.skip:
         return False

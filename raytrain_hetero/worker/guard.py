@@ -13,31 +13,41 @@ apply the step:
   synchronised through DDP), :meth:`StepGuard.verdict` checks the optimizer's gradients
   locally and runs one tiny all-reduce of the same indicator.
 
-:func:`guard_optimizer` replaces ``optimizer.step`` on the optimizer itself (the object stays
-the user's optimizer, so LR schedulers, ``state_dict`` and ``torch.amp.GradScaler`` keep
-working): a skipped step calls nothing, so no update, momentum or weight decay is applied.
-With ``GradScaler``, a step the scaler finds non-finite never reaches ``optimizer.step``:
-overflow handling stays the scaler's and does not count toward the consecutive limit.
+The decision is applied through torch's global optimizer step hooks
+(:func:`install_step_hooks`), so it covers the loop users write: any optimizer over a prepared
+model's parameters (:meth:`StepGuard.watch`), a plain ``torch.optim.SGD``/``Adam`` included,
+and any optimizer passed through ``prepare_optimizer`` (:meth:`StepGuard.mark`). A skipped step
+runs with every gradient set aside (``None``), which torch's optimizers treat as "no parameter
+to update": no update, momentum, Adam moment, step count or weight decay changes; the post
+hook puts the gradients back. The optimizer object stays the user's, so LR schedulers,
+``state_dict`` and ``torch.amp.GradScaler`` keep working. With ``GradScaler``, a step the
+scaler finds non-finite never reaches ``optimizer.step``: overflow handling stays the
+scaler's and does not count toward the consecutive limit.
 """
 
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from raytrain_hetero.errors import NonFiniteStepError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GuardVerdict", "StepGuard", "guard_optimizer", "optimizer_gradients"]
+__all__ = ["GuardVerdict", "StepGuard", "install_step_hooks", "optimizer_gradients"]
 
-_GUARDED = "_raytrain_hetero_guarded"
+_GUARDED = "_raytrain_hetero_guarded"  # set on an optimizer by prepare_optimizer
+_SET_ASIDE = "_raytrain_hetero_set_aside"  # a skipped step's gradients, until its post hook
+_should_skip: Callable[[torch.optim.Optimizer], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,26 @@ class StepGuard:
         self._local_bad: torch.Tensor | None = None
         self._flags_step: int | None = None
         self._flags: torch.Tensor | None = None
+        self._decided: GuardVerdict | None = None
+        self._watched: set[int] = set()
+
+    # ------------------------------------------------------------------ which optimizers
+
+    def watch(self, parameters: Iterable[torch.Tensor]) -> None:
+        """Guard every optimizer that steps any of ``parameters`` (a prepared model's)."""
+        self._watched.update(id(p) for p in parameters)
+
+    @staticmethod
+    def mark(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Guard ``optimizer`` whatever it steps (``prepare_optimizer``); returns it."""
+        setattr(optimizer, _GUARDED, True)
+        return optimizer
+
+    def covers(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether the guard decides ``optimizer``'s steps."""
+        if getattr(optimizer, _GUARDED, False):
+            return True
+        return any(id(p) in self._watched for g in optimizer.param_groups for p in g["params"])
 
     # ------------------------------------------------------------------ inside the DDP hook
 
@@ -101,6 +131,7 @@ class StepGuard:
     def receive(self, step: int, reduced_flags: torch.Tensor) -> None:
         """Keep the all-reduced indicator of ``step`` (every rank's flag)."""
         self._flags_step, self._flags = step, reduced_flags
+        self._decided = None  # a new backward in the same step is decided afresh
 
     # ------------------------------------------------------------------ at optimizer.step
 
@@ -114,9 +145,19 @@ class StepGuard:
             gradients: This rank's gradients (for the fallback check).
             group: Process group of the fallback all-reduce (default: the world).
 
+        Every optimizer stepping in ``step`` gets the first decision (no second collective).
+
         Raises:
             NonFiniteStepError: The step is the ``max_consecutive``-th skipped in a row.
         """
+        if self._decided is not None and self._decided.step == step:
+            return self._decided
+        self._decided = self._decide(step, gradients, group)
+        return self._decided
+
+    def _decide(
+        self, step: int, gradients: Callable[[], Iterable[torch.Tensor]], group: Any
+    ) -> GuardVerdict:
         if self._flags_step == step and self._flags is not None:
             flags = self._flags
         else:
@@ -163,24 +204,29 @@ def optimizer_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     ]
 
 
-def guard_optimizer(
-    optimizer: torch.optim.Optimizer, should_skip: Callable[[torch.optim.Optimizer], bool]
-) -> torch.optim.Optimizer:
-    """Make ``optimizer.step`` ask ``should_skip`` first; returns the same optimizer.
+def install_step_hooks(should_skip: Callable[[torch.optim.Optimizer], bool]) -> None:
+    """Make every ``optimizer.step`` of this process ask ``should_skip`` first.
 
-    ``step`` stays a bound method (LR schedulers rebind ``step.__func__``). A skipped step
-    returns None without calling the optimizer, so its state (momentum, Adam moments, step
-    counts) is untouched. Guarding twice is a no-op.
+    torch's global step hooks, registered once per process (``should_skip`` is replaced on a
+    later call): a step ``should_skip`` refuses runs with its gradients set aside, a no-op
+    for torch's optimizers, which update only parameters that have a gradient.
     """
-    if getattr(optimizer, _GUARDED, False):
-        return optimizer
-    original = optimizer.step
+    global _should_skip
+    if _should_skip is None:
+        register_optimizer_step_pre_hook(_set_gradients_aside)
+        register_optimizer_step_post_hook(_restore_gradients)
+    _should_skip = should_skip
 
-    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        if should_skip(self):
-            return None
-        return original(*args, **kwargs)
 
-    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
-    setattr(optimizer, _GUARDED, True)
-    return optimizer
+def _set_gradients_aside(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    if _should_skip is None or not _should_skip(optimizer):
+        return
+    aside = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    setattr(optimizer, _SET_ASIDE, [(p, p.grad) for p in aside])
+    for p in aside:
+        p.grad = None
+
+
+def _restore_gradients(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    for p, grad in optimizer.__dict__.pop(_SET_ASIDE, ()):
+        p.grad = grad

@@ -167,3 +167,43 @@ def connect_outcome(host: str, port: int) -> str:
     except OSError as exc:
         return type(exc).__name__
     return "connected"
+
+
+def exposure_loop(config: dict) -> None:
+    """The exposure test's training loop (runs on the Ray workers, imported by reference).
+
+    Rank 0 writes ``store-<attempt>`` (its pid and the rendezvous port) once the process group
+    is up and waits for the test's poller to answer with ``seen-<attempt>``, so the sockets
+    of each attempt are sampled while they listen. Rank 1 fails at step 2 of attempt 0, so
+    Ray Train restarts the group (attempt 1: a new process group, a new store).
+    """
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    import raytrain_hetero as rh
+
+    out = Path(config["out"])
+    attempt = 1 if (out / "failed").exists() else 0
+    torch.manual_seed(0)
+    model = rh.prepare_model(torch.nn.Linear(4, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rank = rh.get_rank_info()["rank"]
+    if rank == 0:
+        (out / f"store-{attempt}").write_text(f"{os.getpid()} {os.environ['MASTER_PORT']}")
+        deadline = time.monotonic() + 60
+        while not (out / f"seen-{attempt}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(48, 4, generator=g), torch.randint(0, 3, (48,), generator=g)
+    )
+    for x, y in rh.prepare_data_loader(data):
+        if attempt == 0 and rank == 1 and rh.current_step_number() == 2:
+            (out / "failed").touch()
+            raise RuntimeError("injected failure: the group restarts")
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    rh.report({"attempt": attempt})

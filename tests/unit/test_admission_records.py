@@ -23,10 +23,10 @@ def _decision():
 def test_the_scheduler_keeps_the_first_decision_and_hands_it_to_the_driver():
     scheduler = HeteroScheduler("run", live=False, clock=lambda: 0.0)
     assert scheduler.admission() is None and scheduler.admitted_slots() is None
-    first = dict(_decision().to_dict(), summary="first", keep_slots=2)
+    first = dict(_decision().to_dict(), summary="first", keep_slots=[1, 2])
     scheduler.record_admission(first)
-    scheduler.record_admission(dict(first, summary="second", keep_slots=3))  # decided once
-    assert scheduler.admitted_slots() == 2
+    scheduler.record_admission(dict(first, summary="second", keep_slots=[0, 1, 2]))  # once
+    assert scheduler.admitted_slots() == (1, 2)
     assert scheduler.drain().admission["summary"] == "first"
 
 

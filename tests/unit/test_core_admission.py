@@ -10,7 +10,7 @@ from raytrain_hetero.core.admission import (
     decide_admission,
     greedy_order,
     group_samples_per_second,
-    slots_to_keep,
+    kept_slots,
 )
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import AllocationError
@@ -80,13 +80,44 @@ def test_bad_lengths_are_refused():
         decide_admission(B, [], collective_s=[])
 
 
-def test_only_trailing_slots_can_be_dropped():
-    assert slots_to_keep((0, 1), (0, 1, 2)) == 2
-    # Ranks are re-sorted by node: rank 0 may hold slot 2.
-    assert slots_to_keep((1, 2), (2, 0, 1)) == 2
-    # An excluded slot before an admitted one stays (slots are placed as a prefix).
-    assert slots_to_keep((0, 2), (0, 1, 2)) == 3
-    assert slots_to_keep((0,), (0, 1, 2), min_workers=2) == 2
+def test_a_left_out_slot_is_dropped_wherever_it_is_listed():
+    assert kept_slots((1, 2), (1, 2, 0)) == (1, 2)  # the slow worker listed first
+    assert kept_slots((0, 2), (2, 0, 1)) == (0, 2)  # ... or in the middle
+    assert kept_slots((0, 1), (0, 1, 2)) == (0, 1)  # ... or last
+    # min_workers keeps the best of the left-out slots, after the admitted ones.
+    assert kept_slots((2,), (2, 1, 0), min_workers=2) == (2, 1)
+    assert kept_slots((), (1, 0), min_workers=0) == (1,)  # never an empty group
+    with pytest.raises(AllocationError, match="every slot once"):
+        kept_slots((0, 3), (0, 1, 2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    order=st.integers(1, 8).flatmap(lambda n: st.permutations(range(n))),
+    data=st.data(),
+)
+def test_kept_slots_are_the_admitted_then_the_best_left_out(order, data):
+    n = len(order)
+    admitted = data.draw(st.sets(st.sampled_from(order), min_size=1), label="admitted")
+    min_workers = data.draw(st.integers(0, n), label="min_workers")
+    kept = kept_slots(sorted(admitted, reverse=True), order, min_workers=min_workers)
+    assert len(set(kept)) == len(kept) == max(len(admitted), min_workers, 1)
+    assert kept[: len(admitted)] == tuple(sorted(admitted))  # every admitted slot, in list order
+    extra = kept[len(admitted) :]
+    assert extra == tuple(s for s in order if s not in admitted)[: len(extra)]
+    if min_workers <= len(admitted):  # a left-out slot trains nowhere, wherever it is listed
+        assert set(kept) == admitted
+
+
+def test_the_slow_worker_is_left_out_whether_listed_first_middle_or_last():
+    slow = CostModel(alpha=0.002, beta=0.02)
+    for where in range(3):
+        costs = [FAST, FAST]
+        costs.insert(where, slow)
+        decision = decide_admission(B, costs, collective_s=[0.0, 0.002, 0.302])
+        ranked = sorted(decision.workers, key=lambda w: w.order)
+        kept = kept_slots(decision.admitted, [w.rank for w in ranked])
+        assert where not in kept and len(kept) == 2
 
 
 costs_st = st.lists(

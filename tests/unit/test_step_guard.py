@@ -1,5 +1,7 @@
-"""The step guard on a real 2-process gloo group (no Ray): the worker API's prepare_model and
-prepare_optimizer, the weighted DDP hook carrying the non-finite indicator, real SGD."""
+"""The step guard on a real 3-process gloo group (no Ray): the worker API's prepare_model, the
+weighted DDP hook carrying the non-finite indicator, real optimizers: one through
+prepare_optimizer, and plain torch.optim SGD (momentum) and Adam as the README's loop builds
+them (guarded by torch's global step hooks)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.timing import StepInfo
 
-SLICES = (3, 5)
+SLICES = (3, 5, 4)
+WORLD = len(SLICES)
+KINDS = ("prepared", "sgd", "adam")
 STEPS = 6
 NAN_STEP = 2
 
 SETUP = HeteroSetup(
     run_id="guard",
-    specs=(WorkerSpec(name="a"), WorkerSpec(name="b")),
+    specs=(WorkerSpec(name="a"), WorkerSpec(name="b"), WorkerSpec(name="c")),
     batch=BatchConfig(global_batch_size=sum(SLICES)),
     backend=BackendConfig(collective_timeout_s=60),
     guard=GuardConfig(max_consecutive_nonfinite=3),
@@ -45,23 +49,31 @@ def _params(model: torch.nn.Module) -> torch.Tensor:
 
 
 def _momentum(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [s["momentum_buffer"].clone() for s in optimizer.state.values()]
+    """Every state tensor (SGD momentum; Adam moments and step count)."""
+    return [t.clone() for s in optimizer.state.values() for t in s.values()]
 
 
-def _run(rank, *, nan_steps=(), skip_batches=(), inf_steps=(), scaler=None, steps=STEPS):
-    """Train ``steps`` steps with the guarded optimizer; returns params after each step."""
+def _optimizer(kind: str, params) -> torch.optim.Optimizer:
+    import raytrain_hetero as rh
+
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=0.01, weight_decay=0.01)
+    sgd = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.01)
+    return rh.prepare_optimizer(sgd) if kind == "prepared" else sgd
+
+
+def _run(rank, *, kind="prepared", nan_steps=(), skip_batches=(), inf_steps=(), scaler=None):
+    """Train STEPS steps with the ``kind`` optimizer; returns params after each step."""
     import raytrain_hetero as rh
 
     runtime = get_runtime()
-    runtime.guard = StepGuard(rank, 2, SETUP.guard.max_consecutive_nonfinite)
+    runtime.guard = StepGuard(rank, WORLD, SETUP.guard.max_consecutive_nonfinite)
     model = rh.prepare_model(_model(), sync_batchnorm=False)
-    optimizer = rh.prepare_optimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
-    )
+    optimizer = _optimizer(kind, model.parameters())
     schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)
     history, skipped, momenta = [_params(model)], [], []
     start = sum(SLICES[:rank])
-    for step in range(steps):
+    for step in range(STEPS):
         if step in skip_batches:
             continue
         runtime.timing.begin(StepInfo(step, 0, step, SLICES, rank, 0))
@@ -92,8 +104,9 @@ def _rank_main(rank: int, world_size: int) -> dict:
     identity = RankIdentity(setup=SETUP, slot=rank, rank=rank, world_size=world_size)
     install_runtime(WorkerRuntime.start(identity))
     results: dict = {}
-    results["nan"] = _run(rank, nan_steps=(NAN_STEP,))
-    results["reference"] = _run(rank, skip_batches=(NAN_STEP,))
+    for kind in KINDS:
+        results[kind] = _run(rank, kind=kind, nan_steps=(NAN_STEP,))
+        results[kind, "reference"] = _run(rank, kind=kind, skip_batches=(NAN_STEP,))
     try:
         _run(rank, nan_steps=(1, 2, 3))
         results["error"] = None
@@ -104,7 +117,7 @@ def _rank_main(rank: int, world_size: int) -> dict:
     results["amp"] = _run(rank, inf_steps=(1, 2, 3, 4), scaler=scaler)
     # No DDP model: the guard falls back to one tiny all-reduce of its own.
     runtime = get_runtime()
-    runtime.guard = StepGuard(rank, 2, 3)
+    runtime.guard = StepGuard(rank, WORLD, 3)
     grads = [torch.tensor([float("nan") if rank == 0 else 1.0])]
     results["fallback"] = runtime.guard.verdict(7, lambda: grads).ranks
     return results
@@ -112,30 +125,34 @@ def _rank_main(rank: int, world_size: int) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    return run_gloo_group(_rank_main, 2, timeout_s=180)
+    return run_gloo_group(_rank_main, WORLD, timeout_s=180)
 
 
-def test_a_nonfinite_step_is_skipped_on_every_rank_and_counted(results):
-    for rank in (0, 1):
-        history, skipped, momenta, total = results[rank]["nan"]
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_nonfinite_step_is_skipped_on_every_rank_and_counted(results, kind):
+    for rank in range(WORLD):
+        history, skipped, momenta, total = results[rank][kind]
         assert skipped == [step == NAN_STEP for step in range(STEPS)]
         assert total == 1
-        # No update, no momentum, no weight decay at the skipped step.
+        # No update, no momentum or Adam moment or step count, no weight decay at the skip.
         assert torch.equal(history[NAN_STEP + 1], history[NAN_STEP])
         for before, after in zip(momenta[NAN_STEP - 1], momenta[NAN_STEP]):
             assert torch.equal(before, after)
         assert all(torch.isfinite(p).all() for p in history)
         assert not torch.equal(history[-1], history[NAN_STEP])  # the run went on
-    assert torch.equal(results[0]["nan"][0][-1], results[1]["nan"][0][-1])
+    for rank in range(1, WORLD):
+        assert torch.equal(results[0][kind][0][-1], results[rank][kind][0][-1])
 
 
-def test_a_run_with_a_nan_step_equals_one_that_never_saw_that_batch(results):
-    for rank in (0, 1):
-        assert torch.equal(results[rank]["nan"][0][-1], results[rank]["reference"][0][-1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_with_a_nan_step_equals_one_that_never_saw_that_batch(results, kind):
+    for rank in range(WORLD):
+        history, reference = results[rank][kind][0], results[rank][kind, "reference"][0]
+        assert torch.equal(history[-1], reference[-1])
 
 
 def test_consecutive_nonfinite_steps_stop_the_run_naming_step_and_rank(results):
-    for rank in (0, 1):
+    for rank in range(WORLD):
         error = results[rank]["error"]
         assert error is not None
         assert "3 consecutive" in error and "steps 1..3" in error
@@ -144,7 +161,7 @@ def test_consecutive_nonfinite_steps_stop_the_run_naming_step_and_rank(results):
 
 
 def test_gradscaler_overflow_is_the_scalers_business(results):
-    for rank in (0, 1):
+    for rank in range(WORLD):
         history, skipped, _, total = results[rank]["amp"]
         assert total == 0 and not any(skipped)  # not counted toward the limit
         for step in (1, 2, 3, 4):
@@ -154,4 +171,4 @@ def test_gradscaler_overflow_is_the_scalers_business(results):
 
 
 def test_without_ddp_the_guard_falls_back_to_one_all_reduce(results):
-    assert results[0]["fallback"] == (0,) and results[1]["fallback"] == (0,)
+    assert all(results[rank]["fallback"] == (0,) for rank in range(WORLD))
