@@ -196,68 +196,6 @@ class CarvedStepLoader:
         """This rank's batches of ``epoch`` from step ``start`` on (one per step, in order)."""
         raise NotImplementedError
 
-
-class HeteroDataLoader(CarvedStepLoader):
-    """:class:`CarvedStepLoader` over a map-style dataset through a torch ``DataLoader``.
-
-    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
-    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
-
-    Args:
-        dataset: Map-style dataset; items pass through the collate function unchanged.
-        **kwargs: :class:`CarvedStepLoader`'s arguments, then other
-            ``torch.utils.data.DataLoader`` arguments.
-    """
-
-    def __init__(
-        self,
-        dataset: Dataset,
-        *,
-        state: LoaderState,
-        schedule: PlanSchedule,
-        identity: RankIdentity,
-        timing: StepTiming,
-        telemetry: Telemetry,
-        ensure_plan: Callable[[], None],
-        on_step_end: Callable[[StepRecord], None],
-        before_epoch: Callable[[], None] | None = None,
-        move_to_device: bool = True,
-        **dataloader_kwargs: Any,
-    ) -> None:
-        bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
-        if bad:
-            raise ConfigError(
-                f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
-                "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
-            )
-        super().__init__(
-            state=state,
-            schedule=schedule,
-            identity=identity,
-            timing=timing,
-            telemetry=telemetry,
-            ensure_plan=ensure_plan,
-            on_step_end=on_step_end,
-            before_epoch=before_epoch,
-            move_to_device=move_to_device,
-        )
-        self.dataset = dataset
-        # A DataLoader iterator draws its workers' base seed from a generator: from torch's
-        # global one by default, which would shift every later draw (Dropout) by where an
-        # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
-        self._generator: torch.Generator | None = None
-        if dataloader_kwargs.get("generator") is None:
-            self._generator = torch.Generator()
-            dataloader_kwargs["generator"] = self._generator
-        self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
-        self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
-
-    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
-        self.batch_sampler.set_position(epoch, start)
-        if self._generator is not None:
-            self._generator.manual_seed((self.state.carver.seed * 1_000_003 + epoch) % 2**63)
-        return iter(self.loader)
-
     @property
     def epoch(self) -> int:
         """Epoch the next iteration covers."""
@@ -365,3 +303,65 @@ class HeteroDataLoader(CarvedStepLoader):
             time=time.time(),
             skipped_nonfinite=self.telemetry.take_skipped(),
         )
+
+
+class HeteroDataLoader(CarvedStepLoader):
+    """:class:`CarvedStepLoader` over a map-style dataset through a torch ``DataLoader``.
+
+    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
+    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
+
+    Args:
+        dataset: Map-style dataset; items pass through the collate function unchanged.
+        **kwargs: :class:`CarvedStepLoader`'s arguments, then other
+            ``torch.utils.data.DataLoader`` arguments.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        state: LoaderState,
+        schedule: PlanSchedule,
+        identity: RankIdentity,
+        timing: StepTiming,
+        telemetry: Telemetry,
+        ensure_plan: Callable[[], None],
+        on_step_end: Callable[[StepRecord], None],
+        before_epoch: Callable[[], None] | None = None,
+        move_to_device: bool = True,
+        **dataloader_kwargs: Any,
+    ) -> None:
+        bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
+        if bad:
+            raise ConfigError(
+                f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
+                "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
+            )
+        super().__init__(
+            state=state,
+            schedule=schedule,
+            identity=identity,
+            timing=timing,
+            telemetry=telemetry,
+            ensure_plan=ensure_plan,
+            on_step_end=on_step_end,
+            before_epoch=before_epoch,
+            move_to_device=move_to_device,
+        )
+        self.dataset = dataset
+        # A DataLoader iterator draws its workers' base seed from a generator: from torch's
+        # global one by default, which would shift every later draw (Dropout) by where an
+        # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
+        self._generator: torch.Generator | None = None
+        if dataloader_kwargs.get("generator") is None:
+            self._generator = torch.Generator()
+            dataloader_kwargs["generator"] = self._generator
+        self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
+        self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
+        self.batch_sampler.set_position(epoch, start)
+        if self._generator is not None:
+            self._generator.manual_seed((self.state.carver.seed * 1_000_003 + epoch) % 2**63)
+        return iter(self.loader)
