@@ -36,6 +36,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FORBIDDEN_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+#: CarvedStepLoader's arguments (the rest of HeteroDataLoader's go to the DataLoader).
+_STEP_ARGS = (
+    "state",
+    "schedule",
+    "identity",
+    "timing",
+    "telemetry",
+    "ensure_plan",
+    "on_step_end",
+    "before_epoch",
+    "move_to_device",
+)
 
 
 @dataclass
@@ -317,38 +329,16 @@ class HeteroDataLoader(CarvedStepLoader):
             ``torch.utils.data.DataLoader`` arguments.
     """
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        *,
-        state: LoaderState,
-        schedule: PlanSchedule,
-        identity: RankIdentity,
-        timing: StepTiming,
-        telemetry: Telemetry,
-        ensure_plan: Callable[[], None],
-        on_step_end: Callable[[StepRecord], None],
-        before_epoch: Callable[[], None] | None = None,
-        move_to_device: bool = True,
-        **dataloader_kwargs: Any,
-    ) -> None:
+    def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
+        steps = {k: kwargs.pop(k) for k in _STEP_ARGS if k in kwargs}
+        dataloader_kwargs = kwargs
         bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
         if bad:
             raise ConfigError(
                 f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
                 "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
             )
-        super().__init__(
-            state=state,
-            schedule=schedule,
-            identity=identity,
-            timing=timing,
-            telemetry=telemetry,
-            ensure_plan=ensure_plan,
-            on_step_end=on_step_end,
-            before_epoch=before_epoch,
-            move_to_device=move_to_device,
-        )
+        super().__init__(**steps)
         self.dataset = dataset
         # A DataLoader iterator draws its workers' base seed from a generator: from torch's
         # global one by default, which would shift every later draw (Dropout) by where an
