@@ -69,7 +69,7 @@ def _check_ledger(out, trainer, rows: int, batch: int, epochs: int, column: str)
 def test_geotiffs_from_local_files_carved_with_a_switch_and_an_epoch_resume(ray_local, tmp_path):
     import ray
 
-    rows, batch, epochs = 82, 16, 3  # 5 steps per epoch: 16 x 4 and 18 (a tail of 2 merged)
+    rows, batch, epochs = 82, 16, 2  # 5 steps per epoch: 16 x 4 and 18 (a tail of 2 merged)
     tiles = write_geotiffs(tmp_path / "tiles", rows)
     (tmp_path / "val").mkdir()
     write_parquet(tmp_path / "val", 23)
