@@ -6,7 +6,8 @@ exactly the single-device update for that global batch.
 
 Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
 (:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
-:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader`, :func:`report`, :func:`get_device`;
+:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader` (or, for
+``HeteroTrainer(datasets=...)`` Ray Data pipelines, :func:`get_dataset_shard`), :func:`report`, :func:`get_device`;
 model parallelism (``HeteroTrainer(parallel=ParallelConfig(...))``): :func:`prepare_model_parallel`.
 Lightning (torchgeo's tasks): ``raytrain_hetero.lightning`` (``HeteroDDPStrategy``,
 ``HeteroLightningEnvironment``, ``HeteroReportCallback``, ``prepare_trainer``, ``fit``).
@@ -48,6 +49,8 @@ _LAZY = {
     "WorkerSpec": "raytrain_hetero.config",
     "load_config": "raytrain_hetero.app.config",
     "HeteroTrainer": "raytrain_hetero.driver.trainer",
+    "HeteroDataConfig": "raytrain_hetero.driver.data_config",
+    "get_dataset_shard": "raytrain_hetero.worker.api",
     "prepare_model": "raytrain_hetero.worker.api",
     "prepare_data_loader": "raytrain_hetero.worker.api",
     "prepare_optimizer": "raytrain_hetero.worker.api",

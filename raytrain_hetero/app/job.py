@@ -132,6 +132,7 @@ def build_trainer(
         probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity), no
             live re-planning and no experiment tracking.
     """
+    from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
@@ -158,6 +159,7 @@ def build_trainer(
         guard=job.guard,
         parallel=parallel,
         tracking=tracking,
+        datasets={"train": train_pipeline(job)} if job.data.source == "ray_data" else None,
         run_config=run_config,
     )
 

@@ -160,6 +160,9 @@ class DataConfig(HeteroModel):
             fails when read). ``None``: "error" for eurosat, uc_merced and multimodal. A bad
             hyperspectral scene file always fails (a scene cannot be skipped).
         hyperspectral: Scene files and patch/split settings (dataset hyperspectral).
+        source: ``files``: every training worker reads its slices itself (DataLoader);
+            ``ray_data``: the train split is decoded in Ray Data tasks on any node and the
+            stream carved by the plan (:mod:`raytrain_hetero.app.ray_data_source`).
     """
 
     dataset: str = Field(
@@ -193,6 +196,11 @@ class DataConfig(HeteroModel):
     )
     hyperspectral: HyperspectralConfig | None = Field(
         None, description="hyperspectral scene files, patch size and split"
+    )
+    source: Literal["files", "ray_data"] = Field(
+        "files",
+        description="files: each worker reads its slices; ray_data: decoded in Ray Data tasks "
+        "on any node, the stream carved by the plan (docs/ray_data.md)",
     )
     datamodule: str | None = Field(
         None,

@@ -261,12 +261,16 @@ def classification_loop(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as directory:
             state = torch.load(Path(directory) / "model.pt", weights_only=True, map_location="cpu")
         runner.restore(state)
-    loader = rh.prepare_data_loader(
-        datasets["train"],
-        num_workers=job.data.num_workers,
-        pin_memory=rh.get_device().type == "cuda",
-        persistent_workers=job.data.num_workers > 0,
-    )
+    pin = rh.get_device().type == "cuda"
+    if job.data.source == "ray_data":  # decoded by Ray Data tasks, carved by the plan
+        loader = rh.get_dataset_shard("train").iter_torch_batches(pin_memory=pin)
+    else:
+        loader = rh.prepare_data_loader(
+            datasets["train"],
+            num_workers=job.data.num_workers,
+            pin_memory=pin,
+            persistent_workers=job.data.num_workers > 0,
+        )
     rank = rh.get_rank_info()["rank"]
     for epoch in range(loader.epoch, job.train.epochs):
         runner.start_epoch()

@@ -41,6 +41,7 @@ from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
+from raytrain_hetero.driver.data_config import HeteroDataConfig
 from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer, HeteroScalingConfig
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
@@ -169,6 +170,10 @@ class HeteroTrainer:
             ranks; the loop then calls ``prepare_model_parallel`` instead of ``prepare_model``.
         tracking: Experiment tracking (:class:`~raytrain_hetero.config.TrackingConfig`):
             TensorBoard event files and an MLflow run per ``fit`` (off by default).
+        datasets: Ray Data datasets by name, as Ray Train's ``datasets=``; the loop reads
+            them with :func:`raytrain_hetero.get_dataset_shard` (docs/ray_data.md).
+        dataset_config: How they are fed (default :class:`HeteroDataConfig`: ``"train"``
+            carved by the plan, the others split unevenly, every row once).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
 
     Raises:
@@ -192,6 +197,8 @@ class HeteroTrainer:
         guard: GuardConfig | Mapping[str, Any] | None = None,
         parallel: ParallelConfig | Mapping[str, Any] | None = None,
         tracking: TrackingConfig | Mapping[str, Any] | None = None,
+        datasets: Mapping[str, Any] | None = None,
+        dataset_config: ray.train.DataConfig | None = None,
         run_config: RunConfig | None = None,
         **unknown: Any,
     ) -> None:
@@ -224,6 +231,8 @@ class HeteroTrainer:
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
         self.run_config = run_config or RunConfig()
+        self.datasets = dict(datasets or {})
+        self.dataset_config = dataset_config or HeteroDataConfig()
         self._scheduler: Any = None
         devices = {s.resolved_device() for s in self.specs}
         self.torch_backend = self.backend.torch_backend or (
@@ -322,6 +331,8 @@ class HeteroTrainer:
             ),
             scaling_config=self.scaling_config(),
             run_config=run_config or self.run_config,
+            datasets=self.datasets or None,
+            dataset_config=self.dataset_config,
             slots=[SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs],
             admission_run_id=self.run_id if self.admission_auto else None,
         )

@@ -78,6 +78,7 @@ from raytrain_hetero.worker.planning import (
     next_free_step,
 )
 from raytrain_hetero.worker.probe import default_probe_loss
+from raytrain_hetero.worker.ray_data import CarvedShard, open_carved_shard
 from raytrain_hetero.worker.resume import (
     apply_pending_rng,
     restore_from_checkpoint,
@@ -92,6 +93,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "current_plan",
     "current_step_number",
+    "get_dataset_shard",
     "get_device",
     "get_rank_info",
     "log_step_metrics",
@@ -243,15 +245,9 @@ def prepare_data_loader(
     except TypeError as exc:
         raise ConfigError(
             "prepare_data_loader needs a map-style dataset with len(); iterable datasets "
-            "cannot be carved exactly."
+            "cannot be carved exactly (a Ray Data pipeline: HeteroTrainer(datasets=...))."
         ) from exc
-    setup = runtime.identity.setup
-    carver = EpochCarver(
-        dataset_size=size,
-        global_batch_size=setup.batch.global_batch_size,
-        seed=setup.batch.seed,
-        min_step_size=setup.max_world_size * setup.batch.min_slice,
-    )
+    carver = _carver(runtime, size, shuffle=True)
     _check_same_dataset(runtime, dataset_fingerprint(dataset, size))
     runtime.loader = LoaderState(carver, restore_from_checkpoint(runtime, carver))
     inputs = ProbeInputs(
@@ -268,14 +264,7 @@ def prepare_data_loader(
 
     return HeteroDataLoader(
         dataset,
-        state=runtime.loader,
-        schedule=runtime.plans.schedule,
-        identity=runtime.identity,
-        timing=runtime.timing,
-        telemetry=runtime.telemetry,
-        ensure_plan=ensure_plan,
-        on_step_end=lambda record: _on_step_end(runtime, record),
-        before_epoch=lambda: apply_pending_rng(runtime),
+        **_loader_parts(runtime, ensure_plan),
         move_to_device=move_to_device,
         **dataloader_kwargs,
     )
@@ -307,6 +296,23 @@ def prepare_eval_data_loader(
         clock=runtime.timing.clock,
         slowdown=runtime.timing.slowdown,  # EMULATION: the base factor (between steps)
         **kwargs,
+    )
+
+
+def get_dataset_shard(name: str = "train") -> Any:
+    """``ray.train.get_dataset_shard``; the carved dataset comes as a
+    :class:`~raytrain_hetero.worker.ray_data.RayDataShard` (this rank's slice of every global
+    batch: ``shard.iter_torch_batches(...)``), any other as Ray's own ``DataIterator``."""
+    shard = ray.train.get_dataset_shard(name)
+    if not isinstance(shard, CarvedShard):
+        return shard
+    runtime = get_runtime()
+    return open_carved_shard(
+        runtime,
+        shard,
+        _carver(runtime, shard.rows, shuffle=False),  # Ray Data orders the rows
+        parts=lambda ensure_plan: _loader_parts(runtime, ensure_plan),
+        install=lambda plan: _install(runtime, plan),
     )
 
 
@@ -488,6 +494,32 @@ def report(
 
 
 # ----------------------------------------------------------------------------- internals
+
+
+def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:
+    """The run's carving of ``size`` samples (Ray Data: unshuffled stream positions)."""
+    setup = runtime.identity.setup
+    return EpochCarver(
+        dataset_size=size,
+        global_batch_size=setup.batch.global_batch_size,
+        seed=setup.batch.seed,
+        min_step_size=setup.max_world_size * setup.batch.min_slice,
+        shuffle=shuffle,
+    )
+
+
+def _loader_parts(runtime: WorkerRuntime, ensure_plan: Callable[[], None]) -> dict[str, Any]:
+    """The step-accounting arguments of a carved loader (map-style or Ray Data)."""
+    return {
+        "state": runtime.loader,
+        "schedule": runtime.plans.schedule,
+        "identity": runtime.identity,
+        "timing": runtime.timing,
+        "telemetry": runtime.telemetry,
+        "ensure_plan": ensure_plan,
+        "on_step_end": lambda record: _on_step_end(runtime, record),
+        "before_epoch": lambda: apply_pending_rng(runtime),
+    }
 
 
 def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:

@@ -2,7 +2,8 @@
 
 :class:`CarvingBatchSampler` yields, for one epoch from a start step, this rank's index list
 of every global step under the plan that governs that step. :class:`HeteroDataLoader` wraps a
-torch ``DataLoader`` built on it: each iteration is one epoch (resuming mid-epoch after a
+torch ``DataLoader`` built on it (:class:`CarvedStepLoader` holds the step accounting it shares
+with the Ray Data source): each iteration is one epoch (resuming mid-epoch after a
 restart), and as it hands out the batch of step s it begins the step on the worker's
 :class:`~raytrain_hetero.worker.timing.StepTiming` with the step's per-rank counts, which the
 gradient hook and BatchNorm use for their weights. The counts are recomputed from the same pure
@@ -35,6 +36,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FORBIDDEN_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+#: CarvedStepLoader's arguments (the rest of HeteroDataLoader's go to the DataLoader).
+_STEP_ARGS = (
+    "state",
+    "schedule",
+    "identity",
+    "timing",
+    "telemetry",
+    "ensure_plan",
+    "on_step_end",
+    "before_epoch",
+    "move_to_device",
+)
 
 
 @dataclass
@@ -98,18 +111,20 @@ class CarvingBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
         self.start_step = start_step
 
-    def __iter__(self) -> Iterator[list[int]]:
-        permutation = self.carver.permutation(self.epoch)
+    def ranges(self) -> Iterator[tuple[int, int, int]]:
+        """``(step_in_epoch, lo, hi)``: the permutation positions this rank reads, step by step."""
         for k in range(self.start_step, self.carver.steps_per_epoch):
             global_step = self.epoch * self.carver.steps_per_epoch + k
             plan = self.schedule.plan_for(global_step)
             self.schedule.mark_carved(global_step)
-            if len(self.readers) == 1:
-                yield self.carver.rank_indices(self.epoch, k, plan, self.rank, permutation).tolist()
-            else:
-                lo, _ = self.carver.rank_positions(k, plan, self.readers[0])
-                _, hi = self.carver.rank_positions(k, plan, self.readers[-1])
-                yield permutation[lo:hi].tolist()
+            lo, _ = self.carver.rank_positions(k, plan, self.readers[0])
+            _, hi = self.carver.rank_positions(k, plan, self.readers[-1])
+            yield k, lo, hi
+
+    def __iter__(self) -> Iterator[list[int]]:
+        permutation = self.carver.permutation(self.epoch)
+        for _, lo, hi in self.ranges():
+            yield permutation[lo:hi].tolist()
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step
@@ -128,17 +143,18 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     return batch
 
 
-class HeteroDataLoader:
+class CarvedStepLoader:
     """One epoch per iteration of this rank's slices of every global batch.
 
-    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
-    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
+    The step accounting every carved source shares: the cursor, each step's plan and counts
+    on the worker's timing, its record. A subclass says where a step's batch comes from
+    (:meth:`_epoch_batches`): :class:`HeteroDataLoader` from a map-style dataset,
+    :class:`~raytrain_hetero.worker.ray_data.RayDataShard` from a Ray Data stream.
 
     Use ``for epoch in range(loader.epoch, num_epochs): for batch in loader: ...``; after a
     restart ``loader.epoch`` and the first iteration resume exactly at the checkpointed step.
 
     Args:
-        dataset: Map-style dataset; items pass through the collate function unchanged.
         state: Carver and cursor (restored from the checkpoint already).
         schedule: Plans of the worker group.
         identity: This rank.
@@ -149,12 +165,10 @@ class HeteroDataLoader:
         before_epoch: Called after ``ensure_plan`` and before the first batch of each
             iteration (restores the checkpoint's generator states once).
         move_to_device: Move each batch to the worker's device.
-        dataloader_kwargs: Other ``torch.utils.data.DataLoader`` arguments.
     """
 
     def __init__(
         self,
-        dataset: Dataset,
         *,
         state: LoaderState,
         schedule: PlanSchedule,
@@ -165,15 +179,7 @@ class HeteroDataLoader:
         on_step_end: Callable[[StepRecord], None],
         before_epoch: Callable[[], None] | None = None,
         move_to_device: bool = True,
-        **dataloader_kwargs: Any,
     ) -> None:
-        bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
-        if bad:
-            raise ConfigError(
-                f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
-                "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
-            )
-        self.dataset = dataset
         self.state = state
         self.schedule = schedule
         self.identity = identity
@@ -191,20 +197,16 @@ class HeteroDataLoader:
             identity.rank,
             identity.setup.reading_group(identity.rank, identity.world_size),
         )
-        # A DataLoader iterator draws its workers' base seed from a generator: from torch's
-        # global one by default, which would shift every later draw (Dropout) by where an
-        # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
-        self._generator: torch.Generator | None = None
-        if dataloader_kwargs.get("generator") is None:
-            self._generator = torch.Generator()
-            dataloader_kwargs["generator"] = self._generator
-        self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
-        self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+        self._non_blocking = False
         # Loading times of the batch handed out last, until its step ends (finish_step).
         self._pending_load: tuple[float, float] | None = None
         # The iteration in progress: a superseded one (an unfinished generator closed late,
         # e.g. by a Lightning epoch that never resumes it) must not abandon the newer step.
         self._iteration: object | None = None
+
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
+        """This rank's batches of ``epoch`` from step ``start`` on (one per step, in order)."""
+        raise NotImplementedError
 
     @property
     def epoch(self) -> int:
@@ -229,12 +231,9 @@ class HeteroDataLoader:
         if self._before_epoch is not None:
             self._before_epoch()
         epoch, start = state.cursor.epoch, state.cursor.step_in_epoch
-        self.batch_sampler.set_position(epoch, start)
-        if self._generator is not None:
-            self._generator.manual_seed((state.carver.seed * 1_000_003 + epoch) % 2**63)
         steps = state.carver.steps_per_epoch
         step = start
-        batches = iter(self.loader)
+        batches = self._epoch_batches(epoch, start)
         iteration = self._iteration = object()
         try:
             while True:
@@ -316,3 +315,43 @@ class HeteroDataLoader:
             time=time.time(),
             skipped_nonfinite=self.telemetry.take_skipped(),
         )
+
+
+class HeteroDataLoader(CarvedStepLoader):
+    """:class:`CarvedStepLoader` over a map-style dataset through a torch ``DataLoader``.
+
+    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
+    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
+
+    Args:
+        dataset: Map-style dataset; items pass through the collate function unchanged.
+        **kwargs: :class:`CarvedStepLoader`'s arguments, then other
+            ``torch.utils.data.DataLoader`` arguments.
+    """
+
+    def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
+        steps = {k: kwargs.pop(k) for k in _STEP_ARGS if k in kwargs}
+        dataloader_kwargs = kwargs
+        bad = [k for k in _FORBIDDEN_LOADER_ARGS if k in dataloader_kwargs]
+        if bad:
+            raise ConfigError(
+                f"prepare_data_loader got {', '.join(bad)}: raytrain_hetero carves every global "
+                "batch itself. Set global_batch_size on HeteroTrainer and drop these arguments."
+            )
+        super().__init__(**steps)
+        self.dataset = dataset
+        # A DataLoader iterator draws its workers' base seed from a generator: from torch's
+        # global one by default, which would shift every later draw (Dropout) by where an
+        # epoch started. Our own generator, seeded per epoch, leaves the global one alone.
+        self._generator: torch.Generator | None = None
+        if dataloader_kwargs.get("generator") is None:
+            self._generator = torch.Generator()
+            dataloader_kwargs["generator"] = self._generator
+        self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
+        self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
+        self.batch_sampler.set_position(epoch, start)
+        if self._generator is not None:
+            self._generator.manual_seed((self.state.carver.seed * 1_000_003 + epoch) % 2**63)
+        return iter(self.loader)

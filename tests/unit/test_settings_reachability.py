@@ -211,6 +211,9 @@ def test_every_trainer_knob_is_a_yaml_section():
         "train_loop_per_worker",
         "train_loop_config",
         "run_config",
+        # Ray objects, like run_config; the YAML's data.source: ray_data builds the datasets.
+        "datasets",
+        "dataset_config",
         "unknown",  # refused with a hint naming the group field
         "faults",  # FAULT INJECTION: test/ops tooling, deliberately not a YAML key
     }

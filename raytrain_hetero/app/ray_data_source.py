@@ -1,0 +1,85 @@
+"""``data.source: ray_data``: a job's train split fed through a Ray Data pipeline.
+
+The registered dataset's own reader (file lists, decoding, normalisation) runs inside Ray Data
+``map_batches`` tasks, scheduled wherever Ray Data finds room, training nodes or not, instead
+of in every training worker; the trainer carves the stream by the plan
+(:class:`~raytrain_hetero.driver.data_config.HeteroDataConfig`). The pipeline is
+``range(len(train split)) -> random_shuffle -> map_batches(decode)``: one shuffle of the row
+ids per epoch, then decoding in batches. Validation stays on rank 0 as in the file source.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from raytrain_hetero.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from raytrain_hetero.app.config import JobConfig
+
+__all__ = ["check_ray_data_job", "decode_rows", "train_pipeline"]
+
+#: Rows per decode task call.
+_DECODE_BATCH = 64
+
+
+@functools.lru_cache(maxsize=2)
+def _train_split(data_json: str) -> Any:
+    """The train split, opened once per Ray Data worker process."""
+    from raytrain_hetero.app.datasets import open_configured_datasets
+    from raytrain_hetero.app.sections import DataConfig
+
+    data = DataConfig.model_validate(json.loads(data_json))
+    return open_configured_datasets(data, ("train",)).datasets["train"]
+
+
+def decode_rows(batch: dict[str, np.ndarray], data_json: str) -> dict[str, np.ndarray]:
+    """``map_batches`` UDF: the dataset's samples for the row ids in ``batch["id"]``."""
+    import torch
+    from torch.utils.data import default_collate
+
+    dataset = _train_split(data_json)
+    collated = default_collate([dataset[int(i)] for i in batch["id"]])
+    return {k: v.numpy() for k, v in collated.items() if isinstance(v, torch.Tensor)}
+
+
+def check_ray_data_job(job: JobConfig) -> None:
+    """Refuse what the Ray Data source cannot do, in one line naming the fix."""
+    if job.model.task is not None:
+        raise ConfigError(
+            "data.source: ray_data does not feed a Lightning task (model.task); use "
+            "data.source: files, or drop model.task"
+        )
+    if job.parallel.model_parallel:
+        raise ConfigError(
+            f"data.source: ray_data does not feed parallel.mode={job.parallel.mode!r} yet; "
+            "use data.source: files, or parallel.mode: data"
+        )
+    if job.data.cache or job.data.num_workers:
+        raise ConfigError(
+            "data.cache and data.num_workers apply to data.source: files; with ray_data the "
+            "decoding runs in Ray Data tasks: remove them"
+        )
+
+
+def train_pipeline(job: JobConfig) -> ray.data.Dataset:
+    """The job's train split as a Ray Data pipeline (see the module)."""
+    import ray.data
+
+    check_ray_data_job(job)
+    rows = len(_train_split(job.data.model_dump_json()))
+    return (
+        ray.data.range(rows)
+        .random_shuffle()
+        .map_batches(
+            decode_rows,
+            batch_size=_DECODE_BATCH,
+            fn_kwargs={"data_json": job.data.model_dump_json()},
+        )
+    )

@@ -1,0 +1,205 @@
+"""Ray Data ingest carved by the plan, end to end on 3 uneven workers (one fit per source).
+
+* Local files: GeoTIFFs read as bytes and decoded by a ``map_batches`` (Ray Data tasks), a
+  plan switch mid-epoch, a failure after epoch 0's checkpoint (the new group resumes at the
+  epoch boundary through a new stream server), a parquet validation set split unevenly.
+* The S3 server's bucket: parquet, an equal start (no probe) and the live scheduler.
+
+Asserted from the per-rank ledgers: every row once per epoch, the same steps on every rank,
+each rank's slice the governing plan's, the ragged tail merged as the map-style carving does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from ledgers import assert_exactly_once, assert_restores_match, committed_ledger, params_digest
+from ray.train import FailureConfig, RunConfig
+from ray_data_loops import (
+    decode_geotiffs,
+    fresh_model,
+    parquet_features,
+    ray_data_loop,
+    write_geotiffs,
+    write_parquet,
+)
+
+from raytrain_hetero import (
+    BatchConfig,
+    EmulationConfig,
+    HeteroTrainer,
+    SchedulerConfig,
+    WorkerSpec,
+)
+from raytrain_hetero.core.carving import EpochCarver
+
+pytestmark = pytest.mark.timeout(400)
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "configs" / "eurosat_ray_data_local.yaml"
+
+WORKERS = [
+    WorkerSpec(name="fast"),
+    WorkerSpec(name="mid", emulated_slowdown=2.0),
+    WorkerSpec(name="slow", emulated_slowdown=4.0),
+]
+
+
+def _check_ledger(out, trainer, rows: int, batch: int, epochs: int, column: str) -> list[dict]:
+    """Rows once per epoch, step parity, slices per the governing plan; the committed steps."""
+    assert_restores_match(out, params_digest(fresh_model(column)))
+    entries, _ = committed_ledger(out)
+    assert_exactly_once(entries, rows, range(epochs))
+    carver = EpochCarver(rows, batch, min_step_size=len(WORKERS), shuffle=False)
+    steps = carver.steps_per_epoch * epochs
+    by_step: dict[int, dict[int, int]] = {}
+    for e in entries:
+        by_step.setdefault(e["step"], {})[e["rank"]] = len(e["ids"])
+    assert sorted(by_step) == list(range(steps)), "every step ran once"
+    for step, slices in by_step.items():
+        assert sorted(slices) == [0, 1, 2], f"step {step}: not every rank ran it"
+        plan = max((p for p in trainer.plans if p.effective_step <= step), key=lambda p: p.version)
+        size = carver.step_size(step % carver.steps_per_epoch)
+        assert [slices[r] for r in range(3)] == list(plan.split(size)), (step, plan)
+    return entries
+
+
+def test_geotiffs_from_local_files_carved_with_a_switch_and_an_epoch_resume(ray_local, tmp_path):
+    import ray
+
+    rows, batch, epochs = 82, 16, 2  # 5 steps per epoch: 16 x 4 and 18 (a tail of 2 merged)
+    tiles = write_geotiffs(tmp_path / "tiles", rows)
+    (tmp_path / "val").mkdir()
+    write_parquet(tmp_path / "val", 23)
+    train = ray.data.read_binary_files(str(tiles), include_paths=True).map_batches(
+        decode_geotiffs, batch_size=8
+    )
+    val = ray.data.read_parquet(str(tmp_path / "val"))
+    out = tmp_path / "ledger"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        ray_data_loop,
+        train_loop_config={
+            "out": str(out),
+            "epochs": epochs,
+            "column": "image",
+            "replan_at": 1,
+            "new_shares": [4.0, 2.0, 1.0],
+            "fail_once": True,
+            "val": True,
+        },
+        workers=WORKERS,
+        batch=BatchConfig(global_batch_size=batch, fixed_shares=[1.0, 2.0, 3.0]),
+        datasets={"train": train, "val": val},
+        run_config=RunConfig(
+            name="raydata-local",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=1),
+        ),
+    )
+    result = trainer.fit()
+    assert result.error is None
+    assert (out / "failed_once").exists()
+    entries = _check_ledger(out, trainer, rows, batch, epochs, "image")
+    # The restarted group resumed at the epoch boundary (step 5), not from step 0.
+    starts = sorted(
+        {
+            json.loads(line)["resume_step"]
+            for line in (out / "restores_rank0.jsonl").read_text().splitlines()
+        }
+    )
+    assert starts == [0, 5]
+    # The switch asked for at step 1 took effect at the first step no rank had fetched (the
+    # prefetch held step 2): steps 0-2 at 1:2:3, 3-4 at 4:2:1; the new group starts at 1:2:3.
+    sizes = {e["step"]: [] for e in entries}
+    for e in sorted(entries, key=lambda e: e["rank"]):
+        sizes[e["step"]].append(len(e["ids"]))
+    assert sizes[0] == sizes[2] == [3, 5, 8] and sizes[3] == [9, 5, 2]
+    assert sizes[4] == [10, 5, 3]  # the merged tail of 18 under 4:2:1
+    assert sizes[5] == [3, 5, 8]
+    # Decoding ran in Ray Data's tasks, never in a training process.
+    trainers = {int((out / f"pid_rank{r}.txt").read_text()) for r in range(3)}
+    decoders = {
+        pid
+        for r in range(3)
+        for line in (out / f"decoders_rank{r}.txt").read_text().splitlines()
+        for pid in json.loads(line)
+    }
+    assert decoders and not decoders & trainers
+    # Validation: every row once across the ranks in every epoch (uneven counts allowed).
+    for epoch in range(epochs):
+        got = Counter(
+            i
+            for r in range(3)
+            if (out / f"val_rank{r}_epoch{epoch}.json").exists()
+            for i in json.loads((out / f"val_rank{r}_epoch{epoch}.json").read_text())
+        )
+        assert got == Counter(range(23)), f"epoch {epoch} validation rows"
+
+
+def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_store, tmp_path):
+    import pyarrow.fs as pafs
+    import ray
+
+    rows, batch, epochs = 150, 24, 2  # 7 steps per epoch: 24 x 6 and a short 6 (>= 3: its own step)
+    # Credentials travel in the pickled filesystem to Ray Data's read tasks.
+    fs = pafs.S3FileSystem(
+        endpoint_override=s3_store.endpoint,
+        scheme="http",
+        access_key=s3_store.env["AWS_ACCESS_KEY_ID"],
+        secret_key=s3_store.env["AWS_SECRET_ACCESS_KEY"],
+        region=s3_store.env["AWS_DEFAULT_REGION"],
+    )
+    write_parquet(f"{s3_store.bucket}/table", rows, files=4, filesystem=fs)
+    train = ray.data.read_parquet(f"{s3_store.bucket}/table", filesystem=fs).map_batches(
+        parquet_features
+    )
+    out = tmp_path / "ledger"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        ray_data_loop,
+        train_loop_config={"out": str(out), "epochs": epochs, "column": "x", "replan_at": -1},
+        workers=WORKERS,
+        batch=BatchConfig(global_batch_size=batch),
+        scheduler=SchedulerConfig(
+            live=True,
+            plan_sync_every=2,
+            flush_every=2,
+            policy={"window_steps": 2, "confirm_windows": 1, "min_steps_between_replans": 2},
+        ),
+        emulation=EmulationConfig(slowdowns=[{"rank": 2, "factor": 3.0, "from_step": 0}]),
+        datasets={"train": train},
+        run_config=RunConfig(name="raydata-s3", storage_path=str(tmp_path / "results")),
+    )
+    result = trainer.fit()
+    assert result.error is None
+    first = trainer.plans[0]
+    assert first.reason.startswith("equal start") and max(first.slices) - min(first.slices) <= 1
+    _check_ledger(out, trainer, rows, batch, epochs, "x")
+
+
+def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(ray_local, tmp_path):
+    """``data.source: ray_data`` (the example config): the pipeline's rows are the train
+    split's samples, decoded by the dataset's own reader in Ray Data tasks (no fit here: the
+    carving of such a stream is what the fits above prove)."""
+    import numpy as np
+    import yaml
+
+    from raytrain_hetero.app.config import validate_config
+    from raytrain_hetero.app.datasets import open_configured_datasets
+    from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.ray_data_source import train_pipeline
+
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["data"].update(root=str(tmp_path / "eurosat"), generate={"samples_per_class": 4})
+    job = validate_config(raw, source="test")
+    prepare_dataset(job)
+    train = open_configured_datasets(job.data, ("train",)).datasets["train"]
+    rows = train_pipeline(job).take_all()
+    assert len(rows) == len(train)
+    labels = sorted(int(r["label"]) for r in rows)
+    assert labels == sorted(int(train[i]["label"]) for i in range(len(train)))
+    first = train[0]["image"].numpy()
+    assert any(np.array_equal(r["image"], first) for r in rows)
