@@ -43,18 +43,9 @@ from torch.utils.data import Dataset, Sampler, default_collate
 
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
-from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
-from raytrain_hetero.worker.admission import apply_admission
 from raytrain_hetero.worker.calibration import (
     ProbeInputs,
-    known_costs,
-    measure_costs,
-    measure_pass_caps,
-    passive_step,
-    prior_plan,
-    remember_cost,
-    starts_passive,
 )
 from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
 from raytrain_hetero.worker.dataset_agreement import (
@@ -69,12 +60,11 @@ from raytrain_hetero.worker.micro_batches import (
     MicroBatch,
     check_micro_batching,
     iterate_micro_batches,
-    pass_caps_note,
 )
+from raytrain_hetero.worker.plan_flow import install_first_plan, install_run_plan, on_step_end
 from raytrain_hetero.worker.planning import (
     build_plan,
     gather_rank_slots,
-    install_plan,
     next_free_step,
 )
 from raytrain_hetero.worker.probe import default_probe_loss
@@ -86,7 +76,6 @@ from raytrain_hetero.worker.resume import (
 )
 from raytrain_hetero.worker.rng_state import RngState, capture_rng
 from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
-from raytrain_hetero.worker.scheduler_client import PollAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +249,7 @@ def prepare_data_loader(
 
     def ensure_plan() -> None:
         if runtime.plans.current is None:
-            _install_first_plan(runtime, inputs)
+            install_first_plan(runtime, inputs)
 
     return HeteroDataLoader(
         dataset,
@@ -312,7 +301,7 @@ def get_dataset_shard(name: str = "train") -> Any:
         shard,
         _carver(runtime, shard.rows, shuffle=False),  # Ray Data orders the rows
         parts=lambda ensure_plan: _loader_parts(runtime, ensure_plan),
-        install=lambda plan: _install(runtime, plan),
+        install=lambda plan: install_run_plan(runtime, plan),
     )
 
 
@@ -408,7 +397,7 @@ def update_plan(
         reason=reason,
     )
     fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
-    return _install(runtime, plan)
+    return install_run_plan(runtime, plan)
 
 
 def admission_report() -> dict[str, Any]:
@@ -517,7 +506,7 @@ def _loader_parts(runtime: WorkerRuntime, ensure_plan: Callable[[], None]) -> di
         "timing": runtime.timing,
         "telemetry": runtime.telemetry,
         "ensure_plan": ensure_plan,
-        "on_step_end": lambda record: _on_step_end(runtime, record),
+        "on_step_end": lambda record: on_step_end(runtime, record),
         "before_epoch": lambda: apply_pending_rng(runtime),
     }
 
@@ -554,112 +543,3 @@ def _skip_step(optimizer: torch.optim.Optimizer) -> bool:
             guard.max_consecutive,
         )
     return True
-
-
-def _install(runtime: WorkerRuntime, plan: Plan) -> Plan:
-    scheduler = runtime.scheduler
-    announce = scheduler.record_plan if scheduler and runtime.identity.rank == 0 else None
-    return install_plan(runtime.plans, plan, announce=announce)
-
-
-def _install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
-    identity, plans = runtime.identity, runtime.plans
-    setup = identity.setup
-    rank_slots = gather_rank_slots(identity, plans)
-    plans.pass_caps = measure_pass_caps(identity, runtime.model, inputs)
-    loader = runtime.loader
-    start = loader.carver.global_step(loader.cursor)
-    if setup.batch.fixed_shares is not None:
-        shares = [setup.batch.fixed_shares[slot] for slot in rank_slots]
-        plan = build_plan(
-            identity,
-            plans,
-            shares=shares,
-            effective_step=start,
-            reason="fixed shares" + pass_caps_note(plans.pass_caps),
-        )
-    elif starts_passive(identity):
-        # No phase before step 0: a prior now, the measured plan after a few timed steps.
-        known = known_costs(identity, plans, runtime.model, inputs, stored=True)
-        plan = prior_plan(identity, plans, known, start)
-    else:
-        # After a restart, slots the previous group measured keep their cost models (the
-        # calibration refits them under the new group's contention); only new slots are
-        # probed. An explicit probe is not skipped for remembered ones; it is remembered.
-        known_list = known_costs(identity, plans, runtime.model, inputs, stored=False)
-        known = {slot: c for slot, c in zip(rank_slots, known_list) if c is not None}
-        costs, how = measure_costs(
-            identity,
-            runtime.model,
-            runtime.timing,
-            inputs,
-            rank_slots=rank_slots,
-            known=known,
-            pass_caps=plans.pass_caps,
-        )
-        remember_cost(identity, plans, costs[identity.rank])
-        if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
-            apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
-        speeds = ", ".join(
-            f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
-        )
-        plan = build_plan(
-            identity,
-            plans,
-            costs=costs,
-            effective_step=start,
-            reason=f"{how} ({speeds})" + pass_caps_note(plans.pass_caps),
-        )
-    _install(runtime, plan)
-
-
-def _on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
-    fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
-    runtime.telemetry.last_record = record
-    if runtime.plans.first_step_at is None:
-        runtime.plans.first_step_at = record.time - record.wall_s
-    measured = passive_step(runtime.identity, runtime.plans, record)
-    if measured is not None:
-        fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)
-        _install(runtime, measured)
-    setup = runtime.identity.setup
-    scheduler = runtime.scheduler
-    if scheduler is None:
-        return
-    scheduler.add(record)
-    if scheduler.buffered >= setup.scheduler.resolved_flush_every():
-        scheduler.flush()
-    every = setup.scheduler.plan_sync_every
-    if every > 0 and (record.step + 1) % every == 0:
-        _sync_with_scheduler(runtime)
-
-
-def _sync_with_scheduler(runtime: WorkerRuntime) -> None:
-    """A collective at the same step on every rank: adopt the scheduler's pending plan.
-
-    Rank 0 asks the scheduler and broadcasts its answer (None if unreachable: training goes
-    on with the current plan); a new plan takes effect at the first step no rank has carved.
-    """
-    answer: PollAnswer | None = None
-    if runtime.identity.rank == 0:
-        runtime.scheduler.flush()  # a failed push is retried at every sync
-        answer = runtime.scheduler.poll(runtime.plans.current)
-    box = [answer]
-    dist.broadcast_object_list(box, src=0)
-    answer = box[0]
-    if answer is None:
-        return
-    runtime.slowdowns.set_live(answer.injections)
-    if answer.pending is None:
-        return
-    replan = answer.pending.replan
-    plan = build_plan(
-        runtime.identity,
-        runtime.plans,
-        costs=replan.costs,
-        slices=replan.slices,
-        effective_step=next_free_step(runtime.plans),
-        reason=f"live: {replan.reason}",
-    )
-    fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
-    _install(runtime, plan)

@@ -111,7 +111,7 @@ def _trainer_kwargs() -> dict:
 def _carved_loader(dataset: Dataset, records: list):
     """The loader ``prepare_data_loader`` builds, from this process's runtime (no Ray)."""
     from raytrain_hetero.core.carving import Cursor, EpochCarver
-    from raytrain_hetero.worker import api
+    from raytrain_hetero.worker import plan_flow
     from raytrain_hetero.worker.calibration import ProbeInputs
     from raytrain_hetero.worker.context import get_runtime
     from raytrain_hetero.worker.probe import default_probe_loss
@@ -126,7 +126,7 @@ def _carved_loader(dataset: Dataset, records: list):
 
     def ensure_plan() -> None:
         if runtime.plans.current is None:
-            api._install_first_plan(runtime, inputs)
+            plan_flow.install_first_plan(runtime, inputs)
 
     return HeteroDataLoader(
         dataset,
@@ -136,7 +136,7 @@ def _carved_loader(dataset: Dataset, records: list):
         timing=runtime.timing,
         telemetry=runtime.telemetry,
         ensure_plan=ensure_plan,
-        on_step_end=lambda record: (records.append(record), api._on_step_end(runtime, record)),
+        on_step_end=lambda record: (records.append(record), plan_flow.on_step_end(runtime, record)),
         move_to_device=False,
     )
 

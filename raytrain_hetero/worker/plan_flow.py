@@ -1,0 +1,146 @@
+"""The plan's life on a worker: the first plan, the passive switch, the scheduler's re-plans.
+
+:mod:`~raytrain_hetero.worker.api`'s loaders call these: the first iteration installs the
+first plan (fixed shares, a prior under the cheap start, or an explicit probe), every step's
+end may install the passively measured plan and, every ``plan_sync_every`` steps, adopts the
+scheduler's pending re-plan (a collective at the same step on every rank).
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.records import StepRecord
+from raytrain_hetero.worker.admission import apply_admission
+from raytrain_hetero.worker.calibration import (
+    ProbeInputs,
+    known_costs,
+    measure_costs,
+    measure_pass_caps,
+    passive_step,
+    prior_plan,
+    remember_cost,
+    starts_passive,
+)
+from raytrain_hetero.worker.context import WorkerRuntime
+from raytrain_hetero.worker.faults import fault_point
+from raytrain_hetero.worker.micro_batches import pass_caps_note
+from raytrain_hetero.worker.planning import (
+    build_plan,
+    gather_rank_slots,
+    install_plan,
+    next_free_step,
+)
+from raytrain_hetero.worker.scheduler_client import PollAnswer
+
+__all__ = ["install_first_plan", "install_run_plan", "on_step_end", "sync_with_scheduler"]
+
+
+def install_run_plan(runtime: WorkerRuntime, plan: Plan) -> Plan:
+    scheduler = runtime.scheduler
+    announce = scheduler.record_plan if scheduler and runtime.identity.rank == 0 else None
+    return install_plan(runtime.plans, plan, announce=announce)
+
+
+def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
+    identity, plans = runtime.identity, runtime.plans
+    setup = identity.setup
+    rank_slots = gather_rank_slots(identity, plans)
+    plans.pass_caps = measure_pass_caps(identity, runtime.model, inputs)
+    loader = runtime.loader
+    start = loader.carver.global_step(loader.cursor)
+    if setup.batch.fixed_shares is not None:
+        shares = [setup.batch.fixed_shares[slot] for slot in rank_slots]
+        plan = build_plan(
+            identity,
+            plans,
+            shares=shares,
+            effective_step=start,
+            reason="fixed shares" + pass_caps_note(plans.pass_caps),
+        )
+    elif starts_passive(identity):
+        # No phase before step 0: a prior now, the measured plan after a few timed steps.
+        known = known_costs(identity, plans, runtime.model, inputs, stored=True)
+        plan = prior_plan(identity, plans, known, start)
+    else:
+        # After a restart, slots the previous group measured keep their cost models (the
+        # calibration refits them under the new group's contention); only new slots are
+        # probed. An explicit probe is not skipped for remembered ones; it is remembered.
+        known_list = known_costs(identity, plans, runtime.model, inputs, stored=False)
+        known = {slot: c for slot, c in zip(rank_slots, known_list) if c is not None}
+        costs, how = measure_costs(
+            identity,
+            runtime.model,
+            runtime.timing,
+            inputs,
+            rank_slots=rank_slots,
+            known=known,
+            pass_caps=plans.pass_caps,
+        )
+        remember_cost(identity, plans, costs[identity.rank])
+        if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
+            apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
+        speeds = ", ".join(
+            f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
+        )
+        plan = build_plan(
+            identity,
+            plans,
+            costs=costs,
+            effective_step=start,
+            reason=f"{how} ({speeds})" + pass_caps_note(plans.pass_caps),
+        )
+    install_run_plan(runtime, plan)
+
+
+def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
+    fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
+    runtime.telemetry.last_record = record
+    if runtime.plans.first_step_at is None:
+        runtime.plans.first_step_at = record.time - record.wall_s
+    measured = passive_step(runtime.identity, runtime.plans, record)
+    if measured is not None:
+        fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)
+        install_run_plan(runtime, measured)
+    setup = runtime.identity.setup
+    scheduler = runtime.scheduler
+    if scheduler is None:
+        return
+    scheduler.add(record)
+    if scheduler.buffered >= setup.scheduler.resolved_flush_every():
+        scheduler.flush()
+    every = setup.scheduler.plan_sync_every
+    if every > 0 and (record.step + 1) % every == 0:
+        sync_with_scheduler(runtime)
+
+
+def sync_with_scheduler(runtime: WorkerRuntime) -> None:
+    """A collective at the same step on every rank: adopt the scheduler's pending plan.
+
+    Rank 0 asks the scheduler and broadcasts its answer (None if unreachable: training goes
+    on with the current plan); a new plan takes effect at the first step no rank has carved.
+    """
+    answer: PollAnswer | None = None
+    if runtime.identity.rank == 0:
+        runtime.scheduler.flush()  # a failed push is retried at every sync
+        answer = runtime.scheduler.poll(runtime.plans.current)
+    box = [answer]
+    dist.broadcast_object_list(box, src=0)
+    answer = box[0]
+    if answer is None:
+        return
+    runtime.slowdowns.set_live(answer.injections)
+    if answer.pending is None:
+        return
+    replan = answer.pending.replan
+    plan = build_plan(
+        runtime.identity,
+        runtime.plans,
+        costs=replan.costs,
+        slices=replan.slices,
+        effective_step=next_free_step(runtime.plans),
+        reason=f"live: {replan.reason}",
+    )
+    fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
+    install_run_plan(runtime, plan)
