@@ -70,8 +70,10 @@ class GenerateConfig(HeteroModel):
     classes: Int | None = Field(
         None, ge=2, le=255, description="hyperspectral classes (default 16)"
     )
-    file_format: Literal["mat", "tif"] | None = Field(
-        None, description="hyperspectral files: mat (Indian Pines style) or tif (GeoTIFF)"
+    file_format: Literal["mat", "tif", "l7irish"] | None = Field(
+        None,
+        description="hyperspectral files: mat (Indian Pines style), tif (GeoTIFF) or l7irish "
+        "(torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4)",
     )
     cloud_fraction: Float | None = Field(
         None,

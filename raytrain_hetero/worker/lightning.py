@@ -60,12 +60,12 @@ import ray.train
 import torch
 from lightning.pytorch.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker import api
 from raytrain_hetero.worker.context import get_runtime
-from raytrain_hetero.worker.sampler import HeteroDataLoader
+from raytrain_hetero.worker.sampler import EpochDraws, HeteroDataLoader
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +220,13 @@ class HeteroDDPStrategy(DDPStrategy):
                 "The training dataset changed during fit (reload_dataloaders_every_n_epochs): "
                 "the carving covers one fixed dataset. Fix: keep one training dataset."
             )
+        dataset = dataloader.dataset
+        if _is_geo_dataset(dataset):
+            # A torchgeo GeoDataset is read by its sampler's queries: carve the epoch's draws.
+            source = dataloader.batch_sampler
+            if isinstance(source, BatchSampler):  # torch's batching of a flat GeoSampler
+                source = source.sampler
+            dataset = EpochDraws(dataset, source, seed=get_runtime().identity.setup.batch.seed)
         kwargs: dict[str, Any] = {
             "num_workers": dataloader.num_workers,
             "collate_fn": dataloader.collate_fn,
@@ -227,13 +234,19 @@ class HeteroDDPStrategy(DDPStrategy):
         if dataloader.num_workers > 0:
             kwargs["persistent_workers"] = dataloader.persistent_workers
         kwargs.update(self._hetero_loader_kwargs)
-        loader = api.prepare_data_loader(dataloader.dataset, move_to_device=False, **kwargs)
+        loader = api.prepare_data_loader(dataset, move_to_device=False, **kwargs)
         self.hetero_loader, self._hetero_dataset = loader, dataloader.dataset
         logger.info(
             "training dataloader replaced by the carved loader (%d steps per epoch)",
             loader.steps_per_epoch,
         )
         return loader
+
+
+def _is_geo_dataset(dataset: object) -> bool:
+    from torchgeo.datasets import GeoDataset
+
+    return isinstance(dataset, GeoDataset)
 
 
 class HeteroStepCallback(pl.Callback):
