@@ -199,10 +199,12 @@ class DataConfig(HeteroModel):
     datamodule: str | None = Field(
         None,
         description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
-        "raytrain_hetero.SceneSegmentationDataModule (root is data.root)",
+        "raytrain_hetero.SceneSegmentationDataModule (data.root: its paths or root)",
     )
     datamodule_args: dict[str, Any] = Field(
-        default_factory=dict, description="datamodule arguments besides root, e.g. {bands: [...]}"
+        default_factory=dict,
+        description="datamodule arguments as the class takes them (data.root becomes its paths "
+        "or root), e.g. {bands: [...]}",
     )
 
     @model_validator(mode="after")

@@ -76,6 +76,7 @@ __all__ = [
     "HeteroReportCallback",
     "HeteroStepCallback",
     "fit",
+    "geo_draws",
     "prepare_trainer",
 ]
 
@@ -220,13 +221,9 @@ class HeteroDDPStrategy(DDPStrategy):
                 "The training dataset changed during fit (reload_dataloaders_every_n_epochs): "
                 "the carving covers one fixed dataset. Fix: keep one training dataset."
             )
-        dataset = dataloader.dataset
-        if _is_geo_dataset(dataset):
-            # A torchgeo GeoDataset is read by its sampler's queries: carve the epoch's draws.
-            source = dataloader.batch_sampler
-            if isinstance(source, BatchSampler):  # torch's batching of a flat GeoSampler
-                source = source.sampler
-            dataset = EpochDraws(dataset, source, seed=get_runtime().identity.setup.batch.seed)
+        dataset = (
+            geo_draws(dataloader, get_runtime().identity.setup.batch.seed) or dataloader.dataset
+        )
         kwargs: dict[str, Any] = {
             "num_workers": dataloader.num_workers,
             "collate_fn": dataloader.collate_fn,
@@ -243,10 +240,21 @@ class HeteroDDPStrategy(DDPStrategy):
         return loader
 
 
-def _is_geo_dataset(dataset: object) -> bool:
+def geo_draws(dataloader: DataLoader, seed: int) -> EpochDraws | None:
+    """The training draws of a loader over a torchgeo ``GeoDataset`` (None for other datasets).
+
+    A GeoDataset is read by the queries its sampler yields (the loader's ``batch_sampler``,
+    e.g. ``RandomBatchGeoSampler``, or its ``sampler``, e.g. ``RandomGeoSampler`` or
+    ``GridGeoSampler``, batched by torch): the carving takes each epoch's draws of it.
+    """
     from torchgeo.datasets import GeoDataset
 
-    return isinstance(dataset, GeoDataset)
+    if not isinstance(dataloader.dataset, GeoDataset):
+        return None
+    source: Any = dataloader.batch_sampler
+    if isinstance(source, BatchSampler):  # torch's batching of a flat GeoSampler
+        source = source.sampler
+    return EpochDraws(dataloader.dataset, source, seed=seed)
 
 
 class HeteroStepCallback(pl.Callback):
