@@ -30,7 +30,9 @@ What each part reuses of the core (no second sync, sampler or planner):
   by :func:`~raytrain_hetero.worker.api.prepare_data_loader` over the same dataset and collate
   function (the carving sampler: per-step uneven slices of every global batch of
   ``global_batch_size`` samples, the datamodule's ``batch_size`` is ignored). Lightning's
-  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``).
+  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``). A torchgeo
+  ``GeoDataset`` (a ``GeoDataModule``'s) is carved by its sampler's draws: each epoch's
+  ``length`` boxes or grid cells, listed once per epoch (:func:`geo_draws`).
 * A step callback (added by :func:`prepare_trainer`) ends each step after the optimizer
   update: its record goes to the same machinery as the core loop's (the scheduler's live
   re-planning, Ray metrics, the step guard), with the step's ``train_loss``.

@@ -57,23 +57,20 @@ class LoaderState:
 
 
 class EpochDraws(Dataset):
-    """A sampler's draws of one epoch as a map-style dataset: item ``i`` reads draw ``i``.
+    """A sampler's draws of each epoch as a map-style dataset: item ``i`` reads draw ``i``.
 
-    The draws of epoch e are the first ``length`` queries of a copy of ``sampler`` (a flat
-    sampler, or a batch sampler whose batches are flattened) with torch's global generator
-    and the sampler's ``generator`` seeded by (seed, e): the same list on every rank, a new
-    one every epoch (torchgeo's samplers draw tiles from the global generator, boxes from
-    their own). The carving takes draw positions for sample indices, so every draw goes to
-    exactly one rank and an epoch holds ``length`` samples across the ranks. Indexing by
-    position (``len``, ``[i]``) reads epoch 0's draws: what probes, calibration and the
-    memory probe draw their batches from.
+    Epoch e's draws are the first ``length`` queries of a copy of ``sampler`` (a batch
+    sampler's batches flattened) with torch's global generator and the sampler's
+    ``generator`` seeded by (seed, e) (torchgeo draws tiles from the first, boxes from the
+    second): the same on every rank, new every epoch. Indexing (``len``, ``[i]``) reads
+    epoch 0's draws: what probes, calibration and the memory probe draw batches from.
 
     Args:
         dataset: The dataset the queries index (e.g. a torchgeo ``GeoDataset``).
         sampler: Yields queries (or lists of queries) of ``dataset``.
         seed: The run's seed.
-        length: Draws per epoch; default ``sampler.length`` (torchgeo's samplers, whose
-            ``len()`` of a batch sampler counts batches), else ``len(sampler)``.
+        length: Draws per epoch; default ``sampler.length`` (torchgeo's samplers; a batch
+            sampler's ``len()`` counts batches), else ``len(sampler)``.
     """
 
     def __init__(self, dataset: Any, sampler: Any, *, seed: int, length: int | None = None):
@@ -184,12 +181,12 @@ class CarvingBatchSampler(Sampler[list[Any]]):
             plan = self.schedule.plan_for(global_step)
             self.schedule.mark_carved(global_step)
             if len(self.readers) == 1:
-                lo, hi = self.carver.rank_positions(k, plan, self.rank)
+                ids = self.carver.rank_indices(self.epoch, k, plan, self.rank, permutation)
             else:
                 lo, _ = self.carver.rank_positions(k, plan, self.readers[0])
                 _, hi = self.carver.rank_positions(k, plan, self.readers[-1])
-            indices = permutation[lo:hi].tolist()
-            yield indices if queries is None else [queries[i] for i in indices]
+                ids = permutation[lo:hi]
+            yield ids.tolist() if queries is None else [queries[i] for i in ids]
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step

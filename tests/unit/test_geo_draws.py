@@ -146,3 +146,29 @@ def test_probe_batches_are_drawn_through_the_sampler(l7irish):
     assert batch["image"].shape == (6, 9, 16, 16) and batch["mask"].shape == (6, 16, 16)
     drawn = {_key(q) for q in draws.queries(0)}
     assert all(_key(b) in drawn for b in batch["bounds"])
+
+
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ("data.datamodule_args.paths=/nonexistent/l7", ["DatasetNotFoundError", "paths"]),
+        ("model.task_args.backbone=resnet9999", ["model.task_args", "resnet9999"]),
+        ("data.datamodule_args.patch_size=4000", ["val_dataloader", "patch_size"]),
+    ],
+)
+def test_cli_construction_errors_are_one_line_and_write_nothing(
+    l7irish, tmp_path, capsys, override, names
+):
+    from raytrain_hetero.app.cli import main
+
+    config = tmp_path / "geo.yaml"
+    example = Path(__file__).resolve().parents[2] / "examples/configs"
+    text = (example / "torchgeo_geodatamodule_local.yaml").read_text()
+    text = text.replace("root: data/l7irish_synth", f"root: {l7irish}")
+    config.write_text(text.replace("  generate: {", "  # generate: {"))
+    out = tmp_path / "out"
+    assert main(["train", str(config), "--output", str(out), "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("raytrain-hetero: error: ")
+    assert "Fix:" in err and all(name in err for name in names), err
+    assert not out.exists()
