@@ -34,7 +34,6 @@ __all__ = [
     "ACCURACY_KEYS",
     "build_datamodule",
     "build_task",
-    "datamodule_arguments",
     "lightning_loop",
     "prepare_lightning_data",
     "run_task_predict",
@@ -68,18 +67,23 @@ def build_task(job: JobConfig) -> pl.LightningModule:
     if job.model.task is None:
         raise ConfigError("build_task needs model.task")
     cls = resolve_task(job.model.task)
-    return _construct(  # type: ignore[no-any-return]
+    return _construct(
         f"building model.task {job.model.task} with model.task_args {job.model.task_args}",
         lambda: cls(**job.model.task_args),
         "correct model.task_args (model, backbone, in_channels, num_classes...).",
     )
 
 
-def datamodule_arguments(job: JobConfig) -> dict[str, Any]:
-    """``data.datamodule_args`` plus ``data.root`` as the argument the class (or the dataset
-    it forwards ``**kwargs`` to) takes, ``paths`` or ``root`` (none if it takes neither or
-    ``datamodule_args`` sets it), and the batch size of its (validation) loaders
-    (``train.global_batch_size``) and ``num_workers`` unless ``datamodule_args`` say otherwise."""
+def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDataModule:
+    """The configured datamodule, set up for ``stage`` if given: ``data.datamodule_args``
+    plus ``data.root`` as the ``paths`` or ``root`` the class (or the dataset it forwards
+    ``**kwargs`` to) takes, ``batch_size`` (its validation loader's) ``train.global_batch_size``
+    and ``num_workers`` ``data.num_workers``, unless ``datamodule_args`` set them.
+
+    Raises:
+        ConfigError: The datamodule or its dataset failed to build (a wrong ``paths``, an
+            argument the dataset rejects), one line naming the settings.
+    """
     from raytrain_hetero.workloads.lightning_tasks import location_argument, resolve_datamodule
 
     if job.data.datamodule is None:
@@ -88,41 +92,26 @@ def datamodule_arguments(job: JobConfig) -> dict[str, Any]:
             "torchgeo.EuroSATDataModule or raytrain_hetero.SceneSegmentationDataModule."
         )
     given = job.data.datamodule_args
-    args: dict[str, Any] = {
-        "batch_size": job.train.global_batch_size,
-        "num_workers": job.data.num_workers,
-    }
-    location = location_argument(resolve_datamodule(job.data.datamodule))
+    cls = resolve_datamodule(job.data.datamodule)
+    args: dict[str, Any] = {"batch_size": job.train.global_batch_size}
+    args["num_workers"] = job.data.num_workers
+    location = location_argument(cls)
     if location is not None and "root" not in given and "paths" not in given:
         args[location] = str(job.data.root)
-    return {**args, **given}
-
-
-def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDataModule:
-    """The configured datamodule (:func:`datamodule_arguments`), set up for ``stage`` if given.
-
-    Raises:
-        ConfigError: The datamodule or its dataset failed to build (a wrong ``paths``, an
-            argument the dataset rejects), naming the settings.
-    """
-    from raytrain_hetero.workloads.lightning_tasks import resolve_datamodule
-
-    args = datamodule_arguments(job)
-    cls = resolve_datamodule(job.data.datamodule)  # type: ignore[arg-type]
+    args.update(given)
     what = f"building data.datamodule {job.data.datamodule} with {args}"
     fix = "correct data.root (or datamodule_args paths/root) and data.datamodule_args."
     datamodule = _construct(what, lambda: cls(**args), fix)
     if stage is not None:
         _construct(f"{what}: setup({stage!r})", lambda: datamodule.setup(stage), fix)
-    return datamodule  # type: ignore[no-any-return]
+    return datamodule
 
 
 def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     """Driver-side checks of a task job; returns split sizes (and ``bands``) like
     :func:`~raytrain_hetero.app.job.prepare_dataset`.
 
-    A torchgeo ``GeoDataModule``'s training size is the draws per epoch of its sampler
-    (``length``), validation's the cells of its ``GridGeoSampler``.
+    A torchgeo ``GeoDataModule``'s training size is its sampler's draws per epoch (``length``).
 
     Raises:
         DataError: Missing data, or a task that cannot take the datamodule's batches
@@ -149,7 +138,7 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
         "the datamodule's train_dataloader()", datamodule.train_dataloader, fix
     )
     draws = geo_draws(train_loader, job.train.seed)
-    train_size = len(draws) if draws is not None else len(train_loader.dataset)  # type: ignore[arg-type]
+    train_size = len(draws) if draws is not None else len(train_loader.dataset)
     need = job.total_workers * job.train.min_slice
     if train_size < need:
         raise ConfigError(
@@ -177,7 +166,7 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
             f"the datamodule has class id {int(labels.max())} but the task predicts "
             f"{classes} classes. Fix: task_args.num_classes >= {int(labels.max()) + 1}."
         )
-    val_size = len(val_loader.sampler)  # type: ignore[arg-type]
+    val_size = len(val_loader.sampler)
     return {"train": train_size, "val": val_size, "bands": int(batch["image"].shape[1])}
 
 
