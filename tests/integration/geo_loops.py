@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ def geo_loop(config: dict) -> None:
     collated: deque = deque()
 
     def collate(samples: list) -> dict:
+        # Probe and calibration batches (drawn by calibration.make_batch) are not steps.
+        if any(f.name == "make_batch" for f in traceback.extract_stack()):
+            return stack_samples(samples)
         collated.append(
             [[float(q[0].start), float(q[1].start)] for q in (s["bounds"] for s in samples)]
         )
