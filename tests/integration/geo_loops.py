@@ -40,8 +40,9 @@ def geo_loop(config: dict) -> None:
     collated: deque = deque()
 
     def collate(samples: list) -> dict:
-        # Probe and calibration batches (drawn by calibration.make_batch) are not steps.
-        if any(f.name == "make_batch" for f in traceback.extract_stack()):
+        # Validation batches and probe/calibration batches (calibration.make_batch) are not steps.
+        probing = any(f.name == "make_batch" for f in traceback.extract_stack())
+        if probing or not (dm.trainer and dm.trainer.training):
             return stack_samples(samples)
         collated.append(
             [[float(q[0].start), float(q[1].start)] for q in (s["bounds"] for s in samples)]
