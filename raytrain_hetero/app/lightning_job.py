@@ -3,7 +3,8 @@
 A job whose ``model.task`` is set (``torchgeo.ClassificationTask``,
 ``torchgeo.SemanticSegmentationTask``) runs :func:`lightning_loop` on every worker instead of
 the classification loop: the task built from ``model.task_args``, the datamodule from
-``data.datamodule`` + ``data.datamodule_args`` (``root`` is ``data.root``), trained by a
+``data.datamodule`` + ``data.datamodule_args`` (``data.root`` passed as the ``paths`` or
+``root`` the class takes), trained by a
 Lightning Trainer prepared with :mod:`raytrain_hetero.worker.lightning` (carved slices,
 count-weighted gradients, exact BatchNorm, live re-planning, checkpoints with the cursor).
 The task's own optimiser and learning rate apply (``task_args.lr``); ``train.epochs``,
@@ -18,12 +19,13 @@ class map of a segmentation scene with the scene's CRS and transform.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.atomic import atomic_write_json
-from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.errors import ConfigError, DataError, HeteroError
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -43,65 +45,109 @@ logger = logging.getLogger(__name__)
 ACCURACY_KEYS: tuple[str, ...] = ("val_OverallAccuracy", "val_MulticlassAccuracy", "val_Accuracy")
 
 
+def _construct(what: str, build: Callable[[], Any], fix: str) -> Any:
+    """``build()``, with any error of the user's classes as one ConfigError naming ``what``."""
+    try:
+        return build()
+    except HeteroError:
+        raise
+    except Exception as exc:  # the user's (or torchgeo's) classes raise anything
+        detail = " ".join(str(exc).split()).rstrip(".") or "(no message)"
+        raise ConfigError(f"{what} failed: {type(exc).__name__}: {detail}. Fix: {fix}") from exc
+
+
 def build_task(job: JobConfig) -> pl.LightningModule:
-    """The configured task (``model.task`` with ``model.task_args``)."""
+    """The configured task (``model.task`` with ``model.task_args``).
+
+    Raises:
+        ConfigError: The task's constructor failed (naming ``model.task_args``).
+    """
     from raytrain_hetero.workloads.lightning_tasks import resolve_task
 
     if job.model.task is None:
         raise ConfigError("build_task needs model.task")
-    return resolve_task(job.model.task)(**job.model.task_args)  # type: ignore[no-any-return]
+    cls = resolve_task(job.model.task)
+    return _construct(
+        f"building model.task {job.model.task} with model.task_args {job.model.task_args}",
+        lambda: cls(**job.model.task_args),
+        "correct model.task_args (model, backbone, in_channels, num_classes...).",
+    )
 
 
-def build_datamodule(job: JobConfig) -> pl.LightningDataModule:
-    """The configured datamodule; ``root`` is ``data.root`` and the batch size of its
-    (validation) loaders ``train.global_batch_size`` unless ``datamodule_args`` say otherwise."""
-    from raytrain_hetero.workloads.lightning_tasks import resolve_datamodule
+def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDataModule:
+    """The configured datamodule, set up for ``stage`` if given: ``data.datamodule_args``
+    plus ``data.root`` as the ``paths`` or ``root`` the class (or the dataset it forwards
+    ``**kwargs`` to) takes, ``batch_size`` (its validation loader's) ``train.global_batch_size``
+    and ``num_workers`` ``data.num_workers``, unless ``datamodule_args`` set them.
+
+    Raises:
+        ConfigError: The datamodule or its dataset failed to build (a wrong ``paths``, an
+            argument the dataset rejects), one line naming the settings.
+    """
+    from raytrain_hetero.workloads.lightning_tasks import location_argument, resolve_datamodule
 
     if job.data.datamodule is None:
         raise ConfigError(
             "model.task needs a datamodule. Fix: set data.datamodule, e.g. "
             "torchgeo.EuroSATDataModule or raytrain_hetero.SceneSegmentationDataModule."
         )
-    args: dict[str, Any] = {
-        "root": str(job.data.root),
-        "batch_size": job.train.global_batch_size,
-        "num_workers": job.data.num_workers,
-        **job.data.datamodule_args,
-    }
-    return resolve_datamodule(job.data.datamodule)(**args)  # type: ignore[no-any-return]
+    given = job.data.datamodule_args
+    cls = resolve_datamodule(job.data.datamodule)
+    args: dict[str, Any] = {"batch_size": job.train.global_batch_size}
+    args["num_workers"] = job.data.num_workers
+    location = location_argument(cls)
+    if location is not None and "root" not in given and "paths" not in given:
+        args[location] = str(job.data.root)
+    args.update(given)
+    what = f"building data.datamodule {job.data.datamodule} with {args}"
+    fix = "correct data.root (or datamodule_args paths/root) and data.datamodule_args."
+    datamodule = _construct(what, lambda: cls(**args), fix)
+    if stage is not None:
+        _construct(f"{what}: setup({stage!r})", lambda: datamodule.setup(stage), fix)
+    return datamodule
 
 
 def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     """Driver-side checks of a task job; returns split sizes (and ``bands``) like
     :func:`~raytrain_hetero.app.job.prepare_dataset`.
 
+    A torchgeo ``GeoDataModule``'s training size is its sampler's draws per epoch (``length``).
+
     Raises:
         DataError: Missing data, or a task that cannot take the datamodule's batches
             (band or class count), naming both.
-        ConfigError: Too few training samples for the workers.
+        ConfigError: The datamodule, its dataset or the task failed to build (one line
+            naming the settings), or too few training samples for the workers.
     """
     import torch
 
     from raytrain_hetero.app.datasets import data_source
+    from raytrain_hetero.worker.lightning import geo_draws
     from raytrain_hetero.workloads.data import generate_dataset
 
     if job.data.generate is not None:
         generate_dataset(data_source(job.data))
-    if not Path(job.data.root).is_dir():
+    if not Path(job.data.root).exists():
         raise DataError(
             f"data.root {job.data.root} does not exist. Fix: point it at the dataset, or set "
             "data.generate to create a synthetic one."
         )
-    datamodule = build_datamodule(job)
-    datamodule.setup("fit")
-    train, val = datamodule.train_dataset, datamodule.val_dataset  # type: ignore[attr-defined]
+    datamodule = build_datamodule(job, "fit")
+    fix = "correct data.datamodule_args (patch_size, length, splits) for the data at data.root."
+    train_loader = _construct(
+        "the datamodule's train_dataloader()", datamodule.train_dataloader, fix
+    )
+    draws = geo_draws(train_loader, job.train.seed)
+    train_size = len(draws) if draws is not None else len(train_loader.dataset)
     need = job.total_workers * job.train.min_slice
-    if len(train) < need:
+    if train_size < need:
         raise ConfigError(
-            f"the datamodule's training set has {len(train)} samples but {job.total_workers} "
-            f"workers need at least {need}; use more data or fewer workers."
+            f"the datamodule's training set has {train_size} samples but {job.total_workers} "
+            f"workers need at least {need}; use more data (or datamodule_args length) or "
+            "fewer workers."
         )
-    batch = next(iter(datamodule.val_dataloader()))
+    val_loader = _construct("the datamodule's val_dataloader()", datamodule.val_dataloader, fix)
+    batch = _construct("reading a validation batch", lambda: next(iter(val_loader)), fix)
     task = build_task(job)
     task.eval()
     try:
@@ -120,7 +166,8 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
             f"the datamodule has class id {int(labels.max())} but the task predicts "
             f"{classes} classes. Fix: task_args.num_classes >= {int(labels.max()) + 1}."
         )
-    return {"train": len(train), "val": len(val), "bands": int(batch["image"].shape[1])}
+    val_size = len(val_loader.sampler)
+    return {"train": train_size, "val": val_size, "bands": int(batch["image"].shape[1])}
 
 
 def _report_callback() -> Any:

@@ -70,8 +70,10 @@ class GenerateConfig(HeteroModel):
     classes: Int | None = Field(
         None, ge=2, le=255, description="hyperspectral classes (default 16)"
     )
-    file_format: Literal["mat", "tif"] | None = Field(
-        None, description="hyperspectral files: mat (Indian Pines style) or tif (GeoTIFF)"
+    file_format: Literal["mat", "tif", "l7irish"] | None = Field(
+        None,
+        description="hyperspectral files: mat (Indian Pines style), tif (GeoTIFF) or l7irish "
+        "(torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4)",
     )
     cloud_fraction: Float | None = Field(
         None,
@@ -205,10 +207,12 @@ class DataConfig(HeteroModel):
     datamodule: str | None = Field(
         None,
         description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
-        "raytrain_hetero.SceneSegmentationDataModule (root is data.root)",
+        "raytrain_hetero.SceneSegmentationDataModule (data.root: its paths or root)",
     )
     datamodule_args: dict[str, Any] = Field(
-        default_factory=dict, description="datamodule arguments besides root, e.g. {bands: [...]}"
+        default_factory=dict,
+        description="datamodule arguments as the class takes them (data.root becomes its paths "
+        "or root), e.g. {bands: [...]}",
     )
 
     @model_validator(mode="after")

@@ -30,7 +30,9 @@ What each part reuses of the core (no second sync, sampler or planner):
   by :func:`~raytrain_hetero.worker.api.prepare_data_loader` over the same dataset and collate
   function (the carving sampler: per-step uneven slices of every global batch of
   ``global_batch_size`` samples, the datamodule's ``batch_size`` is ignored). Lightning's
-  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``).
+  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``). A torchgeo
+  ``GeoDataset`` (a ``GeoDataModule``'s) is carved by its sampler's draws: each epoch's
+  ``length`` boxes or grid cells, listed once per epoch (:func:`geo_draws`).
 * A step callback (added by :func:`prepare_trainer`) ends each step after the optimizer
   update: its record goes to the same machinery as the core loop's (the scheduler's live
   re-planning, Ray metrics, the step guard), with the step's ``train_loss``.
@@ -66,13 +68,13 @@ import ray.train
 import torch
 from lightning.pytorch.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker import api
 from raytrain_hetero.worker.context import get_runtime
 from raytrain_hetero.worker.evaluation import EvaluationLoader
-from raytrain_hetero.worker.sampler import HeteroDataLoader
+from raytrain_hetero.worker.sampler import EpochDraws, HeteroDataLoader
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ __all__ = [
     "HeteroReportCallback",
     "HeteroStepCallback",
     "fit",
+    "geo_draws",
     "prepare_trainer",
 ]
 
@@ -260,6 +263,9 @@ class HeteroDDPStrategy(DDPStrategy):
                 "The training dataset changed during fit (reload_dataloaders_every_n_epochs): "
                 "the carving covers one fixed dataset. Fix: keep one training dataset."
             )
+        dataset = (
+            geo_draws(dataloader, get_runtime().identity.setup.batch.seed) or dataloader.dataset
+        )
         kwargs: dict[str, Any] = {
             "num_workers": dataloader.num_workers,
             "collate_fn": dataloader.collate_fn,
@@ -267,13 +273,30 @@ class HeteroDDPStrategy(DDPStrategy):
         if dataloader.num_workers > 0:
             kwargs["persistent_workers"] = dataloader.persistent_workers
         kwargs.update(self._hetero_loader_kwargs)
-        loader = api.prepare_data_loader(dataloader.dataset, move_to_device=False, **kwargs)
+        loader = api.prepare_data_loader(dataset, move_to_device=False, **kwargs)
         self.hetero_loader, self._hetero_dataset = loader, dataloader.dataset
         logger.info(
             "training dataloader replaced by the carved loader (%d steps per epoch)",
             loader.steps_per_epoch,
         )
         return loader
+
+
+def geo_draws(dataloader: DataLoader, seed: int) -> EpochDraws | None:
+    """The training draws of a loader over a torchgeo ``GeoDataset`` (None for other datasets).
+
+    A GeoDataset is read by the queries its sampler yields (the loader's ``batch_sampler``,
+    e.g. ``RandomBatchGeoSampler``, or its ``sampler``, e.g. ``RandomGeoSampler`` or
+    ``GridGeoSampler``, batched by torch): the carving takes each epoch's draws of it.
+    """
+    from torchgeo.datasets import GeoDataset
+
+    if not isinstance(dataloader.dataset, GeoDataset):
+        return None
+    source: Any = dataloader.batch_sampler
+    if isinstance(source, BatchSampler):  # torch's batching of a flat GeoSampler
+        source = source.sampler
+    return EpochDraws(dataloader.dataset, source, seed=seed)
 
 
 class HeteroStepCallback(pl.Callback):

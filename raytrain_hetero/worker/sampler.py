@@ -10,13 +10,19 @@ gradient hook and BatchNorm use for their weights. The counts are recomputed fro
 carving rather than taken from the sampler, so prefetching by DataLoader workers cannot make
 them disagree. At the end of every step it builds the step's
 :class:`~raytrain_hetero.core.records.StepRecord`.
+
+A dataset read by queries that a sampler draws (torchgeo's ``GeoDataset``: bounding boxes of
+``RandomGeoSampler``/``RandomBatchGeoSampler``, cells of ``GridGeoSampler``; never an integer)
+is carved through :class:`EpochDraws`: each epoch's draws are listed once, seeded by
+(seed, epoch), and their positions are carved like sample indices.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import PlanSchedule
 from raytrain_hetero.core.records import StepRecord
-from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.worker.identity import RankIdentity
 from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
 
@@ -63,7 +69,72 @@ class LoaderState:
     cursor: Cursor
 
 
-class CarvingBatchSampler(Sampler[list[int]]):
+class EpochDraws(Dataset):
+    """A sampler's draws of each epoch as a map-style dataset: item ``i`` reads draw ``i``.
+
+    Epoch e's draws are the first ``length`` queries of a copy of ``sampler`` (a batch
+    sampler's batches flattened) with torch's global generator and the sampler's
+    ``generator`` seeded by (seed, e) (torchgeo draws tiles from the first, boxes from the
+    second): the same on every rank, new every epoch. Indexing (``len``, ``[i]``) reads
+    epoch 0's draws: what probes, calibration and the memory probe draw batches from.
+
+    Args:
+        dataset: The dataset the queries index (e.g. a torchgeo ``GeoDataset``).
+        sampler: Yields queries (or lists of queries) of ``dataset``.
+        seed: The run's seed.
+        length: Draws per epoch; default ``sampler.length`` (torchgeo's samplers; a batch
+            sampler's ``len()`` counts batches), else ``len(sampler)``.
+    """
+
+    def __init__(self, dataset: Any, sampler: Any, *, seed: int, length: int | None = None):
+        self.dataset = dataset
+        self.sampler = sampler
+        self.seed = seed
+        self.length = int(
+            length if length is not None else getattr(sampler, "length", None) or len(sampler)
+        )
+        if self.length < 1:
+            raise DataError(
+                f"{type(sampler).__name__} draws no samples per epoch (length {self.length}). "
+                "Fix: a region the patch size fits in, or a positive length."
+            )
+        self._cached: tuple[int, list[Any]] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[self.queries(0)[index]]
+
+    def queries(self, epoch: int) -> Sequence[Any]:
+        """The epoch's ``length`` draws (the last epoch's list is kept)."""
+        if self._cached is None or self._cached[0] != epoch:
+            self._cached = (epoch, self._draw(epoch))
+        return self._cached[1]
+
+    def _draw(self, epoch: int) -> list[Any]:
+        sampler = copy.copy(self.sampler)  # the datamodule's sampler keeps its generator
+        seed = (self.seed * 1_000_003 + epoch) % 2**63
+        draws: list[Any] = []
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if hasattr(sampler, "generator"):
+                sampler.generator = torch.Generator().manual_seed(seed)
+            while len(draws) < self.length:  # a batch sampler may yield fewer (length % batch)
+                before = len(draws)
+                for item in sampler:
+                    draws.extend(item) if isinstance(item, list) else draws.append(item)
+                    if len(draws) >= self.length:
+                        break
+                if len(draws) == before:
+                    raise DataError(
+                        f"{type(self.sampler).__name__} yields no queries (len {len(sampler)}); "
+                        "a batch sampler needs length >= its batch_size. Fix: raise length."
+                    )
+        return draws[: self.length]
+
+
+class CarvingBatchSampler(Sampler[list[Any]]):
     """Yields this rank's dataset indices for each step of one epoch.
 
     Group reading (model-parallel modes). The ranks of a model-parallel group (a conv split
@@ -84,6 +155,8 @@ class CarvingBatchSampler(Sampler[list[int]]):
         rank: This rank.
         readers: Consecutive ranks whose slices this rank reads (its model-parallel group,
             which contains ``rank``); None or ``(rank,)``: its own slice.
+        draws: An epoch's queries (:meth:`EpochDraws.queries`): yield the queries at the
+            carved positions instead of the positions.
     """
 
     def __init__(
@@ -92,6 +165,7 @@ class CarvingBatchSampler(Sampler[list[int]]):
         schedule: PlanSchedule,
         rank: int,
         readers: tuple[int, ...] | None = None,
+        draws: Callable[[int], Sequence[Any]] | None = None,
     ) -> None:
         readers = tuple(readers) if readers else (rank,)
         if rank not in readers or list(readers) != list(range(readers[0], readers[-1] + 1)):
@@ -103,6 +177,7 @@ class CarvingBatchSampler(Sampler[list[int]]):
         self.schedule = schedule
         self.rank = rank
         self.readers = readers
+        self.draws = draws
         self.epoch = 0
         self.start_step = 0
 
@@ -121,10 +196,12 @@ class CarvingBatchSampler(Sampler[list[int]]):
             _, hi = self.carver.rank_positions(k, plan, self.readers[-1])
             yield k, lo, hi
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[list[Any]]:
         permutation = self.carver.permutation(self.epoch)
+        queries = self.draws(self.epoch) if self.draws is not None else None
         for _, lo, hi in self.ranges():
-            yield permutation[lo:hi].tolist()
+            ids = permutation[lo:hi]
+            yield ids.tolist() if queries is None else [queries[i] for i in ids]
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step
@@ -324,7 +401,8 @@ class HeteroDataLoader(CarvedStepLoader):
     (the union of its group's plan slices; :class:`CarvingBatchSampler`).
 
     Args:
-        dataset: Map-style dataset; items pass through the collate function unchanged.
+        dataset: Map-style dataset; items pass through the collate function unchanged. An
+            :class:`EpochDraws` is read by its epochs' queries.
         **kwargs: :class:`CarvedStepLoader`'s arguments, then other
             ``torch.utils.data.DataLoader`` arguments.
     """
@@ -347,7 +425,13 @@ class HeteroDataLoader(CarvedStepLoader):
         if dataloader_kwargs.get("generator") is None:
             self._generator = torch.Generator()
             dataloader_kwargs["generator"] = self._generator
-        self.loader = DataLoader(dataset, batch_sampler=self.batch_sampler, **dataloader_kwargs)
+        if isinstance(dataset, EpochDraws):  # read the epoch's queries at the carved positions
+            self.batch_sampler.draws = dataset.queries
+        self.loader = DataLoader(
+            dataset.dataset if isinstance(dataset, EpochDraws) else dataset,
+            batch_sampler=self.batch_sampler,
+            **dataloader_kwargs,
+        )
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:

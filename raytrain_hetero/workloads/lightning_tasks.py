@@ -20,6 +20,7 @@ __all__ = [
     "DATAMODULE_PREFIXES",
     "TASKS",
     "check_arguments",
+    "location_argument",
     "resolve_datamodule",
     "resolve_task",
 ]
@@ -80,6 +81,16 @@ def _forwarded_dataset(cls: type) -> type | None:
         return None
     datasets = importlib.import_module("torchgeo.datasets")
     return getattr(datasets, cls.__name__.removesuffix("DataModule"), None)
+
+
+def location_argument(cls: type) -> str | None:
+    """``"paths"`` or ``"root"``: where ``cls`` (or the torchgeo dataset it forwards
+    ``**kwargs`` to) takes its data location (raster datasets take ``paths``); else None."""
+    names, _ = _parameters(cls)
+    forwarded = _forwarded_dataset(cls)
+    if forwarded is not None:
+        names |= _parameters(forwarded)[0]
+    return next((key for key in ("paths", "root") if key in names), None)
 
 
 def check_arguments(cls: type, arguments: Mapping[str, Any], what: str) -> None:

@@ -8,6 +8,11 @@
 2. The example config ``torchgeo_segmentation_local.yaml`` (SemanticSegmentationTask on a
    generated GeoTIFF scene + mask read by torchgeo's RasterDataset) trains, and ``predict``
    writes a GeoTIFF class map with the scene's CRS and transform.
+3. torchgeo's ``L7IrishDataModule`` (a GeoDataModule: an IntersectionDataset of image and
+   mask rasters, RandomBatchGeoSampler boxes), unmodified, from Python on 3 probed workers,
+   with a plan switch and a worker killed mid-epoch: every epoch's ``length`` draws are
+   carved across the ranks exactly once, and the restarted group repeats the killed epoch
+   with the very same boxes in every step (split by the plan it re-made).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from raytrain_hetero.app.config import JobConfig, load_config
 from raytrain_hetero.app.job import run_job
 from raytrain_hetero.app.outputs import read_metrics_csv
 from raytrain_hetero.app.predict import run_predict
+from raytrain_hetero.config import FaultInjectionConfig, WorkerSpec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/configs/torchgeo_segmentation_local.yaml"
 SLICES = [5, 3, 2]
@@ -108,3 +114,82 @@ def test_segmentation_example_trains_and_predicts_a_georeferenced_class_map(ray_
         assert int(out.read(1).max()) < 5
     saved = json.loads((tmp_path / "out/predict/predict_summary.json").read_text())
     assert 0.0 <= saved["scenes"][0]["pixel_accuracy"] <= 1.0
+
+
+@pytest.mark.ray
+def test_unmodified_geodatamodule_carves_its_draws_through_a_switch_and_a_restart(
+    ray_local, tmp_path
+):
+    from collections import Counter
+
+    from geo_loops import SWITCH_AFTER_STEP, SWITCHED, datamodule, geo_loop
+    from ray.train import FailureConfig, RunConfig
+
+    from raytrain_hetero import HeteroTrainer
+    from raytrain_hetero.core.carving import EpochCarver
+    from raytrain_hetero.core.plan import Plan
+    from raytrain_hetero.worker.faults import fired_markers
+    from raytrain_hetero.worker.lightning import geo_draws
+    from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
+
+    paths = str(tmp_path / "l7irish")
+    generate_hyperspectral_scene(
+        paths, height=48, width=48, bands=9, classes=4, file_format="l7irish"
+    )
+    batch, epochs, kill_after = 12, 2, 7  # 5 steps per epoch; the kill is in epoch 1
+    out = tmp_path / "out"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        geo_loop,
+        train_loop_config={"paths": paths, "out": str(out), "epochs": epochs},
+        workers=[
+            WorkerSpec(name="fast", resources={"CPU": 1}),
+            WorkerSpec(name="mid", resources={"CPU": 1}, emulated_slowdown=1.5),
+            WorkerSpec(name="slow", resources={"CPU": 1}, emulated_slowdown=3.0),
+        ],
+        batch={"global_batch_size": batch, "seed": 5},
+        faults=FaultInjectionConfig(
+            faults=[{"phase": "mid_epoch", "step": kill_after, "action": "kill", "rank": 1}],
+            marker_dir=out / "faults",
+        ),
+        run_config=RunConfig(
+            name="geo",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=1),
+        ),
+    )
+    trainer.fit()
+    assert len(fired_markers(trainer.faults)) == 1
+    dm = datamodule(paths)
+    dm.setup("fit")
+    draws = geo_draws(dm.train_dataloader(), seed=5)
+    carver = EpochCarver(len(draws), batch, seed=5, min_step_size=3)
+    switched = Plan.from_shares(batch, SWITCHED)
+    attempts: dict[tuple[int, int], list[dict]] = {}
+    for rank in range(3):
+        for line in (out / f"ledger-{rank}.jsonl").read_text().splitlines():
+            entry = json.loads(line)
+            attempts.setdefault((rank, entry["step"]), []).append(entry)
+    # The killed epoch ran twice (resumed from its epoch-start checkpoint): each repeated step
+    # read the same draws (the restarted group re-plans, so they may be split otherwise).
+    repeated = {step for (_, step), runs in attempts.items() if len(runs) > 1}
+    assert repeated == set(range(5, kill_after + 1)), sorted(repeated)
+    for step in repeated:
+        first, last = ([attempts[(r, step)][i]["boxes"] for r in range(3)] for i in (0, -1))
+        assert sorted(b for boxes in first for b in boxes) == sorted(
+            b for boxes in last for b in boxes
+        )
+    for (_, step), runs in attempts.items():  # before the kill, the switch held from step 2
+        if SWITCH_AFTER_STEP < step <= kill_after:
+            assert tuple(runs[0]["counts"]) == switched.slices and runs[0]["plan"] >= 2
+    for epoch in range(epochs):
+        taken: Counter = Counter()
+        for k in range(carver.steps_per_epoch):
+            step = epoch * carver.steps_per_epoch + k
+            entries = [attempts[(rank, step)][-1] for rank in range(3)]
+            counts = entries[0]["counts"]
+            assert [len(e["boxes"]) for e in entries] == counts
+            assert sum(counts) == carver.step_size(k)
+            taken.update(tuple(b) for e in entries for b in e["boxes"])
+        expected = Counter((float(q[0].start), float(q[1].start)) for q in draws.queries(epoch))
+        assert taken == expected and sum(taken.values()) == dm.length == 60

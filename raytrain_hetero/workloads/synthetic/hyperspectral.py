@@ -156,7 +156,7 @@ def generate_hyperspectral_scene(
     width: int = 145,
     bands: int = 200,
     classes: int = 16,
-    file_format: Literal["mat", "tif"] = "mat",
+    file_format: Literal["mat", "tif", "l7irish"] = "mat",
     seed: int = 0,
     region_size: float = 14.0,
     unlabelled_fraction: float = 0.3,
@@ -168,6 +168,11 @@ def generate_hyperspectral_scene(
     ``Indian_pines_corrected.mat`` / ``Indian_pines_gt.mat``; ``"tif"`` writes
     ``<name>.tif`` (C-band uint16 GeoTIFF, UTM 15N, 2.5 m pixels like Houston 2013) and
     ``<name>_gt.tif``. :func:`find_scene_files` finds both layouts.
+    ``"l7irish"`` writes the layout of torchgeo's ``L7Irish`` (read by
+    ``torchgeo.datasets.L7Irish`` / ``L7IrishDataModule`` with ``paths=root``): a
+    ``height x 5 width`` scene cut into five adjacent ``width``-wide scenes as ``L71<path><row>_<row><date>.TIF`` (``bands`` must
+    be 9, ETM+ B10..B80) and ``L7_p<path>_r<row>_newmask2015.TIF`` (classes 1..4 written as
+    64/128/192/255, 0 = Fill), so ``classes`` <= 4.
 
     The scene is a mosaic of warped-Voronoi fields (about ``region_size`` px across), each
     of one class or unlabelled background (``unlabelled_fraction`` of the fields, plus all
@@ -192,9 +197,15 @@ def generate_hyperspectral_scene(
     )
     if classes > 255:
         raise ConfigError("generate_hyperspectral_scene: classes must be <= 255 (uint8 labels)")
-    if file_format not in ("mat", "tif"):
+    if file_format not in ("mat", "tif", "l7irish"):
         raise ConfigError(
-            f"generate_hyperspectral_scene: file_format must be 'mat' or 'tif', got {file_format!r}"
+            "generate_hyperspectral_scene: file_format must be 'mat', 'tif' or 'l7irish', "
+            f"got {file_format!r}"
+        )
+    if file_format == "l7irish" and (bands != 9 or classes > 4):
+        raise ConfigError(
+            "generate_hyperspectral_scene: file_format 'l7irish' needs 9 bands (ETM+) and "
+            f"classes <= 4, got {bands} bands, {classes} classes"
         )
     if not name or any(ch in name for ch in "/\\. "):
         raise ConfigError(
@@ -219,13 +230,27 @@ def generate_hyperspectral_scene(
     }
 
     def write(tmp: Path) -> None:
-        dn, labels = _render_scene(params)
         if file_format == "mat":
+            dn, labels = _render_scene(params)
             import scipy.io
 
             scipy.io.savemat(tmp / f"{name}_corrected.mat", {f"{name.lower()}_corrected": dn})
             scipy.io.savemat(tmp / f"{name}_gt.mat", {f"{name.lower()}_gt": labels})
+        elif file_format == "l7irish":  # one field mosaic cut into 5 scenes, 30 m pixels
+            dn, labels = _render_scene({**params, "width": 5 * width})
+            codes = np.array([0, 64, 128, 192, 255], dtype=np.uint8)  # L7Irish's mask values
+            for k in range(5):
+                cols = slice(k * width, (k + 1) * width)
+                grid = {"epsg": 32615, "origin": (268_000.0 + k * width * 30, 3_290_000.0)}
+                scene = f"L71{k + 1:03d}{k + 1:03d}_{k + 1:03d}200011{k + 10}.TIF"
+                image = np.ascontiguousarray(dn[:, cols].transpose(2, 0, 1))
+                write_geotiff(tmp / scene, image, **grid, pixel=30.0)
+                mask = codes[labels[None, :, cols]]
+                write_geotiff(
+                    tmp / f"L7_p{k + 1}_r{k + 1}_newmask2015.TIF", mask, **grid, pixel=30.0
+                )
         else:  # UTM 15N, 2.5 m pixels, like Houston 2013
+            dn, labels = _render_scene(params)
             grid = {"epsg": 32615, "origin": (268_000.0, 3_290_000.0), "pixel": 2.5}
             write_geotiff(tmp / f"{name}.tif", np.ascontiguousarray(dn.transpose(2, 0, 1)), **grid)
             write_geotiff(tmp / f"{name}_gt.tif", labels[None], **grid)
