@@ -40,8 +40,9 @@ def geo_loop(config: dict) -> None:
     collated: deque = deque()
 
     def collate(samples: list) -> dict:
-        # Validation batches and probe/calibration batches (calibration.make_batch) are not steps.
-        probing = any(f.name == "make_batch" for f in traceback.extract_stack())
+        # Validation batches, probe/calibration batches (calibration.make_batch) and the
+        # one-sample batch that keys the remembered cost models (known_costs) are not steps.
+        probing = any(f.name in ("make_batch", "known_costs") for f in traceback.extract_stack())
         if probing or not (dm.trainer and dm.trainer.training):
             return stack_samples(samples)
         collated.append(
