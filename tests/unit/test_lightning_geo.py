@@ -133,7 +133,7 @@ def _rank_main(rank: int, world_size: int, paths: str) -> dict:
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.core.carving import Cursor, EpochCarver
-    from raytrain_hetero.worker import api
+    from raytrain_hetero.worker import plan_flow
     from raytrain_hetero.worker.calibration import ProbeInputs
     from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
     from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
@@ -162,8 +162,8 @@ def _rank_main(rank: int, world_size: int, paths: str) -> dict:
         identity=runtime.identity,
         timing=runtime.timing,
         telemetry=runtime.telemetry,
-        ensure_plan=lambda: api._install_first_plan(runtime, inputs),
-        on_step_end=lambda r: (records.append(r), api._on_step_end(runtime, r)),
+        ensure_plan=lambda: plan_flow.install_first_plan(runtime, inputs),
+        on_step_end=lambda r: (records.append(r), plan_flow.on_step_end(runtime, r)),
         move_to_device=False,
         collate_fn=stack_samples,
     )
