@@ -277,7 +277,13 @@ def run_fit(
             scheduler=SchedulerConfig(
                 **setup.scheduler, live=contender in ("hetero-live", "hetero-live-noise")
             ),
-            probe=ProbeConfig(**setup.probe),
+            # The reference is a probed static plan (the probe's repeated timings, not the
+            # cheap start's three passive steps): what the post-drift plan should be.
+            probe=ProbeConfig(
+                **{**setup.probe, "mode": "probe"}
+                if contender == "hetero-static-post"
+                else setup.probe
+            ),
             emulation=EmulationConfig(slowdowns=mine.schedule, noise=mine.noise),
             elastic=ElasticConfig(
                 min_workers=setup.min_workers,

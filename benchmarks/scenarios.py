@@ -23,8 +23,8 @@ __all__ = [
 #: Every contender, in the order they alternate.
 CONTENDERS: dict[str, str] = {
     "stock": "Ray Train TorchTrainer + DDP, DistributedSampler, equal batch B/N per worker",
-    "hdp": "uneven slices from raytrain_hetero's probe, plain averaging (seed papers' HDP)",
-    "hetero": "raytrain_hetero, probe-based static plan, count-weighted gradients",
+    "hdp": "uneven slices measured by raytrain_hetero, plain averaging (seed papers' HDP)",
+    "hetero": "raytrain_hetero, static plan measured from the first steps, count-weighted gradients",
     "hetero-live": "raytrain_hetero with the live re-planning scheduler",
     "hetero-local": "hetero with batchnorm: local (per-slice statistics, stock's; not exact)",
     "hetero-static-post": "reference: hetero's static plan probed at the POST-drift speeds from "
