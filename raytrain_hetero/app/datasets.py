@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from raytrain_hetero.app.config import DataConfig, ModelConfig
+from raytrain_hetero.config.problems import construct
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.data import (
     bad_files,
@@ -122,7 +123,8 @@ def check_model_fits_data(
 
     Raises:
         DataError: Band-count mismatch (naming the data source, both counts and the fix).
-        ConfigError: The model cannot be built (e.g. pretrained weights not cached).
+        ConfigError: The model cannot be built (e.g. pretrained weights not cached, a
+            registered builder that rejects the settings), one line naming them.
     """
     from raytrain_hetero.workloads.models import build_model, check_input_channels
 
@@ -132,6 +134,11 @@ def check_model_fits_data(
             f"model.in_channels is {model_cfg.in_channels}. Fix: set model.in_channels: "
             f"{data.in_channels} (or remove it to take the data's), or select other bands."
         )
-    model = build_model(model_cfg.name, **model_arguments(model_cfg, data))
+    args = model_arguments(model_cfg, data)
+    model = construct(
+        f"building model.name {model_cfg.name} with {args}",
+        lambda: build_model(model_cfg.name, **args),
+        "correct the model.* settings (width, in_channels, pretrained) or the model's builder.",
+    )
     check_input_channels(model, data.in_channels, source=str(source))
     return model

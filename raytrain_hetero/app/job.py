@@ -61,6 +61,7 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
         return prepare_lightning_data(job)
     from raytrain_hetero.app.datasets import check_model_fits_data, data_source
     from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
+    from raytrain_hetero.config.problems import construct
     from raytrain_hetero.workloads.data import generate_dataset, open_datasets
     from raytrain_hetero.workloads.registry import dataset_adapter
 
@@ -69,7 +70,11 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
     adapter = dataset_adapter(source.dataset)  # an unknown name fails here, listing the known
     generate_dataset(source)
     check_data_root(job.data)
-    workload = open_datasets(source, ("train", "val"))
+    workload = construct(
+        f"opening data.dataset {source.dataset} at {root}",
+        lambda: open_datasets(source, ("train", "val")),
+        "correct data.root and the data.* settings (or the dataset's registered adapter).",
+    )
     datasets = workload.datasets
     bands = workload.in_channels
     expected = adapter.expected_bands(source)

@@ -19,13 +19,13 @@ class map of a segmentation scene with the scene's CRS and transform.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.atomic import atomic_write_json
-from raytrain_hetero.errors import ConfigError, DataError, HeteroError
+from raytrain_hetero.config.problems import construct
+from raytrain_hetero.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -45,17 +45,6 @@ logger = logging.getLogger(__name__)
 ACCURACY_KEYS: tuple[str, ...] = ("val_OverallAccuracy", "val_MulticlassAccuracy", "val_Accuracy")
 
 
-def _construct(what: str, build: Callable[[], Any], fix: str) -> Any:
-    """``build()``, with any error of the user's classes as one ConfigError naming ``what``."""
-    try:
-        return build()
-    except HeteroError:
-        raise
-    except Exception as exc:  # the user's (or torchgeo's) classes raise anything
-        detail = " ".join(str(exc).split()).rstrip(".") or "(no message)"
-        raise ConfigError(f"{what} failed: {type(exc).__name__}: {detail}. Fix: {fix}") from exc
-
-
 def build_task(job: JobConfig) -> pl.LightningModule:
     """The configured task (``model.task`` with ``model.task_args``).
 
@@ -67,7 +56,7 @@ def build_task(job: JobConfig) -> pl.LightningModule:
     if job.model.task is None:
         raise ConfigError("build_task needs model.task")
     cls = resolve_task(job.model.task)
-    return _construct(
+    return construct(
         f"building model.task {job.model.task} with model.task_args {job.model.task_args}",
         lambda: cls(**job.model.task_args),
         "correct model.task_args (model, backbone, in_channels, num_classes...).",
@@ -101,9 +90,9 @@ def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDa
     args.update(given)
     what = f"building data.datamodule {job.data.datamodule} with {args}"
     fix = "correct data.root (or datamodule_args paths/root) and data.datamodule_args."
-    datamodule = _construct(what, lambda: cls(**args), fix)
+    datamodule = construct(what, lambda: cls(**args), fix)
     if stage is not None:
-        _construct(f"{what}: setup({stage!r})", lambda: datamodule.setup(stage), fix)
+        construct(f"{what}: setup({stage!r})", lambda: datamodule.setup(stage), fix)
     return datamodule
 
 
@@ -134,7 +123,7 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
         )
     datamodule = build_datamodule(job, "fit")
     fix = "correct data.datamodule_args (patch_size, length, splits) for the data at data.root."
-    train_loader = _construct(
+    train_loader = construct(
         "the datamodule's train_dataloader()", datamodule.train_dataloader, fix
     )
     draws = geo_draws(train_loader, job.train.seed)
@@ -146,8 +135,8 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
             f"workers need at least {need}; use more data (or datamodule_args length) or "
             "fewer workers."
         )
-    val_loader = _construct("the datamodule's val_dataloader()", datamodule.val_dataloader, fix)
-    batch = _construct("reading a validation batch", lambda: next(iter(val_loader)), fix)
+    val_loader = construct("the datamodule's val_dataloader()", datamodule.val_dataloader, fix)
+    batch = construct("reading a validation batch", lambda: next(iter(val_loader)), fix)
     task = build_task(job)
     task.eval()
     try:

@@ -15,18 +15,19 @@ import re
 import reprlib
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
 from raytrain_hetero.config.fields import BOOL_AS_NUMBER, INVALID, MULTI
-from raytrain_hetero.errors import ConfigError
+from raytrain_hetero.errors import ConfigError, HeteroError
 
 __all__ = [
     "ConfigProblem",
     "closest",
+    "construct",
     "describe",
     "file_problem",
     "loc_path",
@@ -104,6 +105,21 @@ _SYNONYMS: dict[str, str | tuple[str, ...]] = {
     "shares": "fixed_shares",
     "weights": "weighting",
 }
+
+
+def construct(what: str, build: Callable[[], Any], fix: str) -> Any:
+    """``build()``; any error the user's classes raise becomes one ConfigError naming ``what``.
+
+    For the datasets, datamodules, tasks and models a job builds from user settings: their
+    constructors raise anything, and a traceback through them names no setting to fix.
+    """
+    try:
+        return build()
+    except HeteroError:
+        raise
+    except Exception as exc:  # the user's (or torchgeo's) classes raise anything
+        detail = " ".join(str(exc).split()).rstrip(".") or "(no message)"
+        raise ConfigError(f"{what} failed: {type(exc).__name__}: {detail}. Fix: {fix}") from exc
 
 
 def closest(key: str, candidates: Iterable[str]) -> str | None:

@@ -238,3 +238,39 @@ def load_config_text(tmp: Path, raw: dict[str, Any]):
     path = tmp / "valid.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_config(path)
+
+
+def _refusing_builder(in_channels: int, num_classes: int, width: int) -> Any:
+    raise ValueError(f"refusing_net takes width <= 16, got {width}")
+
+
+def _refusing_open(source: Any, splits: Any, exclude: Any) -> Any:
+    raise FileNotFoundError(f"no manifest.csv under {source.root}")
+
+
+@pytest.mark.parametrize("broken", ["model", "dataset"])
+def test_an_error_of_the_users_model_or_dataset_is_one_line(broken, tmp_path, capsys, monkeypatch):
+    """A registered builder or adapter raising anything ends as one line naming the setting."""
+    import dataclasses
+
+    from raytrain_hetero.workloads import registry
+
+    raw = _base()
+    raw["data"].update(
+        {"root": str(tmp_path / "eurosat"), "generate": {"samples_per_class": 3, "size": 16}}
+    )
+    if broken == "model":
+        monkeypatch.setitem(registry._MODELS, "refusing_net", _refusing_builder)
+        raw["model"] = {"name": "refusing_net", "width": 32}
+        expected = ("model.name refusing_net", "ValueError: refusing_net takes width <= 16")
+    else:
+        adapter = dataclasses.replace(
+            registry.dataset_adapter("eurosat"), name="refusing_data", open=_refusing_open
+        )
+        monkeypatch.setitem(registry._REGISTRY, "refusing_data", adapter)
+        raw["data"]["dataset"] = "refusing_data"
+        expected = ("data.dataset refusing_data", "FileNotFoundError: no manifest.csv")
+    monkeypatch.chdir(tmp_path)
+    err = _front_door(tmp_path, yaml.safe_dump(raw), capsys)
+    assert all(part in err for part in expected), err
+    assert "Fix: correct " in err, err
