@@ -125,8 +125,15 @@ def main(argv: list[str] | None = None) -> int:
             train_loop_config=loop,
             workers=[WorkerSpec(name="w", count=args.workers)],
             batch={"global_batch_size": args.batch},
+            # An explicit probe: under the cheap start (the default) the probe and calibration
+            # phases never come, and faults drawn there would never fire.
             probe=ProbeConfig(
-                batch_sizes=[2, 4], warmup=0, repeats=1, calibration_steps=1, calibration_rounds=1
+                mode="probe",
+                batch_sizes=[2, 4],
+                warmup=0,
+                repeats=1,
+                calibration_steps=1,
+                calibration_rounds=1,
             ),
             backend={"collective_timeout_s": args.collective_timeout_s},
             faults=FaultInjectionConfig(
