@@ -1,20 +1,16 @@
 """Admission: which workers raise the group's samples/s, and which cost more than they add.
 
-A synchronous data-parallel step takes the compute makespan of the plan plus the gradient
-collective, so a worker adds throughput only if the compute it takes off the others outweighs
-what it adds to the collective (and to the makespan, when it is so slow that even its minimum
-slice is late). The prediction, for a set S of workers and a global batch of B samples:
+A worker adds throughput only if the compute it takes off the others outweighs what it adds
+to the gradient collective (and to the makespan, when even its minimum slice is late). For a
+set S of workers and a global batch of B samples::
 
     samples_per_s(S) = B / (makespan(allocate(B, costs_S)) + collective(S))
 
-:func:`decide_admission` is a deterministic greedy: order the workers by their time to process
-the whole batch alone (fastest first, ties by rank: :func:`greedy_order`), start from the
-fastest, and add the next worker while its addition raises the predicted samples/s; the first
-worker that does not is left out, and so is every slower one after it. The greedy only ever
-evaluates prefixes of that order, so ``collective(S)`` is needed for those prefixes only: the
-worker side measures a real gradient-sized all-reduce on each prefix's process group (a worker
-behind a slow link thus shows up in exactly the prefixes that contain it). The collective is
-counted in full, not overlapped with backward: an upper bound on its cost.
+:func:`decide_admission` is a deterministic greedy over the workers fastest first
+(:func:`greedy_order`): add the next while it raises the prediction; the first that does not
+is left out with every slower one. Only prefixes are evaluated, so the worker side measures a
+real all-reduce on each prefix's group (a slow link shows in exactly the prefixes holding
+it). The collective counts in full, not overlapped with backward: an upper bound.
 
 Pure: standard library and numpy only.
 """

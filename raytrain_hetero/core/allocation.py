@@ -1,14 +1,10 @@
 """Carving a global batch into per-worker slices from measured compute costs.
 
-Every worker is described by an affine step-time model ``t_i(b) = alpha_i + beta_i * b``
-(fitted from probe timings by :func:`fit_cost_model`). :func:`allocate` chooses integer
-slices ``b_i`` with ``sum(b_i) == total`` and ``min_slice <= b_i <= cap_i`` that minimise the
-makespan ``max_i t_i(b_i)``, i.e. the wall time of one synchronous data-parallel step.
-:func:`proportional_slices` is the naive split in proportion to fixed shares (the seed
-papers' speed-proportional allocation), kept as a baseline and for callers that only have
-throughputs.
-
-Pure: standard library and numpy only, no side effects beyond debug logging.
+Every worker is an affine step-time model ``t_i(b) = alpha_i + beta_i * b``
+(:func:`fit_cost_model`). :func:`allocate` chooses integer slices with ``sum(b_i) == total``
+and ``min_slice <= b_i <= cap_i`` minimising the makespan ``max_i t_i(b_i)``, the wall time
+of one synchronous step; :func:`proportional_slices` is the naive split by fixed shares (the
+seed papers' baseline). Pure: standard library and numpy only.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Re-planning policy: when do measured speeds justify a new plan? (pure; clock injected)
 
-Inputs are passive per-step measurements of every rank: how many samples it processed and how
-long it was busy (its own compute and loading, excluding waits in collectives). Per rank the
-policy keeps a robust per-sample cost estimate over a sliding window (median after rejecting
-outliers), predicts the step time of the current plan and of the best plan under those
-estimates, and re-plans only when the best plan is predicted faster by more than a threshold
-in several consecutive windows (hysteresis), never more often than a minimum spacing. A rank
-that has reported nothing for ``straggler_timeout_s`` is treated as a straggler.
-
-Everything here is a pure function of its arguments, so it is tested with an injected clock
-and reused by the large-cluster simulator.
+From passive per-step measurements (samples processed, busy seconds excluding collective
+waits), the policy keeps a robust per-sample cost per rank over a sliding window (median after
+rejecting outliers) and re-plans only when the best plan is predicted faster than the current
+one by more than a threshold in several consecutive windows (hysteresis), never more often
+than a minimum spacing. A rank silent for ``straggler_timeout_s`` is a straggler. Pure, so it
+is tested with an injected clock and reused by the large-cluster simulator.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The run's scheduler actor: measurements, live re-planning, slowdown injection, metrics.
 
-One named actor per run. Its lifecycle has one owner, the driver: ``HeteroTrainer.fit``
-creates it on the driver's node with :func:`create_scheduler` (not detached; Ray restarts it
-if it dies, ``max_restarts=-1``, and never re-delivers a call, ``max_task_retries=0``) and
-kills it when the run ends. The backend and the workers only look it up by name
-(:func:`lookup_scheduler`). It outlives worker-group restarts and is a thin shell over the
-pure :mod:`raytrain_hetero.core.policy`:
-
-* workers push finished-step records (:class:`~raytrain_hetero.core.records.StepRecord`) in
-  batches; a record whose key (group, rank, step) was seen is dropped, so a worker's resend
-  after a failed push is harmless;
-* memory is bounded: per-rank windows for the policy, counters, and a bounded buffer of
-  records the driver has not drained yet (the driver drains with a cursor; drained records
-  are dropped);
-* each batch may complete a policy window; a :class:`~raytrain_hetero.core.policy.Replan`
-  becomes the *pending* plan, logged as one structured line (old -> new slices, measured
-  speeds, reason);
-* rank 0 polls every few steps and broadcasts the pending plan to all ranks, which install it
-  at the first step none of them has carved, so the switch is agreed and exactly-once;
-* emulated slowdowns can be injected (config schedule or ``HeteroTrainer.inject_slowdown``);
-* Ray metrics (``ray.util.metrics``) expose per-rank samples/s, slice, weight and the plan
-  version to the Ray Dashboard / Prometheus.
-
-If the actor dies, Ray restarts it (empty); rank 0 re-registers the group at its next poll and
-training continues on the last plan meanwhile.
+One named actor per run, owned by the driver: ``HeteroTrainer.fit`` creates it
+(:func:`create_scheduler`, not detached) and kills it when the run ends; workers only look it
+up (:func:`lookup_scheduler`). A thin shell over the pure :mod:`raytrain_hetero.core.policy`:
+workers push step records in batches (a seen key (group, rank, step) is dropped, so a resend
+is harmless); memory stays bounded (per-rank windows, a buffer the driver drains by cursor); a
+:class:`~raytrain_hetero.core.policy.Replan` becomes the *pending* plan, which rank 0 polls and
+broadcasts, installed at the first step no rank has carved (exactly-once). It also takes
+injected slowdowns and exports Ray metrics. If it dies, Ray restarts it empty; rank 0
+re-registers the group at its next poll and training goes on with the last plan meanwhile.
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
+from raytrain_hetero.worker.identity import all_gather
 from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
 
 __all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
@@ -105,8 +105,7 @@ def plan_branch_placement(
     mine = measure_branch_costs(
         model, example_input, repeats=repeats, slowdown=slowdown, device=device
     )
-    rows: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(rows, mine, group=group)
+    rows = all_gather(mine, group)
     names = tuple(name for name, _ in mine.branches)
     placement = place_branches(
         names,

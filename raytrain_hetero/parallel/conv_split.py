@@ -1,30 +1,19 @@
 """Speed-proportional conv split: chosen ``nn.Conv2d`` layers computed across a group of ranks.
 
-Marques, Falcão and Alexandre (Applied AI 2018) distribute only the convolutional layers of a
-CNN over heterogeneous devices: each device computes a share of a layer's kernels (output
-channels) for the whole batch, sized by its speed, and the feature maps are gathered. Here:
+After Marques, Falcão and Alexandre (Applied AI 2018): rank r owns a contiguous block of
+``k_r`` output channels of each split layer, sized from per-kernel costs
+(:func:`~raytrain_hetero.core.kernel_split.split_kernels`). Forward: every rank computes its
+block on the whole batch and the uneven blocks are gathered (:func:`all_gather_blocks`).
+Backward: weight gradients stay local; the input gradient, of which each rank holds only the
+part through its own kernels, is all-reduced over the group.
 
-* Rank r of the group owns a contiguous block of ``k_r`` output channels (weights and bias
-  slice) of each split layer; ``k_r`` comes from
-  :func:`~raytrain_hetero.core.kernel_split.split_kernels` fed per-kernel costs measured by
-  :func:`probe_kernel_cost` on each rank (>= 1 kernel each).
-* Forward: every rank sees the whole batch, computes its block, and the uneven blocks are
-  gathered along the channel dimension, each at its own size (one broadcast per rank:
-  :func:`all_gather_blocks`).
-* Backward: the gradient of the full output is identical on every rank (same loss on the same
-  gathered activations); each rank keeps the slice of its own block for its weight gradients,
-  which stay local (never reduced), and the input gradient, of which each rank holds only the
-  part flowing through its own kernels, is all-reduced (SUM) over the group.
+Bytes per split layer and step, per rank (batch N, output ``C x H x W``, e bytes per element):
+forward ``(C - k_r) * N * H * W * e`` received, own block sent to the ``R - 1`` others;
+backward input-gradient all-reduce ``N * C_in * H_in * W_in * e`` (x ``2 (R - 1) / R`` ring).
 
-Bytes moved per split layer and step, per rank, for a batch of N and an output of
-``C x H x W`` split over R ranks with blocks ``k_r`` (e bytes per element): forward gather
-``(C - k_r) * N * H * W * e`` received (rank r's own block, ``k_r * N * H * W * e``, sent
-to each of the ``R - 1`` others by a flat broadcast); backward input-gradient
-all-reduce ``N * C_in * H_in * W_in * e`` (times ``2 (R - 1) / R`` with a ring).
-
-Layers not split run replicated and stay identical on every rank without any gradient
-all-reduce: see :func:`check_replicas_identical`. Checkpoints hold the full (unsplit) model:
-:mod:`raytrain_hetero.parallel.conv_state`.
+Unsplit layers run replicated and stay identical without an all-reduce
+(:func:`check_replicas_identical`). Checkpoints hold the full model
+(:mod:`raytrain_hetero.parallel.conv_state`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """State of a conv-split model: full checkpoints, re-splitting, and per-kernel cost probes.
 
-* :func:`full_state_dict` / :func:`load_full_state_dict`: checkpoints hold the unsplit model,
-  so a checkpoint written in conv-split mode loads into the plain model (data-parallel mode,
-  ``predict``) and any split of any group size, and vice versa.
-* :func:`full_optimizer_state_dict` / :func:`load_full_optimizer_state_dict`: the same for the
-  optimizer (the split model keeps the plain model's parameter order, so the indices match).
-* :func:`resplit`: moves kernels' weights and optimizer state between ranks when the split
-  changes. The Parameter objects are kept and their ``.data`` resized, so the optimizer's
-  param groups stay valid and its per-parameter state is re-sliced in place.
-* :func:`probe_kernel_cost` / :func:`gather_kernel_costs`: the per-kernel cost of a layer on
-  this worker (through the one slowdown emulator) and every rank's, for the split solver.
-
-Every function that touches a split layer's parameters is a collective over its group: every
-rank must call it, with the same arguments, in the same order.
+Checkpoints (model and optimizer) hold the unsplit model, so they load into any split or the
+plain model. :func:`resplit` moves kernels' weights and optimizer state between ranks, keeping
+the Parameter objects (resizing ``.data``) so the optimizer's param groups stay valid.
+:func:`probe_kernel_cost` times a layer's per-kernel cost. Every function touching a split
+layer's parameters is a collective over its group (same arguments, same order).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Process groups and layout records of a model-parallel run (R replicas x G-way groups).
 
-The workers are cut into ``R`` model-parallel groups of ``G`` consecutive ranks
-(:meth:`~raytrain_hetero.config.ParallelConfig.groups`); group ``i`` is data-parallel replica
-``i``, and a rank's *position* is its index within its group. Two kinds of process groups:
-
-* the *split* group of a replica (its G ranks): the conv split's gathers and all-reduces, the
-  branch pipeline's point-to-point traffic;
-* the *peer* group of a position (the R ranks holding the same position in every replica):
-  every replica splits or places the model the same way, so the ranks of a peer group hold
-  the same parameters (a block of kernels, a branch, the replicated layers) and all-reduce
-  their gradients, weighted by the samples each replica processed (exact, as in data
-  parallelism).
-
-Every rank creates every group, in the same order (torch requires it), each with the run's
-collective timeout.
+Group ``i`` of ``G`` consecutive ranks is data-parallel replica ``i``; a rank's *position* is
+its index in its group. The *split* group of a replica carries the conv split's and branch
+pipeline's traffic; the *peer* group of a position (its rank in every replica) holds the same
+parameters, since every replica splits alike, and all-reduces their gradients weighted by
+each replica's samples (exact). Every rank creates every group in the same order (torch
+requires it), each with the run's collective timeout.
 """
 
 from __future__ import annotations

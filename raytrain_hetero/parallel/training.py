@@ -1,7 +1,6 @@
 """Training in a model-parallel mode through ``HeteroTrainer``: :func:`prepare_model_parallel`.
 
-Inside the train loop that :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` runs, with
-``parallel=ParallelConfig(mode="conv_split" | "branches", ...)``::
+With ``parallel=ParallelConfig(mode="conv_split" | "branches", ...)``::
 
     pm = rh.prepare_model_parallel(model, example_input=x)
     optimizer = rh.prepare_optimizer(torch.optim.SGD(pm.parameters(), lr=0.1))
@@ -13,16 +12,10 @@ Inside the train loop that :class:`~raytrain_hetero.driver.trainer.HeteroTrainer
             step = pm.train_step(batch["image"], batch["label"], F.cross_entropy, optimizer)
         state = pm.full_state_dict()                     # the single-device state_dict
 
-The data plan stays per rank (see :mod:`raytrain_hetero.worker.sampler`); the split of each
-layer, or the branch placement, is agreed from per-position costs combined over the replicas
-(the slowest replica's rank at each position decides), so it is the same in every replica and
-the ranks holding the same parameters all-reduce their gradients across replicas
-(:mod:`raytrain_hetero.parallel.layout`).
-
-What differs between the modes is a :class:`~raytrain_hetero.parallel.strategies.ParallelStrategy`
-(:mod:`raytrain_hetero.parallel.strategies`); :class:`ParallelModel` holds what they share.
-This module reads the per-process worker runtime (the one other reader besides
-:mod:`raytrain_hetero.worker.api`): it is the model-parallel counterpart of ``prepare_model``.
+The split or placement is agreed from per-position costs combined over the replicas (the
+slowest replica's rank decides), so it is the same in every replica and the ranks holding the
+same parameters all-reduce across replicas. What differs between the modes is a
+:class:`~raytrain_hetero.parallel.strategies.ParallelStrategy`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Admission on the workers: time the gradient collective, decide, and hand the decision on.
 
-Collectives, run on every rank at the same point (the first plan of a run, or the probe
-command). :func:`assess_admission` times a gradient-sized all-reduce on the process group of
-each prefix of the fastest-first order
-(:func:`~raytrain_hetero.worker.probe.time_gradient_allreduce`) and applies the pure
-greedy of :func:`~raytrain_hetero.core.admission.decide_admission` to the probe's cost
-models; every rank computes the same decision from the same gathered numbers.
-
-With ``ProbeConfig.admission == "auto"``, :func:`apply_admission` records the decision with the
-run's scheduler actor (once per run: a group that finds a decision there does not decide
-again) and, when worker slots are left out (wherever they are listed), the group stops before
-training and waits for Ray Train's elastic controller, whose scaling policy reads the
-decision, to restart it on the kept slots only (:mod:`raytrain_hetero.driver.elastic`; the
-backend maps Ray's workers onto them, :func:`~raytrain_hetero.core.admission.kept_slots`). No rank gets a zero slice: a rank
-in the group pays every collective whatever its slice.
+:func:`assess_admission` (a collective) times a gradient-sized all-reduce on each prefix of the
+fastest-first order and applies :func:`~raytrain_hetero.core.admission.decide_admission`;
+every rank computes the same decision from the same gathered numbers. With
+``ProbeConfig.admission == "auto"``, :func:`apply_admission` records it with the scheduler
+actor (once per run) and, when slots are left out, stops the group before training for Ray
+Train's elastic controller to restart it on the kept slots only
+(:mod:`raytrain_hetero.driver.elastic`). No rank gets a zero slice: a rank in the group pays
+every collective whatever its slice.
 """
 
 from __future__ import annotations

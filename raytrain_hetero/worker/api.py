@@ -14,18 +14,10 @@ Typical loop::
             raytrain_hetero.report({"epoch": epoch}, checkpoint=...)
 
 ``report`` stores the sampler cursor, the plan history and every rank's random-generator
-state inside the checkpoint, so a restarted group resumes at exactly the next unseen step of
-the epoch and draws the same Dropout masks. Any optimizer over a prepared model's parameters
-skips, on every rank, a step whose gradients are non-finite on any rank (the step guard).
-
-This module is the only reader of the per-process runtime
-(:func:`~raytrain_hetero.worker.context.get_runtime`) in the worker layer (above it, the
-model-parallel counterpart of ``prepare_model``,
-:func:`raytrain_hetero.parallel.training.prepare_model_parallel`, reads it too); it hands each part to the modules that
-do the work: :mod:`~raytrain_hetero.worker.ddp` (model), :mod:`~raytrain_hetero.worker.sampler`
-(loader), :mod:`~raytrain_hetero.worker.calibration` (first measurements),
-:mod:`~raytrain_hetero.worker.planning` (plans), :mod:`~raytrain_hetero.worker.checkpoint_state`
-(resume state) and :mod:`~raytrain_hetero.worker.scheduler_client` (the scheduler).
+state in the checkpoint, so a restarted group resumes at exactly the next unseen step with the
+same Dropout masks. This module (and ``prepare_model_parallel``) alone reads the per-process
+runtime (:func:`~raytrain_hetero.worker.context.get_runtime`) and hands each part to the
+modules that do the work.
 """
 
 from __future__ import annotations
@@ -56,6 +48,7 @@ from raytrain_hetero.worker.dataset_agreement import (
 from raytrain_hetero.worker.evaluation import EvaluationLoader, evaluation_shares, sum_across_ranks
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import install_step_hooks, optimizer_gradients
+from raytrain_hetero.worker.identity import all_gather
 from raytrain_hetero.worker.micro_batches import (
     MicroBatch,
     check_micro_batching,
@@ -461,8 +454,7 @@ def report(
                 "slice": last.slice,
                 "weight": last.weight,
             }
-        gathered: list[Any] = [None] * runtime.identity.world_size
-        dist.all_gather_object(gathered, (figures, rng[0].to_dict()))
+        gathered = all_gather((figures, rng[0].to_dict()))
         for rank, (theirs, _) in enumerate(gathered):
             if theirs is not None:
                 for key in ("samples_per_s", "slice", "weight"):
@@ -516,8 +508,7 @@ def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:
     if not dist.is_initialized() or runtime.identity.world_size < 2:
         return
     node = f"{ray.get_runtime_context().get_node_id()[:12]} ({socket.gethostname()})"
-    gathered: list[Any] = [None] * runtime.identity.world_size
-    dist.all_gather_object(gathered, (node, fingerprint))
+    gathered = all_gather((node, fingerprint))
     check_agreement([RankDataset(rank, node, fp) for rank, (node, fp) in enumerate(gathered)])
 
 

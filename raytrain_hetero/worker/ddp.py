@@ -1,17 +1,10 @@
 """DistributedDataParallel with count-weighted gradient synchronisation.
 
-Each rank back-propagates the *mean* loss over its own slice of n_i samples. Before the
-all-reduce, the communication hook scales the rank's gradient bucket by w_i = n_i / N (N: the
-step's global sample count, known on every rank from the deterministic carving) and sums; it
-does not divide by the world size. The result is sum_i (n_i/N) g_i, exactly the mean gradient
-over the whole global batch: the update a single device would make.
-
-``weighting="uniform"`` scales by 1/world_size instead, reproducing the seed papers' earlier
-HDP baseline (uneven slices, plain averaging), which biases updates toward small slices.
-
-With a :class:`~raytrain_hetero.worker.guard.StepGuard`, the hook also checks each bucket for
-non-finite values before the reduction and appends the per-rank indicator to the last
-bucket's all-reduce, so the step guard's decision costs no extra collective.
+Each rank back-propagates the *mean* loss over its n_i samples; the communication hook scales
+its bucket by w_i = n_i / N (N known on every rank from the carving) and sums, giving exactly
+the whole batch's mean gradient. ``weighting="uniform"`` scales by 1/world_size (the seed
+papers' biased baseline). With a :class:`~raytrain_hetero.worker.guard.StepGuard` the hook
+also checks each bucket and appends the non-finite indicator to the last bucket's all-reduce.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """EMULATION: the one way a worker is made k times slower than its hardware.
 
-For CPU-only testing and demos, a worker with slowdown factor k must behave like a device k
-times slower. Every place that emulates slowdown (training steps and BatchNorm exchanges, the
-probe, the stock benchmark contender, the "alone" benchmark measurement, inference actors)
-uses :class:`SlowdownEmulator`: it measures the worker's *own* compute since a mark with a
-:class:`~raytrain_hetero.worker.timing.ComputeClock` (thread or process CPU time, so
-co-located workers contending for cores do not compound the stretch) and, for an interval d,
-sleeps (k - 1)·d, so the worker reaches its next synchronisation point as late as the slower
-device would, without taking CPU from others. Real heterogeneous clusters use k = 1.
-
-:func:`slowdown_factor` is the one rule for the factor at a step: the worker's base
-``emulated_slowdown`` times every injection targeting it from that step on.
+For CPU-only testing and demos, every place that emulates slowdown (steps, BatchNorm
+exchanges, probes, benchmarks, inference) uses :class:`SlowdownEmulator`: it measures the
+worker's *own* compute since a mark (thread or process CPU time, so co-located workers do not
+compound the stretch) and for an interval d sleeps (k - 1)·d, reaching the next
+synchronisation point as late as the slower device would without taking CPU from others.
+Real clusters use k = 1. :func:`slowdown_factor` is the one rule for the factor at a step.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Evaluation and prediction sharded by speed over all ranks, aggregated exactly.
 
-Every evaluation step takes the next ``batch_size`` items of the evaluation set in order and
-splits them across the ranks in proportion to the run's current plan, with the training
-carving's own math (:class:`~raytrain_hetero.core.carving.EpochCarver` without shuffling, one
-"epoch" = one pass over the set, its ragged-tail rule included). So every item is evaluated
-exactly once, every rank gets at least one item per step and every rank runs the same number
-of steps, which keeps per-step collectives (Lightning's ``self.log(..., sync_dist=True)``)
-safe. The shares are read when an iteration starts: the plan of that moment, identical on
-every rank since plans switch at agreed steps.
-
-Aggregation must count, not average averages: :func:`sum_across_ranks` all-reduces sums
-(correct predictions and samples); a torchmetrics metric computed with its default
-``sync_on_compute=True`` gathers its states (sums, or concatenations of uneven length) over
-the group itself, which is exact for uneven shards.
+Each evaluation step splits the next ``batch_size`` items across the ranks by the current
+plan with the training carving's own math (unshuffled, ragged tail included): every item
+once, at least one per rank, the same number of steps on every rank (so per-step collectives
+such as Lightning's ``sync_dist`` are safe). Aggregation counts rather than averaging
+averages: :func:`sum_across_ranks` all-reduces sums; torchmetrics' ``sync_on_compute`` gathers
+its states itself, exact for uneven shards.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ writes them afterwards, so every part of the worker can hold them without copies
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
 
 from raytrain_hetero.config.groups import (
     BackendConfig,
@@ -114,3 +116,10 @@ class RankIdentity:
     def spec(self) -> WorkerSpec:
         """The WorkerSpec this worker was started for."""
         return self.setup.specs[self.slot]
+
+
+def all_gather(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's ``obj`` in rank order (of ``group``, default the world); a collective."""
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered

@@ -21,7 +21,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.core.policy import StepSample
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity, all_gather
 from raytrain_hetero.worker.probe import CostKey
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,7 @@ class PlanState:
 def gather_rank_slots(identity: RankIdentity, plans: PlanState) -> tuple[int, ...]:
     """Worker slot of every rank (a collective the first time, then remembered)."""
     if plans.rank_slots is None:
-        gathered: list[Any] = [None] * identity.world_size
-        dist.all_gather_object(gathered, identity.slot)
+        gathered = all_gather(identity.slot)
         plans.rank_slots = tuple(int(s) for s in gathered)
     return plans.rank_slots
 

@@ -1,20 +1,16 @@
 """Torch batch sampler and loader over :mod:`raytrain_hetero.core.carving`.
 
-:class:`CarvingBatchSampler` yields, for one epoch from a start step, this rank's index list
-of every global step under the plan that governs that step. :class:`HeteroDataLoader` wraps a
-torch ``DataLoader`` built on it (:class:`CarvedStepLoader` holds the step accounting it shares
-with the Ray Data source): each iteration is one epoch (resuming mid-epoch after a
-restart), and as it hands out the batch of step s it begins the step on the worker's
-:class:`~raytrain_hetero.worker.timing.StepTiming` with the step's per-rank counts, which the
-gradient hook and BatchNorm use for their weights. The counts are recomputed from the same pure
-carving rather than taken from the sampler, so prefetching by DataLoader workers cannot make
-them disagree. At the end of every step it builds the step's
-:class:`~raytrain_hetero.core.records.StepRecord`.
+:class:`CarvingBatchSampler` yields this rank's indices of every global step under the plan
+governing that step. :class:`HeteroDataLoader` wraps a torch ``DataLoader`` on it (with
+:class:`CarvedStepLoader`'s step accounting, shared with the Ray Data source): one iteration
+is one epoch (resuming mid-epoch), and handing out step s's batch begins the step on
+:class:`~raytrain_hetero.worker.timing.StepTiming` with its per-rank counts (the gradient and
+BatchNorm weights). The counts are recomputed from the pure carving, not taken from the
+sampler, so DataLoader prefetching cannot make them disagree.
 
-A dataset read by queries that a sampler draws (torchgeo's ``GeoDataset``: bounding boxes of
-``RandomGeoSampler``/``RandomBatchGeoSampler``, cells of ``GridGeoSampler``; never an integer)
-is carved through :class:`EpochDraws`: each epoch's draws are listed once, seeded by
-(seed, epoch), and their positions are carved like sample indices.
+A dataset read by drawn queries (torchgeo's ``GeoDataset``) is carved through
+:class:`EpochDraws`: each epoch's draws are listed once, seeded by (seed, epoch), and their
+positions carved like sample indices.
 """
 
 from __future__ import annotations
