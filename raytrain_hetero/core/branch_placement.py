@@ -122,7 +122,6 @@ class BranchPlacement:
             branch_ranks: Rank of each branch, by name.
             branch_names: The model's branches in fusion order.
             head_rank: Rank of the fusion head.
-            world_size: Ranks in the group.
 
         Raises:
             ModelParallelError: A name the model does not declare, a branch left unplaced, or

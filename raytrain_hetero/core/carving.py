@@ -138,7 +138,6 @@ class EpochCarver:
             epoch: Epoch number (selects the permutation).
             step_in_epoch: Step within the epoch.
             plan: Plan governing the step.
-            rank: The rank.
             permutation: The epoch's permutation if the caller already has it (saves work).
         """
         perm = self.permutation(epoch) if permutation is None else permutation

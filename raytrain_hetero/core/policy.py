@@ -92,7 +92,6 @@ class StepSample:
     """One rank's measurement of one step.
 
     Attributes:
-        rank: The rank.
         step: Global step.
         samples: Samples it processed.
         busy_s: Seconds it was busy (compute + loading, not waiting).

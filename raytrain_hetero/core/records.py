@@ -124,7 +124,6 @@ class WorkerSummary:
     """What one worker (at one rank) did over a run.
 
     Attributes:
-        rank: World rank.
         worker: WorkerSpec name.
         device: Device of its latest step.
         samples_per_s: Median of its finite per-step rates (NaN if none).

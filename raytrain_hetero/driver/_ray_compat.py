@@ -1,14 +1,11 @@
 """Every private Ray API raytrain_hetero uses, in one place, each with why and what would replace it.
 
-Ray Train V2 (2.60) has no public hook for a per-slot elastic policy, a backend that places
-workers itself, or aborting a Train run from a Tune trial. What the package needs from Ray's
-internals is reached *only* here; every other module imports the names below. Each entry of
-:data:`PRIVATE_APIS` says why it is needed and which public API would let us drop it, and
-:func:`check_ray_compat` verifies that the installed Ray is the pinned version and that every
-listed name still resolves, failing with a message naming the private API that moved.
-
-Upgrading Ray: bump :data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the
-integration tests ``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
+Ray Train V2 has no public hook for a per-slot elastic policy, a backend that places workers
+itself, or aborting a Train run from a Tune trial; those internals are reached *only* here.
+Each :data:`PRIVATE_APIS` entry says why and which public API would drop it;
+:func:`check_ray_compat` fails naming the private API that moved. Upgrading Ray: bump
+:data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the integration tests
+``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Measuring what each branch and the head cost on each rank, and placing them from that.
 
-Before branches are placed, every rank still holds the whole model: it times the forward +
-backward of each branch (and the head) on an example batch with the one probe timer
-(:class:`~raytrain_hetero.worker.timing.ProbeTimer` on the worker's compute clock: thread or
-process CPU time on CPU, so co-located workers do not count each other's work), scales the
-readings by its emulated slowdown factor (EMULATION: a factor-k worker behaves like a device k
-times slower; 1.0 on real heterogeneous hardware), and the ranks exchange their rows. Every rank
-then solves the same placement problem on the same matrix
+Every rank, still holding the whole model, times each branch's (and the head's) forward +
+backward with the one :class:`~raytrain_hetero.worker.timing.ProbeTimer` (EMULATION factor
+applied); the ranks exchange their rows and each solves the same placement problem
 (:func:`~raytrain_hetero.core.branch_placement.place_branches`), so they agree without a
-further broadcast.
+broadcast.
 """
 
 from __future__ import annotations

@@ -130,7 +130,6 @@ class RankLayout:
     """What one world rank holds.
 
     Attributes:
-        rank: World rank.
         replica: Its model-parallel group (data-parallel replica).
         position: Its index within the group.
         kernels: ``conv_split``: ``(layer, kernels)`` it owns, in layer order.

@@ -1,13 +1,9 @@
-"""Point-to-point tensor transfer with byte counting (torch.distributed send/recv).
+"""Point-to-point tensor transfer with byte counting (torch.distributed send/recv, gloo or NCCL).
 
-A receiver does not know the shape of an activation in advance (the last batch of an epoch
-is short, micro-batches are uneven), so every tensor whose shape the receiver cannot derive
-travels behind a fixed-size header: 8 int64 values (dtype code, number of dimensions, up to
-six sizes). Gradients travel back without a header: they have the shape of the activation
-they belong to. Every byte sent or received, headers included, is counted in a
-:class:`Traffic` record so the benchmark can compare it with data parallelism.
-
-Works with gloo (CPU tensors) and NCCL (CUDA tensors); the tests use gloo.
+A receiver cannot know an activation's shape in advance (short last batch, uneven
+micro-batches), so such a tensor travels behind a fixed header of 8 int64 values (dtype code,
+dimensions, up to six sizes); gradients come back headerless in their activation's shape.
+Every byte, headers included, is counted in a :class:`Traffic` record.
 """
 
 from __future__ import annotations

@@ -55,10 +55,8 @@ def assess_admission(
     for ``n`` ranks; admission is opt-in).
 
     Args:
-        identity: This rank.
         model: The prepared model (its gradient size is what the all-reduce moves).
         costs: One cost model per rank (the probe's, after calibration).
-        rank_slots: Worker slot of every rank.
     """
     setup = identity.setup
     module = getattr(model, "module", model)
@@ -103,19 +101,10 @@ def apply_admission(
 ) -> AdmissionDecision | None:
     """``admission: auto`` at a group's first plan: decide once per run, then act on it.
 
-    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0
-    asks the run's scheduler whether the run decided already (then nothing happens);
-    otherwise every rank measures and decides, rank 0 records the decision and the worker
-    slots to keep, and, if this group holds another slot, every rank waits for the elastic
-    controller to restart the group on the kept slots (the waiting ranks are stopped
-    by that restart).
-
-    Args:
-        identity: This rank.
-        model: The prepared model.
-        costs: One cost model per rank.
-        rank_slots: Worker slot of every rank.
-        scheduler: Rank 0's scheduler client (None elsewhere, or without a scheduler).
+    Only a full group decides (no slot left out unmeasured), once per run (rank 0 asks the
+    scheduler). Rank 0 records the decision and the slots to keep; if this group holds
+    another slot, every rank waits for the elastic controller to restart the group on the
+    kept slots. ``scheduler`` is rank 0's client (None elsewhere).
 
     Returns:
         The decision made by this group, or None if the run had decided already, the group

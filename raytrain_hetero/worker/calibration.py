@@ -103,11 +103,8 @@ def measure_costs(
     """One cost model per rank: probed (or reused) and then calibrated; a collective.
 
     Args:
-        identity: This rank.
-        model: The prepared (DDP) model.
         timing: The worker's step timing (calibration runs pseudo-steps on it).
         inputs: Dataset and loss to measure with.
-        rank_slots: Worker slot of every rank.
         known: Cost models of slots a previous group measured; those slots skip the probe.
         pass_caps: Samples per forward+backward pass of every rank (memory), or None: the
             probe stays within them and calibration micro-batches a slice above them.

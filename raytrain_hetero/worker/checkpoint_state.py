@@ -1,11 +1,9 @@
 """The versioned resume state a worker writes into every checkpoint.
 
-``raytrain_hetero_state.json`` carries the carving cursor, the carving parameters it is only
-valid for, the plan history and which worker slot each rank filled, so a restarted group
-resumes at exactly the next unseen step of the epoch and reuses the cost models of the slots
-it already measured. Since format 2 it also carries every rank's random-generator state
-(:mod:`raytrain_hetero.worker.rng_state`), so Dropout draws the same masks after a resume.
-Written atomically; reading checks the format version and still reads format 1 (no RNG state).
+``raytrain_hetero_state.json`` carries the carving cursor and the carving parameters it is
+valid for, the plan history, each rank's worker slot (to reuse measured cost models) and,
+since format 2, every rank's random-generator state (same Dropout masks after a resume).
+Written atomically; reading checks the format version and still reads format 1.
 """
 
 from __future__ import annotations

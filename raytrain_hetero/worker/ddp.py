@@ -129,8 +129,6 @@ def wrap_model(
     """Move ``model`` to the worker's device and wrap it in DDP with the weighted hook.
 
     Args:
-        model: The user's model.
-        device: This worker's device.
         timing: This worker's step timing (step weights, compute accounting, EMULATION).
         weighting: "proportional" (exact) or "uniform".
         sync_batchnorm: Replace BatchNorm layers by global-statistics HeteroBatchNorm. Turning

@@ -52,8 +52,6 @@ def slowdown_factor(
     Args:
         base: The worker's ``emulated_slowdown``.
         injections: Injected slowdowns (each targets a worker name or a rank from a step on).
-        worker: The worker's slot name.
-        rank: Its world rank.
         step: The global step (-1 outside training steps: probes, calibration).
 
     Returns:
@@ -122,8 +120,6 @@ class SlowdownSchedule:
 
     Args:
         base: The worker's ``emulated_slowdown``.
-        worker: Its slot name.
-        rank: Its world rank.
         planned: Injections known from the start (the run's slowdown schedule).
         noise: Per-step noise amplitude (:func:`noise_multiplier`); the factor stays >= 1.
     """

@@ -40,7 +40,6 @@ class ShardBatchSampler(Sampler[list[Any]]):
         source: What to shard: a length ``n`` (dataset positions ``0..n-1``) or a sampler
             whose items (indices, torchgeo's boxes...) are taken in its order.
         batch_size: Items per evaluation step over all ranks.
-        rank: This rank.
         shares: Returns one share per rank; read at the start of every iteration.
 
     Raises:
@@ -80,9 +79,7 @@ class EvaluationLoader(DataLoader):
     worker's slowdown factor through the one :class:`SlowdownEmulator`, as in training steps.
 
     Args:
-        dataset: The evaluation set.
         source, batch_size, rank, shares: As for :class:`ShardBatchSampler`.
-        clock: The worker's compute clock.
         slowdown: Returns the EMULATION factor (1.0 = real speed), read per iteration.
         **kwargs: Other ``DataLoader`` arguments (``collate_fn``, ``num_workers``...).
     """

@@ -62,8 +62,6 @@ class StepGuard:
     """Per-worker state of the step guard.
 
     Args:
-        rank: This rank.
-        world_size: Ranks in the group.
         max_consecutive: Consecutive skipped steps after which :meth:`verdict` raises.
     """
 

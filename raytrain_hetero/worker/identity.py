@@ -91,8 +91,6 @@ class RankIdentity:
     Attributes:
         setup: Run-wide settings.
         slot: Which worker slot of ``setup.specs`` this process fills.
-        rank: World rank.
-        world_size: World size.
         device: Device string this worker computes on ("cpu" or "cuda:N").
         group_id: Id of the worker group (changes on every restart).
     """

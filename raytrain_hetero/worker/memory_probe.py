@@ -158,7 +158,6 @@ def probe_memory(
         model: The bare module (not the DDP wrapper: probing must not communicate).
         make_batch: A fresh batch of the given size, on ``device``.
         batch_sizes: >= 2 distinct sizes, small enough to fit.
-        device: Device the model runs on.
         loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
         fraction: Share of the worker's memory a pass may use, in (0, 1].
         ray_memory_bytes: The worker's Ray ``memory`` resource (CPU budget), if any.

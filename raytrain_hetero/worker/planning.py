@@ -138,21 +138,9 @@ def build_plan(
 ) -> Plan:
     """The next plan of the run, for the ranks of this worker group.
 
-    Args:
-        identity: This rank.
-        plans: Its plan state (the version and the rank slots come from it).
-        shares: Fixed shares per rank, or
-        costs: cost models per rank (exactly one of the two).
-        slices: With ``costs``, slices already decided from them (the scheduler's live
-            re-plan); None lets the allocation decide.
-        effective_step: First global step the plan governs.
-        reason: Why the plan is made (logged and recorded).
-
-    Returns:
-        The plan, versioned after every plan of the run so far.
-
-    Raises:
-        ConfigError: Unless exactly one of ``shares`` and ``costs`` is given.
+    Exactly one of ``shares`` (fixed shares per rank) and ``costs`` (cost models per rank,
+    with ``slices`` already decided from them by a live re-plan, or None to allocate) is
+    given, else ConfigError. The plan is versioned after every plan of the run so far.
     """
     if (shares is None) == (costs is None):
         raise ConfigError("A plan needs exactly one of shares= or costs=.")
@@ -183,16 +171,7 @@ def next_free_step(plans: PlanState) -> int:
 def install_plan(
     plans: PlanState, plan: Plan, *, announce: Callable[[Plan], None] | None = None
 ) -> Plan:
-    """Make ``plan`` govern its steps on this rank and remember it in the history.
-
-    Args:
-        plans: This rank's plan state.
-        plan: The plan (built by :func:`build_plan`, identical on every rank).
-        announce: Told about the plan (rank 0 tells the scheduler).
-
-    Returns:
-        The plan.
-    """
+    """Make ``plan`` govern its steps on this rank, remember it, tell ``announce``; return it."""
     plans.schedule.add(plan)
     plans.history.append(plan)
     logger.info(

@@ -1,21 +1,11 @@
 """The compute clock, the step in progress, and its timing accounting.
 
-Compute is measured as this worker's *own* work, not wall time, so workers that share cores
-(three workers on a two-core box) do not distort each other's figures:
-
-* CPU devices: CPU time of the calling thread when torch runs one intra-op thread (forward and
-  CPU backward both run on the caller's thread), else CPU time of the whole process.
-* CUDA devices: wall time after ``torch.cuda.synchronize`` (kernel time on the device).
-
-:class:`StepTiming` owns the step in progress: the loader (or calibration) begins a step, the
-gradient hook and BatchNorm layers call :meth:`StepTiming.before_collective` /
-:meth:`StepTiming.after_collective` around each exchange (stretching compute under EMULATION
-through the one :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`), and the loader
-ends the step and reads its :class:`StepTimes`.
-
-:class:`ProbeTimer` is the one timer of every probe (data-parallel step costs, the gradient
-all-reduce, conv-kernel costs, branch costs): warm-up, interleaved repeats, the clock and the
-EMULATION stretch, returning :class:`ProbeTimings`.
+Compute is this worker's *own* work, not wall time, so workers sharing cores do not distort
+each other's figures: on CPU the calling thread's CPU time with one intra-op thread (forward
+and backward run on the caller's thread), else the process's; on CUDA wall time after
+``torch.cuda.synchronize``. :class:`StepTiming` owns the step in progress (begun by the
+loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
+of every probe (step costs, the gradient all-reduce, conv kernels, branches).
 """
 
 from __future__ import annotations
@@ -78,7 +68,6 @@ class StepInfo:
         epoch: Epoch of the step.
         step_in_epoch: Index within the epoch.
         counts: Samples per rank this step (identical on every rank).
-        rank: This rank.
         plan_version: Version of the plan that carved the step.
     """
 
