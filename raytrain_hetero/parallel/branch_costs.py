@@ -50,16 +50,9 @@ def measure_branch_costs(
 ) -> BranchCosts:
     """Time each branch and the head of ``model`` on this rank (best of ``repeats``).
 
-    Gradients the measurement leaves in the model are cleared (set to None); BatchNorm
-    running statistics and the CPU torch RNG state are restored, so measuring does not change
-    training.
-
-    Args:
-        model: The whole model (declaring its branches), before placement.
-        example_input: A batch like the training ones (the batch size matters).
-        repeats: Timed repetitions per part; the fastest counts.
-        slowdown: EMULATION factor of this worker (readings are multiplied by it).
-        device: Device the model runs on (selects the clock).
+    Measuring does not change training: gradients are cleared, BatchNorm running statistics
+    and the CPU RNG state restored. ``example_input`` is a batch like the training ones (its
+    size matters); readings are multiplied by the EMULATION ``slowdown``.
 
     Raises:
         ModelParallelError: No declared branches, or a slowdown that is not > 0.

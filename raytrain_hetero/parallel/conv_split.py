@@ -76,22 +76,11 @@ def all_gather_blocks(
 ) -> torch.Tensor:
     """Concatenate each rank's block of uneven size along ``dim`` on every rank.
 
-    Each block moves at its own size: one broadcast per rank of the group, from that rank, of
-    its block straight into its slice of a preallocated output (stacked along a leading dim so
-    every slice is contiguous). gloo's ``all_gather`` wants equal shapes, and padding every
-    block to the widest one made an uneven (speed-proportional) split move more bytes than an
-    equal one; measured on 2 gloo processes, the broadcasts also beat ``all_to_all_single``
-    with uneven splits (which needs the block copied once per destination).
-
-    Args:
-        local: This rank's block (``sizes[rank]`` along ``dim``).
-        sizes: Block size of each rank of ``group``, in group-rank order.
-        dim: Dimension the blocks are stacked along.
-        group: Process group (None = the default group).
-        hooks: Called around the collective (once, around all the broadcasts).
-
-    Returns:
-        The full tensor, ``sum(sizes)`` along ``dim``.
+    Each block moves at its own size: one broadcast per rank, straight into its slice of a
+    preallocated output. gloo's ``all_gather`` wants equal shapes, and padding to the widest
+    block made an uneven split move more bytes than an equal one; on 2 gloo processes the
+    broadcasts also beat an uneven ``all_to_all_single``. ``sizes`` is every rank's block size
+    in group-rank order; ``hooks`` run once around all the broadcasts.
 
     Raises:
         ModelParallelError: If ``local`` is not this rank's size along ``dim``.
@@ -271,12 +260,8 @@ class SplitConv2d(nn.Module):
     def gather_bytes(self, input_shape: Sequence[int], element_bytes: int) -> tuple[int, int]:
         """Bytes (sent, received) by this rank in one forward gather of an input's output.
 
-        :func:`all_gather_blocks` broadcasts each block at its own size: this rank sends its
-        ``k_r`` channels to each of the ``R - 1`` others and receives the other ``C - k_r``.
-
-        Args:
-            input_shape: ``(N, C_in, H, W)`` of the layer's input.
-            element_bytes: Bytes per element (4 for float32).
+        This rank sends its ``k_r`` channels to each of the ``R - 1`` others and receives the
+        other ``C - k_r`` (``input_shape``: the layer input's ``(N, C_in, H, W)``).
         """
         batch, _, height, width = input_shape
         out_h, out_w = self.output_size(height, width)
@@ -322,19 +307,10 @@ def check_replicas_identical(
 ) -> float:
     """Largest difference between ranks of any replicated parameter or float buffer.
 
-    Layers that are not split run on every rank on the same whole batch and the same gathered
-    activations, so their gradients come out identical on every rank without any all-reduce,
-    and identical replicas stay identical after identical optimizer steps. This check catches
-    what would break that (different initial weights, a rank-dependent layer such as dropout
-    with unsynchronised seeds). A collective: every rank of ``group`` must call it.
-
-    Args:
-        model: The model, split or not (split layers' own blocks are skipped).
-        group: Process group (None = the default group).
-        tolerance: Largest difference accepted.
-
-    Returns:
-        max over elements of (max over ranks - min over ranks).
+    Unsplit layers see the same batch and gathered activations on every rank, so their
+    gradients agree without an all-reduce and identical replicas stay identical; this catches
+    what would break that (different initial weights, unsynchronised dropout seeds). Split
+    layers' own blocks are skipped. A collective over ``group``.
 
     Raises:
         ModelParallelError: If the difference exceeds ``tolerance``.
@@ -368,19 +344,9 @@ def split_conv_layers(
 ) -> dict[str, tuple[int, ...]]:
     """Replace the named Conv2d layers of ``model`` in place by :class:`SplitConv2d`.
 
-    A collective when ``check`` is set: every rank of ``group`` must call it with the same
-    arguments. Each layer's split is, in order of precedence, ``kernels_per_rank[name]``, the
-    makespan-optimal split for ``costs[name]`` (one per-kernel cost model per rank, e.g. from
-    :func:`probe_kernel_cost` and :func:`gather_kernel_costs`), or an equal split.
-
-    Args:
-        model: The plain model, identical on every rank.
-        layers: Names of the Conv2d layers to split (as ``model.named_modules()`` names them).
-        group: Process group of the split (None = the default group).
-        kernels_per_rank: Explicit splits by layer name.
-        costs: Per-rank cost models by layer name.
-        hooks: Called around every collective of the split layers.
-        check: Verify first that the whole model is identical on every rank.
+    Each layer's split is ``kernels_per_rank[name]``, else the makespan-optimal split for
+    ``costs[name]`` (one per-kernel cost model per rank), else an equal split. With ``check``
+    (a collective) the whole model is first verified identical on every rank.
 
     Returns:
         The split of each layer, by name.

@@ -95,19 +95,9 @@ def reduce_across_replicas(
 ) -> float:
     """Weighted sum over the replicas of every gradient and of the loss (one all-reduce).
 
-    Each replica's gradient is the gradient of its mean loss over its ``n_i`` samples;
-    ``sum_i (n_i / N) * grad_i`` is the gradient of the mean loss over the whole global batch
-    of ``N`` samples, exactly what one device computes. The loss rides in the same buffer, so
-    the value returned is the global batch's mean loss.
-
-    Args:
-        parameters: This rank's parameters (those without a gradient are skipped).
-        loss: This replica's mean loss (a scalar).
-        weight: ``n_i / N`` of this rank's replica.
-        peers: The peer group (None: one replica, nothing to reduce).
-
-    Returns:
-        The global batch's loss.
+    ``sum_i (n_i / N) * grad_i`` of the replicas' mean-loss gradients is exactly the global
+    batch's gradient; the loss rides in the same buffer, so the global batch's mean loss is
+    returned. ``weight`` is ``n_i / N`` of this rank's replica; ``peers`` None: one replica.
     """
     if peers is None:
         return float(loss.detach())

@@ -76,15 +76,8 @@ def send_tensor(
 ) -> None:
     """Start sending ``tensor`` to global rank ``dst`` (asynchronous; see Traffic.wait_all).
 
-    Args:
-        tensor: The tensor to send (made contiguous; detached).
-        dst: Global rank of the receiver.
-        tag: Message tag; the receiver uses the same one. Messages with one (src, tag) pair
-            arrive in the order they were sent.
-        traffic: Counter that also keeps the send alive until waited for.
-        group: Process group (default: the world).
-        with_header: Precede the tensor by its shape header (for receivers that cannot
-            derive the shape).
+    Messages with one (src, ``tag``) pair arrive in order; ``traffic`` counts the bytes and
+    keeps the send alive until waited for; ``with_header`` sends the shape header first.
 
     Raises:
         ModelParallelError: A dtype or rank the header cannot describe.
@@ -114,16 +107,8 @@ def recv_tensor(
     like: torch.Tensor | None = None,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Receive one tensor from global rank ``src`` (blocking).
-
-    Args:
-        src: Global rank of the sender.
-        tag: Message tag the sender used.
-        traffic: Counter of received bytes.
-        group: Process group (default: the world).
-        like: If given, the message has no header and this tensor's shape and dtype.
-        device: Device of the received tensor (CPU for gloo, the local GPU for NCCL).
-    """
+    """Receive one tensor from global rank ``src`` (blocking); with ``like``, the message has
+    no header and that tensor's shape and dtype."""
     if like is None:
         header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=device)
         dist.recv(header, src=src, group=group, tag=tag)  # type: ignore[arg-type]

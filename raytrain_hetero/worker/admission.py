@@ -49,14 +49,9 @@ def assess_admission(
 ) -> AdmissionDecision:
     """The admission decision for this group (a collective; identical on every rank).
 
-    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`
-    (fastest first), so the gradient all-reduce is timed on each prefix of two or more ranks:
-    a process group per prefix, created, timed and destroyed in turn (``n - 1`` small groups
-    for ``n`` ranks; admission is opt-in).
-
-    Args:
-        model: The prepared model (its gradient size is what the all-reduce moves).
-        costs: One cost model per rank (the probe's, after calibration).
+    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`,
+    so the all-reduce of ``model``'s gradient size is timed on each prefix of two or more
+    ranks: a process group per prefix, created, timed and destroyed in turn.
     """
     setup = identity.setup
     module = getattr(model, "module", model)

@@ -102,15 +102,9 @@ def measure_costs(
 ) -> tuple[list[CostModel], str]:
     """One cost model per rank: probed (or reused) and then calibrated; a collective.
 
-    Args:
-        timing: The worker's step timing (calibration runs pseudo-steps on it).
-        inputs: Dataset and loss to measure with.
-        known: Cost models of slots a previous group measured; those slots skip the probe.
-        pass_caps: Samples per forward+backward pass of every rank (memory), or None: the
-            probe stays within them and calibration micro-batches a slice above them.
-
-    Returns:
-        The costs and how they were obtained (for the plan's reason).
+    Slots in ``known`` (measured by a previous group) skip the probe; the probe stays within
+    ``pass_caps`` (memory) and calibration micro-batches a slice above them. Returns the costs
+    and how they were obtained (for the plan's reason).
     """
     probe_cfg = identity.setup.probe
     probing = rank_slots[identity.rank] not in known
@@ -405,14 +399,10 @@ def prior_plan(
 def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -> Plan | None:
     """Time a step of the prior plan; after the last, agree on the measured plan.
 
-    At the end of the window's last step every rank gathers the window's timings (a
-    collective at the same step on every rank), rank 0 decides with
-    :func:`~raytrain_hetero.core.policy.decide_first_measured` and broadcasts; a switch
-    takes effect at the first step no rank has carved (:func:`next_free_step`), as every
-    live re-plan does, so the carving stays exactly-once.
-
-    Returns:
-        The measured plan to install, or None (not yet, or the prior stays).
+    At the window's last step every rank gathers its timings (a collective), rank 0 decides
+    (:func:`~raytrain_hetero.core.policy.decide_first_measured`) and broadcasts; a switch
+    takes effect at the first step no rank has carved, as every live re-plan, so the carving
+    stays exactly-once. Returns the measured plan, or None (not yet, or the prior stays).
     """
     window = plans.passive
     if window is None or record.step < window.first:

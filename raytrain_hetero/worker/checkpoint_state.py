@@ -194,10 +194,7 @@ def require_state(directory: Path, source: str) -> CheckpointState:
     """The state of a checkpoint a run resumes from; a checkpoint without one is refused.
 
     Resuming without the cursor would restart the epoch and train on samples twice.
-
-    Args:
-        directory: The checkpoint's local directory.
-        source: Where the checkpoint lives (named in the error).
+    ``source`` (where the checkpoint lives) is named in the error.
 
     Raises:
         ConfigError: The checkpoint has no state file, or an unreadable one.

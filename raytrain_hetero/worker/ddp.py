@@ -128,20 +128,10 @@ def wrap_model(
 ) -> DistributedDataParallel:
     """Move ``model`` to the worker's device and wrap it in DDP with the weighted hook.
 
-    Args:
-        timing: This worker's step timing (step weights, compute accounting, EMULATION).
-        weighting: "proportional" (exact) or "uniform".
-        sync_batchnorm: Replace BatchNorm layers by global-statistics HeteroBatchNorm. Turning
-            it off keeps per-slice statistics, which is inexact under uneven slices.
-        ddp_kwargs: Extra keyword arguments for DistributedDataParallel.
-        collective_timeout_s: Timeout of the BatchNorm statistics group (``new_group``
-            otherwise takes torch's 30-minute default, not the world group's timeout).
-        guard: Step guard fed by the gradient hook (non-finite indicator).
-        collective_delay_s: EMULATION of a slow link: seconds slept before each gradient
-            all-reduce (``WorkerSpec.emulated_collective_delay_s``).
-
-    Returns:
-        The DDP-wrapped model.
+    ``sync_batchnorm`` replaces BatchNorm layers by global-statistics HeteroBatchNorm (off:
+    per-slice statistics, inexact under uneven slices). ``collective_timeout_s`` is passed to
+    the statistics group explicitly, as ``new_group`` otherwise takes torch's 30-minute
+    default; ``collective_delay_s`` (EMULATION of a slow link) is slept before each all-reduce.
     """
     if not dist.is_initialized():
         raise HeteroError(

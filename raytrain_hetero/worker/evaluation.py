@@ -36,11 +36,8 @@ def evaluation_shares(plan: Plan | None, world_size: int) -> tuple[float, ...]:
 class ShardBatchSampler(Sampler[list[Any]]):
     """Yields this rank's slice of every evaluation step, steps split by speed.
 
-    Args:
-        source: What to shard: a length ``n`` (dataset positions ``0..n-1``) or a sampler
-            whose items (indices, torchgeo's boxes...) are taken in its order.
-        batch_size: Items per evaluation step over all ranks.
-        shares: Returns one share per rank; read at the start of every iteration.
+    ``source`` is a length ``n`` (positions ``0..n-1``) or a sampler whose items are taken in
+    order; ``shares`` (one per rank) is read at the start of every iteration.
 
     Raises:
         ConfigError: Fewer items than ranks (a rank would have nothing to evaluate).
@@ -77,11 +74,7 @@ class EvaluationLoader(DataLoader):
     """A ``DataLoader`` over this rank's :class:`ShardBatchSampler` that, under EMULATION,
     stretches the consumer's compute on each batch (what runs between two batches) by the
     worker's slowdown factor through the one :class:`SlowdownEmulator`, as in training steps.
-
-    Args:
-        source, batch_size, rank, shares: As for :class:`ShardBatchSampler`.
-        slowdown: Returns the EMULATION factor (1.0 = real speed), read per iteration.
-        **kwargs: Other ``DataLoader`` arguments (``collate_fn``, ``num_workers``...).
+    ``source``, ``batch_size``, ``rank`` and ``shares`` are :class:`ShardBatchSampler`'s.
     """
 
     def __init__(

@@ -60,13 +60,8 @@ def fault_point(
 ) -> None:
     """Fire every configured fault of ``phase`` (and ``step``) that targets this rank.
 
-    Args:
-        identity: This rank (its setup carries the fault configuration).
-        phase: The phase point reached (``probe``, ``calibration``, ``plan_switch``,
-            ``mid_epoch``, ``checkpoint_commit``).
-        step: The global step of a step phase.
-        model: The prepared model (``nan`` poisons its next forward pass).
-        state_file: The checkpoint state file just written (``corrupt_state``).
+    ``model`` is what ``nan`` poisons; ``state_file`` the state just written
+    (``corrupt_state``).
     """
     config = identity.setup.faults
     if config is None or not config.faults:

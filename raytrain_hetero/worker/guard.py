@@ -126,12 +126,8 @@ class StepGuard:
     ) -> GuardVerdict:
         """Decide ``step`` (a collective only when no indicator rode on the gradient sync).
 
-        Args:
-            step: Global step about to be applied.
-            gradients: This rank's gradients (for the fallback check).
-            group: Process group of the fallback all-reduce (default: the world).
-
-        Every optimizer stepping in ``step`` gets the first decision (no second collective).
+        ``gradients`` (this rank's) and ``group`` serve the fallback check. Every optimizer
+        stepping in ``step`` gets the first decision (no second collective).
 
         Raises:
             NonFiniteStepError: The step is the ``max_consecutive``-th skipped in a row.

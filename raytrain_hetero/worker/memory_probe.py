@@ -152,18 +152,11 @@ def probe_memory(
 ) -> MemoryProbe | None:
     """Measure one worker's peak memory per pass and derive its cap in samples per pass.
 
-    The model's parameters, gradients, buffers and mode are restored afterwards.
-
-    Args:
-        model: The bare module (not the DDP wrapper: probing must not communicate).
-        make_batch: A fresh batch of the given size, on ``device``.
-        batch_sizes: >= 2 distinct sizes, small enough to fit.
-        loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
-        fraction: Share of the worker's memory a pass may use, in (0, 1].
-        ray_memory_bytes: The worker's Ray ``memory`` resource (CPU budget), if any.
-        ranks_on_node: Training workers sharing this node's RAM: without a Ray ``memory``
-            resource a CPU worker's budget is its share of the node's available RAM.
-        repeats: Passes per size; the largest peak is kept.
+    ``model`` is the bare module (probing must not communicate); its parameters, gradients,
+    buffers and mode are restored afterwards. ``batch_sizes``: >= 2 distinct sizes that fit;
+    ``fraction``: share of the worker's memory a pass may use; without a Ray ``memory``
+    resource (``ray_memory_bytes``) a CPU worker's budget is its share of the node's available
+    RAM among ``ranks_on_node`` workers; the largest peak of ``repeats`` passes is kept.
 
     Returns:
         The probe, or None where peaks cannot be measured (CPU without /proc or glibc).

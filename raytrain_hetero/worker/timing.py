@@ -218,10 +218,7 @@ class ProbeTimer:
     setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
     more slowly), else not at all.
 
-    Args:
-        clock: :class:`ComputeClock` (this worker's own compute) or :class:`WallClock`.
-        slowdown: EMULATION factor (1.0 = real speed).
-        count_setup: Count each call's setup in its seconds.
+    ``clock`` is a :class:`ComputeClock` (own compute) or a :class:`WallClock`.
 
     Raises:
         ProbeError: A slowdown that is not > 0.
@@ -263,18 +260,9 @@ class ProbeTimer:
         """Warm up, then time ``repeats`` interleaved rounds of ``calls``.
 
         A round times every call once, in order, so a drift of the machine (a co-located
-        worker starting, clock boost) hits every call alike.
-
-        Args:
-            calls: The work to time, one callable per probed size or part.
-            repeats: Timed rounds (>= 1).
-            warmup: Untimed calls of each warm-up call before timing: the first calls
-                allocate memory and pick kernels.
-            warm: The calls to warm up (default: every call).
-            cleanup: Untimed, after every call (e.g. dropping gradients).
-
-        Returns:
-            One :class:`ProbeTimings` per call, in order.
+        worker starting, clock boost) hits every call alike. First, ``warmup`` untimed calls
+        of each of ``warm`` (default: every call) allocate memory and pick kernels;
+        ``cleanup`` runs untimed after every call. Returns one :class:`ProbeTimings` per call.
 
         Raises:
             ProbeError: ``repeats`` < 1 or ``warmup`` < 0.
