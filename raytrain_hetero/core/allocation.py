@@ -231,7 +231,8 @@ def _slice_bounds(
     return total, min_slice, upper
 
 
-def _cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
+def cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``alpha`` and ``beta`` of ``costs`` as float64 columns."""
     n = len(costs)
     alpha = np.fromiter((c.alpha for c in costs), dtype=np.float64, count=n)
     beta = np.fromiter((c.beta for c in costs), dtype=np.float64, count=n)
@@ -436,7 +437,7 @@ def allocate(
             ``total < len(costs) * min_slice``, or ``total > sum(caps)``.
     """
     total, min_slice, upper = _slice_bounds(total, len(costs), caps, min_slice)
-    alpha, beta = _cost_arrays(costs)
+    alpha, beta = cost_arrays(costs)
 
     # Bisection on the level L of "units whose time is < L" (an integer step function of L):
     # count(level_low) <= total <= count(level_high) throughout. At the end the level sits
@@ -503,5 +504,5 @@ def makespan(slices: Sequence[int], costs: Sequence[CostModel]) -> float:
     busy = sizes > 0
     if not busy.any():
         return 0.0
-    alpha, beta = _cost_arrays(costs)
+    alpha, beta = cost_arrays(costs)
     return float(np.max((alpha + beta * sizes)[busy]))

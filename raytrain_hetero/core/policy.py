@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from raytrain_hetero.core.allocation import CostModel, allocate, makespan
+from raytrain_hetero.core.allocation import CostModel, allocate, cost_arrays, makespan
 from raytrain_hetero.errors import ConfigError
 
 
@@ -182,13 +182,6 @@ class Estimates:
     stragglers: tuple[int, ...] = field(default=())
 
 
-def robust_per_sample_cost(values: Sequence[float], outlier_factor: float) -> float:
-    """Median per-sample cost after dropping values far from the first median."""
-    first = statistics.median(values)
-    kept = [v for v in values if first / outlier_factor <= v <= first * outlier_factor]
-    return statistics.median(kept) if kept else first
-
-
 @dataclass(frozen=True)
 class SampleColumns:
     """Step measurements as columns: the form :func:`decide` computes on.
@@ -301,14 +294,6 @@ def _estimate_arrays(
     return alpha, beta, silent
 
 
-def _cost_columns(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
-    n = len(costs)
-    return (
-        np.fromiter((c.alpha for c in costs), dtype=np.float64, count=n),
-        np.fromiter((c.beta for c in costs), dtype=np.float64, count=n),
-    )
-
-
 def _to_cost_models(alpha: np.ndarray, beta: np.ndarray) -> tuple[CostModel, ...]:
     return tuple(CostModel(a, b) for a, b in zip(alpha.tolist(), beta.tolist()))
 
@@ -323,15 +308,15 @@ def estimate_costs(
     """Per-rank affine cost models from the newest ``window_steps`` valid samples of each rank.
 
     The fixed cost alpha of each rank is kept from ``prior`` (the probe's fit) when given; beta
-    is re-estimated as the robust median of (busy - alpha) / samples (see
-    :func:`robust_per_sample_cost`), computed for all ranks at once with numpy.
+    is re-estimated as the median of (busy - alpha) / samples after dropping values farther
+    than ``outlier_factor`` from the first median, for all ranks at once with numpy.
 
     Returns:
         The estimates, or None while some rank has fewer than ``window_steps`` valid samples
         and is not yet silent long enough to be a straggler.
     """
     columns = samples if isinstance(samples, SampleColumns) else SampleColumns.from_samples(samples)
-    prior_alpha, prior_beta = _cost_columns(prior) if prior is not None else (None, None)
+    prior_alpha, prior_beta = cost_arrays(prior) if prior is not None else (None, None)
     found = _estimate_arrays(columns, world_size, prior_alpha, prior_beta, cfg, now)
     if found is None:
         return None

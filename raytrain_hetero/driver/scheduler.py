@@ -58,14 +58,7 @@ def scheduler_actor_name(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class ExportedMetric:
-    """One Ray metric the scheduler exports (Prometheus adds Ray's ``ray_`` prefix).
-
-    Attributes:
-        name: The name given to ``ray.util.metrics``.
-        kind: ``"gauge"`` or ``"counter"``.
-        description: Help text shown by Prometheus.
-        tag_keys: Tags set on every sample.
-    """
+    """One Ray metric the scheduler exports (a ``"gauge"`` or ``"counter"``)."""
 
     name: str
     kind: str
@@ -137,15 +130,8 @@ class _RayMetrics:
 
 @dataclass(frozen=True)
 class SchedulerCounters:
-    """What the scheduler saw, counted (the records themselves are not all kept).
-
-    Attributes:
-        received: Records pushed to it.
-        kept: Records accepted (not rejected, not duplicates).
-        rejected: Records with an absurd timing.
-        duplicates: Records whose key was already seen (resends).
-        dropped: Accepted records dropped from the driver's buffer before it drained them.
-    """
+    """What the scheduler saw, counted: records received, kept, rejected (absurd timing),
+    duplicates (resends) and dropped from the driver's buffer before it drained them."""
 
     received: int = 0
     kept: int = 0
@@ -162,13 +148,7 @@ class Drain:
         incarnation: Id of the actor's incarnation (a restarted actor has a new one).
         records: Records after the caller's cursor, oldest first.
         cursor: Pass this as ``after`` to the next drain (acknowledges ``records``).
-        plans: Every plan installed so far (history order).
-        decisions: Every live re-plan decided so far.
-        counters: The scheduler's counters.
-        policy: The re-planning policy.
-        admission: The run's admission decision (``AdmissionDecision.to_dict`` plus
-            ``summary`` and ``keep_slots``), or None.
-        reports: Rank 0's epoch reports so far (:meth:`HeteroScheduler.record_report`).
+        admission: ``AdmissionDecision.to_dict`` plus ``summary`` and ``keep_slots``, or None.
     """
 
     incarnation: str
@@ -185,14 +165,8 @@ class Drain:
 class HeteroScheduler:
     """State of one run: recent step records, plan history, the live policy and injections.
 
-    Args:
-        run_id: The run.
-        policy: The re-planning policy (None: its defaults).
-        live: Whether to re-plan from measurements at all.
-        clock: Time source (seconds); injected for tests.
-        max_undrained: Records kept for the driver until it drains them.
-        recent_per_rank: Latest records kept per rank for :meth:`recent_records`.
-        max_seen_keys: Record keys remembered to drop duplicates.
+    ``live`` False never re-plans from measurements; ``clock`` is injected for tests; the
+    ``max_*``/``recent_per_rank`` bounds default to the module's constants.
     """
 
     def __init__(
@@ -291,11 +265,8 @@ class HeteroScheduler:
     # ------------------------------------------------------------------ measurements
 
     def record_steps(self, records: Sequence[StepRecord | Mapping[str, Any]]) -> int:
-        """Take finished-step records; duplicates (by key) and absurd timings are dropped.
-
-        Returns:
-            Number of records kept.
-        """
+        """Take finished-step records and return how many were kept; duplicates (by key) and
+        absurd timings are dropped."""
         kept = 0
         counts = asdict(self._counters)
         for item in records:
@@ -419,13 +390,8 @@ class HeteroScheduler:
         return injection
 
     def drain(self, after: int = 0, incarnation: str | None = None) -> Drain:
-        """Records after cursor ``after`` (dropping those up to it), plans and counters.
-
-        Args:
-            after: The cursor of the caller's previous drain (0 at first).
-            incarnation: The incarnation that cursor came from (``Drain.incarnation``); a
-                cursor from another incarnation (before a restart) acknowledges nothing.
-        """
+        """Records after cursor ``after`` (dropping those up to it), plans and counters; a
+        cursor from another ``incarnation`` (before a restart) acknowledges nothing."""
         if incarnation == self.incarnation:
             while self._undrained and self._undrained[0][0] <= after:
                 self._undrained.popleft()
