@@ -147,19 +147,10 @@ def decide_admission(
 ) -> AdmissionDecision:
     """Greedy admission, fastest first, while the predicted group samples/s rises.
 
-    Args:
-        total: Global batch size B.
-        costs: One cost model per rank (the probe's).
-        collective_s: Gradient collective seconds per step of the k first workers of
-            :func:`greedy_order` at index k - 1 (the value at index 0 is ignored: one worker
-            has no collective).
-        names: Worker names per rank (for the record); default ``rank<i>``.
-        caps: Per-rank slice caps (None: uncapped).
-        min_slice: Smallest slice of any worker.
-
-    Returns:
-        The decision. A worker whose cap is needed for the batch to fit at all is admitted
-        (a group that cannot hold the batch is worth 0 samples/s).
+    ``collective_s[k - 1]`` is the gradient collective's seconds per step of the first k
+    workers of :func:`greedy_order` (index 0 ignored: one worker has no collective). A worker
+    whose cap is needed for the batch to fit at all is admitted (a group that cannot hold the
+    batch is worth 0 samples/s).
 
     Raises:
         AllocationError: If ``costs`` is empty or ``collective_s``/``names``/``caps`` have
@@ -242,15 +233,9 @@ def kept_slots(
     Ray Train fills a group of k workers from its first k placement slots; the trainer owns
     which worker slot (WorkerSpec) each of those hosts, so a left-out slot is dropped
     wherever it is listed: the admitted slots come first, in their listed order, then, only
-    as far as ``min_workers`` asks, left-out slots in ``preference`` order.
-
-    Args:
-        admitted_slots: Worker slots the decision admits.
-        preference: Every worker slot, best first (the greedy's fastest-first order).
-        min_workers: The group never shrinks below this (nor below one worker).
-
-    Returns:
-        The kept slots; entry j is the slot that Ray Train's j-th worker hosts.
+    as far as ``min_workers`` asks (at least one), left-out slots in ``preference`` order
+    (every slot, fastest first). Entry j of the result is the slot Ray Train's j-th worker
+    hosts.
 
     Raises:
         AllocationError: ``preference`` repeats a slot or misses an admitted one.

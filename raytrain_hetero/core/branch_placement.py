@@ -118,11 +118,6 @@ class BranchPlacement:
     ) -> BranchPlacement:  # fmt: skip
         """A placement given by hand, checked against the model's branch names.
 
-        Args:
-            branch_ranks: Rank of each branch, by name.
-            branch_names: The model's branches in fusion order.
-            head_rank: Rank of the fusion head.
-
         Raises:
             ModelParallelError: A name the model does not declare, a branch left unplaced, or
                 a rank outside the group / left idle.
@@ -200,17 +195,9 @@ def place_branches(
 ) -> BranchPlacement:
     """The placement of branches and head minimising the largest per-rank stage time.
 
-    Args:
-        branch_names: The model's branches in fusion order.
-        costs: ``costs[r][b]``: measured seconds of branch ``b`` on rank ``r`` (one row per
-            rank of the group, one column per branch).
-        head_costs: Seconds of the fusion head on each rank (default: zero everywhere, the
-            head then goes where it balances best, ties to the lowest rank).
-
-    Returns:
-        The optimal placement (exhaustive search for small cases, greedy longest-first
-        otherwise) among those giving every rank a branch (with ``branches + 1`` ranks: every
-        rank but the head's, which runs the head alone).
+    ``costs[r][b]`` is branch ``b``'s seconds on rank ``r``; ``head_costs`` default to zero
+    (the head then goes where it balances best, ties to the lowest rank). Every rank gets a
+    branch (with ``branches + 1`` ranks, all but the head's, which runs the head alone).
 
     Raises:
         ModelParallelError: Mis-shaped or invalid costs, or more ranks than branches + 1.

@@ -132,14 +132,8 @@ class EpochCarver:
         rank: int,
         permutation: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Dataset indices ``rank`` processes in a step.
-
-        Args:
-            epoch: Epoch number (selects the permutation).
-            step_in_epoch: Step within the epoch.
-            plan: Plan governing the step.
-            permutation: The epoch's permutation if the caller already has it (saves work).
-        """
+        """Dataset indices ``rank`` processes in a step (``permutation``: the epoch's, if the
+        caller has it already)."""
         perm = self.permutation(epoch) if permutation is None else permutation
         lo, hi = self.rank_positions(step_in_epoch, plan, rank)
         return perm[lo:hi]

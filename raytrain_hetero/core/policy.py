@@ -339,21 +339,11 @@ def decide(
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
 ) -> tuple[Decision, PolicyState]:
-    """One policy evaluation at global ``step``.
+    """One policy evaluation at global ``step`` (the newest the ``samples`` cover).
 
-    Args:
-        slices: Current per-rank slices.
-        samples: Recent measurements (any order; older ones are ignored).
-        state: State returned by the previous call.
-        cfg: Policy settings.
-        now: Current time on the samples' clock.
-        step: Newest global step the samples cover.
-        prior: Cost models of the current plan (their alpha is kept).
-        caps: Per-rank slice caps.
-        min_slice: Minimum slice.
-
-    Returns:
-        The decision and the state to pass next time.
+    ``state`` is what the previous call returned; ``now`` is on the samples' clock; the
+    ``prior`` cost models are the current plan's (their alpha is kept). Returns the decision
+    and the state to pass next time.
     """
     world = len(slices)
     if step - state.last_decision_step < cfg.window_steps:
