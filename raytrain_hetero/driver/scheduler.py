@@ -206,8 +206,6 @@ class HeteroScheduler:
         self._reports: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
 
-    # ------------------------------------------------------------------ groups and plans
-
     def register_group(self, group_id: str, world_size: int, plan: Plan | None = None) -> None:
         """A worker group (re)started, or rank 0 re-registers after the actor was recreated."""
         if group_id != self._group_id:
@@ -261,8 +259,6 @@ class HeteroScheduler:
         """Worker slots the run keeps after admission, in Ray Train's worker order (None: not
         decided yet)."""
         return None if self._admission is None else tuple(self._admission["keep_slots"])
-
-    # ------------------------------------------------------------------ measurements
 
     def record_steps(self, records: Sequence[StepRecord | Mapping[str, Any]]) -> int:
         """Take finished-step records and return how many were kept; duplicates (by key) and
@@ -372,8 +368,6 @@ class HeteroScheduler:
                     }
                 ),
             )
-
-    # ------------------------------------------------------------------ polling
 
     def poll(self, group_id: str, plan_version: int) -> PollAnswer:
         """What rank 0 should broadcast: a pending re-plan (if newer) and the injections."""

@@ -182,8 +182,6 @@ class RunTracker:
         # Tune may close a stopped trial's tracker while the trial's fit thread feeds it.
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ lifecycle
-
     def open(self) -> RunTracker:
         """Create the event-file writer and the MLflow run (with its params); returns self.
 
@@ -285,8 +283,6 @@ class RunTracker:
             self._sink("MLflow", self._client.set_terminated, self.mlflow_run_id, status)
             self._client = None
 
-    # ------------------------------------------------------------------ feeding
-
     def __call__(self, update: FitProgress) -> None:
         """A progress update of ``HeteroTrainer.fit``: new step records, all plans and new
         epoch reports of rank 0."""
@@ -318,8 +314,6 @@ class RunTracker:
                     str(path),
                     artifact_path,
                 )
-
-    # ------------------------------------------------------------------ internals
 
     def _take(self, record: StepRecord) -> None:
         if record.group not in self._groups:

@@ -211,8 +211,6 @@ class BranchPipeline:
             self.declared.head.to("meta")
         self.last_traffic = Traffic()
 
-    # ------------------------------------------------------------------ structure
-
     def _part_prefixes(self) -> dict[str, str]:
         """state_dict key prefix of each part ("head" and branch names) in the full model."""
         module_names = {id(m): n for n, m in self.declared.model.named_modules()}
@@ -263,8 +261,6 @@ class BranchPipeline:
         if self.group is None:
             return group_rank
         return dist.get_global_rank(self.group, group_rank)
-
-    # ------------------------------------------------------------------ forward / backward
 
     def _forward(
         self, x: torch.Tensor, sizes: tuple[int, ...], traffic: Traffic
@@ -413,8 +409,6 @@ class BranchPipeline:
         traffic.wait_all()
         self.last_traffic = traffic
         return output
-
-    # ------------------------------------------------------------------ state
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsplit model's state_dict (CPU tensors), gathered on every rank.

@@ -474,9 +474,6 @@ def report(
     ray.train.report(enriched, checkpoint=checkpoint, **kwargs)
 
 
-# ----------------------------------------------------------------------------- internals
-
-
 def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:
     """The run's carving of ``size`` samples (Ray Data: unshuffled stream positions)."""
     setup = runtime.identity.setup

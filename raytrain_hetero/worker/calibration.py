@@ -324,9 +324,6 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
     return make_batch
 
 
-# ----------------------------------------------------------------------------- the cheap start
-
-
 def starts_passive(identity: RankIdentity) -> bool:
     """Whether the first plan is measured passively (``ProbeConfig.mode``); admission
     ``auto`` and the model-parallel modes probe, as their decisions need costs at step 0."""

@@ -62,17 +62,9 @@ class Telemetry:
 class WorkerRuntime:
     """Everything a training worker process holds for the current worker group.
 
-    Attributes:
-        identity: Who this process is (immutable).
-        slowdowns: EMULATION factors of this worker over the run.
-        timing: The step in progress and its compute accounting.
-        plans: Plan schedule, history and slot bookkeeping.
-        scheduler: Client of the run's scheduler actor, or None without one.
-        loader: Carving state, once ``prepare_data_loader`` ran.
-        telemetry: Logged metrics and the last step record.
-        model: The prepared (DDP-wrapped) model, for probing and calibration.
-        guard: The step guard (non-finite steps skipped on every rank).
-        pending_rng: Generator states from the checkpoint, not yet applied.
+    Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
+    prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
+    (generator states from the checkpoint) until the loader applies them.
     """
 
     identity: RankIdentity

@@ -79,8 +79,6 @@ class StepGuard:
         self._decided: GuardVerdict | None = None
         self._watched: set[int] = set()
 
-    # ------------------------------------------------------------------ which optimizers
-
     def watch(self, parameters: Iterable[torch.Tensor]) -> None:
         """Guard every optimizer that steps any of ``parameters`` (a prepared model's)."""
         self._watched.update(id(p) for p in parameters)
@@ -96,8 +94,6 @@ class StepGuard:
         if getattr(optimizer, _GUARDED, False):
             return True
         return any(id(p) in self._watched for g in optimizer.param_groups for p in g["params"])
-
-    # ------------------------------------------------------------------ inside the DDP hook
 
     def check_bucket(self, step: int, bucket: torch.Tensor) -> None:
         """Note whether this rank's (pre-reduction) gradient bucket of ``step`` is finite."""
@@ -118,8 +114,6 @@ class StepGuard:
         """Keep the all-reduced indicator of ``step`` (every rank's flag)."""
         self._flags_step, self._flags = step, reduced_flags
         self._decided = None  # a new backward in the same step is decided afresh
-
-    # ------------------------------------------------------------------ at optimizer.step
 
     def verdict(
         self, step: int, gradients: Callable[[], Iterable[torch.Tensor]], group: Any = None

@@ -217,10 +217,8 @@ class CarvedStepLoader:
     Args:
         state: Carver and cursor (restored from the checkpoint already).
         ensure_plan: Called before each epoch; makes sure a plan exists (probing if needed).
-        on_step_end: Called with the finished step's record.
         before_epoch: Called after ``ensure_plan`` and before the first batch of each
             iteration (restores the checkpoint's generator states once).
-        move_to_device: Move each batch to the worker's device.
     """
 
     def __init__(
