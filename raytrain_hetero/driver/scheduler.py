@@ -92,40 +92,35 @@ class _RayMetrics:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self._made: dict[str, Any] = {}
         try:
             from ray.util.metrics import Counter, Gauge
 
-            made = {
-                m.name: (Gauge if m.kind == "gauge" else Counter)(
+            self._made = {
+                m.name.removeprefix("raytrain_hetero_"): (Gauge if m.kind == "gauge" else Counter)(
                     m.name, m.description, tag_keys=m.tag_keys
                 )
                 for m in EXPORTED_METRICS
             }
-            self.samples_per_s = made["raytrain_hetero_samples_per_s"]
-            self.slice = made["raytrain_hetero_slice"]
-            self.weight = made["raytrain_hetero_weight"]
-            self.plan_version = made["raytrain_hetero_plan_version"]
-            self.replans = made["raytrain_hetero_replans_total"]
         except Exception as exc:  # noqa: BLE001 - metrics are optional
             logger.warning("Ray metrics unavailable: %s", exc)
-            self.samples_per_s = None
 
     def record(self, record: StepRecord) -> None:
-        if self.samples_per_s is None:
+        if not self._made:
             return
         tags = {"run": self.run_id, "rank": str(record.rank), "worker": record.worker}
         if record.has_speed:
-            self.samples_per_s.set(record.samples_per_s, tags=tags)
-        self.slice.set(record.slice, tags=tags)
-        self.weight.set(record.weight, tags=tags)
+            self._made["samples_per_s"].set(record.samples_per_s, tags=tags)
+        self._made["slice"].set(record.slice, tags=tags)
+        self._made["weight"].set(record.weight, tags=tags)
 
     def plan(self, version: int) -> None:
-        if self.samples_per_s is not None:
-            self.plan_version.set(version, tags={"run": self.run_id})
+        if self._made:
+            self._made["plan_version"].set(version, tags={"run": self.run_id})
 
     def replan(self) -> None:
-        if self.samples_per_s is not None:
-            self.replans.inc(tags={"run": self.run_id})
+        if self._made:
+            self._made["replans_total"].inc(tags={"run": self.run_id})
 
 
 @dataclass(frozen=True)

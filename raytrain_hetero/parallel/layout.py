@@ -147,9 +147,7 @@ class ParallelLayout:
     """The layout of a model-parallel run: the same split or placement in every replica.
 
     Attributes:
-        mode: ``conv_split`` or ``branches``.
         groups: The model-parallel groups (world ranks), one per replica.
-        ranks: One :class:`RankLayout` per world rank.
         kernels: ``conv_split``: ``(layer, kernels per position)`` in layer order.
         branch_ranks: ``branches``: ``(branch, position)`` in fusion order.
         head_position: ``branches``: position of the head rank in each group (-1 otherwise).

@@ -205,9 +205,8 @@ class ConvSplitStrategy(ParallelStrategy):
     def maybe_resplit(
         self, optimizer: torch.optim.Optimizer | None
     ) -> dict[str, tuple[int, ...]] | None:
-        """Re-probe every split layer; move the kernels of each layer whose predicted
-        makespan gain (:func:`~raytrain_hetero.core.kernel_split.proposed_resplit`) beats the
-        scheduler's ``improvement_threshold``, weights and optimizer state included."""
+        """Re-probe every split layer; move the kernels of each whose predicted gain beats
+        the ``improvement_threshold`` (:func:`~raytrain_hetero.core.kernel_split.proposed_resplit`)."""
         min_gain = self._runtime.identity.setup.scheduler.policy.improvement_threshold
         costs = _probe_split_costs(
             self._runtime, self._template, self.layers, self._groups, self._example

@@ -171,15 +171,10 @@ class ParallelModel:
     ) -> dict[str, tuple[int, ...]] | None:
         """``conv_split``: re-probe every split layer and move kernels when it pays.
 
-        A collective; call it on every rank between steps (e.g. at each epoch start). Each
-        layer's fresh per-kernel costs (combined over the replicas) go through
-        :func:`~raytrain_hetero.core.kernel_split.proposed_resplit` with the scheduler's
-        ``improvement_threshold`` as hysteresis; the layers that change move their weights
-        and optimizer state (:func:`~raytrain_hetero.parallel.resplit`).
-
-        Returns:
-            The new split of each changed layer, or None when nothing changed (and always
-            None in ``branches`` mode: the placement is fixed for the worker group's life).
+        A collective between steps (e.g. at each epoch start), with the scheduler's
+        ``improvement_threshold`` as hysteresis; changed layers move their weights and
+        optimizer state. Returns the new split of each changed layer, or None (always in
+        ``branches`` mode: the placement is fixed for the worker group's life).
         """
         return self.strategy.maybe_resplit(optimizer)
 
@@ -193,10 +188,8 @@ class ParallelModel:
 
     def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state_dict as torch.optim over the single-device model's
-        ``parameters()`` holds it (index-keyed, same order); a collective over the group.
-
-        A snapshot: CPU copies, which later steps do not change (``optimizer.state_dict()``
-        itself returns the live tensors)."""
+        ``parameters()`` holds it; a collective over the group. A snapshot of CPU copies
+        (``optimizer.state_dict()`` itself returns the live tensors)."""
         return self.strategy.full_optimizer_state_dict(optimizer)
 
     def restore(

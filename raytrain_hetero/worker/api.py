@@ -169,20 +169,13 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer
     """Guard ``optimizer.step``: a step with non-finite gradients on any rank is skipped.
 
     Optional for an optimizer over a :func:`prepare_model` model's parameters (the guard
-    covers those already, a plain ``torch.optim`` optimizer included); needed for one over
-    other parameters, e.g. a :func:`prepare_model_parallel` model's.
-
-    The decision is one all-reduced flag, identical on every rank (it rides on the gradient
-    all-reduce of a model from :func:`prepare_model`), so no rank applies a non-finite update,
-    momentum or weight decay. A skipped step is logged with the rank(s) that produced it and
-    counted (``StepRecord.skipped_nonfinite``, the ``hetero/nonfinite_steps_skipped`` metric of
-    :func:`report`); ``GuardConfig.max_consecutive_nonfinite`` skipped steps in a row stop the
-    run with :class:`~raytrain_hetero.errors.NonFiniteStepError`. Works with
-    ``torch.amp.GradScaler`` (``scaler.step(optimizer)``): steps the scaler finds non-finite
-    are the scaler's to skip and do not count.
-
-    Args:
-        optimizer: The loop's optimizer, over the prepared model's parameters.
+    covers those already); needed for one over other parameters, e.g. a
+    :func:`prepare_model_parallel` model's. The decision is identical on every rank. A skipped
+    step is logged with the rank(s) that produced it and counted
+    (``StepRecord.skipped_nonfinite``, ``hetero/nonfinite_steps_skipped``);
+    ``GuardConfig.max_consecutive_nonfinite`` in a row stop the run with
+    :class:`~raytrain_hetero.errors.NonFiniteStepError`. Steps ``torch.amp.GradScaler`` finds
+    non-finite are the scaler's to skip and do not count.
 
     Returns:
         The same optimizer object, its steps guarded.
@@ -332,13 +325,7 @@ def micro_batches(batch: Any) -> Iterator[MicroBatch]:
     The gradients are synchronised once, after the last part, so the update is the
     single-device update for the global batch (models with exact BatchNorm are refused by
     :func:`prepare_model`; with ``batchnorm: local`` each part normalises by its own
-    statistics).
-
-    Args:
-        batch: The batch the prepared loader yielded for the step in progress.
-
-    Yields:
-        :class:`~raytrain_hetero.worker.micro_batches.MicroBatch` parts, in order.
+    statistics). ``batch`` is what the prepared loader yielded for the step in progress.
     """
     runtime = get_runtime()
     step = runtime.timing.current

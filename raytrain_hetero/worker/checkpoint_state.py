@@ -45,18 +45,9 @@ _CARVING_KEYS = ("dataset_size", "global_batch_size", "seed", "min_step_size")
 class CheckpointState:
     """What a worker group needs to resume exactly.
 
-    Attributes:
-        cursor: Next step to run.
-        global_step: Global step of the cursor.
-        dataset_size: Samples per epoch of the carving the cursor is valid for.
-        global_batch_size: Samples per full step of that carving.
-        seed: Seed of its permutations.
-        min_step_size: Its smallest step (these four must match on resume).
-        world_size: World size of the group that wrote it.
-        plans: Every plan of the run so far.
-        rank_slots: Worker slot of each rank of that group (None if never gathered).
-        rng: Random-generator state of each rank of that group (None: format 1, or not
-            gathered).
+    ``cursor`` (the next step) is valid only for the carving of ``dataset_size``,
+    ``global_batch_size``, ``seed`` and ``min_step_size``, which must match on resume.
+    ``world_size``, ``rank_slots`` and ``rng`` (None: format 1) are the writing group's.
     """
 
     cursor: Cursor

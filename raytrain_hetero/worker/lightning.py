@@ -61,6 +61,13 @@ __all__ = [
 
 #: The Lightning checkpoint's file name inside a reported Ray checkpoint (Ray's own name).
 CHECKPOINT_NAME = "checkpoint.ckpt"
+#: ``DDPStrategy`` arguments the run owns (its process group and count-weighted hook).
+_RUN_OWNED_DDP_ARGS = (
+    "ddp_comm_hook",
+    "ddp_comm_state",
+    "ddp_comm_wrapper",
+    "process_group_backend",
+)
 
 
 def _ray_context_value(method: str) -> int:
@@ -124,16 +131,7 @@ class HeteroDDPStrategy(DDPStrategy):
         dataloader_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        refused = [
-            k
-            for k in (
-                "ddp_comm_hook",
-                "ddp_comm_state",
-                "ddp_comm_wrapper",
-                "process_group_backend",
-            )
-            if kwargs.get(k) is not None
-        ]
+        refused = [k for k in _RUN_OWNED_DDP_ARGS if kwargs.get(k) is not None]
         if refused:
             raise ConfigError(
                 f"HeteroDDPStrategy got {', '.join(refused)}: the run's process group and its "

@@ -60,19 +60,14 @@ class PlanState:
     """Plans of this worker (written only through :func:`install_plan` and :meth:`restore`).
 
     Attributes:
-        schedule: Plans of the current worker group, by effective step.
         history: Every plan of the run so far (restored from checkpoints too).
-        rank_slots: Worker slot of every rank, once gathered.
-        restored_slot_costs: Worker slot -> cost model of the group that wrote the checkpoint
-            this group resumed from (slots it measured); those slots may skip the probe.
+        restored_slot_costs: Cost model by worker slot, of the group that wrote the
+            checkpoint this group resumed from; those slots may skip the probe.
         pass_caps: Samples one forward+backward pass of each rank may hold (memory; None:
-            no cap), once gathered: see :func:`slice_caps` and
-            :func:`raytrain_hetero.micro_batches`.
-        passive: The training steps timed for the first measured plan of a group that
-            started on a prior (``ProbeConfig.mode="passive"``), until it is decided.
-        cost_key: Where this rank's cost model is remembered (None: not remembered).
-        started_at: When this worker group started (its plan state was made); with
-            ``first_step_at`` (when its first training step began) its start-up.
+            no cap), once gathered.
+        passive: The steps timed for the first measured plan of a group that started on a
+            prior (``ProbeConfig.mode="passive"``), until it is decided.
+        started_at: When this worker group started; with ``first_step_at`` its start-up.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
