@@ -38,9 +38,6 @@ class EpochCarver:
     """Pure carving of a dataset into global steps and per-rank slices.
 
     Attributes:
-        dataset_size: Number of samples ``L`` in one epoch.
-        global_batch_size: Samples ``B`` per full step.
-        seed: Seed of the per-epoch permutations.
         min_step_size: Smallest step allowed (max world size x min slice).
         shuffle: If False the permutation is the identity (for evaluation or debugging).
     """

@@ -89,14 +89,8 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class StepSample:
-    """One rank's measurement of one step.
-
-    Attributes:
-        step: Global step.
-        samples: Samples it processed.
-        busy_s: Seconds it was busy (compute + loading, not waiting).
-        time_s: Clock time the measurement was taken (same clock as ``now``).
-    """
+    """One rank's measurement of one step: ``busy_s`` counts compute and loading, not
+    waiting; ``time_s`` is on the same clock as the policy's ``now``."""
 
     rank: int
     step: int
@@ -139,15 +133,8 @@ class Noop:
 
 @dataclass(frozen=True)
 class Replan:
-    """Switch to new slices.
-
-    Attributes:
-        slices: New per-rank slices for a full global batch.
-        costs: Per-rank cost models they were computed from.
-        predicted_step_s: Predicted step time of the new slices.
-        current_step_s: Predicted step time of the current slices.
-        reason: Human-readable reason (old -> new, speeds).
-    """
+    """Switch to new ``slices`` (of a full global batch), computed from ``costs``, with the
+    predicted step times of the new and the current slices and a readable reason."""
 
     slices: tuple[int, ...]
     costs: tuple[CostModel, ...]

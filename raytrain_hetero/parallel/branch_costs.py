@@ -29,12 +29,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BranchCosts:
-    """Seconds of forward + backward on one rank, per branch and for the head.
-
-    Attributes:
-        branches: ``(name, seconds)`` in fusion order.
-        head: Seconds of the fusion head.
-    """
+    """Seconds of forward + backward on one rank: ``(name, seconds)`` per branch in fusion
+    order, and the head's."""
 
     branches: tuple[tuple[str, float], ...]
     head: float

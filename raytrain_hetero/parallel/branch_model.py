@@ -42,13 +42,9 @@ class DeclaresBranches(Protocol):
 class BranchModel:
     """A model seen as named modality branches and a fusion head.
 
-    Attributes:
-        model: The whole single-device model; owns every parameter and buffer.
-        branches: ``(name, module)`` pairs in fusion order; submodules of ``model``.
-        head: The fusion head, a submodule of ``model``; its input is the branch outputs
-            concatenated along dimension 1 in ``branches`` order.
-        split_inputs: Cuts the model's input into one tensor per branch, in ``branches``
-            order (e.g. SAR channels, then multispectral channels).
+    ``branches`` (``(name, module)`` in fusion order) and ``head`` (taking their outputs
+    concatenated along dimension 1) are submodules of ``model``, which owns every parameter;
+    ``split_inputs`` cuts the model's input into one tensor per branch.
     """
 
     model: nn.Module

@@ -209,7 +209,6 @@ class BranchPipeline:
                 module.to("meta")
         if not self.is_head:
             self.declared.head.to("meta")
-        self.last_traffic = Traffic()
 
     def _part_prefixes(self) -> dict[str, str]:
         """state_dict key prefix of each part ("head" and branch names) in the full model."""
@@ -373,7 +372,6 @@ class BranchPipeline:
             traffic.bytes_sent += _LOSS_BYTES * (self.placement.world_size - 1)
         else:
             traffic.bytes_received += _LOSS_BYTES
-        self.last_traffic = traffic
         return BranchStep(
             loss=float(loss_value.item()),
             output=output.detach() if output is not None else None,
@@ -407,7 +405,6 @@ class BranchPipeline:
         sizes = micro_batch_sizes(int(x.shape[0]), self.micro_batches)
         output, _, _ = self._forward(x, sizes, traffic)
         traffic.wait_all()
-        self.last_traffic = traffic
         return output
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:

@@ -51,14 +51,9 @@ def _nothing() -> None:
 
 @dataclass(frozen=True)
 class CollectiveHooks:
-    """What a split layer calls around each of its collectives (injected, like BatchNorm's).
-
-    Attributes:
-        before: Right before a gather or all-reduce: the rank's compute up to here is
-            accounted, and stretched under EMULATION
-            (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`).
-        after: Right after it (the wait is not compute).
-    """
+    """What a split layer calls around each of its collectives (injected, like BatchNorm's):
+    ``before`` accounts (and under EMULATION stretches) the compute so far, ``after`` restarts
+    the accounting (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`)."""
 
     before: Callable[[], None] = _nothing
     after: Callable[[], None] = _nothing

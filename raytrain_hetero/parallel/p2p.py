@@ -26,24 +26,16 @@ _DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16,
 
 @dataclass
 class Traffic:
-    """Bytes and messages one rank sent and received (mutable counter).
-
-    Attributes:
-        bytes_sent: Payload bytes sent by this rank, headers included.
-        bytes_received: Payload bytes received by this rank, headers included.
-        messages_sent: Number of send operations.
-    """
+    """Payload bytes one rank sent and received, headers included (mutable counter)."""
 
     bytes_sent: int = 0
     bytes_received: int = 0
-    messages_sent: int = 0
     _pending: list[dist.Work] = field(default_factory=list, repr=False)
     _keep_alive: list[torch.Tensor] = field(default_factory=list, repr=False)
 
     def add_sent(self, nbytes: int) -> None:
         """Count one send of ``nbytes``."""
         self.bytes_sent += nbytes
-        self.messages_sent += 1
 
     def wait_all(self) -> None:
         """Wait until every asynchronous send started through this counter has completed."""

@@ -73,8 +73,7 @@ class EpochDraws(Dataset):
     draws (what the probes draw batches from).
 
     Args:
-        dataset: The dataset the queries index (e.g. a torchgeo ``GeoDataset``).
-        sampler: Yields queries (or lists of queries) of ``dataset``.
+        sampler: Yields queries (or lists of queries) of ``dataset`` (a ``GeoDataset``).
         length: Draws per epoch; default ``sampler.length`` (torchgeo's samplers; a batch
             sampler's ``len()`` counts batches), else ``len(sampler)``.
     """
@@ -374,14 +373,9 @@ class CarvedStepLoader:
 class HeteroDataLoader(CarvedStepLoader):
     """:class:`CarvedStepLoader` over a map-style dataset through a torch ``DataLoader``.
 
-    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
-    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
-
-    Args:
-        dataset: Map-style dataset; items pass through the collate function unchanged. An
-            :class:`EpochDraws` is read by its epochs' queries.
-        **kwargs: :class:`CarvedStepLoader`'s arguments, then other
-            ``torch.utils.data.DataLoader`` arguments.
+    ``kwargs`` are :class:`CarvedStepLoader`'s arguments, then other ``DataLoader`` ones. An
+    :class:`EpochDraws` dataset is read by its epochs' queries; in a model-parallel mode each
+    rank reads its replica's slice (:class:`CarvingBatchSampler`).
     """
 
     def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
