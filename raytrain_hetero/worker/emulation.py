@@ -48,7 +48,7 @@ def slowdown_factor(
     step: int,
 ) -> float:
     """EMULATION factor of ``worker``/``rank`` at global ``step`` (-1: probes, calibration):
-    ``base`` (``emulated_slowdown``) times every injection targeting it from a step <= step."""
+    ``base`` (``emulated_slowdown``) times the factor of every injection that applies."""
     factor = float(base)
     for injection in injections:
         if injection.applies_to(worker, rank, step):
