@@ -1,20 +1,16 @@
 """Admission: which workers raise the group's samples/s, and which cost more than they add.
 
-A synchronous data-parallel step takes the compute makespan of the plan plus the gradient
-collective, so a worker adds throughput only if the compute it takes off the others outweighs
-what it adds to the collective (and to the makespan, when it is so slow that even its minimum
-slice is late). The prediction, for a set S of workers and a global batch of B samples:
+A worker adds throughput only if the compute it takes off the others outweighs what it adds
+to the gradient collective (and to the makespan, when even its minimum slice is late). For a
+set S of workers and a global batch of B samples::
 
     samples_per_s(S) = B / (makespan(allocate(B, costs_S)) + collective(S))
 
-:func:`decide_admission` is a deterministic greedy: order the workers by their time to process
-the whole batch alone (fastest first, ties by rank: :func:`greedy_order`), start from the
-fastest, and add the next worker while its addition raises the predicted samples/s; the first
-worker that does not is left out, and so is every slower one after it. The greedy only ever
-evaluates prefixes of that order, so ``collective(S)`` is needed for those prefixes only: the
-worker side measures a real gradient-sized all-reduce on each prefix's process group (a worker
-behind a slow link thus shows up in exactly the prefixes that contain it). The collective is
-counted in full, not overlapped with backward: an upper bound on its cost.
+:func:`decide_admission` is a deterministic greedy over the workers fastest first
+(:func:`greedy_order`): add the next while it raises the prediction; the first that does not
+is left out with every slower one. Only prefixes are evaluated, so the worker side measures a
+real all-reduce on each prefix's group (a slow link shows in exactly the prefixes holding
+it). The collective counts in full, not overlapped with backward: an upper bound.
 
 Pure: standard library and numpy only.
 """
@@ -151,19 +147,10 @@ def decide_admission(
 ) -> AdmissionDecision:
     """Greedy admission, fastest first, while the predicted group samples/s rises.
 
-    Args:
-        total: Global batch size B.
-        costs: One cost model per rank (the probe's).
-        collective_s: Gradient collective seconds per step of the k first workers of
-            :func:`greedy_order` at index k - 1 (the value at index 0 is ignored: one worker
-            has no collective).
-        names: Worker names per rank (for the record); default ``rank<i>``.
-        caps: Per-rank slice caps (None: uncapped).
-        min_slice: Smallest slice of any worker.
-
-    Returns:
-        The decision. A worker whose cap is needed for the batch to fit at all is admitted
-        (a group that cannot hold the batch is worth 0 samples/s).
+    ``collective_s[k - 1]`` is the gradient collective's seconds per step of the first k
+    workers of :func:`greedy_order` (index 0 ignored: one worker has no collective). A worker
+    whose cap is needed for the batch to fit at all is admitted (a group that cannot hold the
+    batch is worth 0 samples/s).
 
     Raises:
         AllocationError: If ``costs`` is empty or ``collective_s``/``names``/``caps`` have
@@ -246,15 +233,9 @@ def kept_slots(
     Ray Train fills a group of k workers from its first k placement slots; the trainer owns
     which worker slot (WorkerSpec) each of those hosts, so a left-out slot is dropped
     wherever it is listed: the admitted slots come first, in their listed order, then, only
-    as far as ``min_workers`` asks, left-out slots in ``preference`` order.
-
-    Args:
-        admitted_slots: Worker slots the decision admits.
-        preference: Every worker slot, best first (the greedy's fastest-first order).
-        min_workers: The group never shrinks below this (nor below one worker).
-
-    Returns:
-        The kept slots; entry j is the slot that Ray Train's j-th worker hosts.
+    as far as ``min_workers`` asks (at least one), left-out slots in ``preference`` order
+    (every slot, fastest first). Entry j of the result is the slot Ray Train's j-th worker
+    hosts.
 
     Raises:
         AllocationError: ``preference`` repeats a slot or misses an admitted one.

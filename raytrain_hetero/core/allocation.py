@@ -1,14 +1,10 @@
 """Carving a global batch into per-worker slices from measured compute costs.
 
-Every worker is described by an affine step-time model ``t_i(b) = alpha_i + beta_i * b``
-(fitted from probe timings by :func:`fit_cost_model`). :func:`allocate` chooses integer
-slices ``b_i`` with ``sum(b_i) == total`` and ``min_slice <= b_i <= cap_i`` that minimise the
-makespan ``max_i t_i(b_i)``, i.e. the wall time of one synchronous data-parallel step.
-:func:`proportional_slices` is the naive split in proportion to fixed shares (the seed
-papers' speed-proportional allocation), kept as a baseline and for callers that only have
-throughputs.
-
-Pure: standard library and numpy only, no side effects beyond debug logging.
+Every worker is an affine step-time model ``t_i(b) = alpha_i + beta_i * b``
+(:func:`fit_cost_model`). :func:`allocate` chooses integer slices with ``sum(b_i) == total``
+and ``min_slice <= b_i <= cap_i`` minimising the makespan ``max_i t_i(b_i)``, the wall time
+of one synchronous step; :func:`proportional_slices` is the naive split by fixed shares (the
+seed papers' baseline). Pure: standard library and numpy only.
 """
 
 from __future__ import annotations
@@ -107,13 +103,8 @@ def fit_cost_model(batch_sizes: Sequence[float], seconds: Sequence[float]) -> Co
     * beta is finally floored at ``1e-9 * mean(t / b)`` so it stays strictly positive; alpha
       is then refitted for that slope (and clamped at 0).
 
-    Args:
-        batch_sizes: Probe batch sizes (finite, > 0), at least two distinct values.
-            Repeated sizes are allowed and simply weigh that size more.
-        seconds: Measured seconds per step for each entry of ``batch_sizes`` (finite, > 0).
-
-    Returns:
-        The fitted cost model.
+    ``batch_sizes`` needs >= 2 distinct values (a repeated size weighs more); ``seconds`` has
+    one timing per entry.
 
     Raises:
         AllocationError: If the lengths differ, fewer than two distinct batch sizes were
@@ -235,7 +226,8 @@ def _slice_bounds(
     return total, min_slice, upper
 
 
-def _cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
+def cost_arrays(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``alpha`` and ``beta`` of ``costs`` as float64 columns."""
     n = len(costs)
     alpha = np.fromiter((c.alpha for c in costs), dtype=np.float64, count=n)
     beta = np.fromiter((c.beta for c in costs), dtype=np.float64, count=n)
@@ -253,14 +245,6 @@ def largest_remainder(
     Every entry gets ``floor(exact_i)``; the leftover units go one each to the largest
     fractional parts, ties to the lower index. Entries already at ``upper`` take no unit.
     The one rounding of the package (slices, inference pool shares).
-
-    Args:
-        exact: The real-valued split (``sum(exact) == total`` up to float rounding).
-        total: The integer sum wanted.
-        upper: Optional per-entry maximum.
-
-    Returns:
-        One integer per entry, summing to ``total``.
     """
     values = np.asarray(exact, dtype=np.float64).reshape(-1)
     rounded = np.floor(values).astype(np.int64)
@@ -289,18 +273,7 @@ def proportional_slices(
     The continuous split is ``x_i = clip(lam * share_i, min_slice, cap_i)`` with ``lam``
     chosen so that ``sum(x_i) == total``: workers that hit their cap keep the cap and the
     overflow is spread over the others in proportion to their shares (and workers whose
-    share is below ``min_slice`` are raised to it). It is rounded by largest remainder:
-    every worker gets ``floor(x_i)`` and the leftover units go one each to the largest
-    fractional parts, ties to the lower index.
-
-    Args:
-        total: Global batch size.
-        shares: Relative shares (e.g. throughputs), finite and > 0, one per worker.
-        caps: Optional per-worker maximum slice (None = uncapped).
-        min_slice: Minimum slice for every worker, >= 1.
-
-    Returns:
-        One slice per worker, summing to ``total``.
+    share is below ``min_slice`` are raised to it), rounded by :func:`largest_remainder`.
 
     Raises:
         AllocationError: If a share is invalid or no slicing satisfies min_slice and caps.
@@ -426,21 +399,12 @@ def allocate(
     cost models get slices that differ by at most one (extra units to the lower ranks) and a
     faster worker never gets a smaller slice. 10,000 workers take a few milliseconds.
 
-    Args:
-        total: Global batch size.
-        costs: One cost model per worker.
-        caps: Optional per-worker maximum slice (memory), None = uncapped.
-        min_slice: Minimum slice for every worker, >= 1.
-
-    Returns:
-        One slice per worker, summing to ``total``.
-
     Raises:
         AllocationError: If costs is empty, caps has the wrong length, min_slice < 1,
             ``total < len(costs) * min_slice``, or ``total > sum(caps)``.
     """
     total, min_slice, upper = _slice_bounds(total, len(costs), caps, min_slice)
-    alpha, beta = _cost_arrays(costs)
+    alpha, beta = cost_arrays(costs)
 
     # Bisection on the level L of "units whose time is < L" (an integer step function of L):
     # count(level_low) <= total <= count(level_high) throughout. At the end the level sits
@@ -507,5 +471,5 @@ def makespan(slices: Sequence[int], costs: Sequence[CostModel]) -> float:
     busy = sizes > 0
     if not busy.any():
         return 0.0
-    alpha, beta = _cost_arrays(costs)
+    alpha, beta = cost_arrays(costs)
     return float(np.max((alpha + beta * sizes)[busy]))

@@ -1,21 +1,15 @@
 """Placing the branches of a multimodal model, and its fusion head, on ranks of unequal speed.
 
-Model-parallel branch placement (Aspri et al., Remote Sensing 2020) runs each modality
-branch of a model on its own worker and the fusion head on one of them. With measured costs
-``cost[r][b]`` (seconds of branch ``b``'s forward + backward on rank ``r``; a slow rank has
-larger costs) and ``head_cost[r]`` (the head on rank ``r``), the steady-state step time of
-a placement is the busiest rank's total work, the *stage time*::
+After Aspri et al. (Remote Sensing 2020). With measured costs ``cost[r][b]`` (branch ``b``'s
+forward + backward on rank ``r``) and ``head_cost[r]``, a placement's step time is its busiest
+rank's *stage time*::
 
     stage(r) = sum(cost[r][b] for b placed on r) + (head_cost[r] if the head is on r)
 
-:func:`place_branches` returns the placement minimising the largest stage time, with every
-rank holding at least one branch (the head is small: a rank holding only the head would idle
-while the branches run), except that with one rank more than branches the extra rank runs
-the head alone. It searches exhaustively while the number of
-candidates is small (every real multimodal model: a handful of branches on a handful of
-ranks) and otherwise falls back to longest-processing-time-first greedy assignment. Ties are
-broken deterministically: the first candidate in a fixed enumeration order wins, so equal
-inputs always give the same placement.
+:func:`place_branches` minimises the largest stage time, every rank holding at least one
+branch (a head-only rank would idle), except that one rank more than branches runs the head
+alone. Exhaustive while the candidates are few, else greedy longest-processing-time-first;
+ties go to the first candidate of a fixed order, so equal inputs give equal placements.
 
 Pure: standard library only.
 """
@@ -124,12 +118,6 @@ class BranchPlacement:
     ) -> BranchPlacement:  # fmt: skip
         """A placement given by hand, checked against the model's branch names.
 
-        Args:
-            branch_ranks: Rank of each branch, by name.
-            branch_names: The model's branches in fusion order.
-            head_rank: Rank of the fusion head.
-            world_size: Ranks in the group.
-
         Raises:
             ModelParallelError: A name the model does not declare, a branch left unplaced, or
                 a rank outside the group / left idle.
@@ -207,17 +195,9 @@ def place_branches(
 ) -> BranchPlacement:
     """The placement of branches and head minimising the largest per-rank stage time.
 
-    Args:
-        branch_names: The model's branches in fusion order.
-        costs: ``costs[r][b]``: measured seconds of branch ``b`` on rank ``r`` (one row per
-            rank of the group, one column per branch).
-        head_costs: Seconds of the fusion head on each rank (default: zero everywhere, the
-            head then goes where it balances best, ties to the lowest rank).
-
-    Returns:
-        The optimal placement (exhaustive search for small cases, greedy longest-first
-        otherwise) among those giving every rank a branch (with ``branches + 1`` ranks: every
-        rank but the head's, which runs the head alone).
+    ``costs[r][b]`` is branch ``b``'s seconds on rank ``r``; ``head_costs`` default to zero
+    (the head then goes where it balances best, ties to the lowest rank). Every rank gets a
+    branch (with ``branches + 1`` ranks, all but the head's, which runs the head alone).
 
     Raises:
         ModelParallelError: Mis-shaped or invalid costs, or more ranks than branches + 1.

@@ -38,9 +38,6 @@ class EpochCarver:
     """Pure carving of a dataset into global steps and per-rank slices.
 
     Attributes:
-        dataset_size: Number of samples ``L`` in one epoch.
-        global_batch_size: Samples ``B`` per full step.
-        seed: Seed of the per-epoch permutations.
         min_step_size: Smallest step allowed (max world size x min slice).
         shuffle: If False the permutation is the identity (for evaluation or debugging).
     """
@@ -132,15 +129,8 @@ class EpochCarver:
         rank: int,
         permutation: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Dataset indices ``rank`` processes in a step.
-
-        Args:
-            epoch: Epoch number (selects the permutation).
-            step_in_epoch: Step within the epoch.
-            plan: Plan governing the step.
-            rank: The rank.
-            permutation: The epoch's permutation if the caller already has it (saves work).
-        """
+        """Dataset indices ``rank`` processes in a step (``permutation``: the epoch's, if the
+        caller has it already)."""
         perm = self.permutation(epoch) if permutation is None else permutation
         lo, hi = self.rank_positions(step_in_epoch, plan, rank)
         return perm[lo:hi]

@@ -30,11 +30,8 @@ __all__ = [
 def kernel_cost_models(
     kernel_costs: Sequence[float], fixed_costs: Sequence[float] | None = None
 ) -> tuple[CostModel, ...]:
-    """Cost models ``t_r(k) = fixed_r + cost_r * k`` of one layer, one per rank.
-
-    Args:
-        kernel_costs: Seconds per kernel (for the whole batch) on each rank, finite and > 0.
-        fixed_costs: Seconds per step independent of the kernel count (None = 0 each).
+    """Cost models ``t_r(k) = fixed_r + cost_r * k`` of one layer, one per rank (seconds per
+    kernel for the whole batch; ``fixed_costs`` None: 0 each).
 
     Raises:
         ModelParallelError: If a cost is not finite and positive or the lengths differ.
@@ -59,16 +56,8 @@ def split_kernels(
     kernel_costs: Sequence[float],
     fixed_costs: Sequence[float] | None = None,
 ) -> tuple[int, ...]:
-    """Kernels per rank minimising the layer's makespan, at least one each.
-
-    Args:
-        kernels: Output channels of the layer.
-        kernel_costs: Seconds per kernel on each rank (lower = faster rank).
-        fixed_costs: Optional per-rank seconds independent of the kernel count.
-
-    Returns:
-        One count per rank, each >= 1, summing to ``kernels``; a faster rank never owns
-        fewer kernels than a slower one.
+    """Kernels per rank minimising the layer's makespan, at least one each, summing to
+    ``kernels``; a faster rank never owns fewer kernels than a slower one.
 
     Raises:
         ModelParallelError: If there are fewer kernels than ranks, or no rank, or a cost is
@@ -108,15 +97,8 @@ def proposed_resplit(
 ) -> tuple[int, ...] | None:
     """The better split when it pays off by more than ``min_gain``, else None (hysteresis).
 
-    Args:
-        current: Kernels per rank now.
-        kernel_costs: Fresh per-kernel costs, one per rank.
-        min_gain: Relative predicted makespan improvement required, e.g. 0.1 for 10%; the
-            same threshold the data-parallel scheduler applies before re-planning.
-        fixed_costs: Optional per-rank fixed seconds.
-
-    Returns:
-        The new split, or None when the current one is kept.
+    ``min_gain`` is the relative predicted makespan improvement required (0.1: 10 %), the
+    threshold the data-parallel scheduler applies before re-planning.
 
     Raises:
         ModelParallelError: If ``current`` and the costs disagree in length, or a value is

@@ -88,14 +88,8 @@ def fit_memory_model(batch_sizes: Sequence[int], peak_bytes: Sequence[float]) ->
 def memory_cap(fixed_bytes: float, per_sample_bytes: float, budget_bytes: float) -> int | None:
     """The largest batch whose modelled peak ``fixed + per_sample * b`` fits the budget.
 
-    Args:
-        fixed_bytes: Fixed bytes of a pass (>= 0).
-        per_sample_bytes: Bytes per sample (>= 0).
-        budget_bytes: Bytes the pass may use.
-
-    Returns:
-        The cap (0 when not even one sample fits), or ``None`` when no batch size a step
-        could hold reaches the budget (the peak does not grow, or grows too little).
+    0 when not even one sample fits; ``None`` when no batch size a step could hold reaches
+    the budget (the peak does not grow, or grows too little).
 
     Raises:
         AllocationError: A negative or non-finite input.

@@ -80,14 +80,7 @@ def count_placeable_prefix(
     slot's resources behind (best fit, ties by node id, so the answer is deterministic).
     Greedy placement can miss a packing an exhaustive search would find; it then answers
     low, which keeps a group at its size rather than starting one that cannot be placed.
-
-    Args:
-        slots: Worker slots in rank order.
-        nodes: Node id to what the node offers the group.
-        max_workers: Upper bound on the answer (default: ``len(slots)``).
-
-    Returns:
-        Number of leading slots that fit, at most ``max_workers``.
+    The answer is at most ``max_workers`` (default ``len(slots)``).
     """
     limit = len(slots) if max_workers is None else min(max_workers, len(slots))
     remaining = {node_id: dict(node.resources) for node_id, node in nodes.items()}

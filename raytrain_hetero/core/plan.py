@@ -74,13 +74,8 @@ class Plan:
         return sum(self.slices)
 
     def split(self, total: int) -> tuple[int, ...]:
-        """Per-rank slices for a step of ``total`` samples under this plan.
-
-        Args:
-            total: Samples in the step (the global batch, or a short/merged last step).
-
-        Returns:
-            One slice per rank, summing to ``total``, each at least ``min_slice``.
+        """Per-rank slices (each >= ``min_slice``) of a step of ``total`` samples (the global
+        batch, or a short/merged last step) under this plan.
 
         Raises:
             AllocationError: When ``total`` cannot be split within caps and ``min_slice``.

@@ -1,15 +1,11 @@
 """Re-planning policy: when do measured speeds justify a new plan? (pure; clock injected)
 
-Inputs are passive per-step measurements of every rank: how many samples it processed and how
-long it was busy (its own compute and loading, excluding waits in collectives). Per rank the
-policy keeps a robust per-sample cost estimate over a sliding window (median after rejecting
-outliers), predicts the step time of the current plan and of the best plan under those
-estimates, and re-plans only when the best plan is predicted faster by more than a threshold
-in several consecutive windows (hysteresis), never more often than a minimum spacing. A rank
-that has reported nothing for ``straggler_timeout_s`` is treated as a straggler.
-
-Everything here is a pure function of its arguments, so it is tested with an injected clock
-and reused by the large-cluster simulator.
+From passive per-step measurements (samples processed, busy seconds excluding collective
+waits), the policy keeps a robust per-sample cost per rank over a sliding window (median after
+rejecting outliers) and re-plans only when the best plan is predicted faster than the current
+one by more than a threshold in several consecutive windows (hysteresis), never more often
+than a minimum spacing. A rank silent for ``straggler_timeout_s`` is a straggler. Pure, so it
+is tested with an injected clock and reused by the large-cluster simulator.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from raytrain_hetero.core.allocation import CostModel, allocate, makespan
+from raytrain_hetero.core.allocation import CostModel, allocate, cost_arrays, makespan
 from raytrain_hetero.errors import ConfigError
 
 
@@ -93,15 +89,8 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class StepSample:
-    """One rank's measurement of one step.
-
-    Attributes:
-        rank: The rank.
-        step: Global step.
-        samples: Samples it processed.
-        busy_s: Seconds it was busy (compute + loading, not waiting).
-        time_s: Clock time the measurement was taken (same clock as ``now``).
-    """
+    """One rank's measurement of one step: ``busy_s`` counts compute and loading, not
+    waiting; ``time_s`` is on the same clock as the policy's ``now``."""
 
     rank: int
     step: int
@@ -144,15 +133,8 @@ class Noop:
 
 @dataclass(frozen=True)
 class Replan:
-    """Switch to new slices.
-
-    Attributes:
-        slices: New per-rank slices for a full global batch.
-        costs: Per-rank cost models they were computed from.
-        predicted_step_s: Predicted step time of the new slices.
-        current_step_s: Predicted step time of the current slices.
-        reason: Human-readable reason (old -> new, speeds).
-    """
+    """Switch to new ``slices`` (of a full global batch), computed from ``costs``, with the
+    predicted step times of the new and the current slices and a readable reason."""
 
     slices: tuple[int, ...]
     costs: tuple[CostModel, ...]
@@ -185,13 +167,6 @@ class Estimates:
 
     costs: tuple[CostModel, ...]
     stragglers: tuple[int, ...] = field(default=())
-
-
-def robust_per_sample_cost(values: Sequence[float], outlier_factor: float) -> float:
-    """Median per-sample cost after dropping values far from the first median."""
-    first = statistics.median(values)
-    kept = [v for v in values if first / outlier_factor <= v <= first * outlier_factor]
-    return statistics.median(kept) if kept else first
 
 
 @dataclass(frozen=True)
@@ -306,14 +281,6 @@ def _estimate_arrays(
     return alpha, beta, silent
 
 
-def _cost_columns(costs: Sequence[CostModel]) -> tuple[np.ndarray, np.ndarray]:
-    n = len(costs)
-    return (
-        np.fromiter((c.alpha for c in costs), dtype=np.float64, count=n),
-        np.fromiter((c.beta for c in costs), dtype=np.float64, count=n),
-    )
-
-
 def _to_cost_models(alpha: np.ndarray, beta: np.ndarray) -> tuple[CostModel, ...]:
     return tuple(CostModel(a, b) for a, b in zip(alpha.tolist(), beta.tolist()))
 
@@ -328,15 +295,15 @@ def estimate_costs(
     """Per-rank affine cost models from the newest ``window_steps`` valid samples of each rank.
 
     The fixed cost alpha of each rank is kept from ``prior`` (the probe's fit) when given; beta
-    is re-estimated as the robust median of (busy - alpha) / samples (see
-    :func:`robust_per_sample_cost`), computed for all ranks at once with numpy.
+    is re-estimated as the median of (busy - alpha) / samples after dropping values farther
+    than ``outlier_factor`` from the first median, for all ranks at once with numpy.
 
     Returns:
         The estimates, or None while some rank has fewer than ``window_steps`` valid samples
         and is not yet silent long enough to be a straggler.
     """
     columns = samples if isinstance(samples, SampleColumns) else SampleColumns.from_samples(samples)
-    prior_alpha, prior_beta = _cost_columns(prior) if prior is not None else (None, None)
+    prior_alpha, prior_beta = cost_arrays(prior) if prior is not None else (None, None)
     found = _estimate_arrays(columns, world_size, prior_alpha, prior_beta, cfg, now)
     if found is None:
         return None
@@ -359,21 +326,11 @@ def decide(
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
 ) -> tuple[Decision, PolicyState]:
-    """One policy evaluation at global ``step``.
+    """One policy evaluation at global ``step`` (the newest the ``samples`` cover).
 
-    Args:
-        slices: Current per-rank slices.
-        samples: Recent measurements (any order; older ones are ignored).
-        state: State returned by the previous call.
-        cfg: Policy settings.
-        now: Current time on the samples' clock.
-        step: Newest global step the samples cover.
-        prior: Cost models of the current plan (their alpha is kept).
-        caps: Per-rank slice caps.
-        min_slice: Minimum slice.
-
-    Returns:
-        The decision and the state to pass next time.
+    ``state`` is what the previous call returned; ``now`` is on the samples' clock; the
+    ``prior`` cost models are the current plan's (their alpha is kept). Returns the decision
+    and the state to pass next time.
     """
     world = len(slices)
     if step - state.last_decision_step < cfg.window_steps:

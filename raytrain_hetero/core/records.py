@@ -1,10 +1,8 @@
 """Typed per-step measurements of one rank, and the one aggregation over them.
 
-A :class:`StepRecord` is built by the worker's loader at the end of every step, pushed to the
-run's scheduler actor, drained by the driver, and written to ``metrics.csv``.
-:func:`summarize_workers` (per-worker :class:`WorkerSummary`) and :func:`run_samples_per_s` are
-the only aggregation of them: the job's summary, Tune's throughput metrics and the benchmarks
-all use these. Pure (stdlib only).
+A :class:`StepRecord` is built by the loader at every step end, pushed to the scheduler actor,
+drained by the driver and written to ``metrics.csv``; :func:`summarize_workers` and
+:func:`run_samples_per_s` are the only aggregation of them. Pure (stdlib only).
 """
 
 from __future__ import annotations
@@ -126,7 +124,6 @@ class WorkerSummary:
     """What one worker (at one rank) did over a run.
 
     Attributes:
-        rank: World rank.
         worker: WorkerSpec name.
         device: Device of its latest step.
         samples_per_s: Median of its finite per-step rates (NaN if none).

@@ -58,12 +58,6 @@ def proportional_weights(counts: Sequence[int]) -> tuple[float, ...]:
     Exactness: ``sum_i w_i * mean_grad_i`` equals the mean gradient over the union of all
     ranks' samples (a rank with ``n_i = 0`` gets weight 0).
 
-    Args:
-        counts: Samples processed by each rank this step (integers >= 0, not all zero).
-
-    Returns:
-        One weight per rank, summing to 1 up to float rounding.
-
     Raises:
         ConfigError: If counts is empty, has a negative or non-integer entry, or sums to 0.
     """
@@ -77,11 +71,7 @@ def uniform_weights(counts: Sequence[int]) -> tuple[float, ...]:
 
     The seed papers' earlier HDP baseline (SUM allreduce, then divide by world_size). It is
     biased toward ranks with small slices whenever the counts differ; use it only for
-    comparisons.
-
-    Args:
-        counts: Samples processed by each rank this step (validated as for
-            :func:`proportional_weights`; only their number is used).
+    comparisons. ``counts`` are validated as for :func:`proportional_weights`.
 
     Raises:
         ConfigError: As :func:`proportional_weights`.
@@ -100,15 +90,6 @@ def gradient_scale(
 
     ``rank_count / global_count`` for ``"proportional"`` (exact mean over the global batch),
     ``1 / world_size`` for ``"uniform"`` (the biased baseline).
-
-    Args:
-        rank_count: Samples this rank processed this step (>= 0).
-        global_count: Samples all ranks processed this step (>= 1, >= rank_count).
-        world_size: Number of ranks (>= 1).
-        weighting: ``"proportional"`` or ``"uniform"``.
-
-    Returns:
-        The scale factor.
 
     Raises:
         ConfigError: If weighting is not a known name, or a count or the world size is invalid.

@@ -1,14 +1,11 @@
 """Every private Ray API raytrain_hetero uses, in one place, each with why and what would replace it.
 
-Ray Train V2 (2.60) has no public hook for a per-slot elastic policy, a backend that places
-workers itself, or aborting a Train run from a Tune trial. What the package needs from Ray's
-internals is reached *only* here; every other module imports the names below. Each entry of
-:data:`PRIVATE_APIS` says why it is needed and which public API would let us drop it, and
-:func:`check_ray_compat` verifies that the installed Ray is the pinned version and that every
-listed name still resolves, failing with a message naming the private API that moved.
-
-Upgrading Ray: bump :data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the
-integration tests ``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
+Ray Train V2 has no public hook for a per-slot elastic policy, a backend that places workers
+itself, or aborting a Train run from a Tune trial; those internals are reached *only* here.
+Each :data:`PRIVATE_APIS` entry says why and which public API would drop it;
+:func:`check_ray_compat` fails naming the private API that moved. Upgrading Ray: bump
+:data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the integration tests
+``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
 """
 
 from __future__ import annotations
@@ -87,15 +84,8 @@ class RayCompatError(HeteroError):
 
 @dataclass(frozen=True)
 class PrivateRayAPI:
-    """One private Ray name the package depends on.
-
-    Attributes:
-        module: Module that holds it (``ray.train.torch.config``).
-        attribute: Dotted path inside the module (``_TorchBackend.on_start``); empty for
-            the module itself.
-        why: What the package needs it for.
-        replacement: The public API that would replace it.
-    """
+    """One private Ray name the package depends on: ``attribute`` (a dotted path, empty for
+    the module itself) of ``module``, ``why`` it is needed and its public ``replacement``."""
 
     module: str
     attribute: str
@@ -265,10 +255,7 @@ def check_ray_compat(
 ) -> None:
     """Check that the installed Ray is the pinned one and every private name resolves.
 
-    Args:
-        apis: The lookup table (default :data:`PRIVATE_APIS`).
-        modules: Module objects to use instead of importing (by module name); for tests.
-        installed_version: Ray version to check (default: ``ray.__version__``).
+    ``modules`` (by name, instead of importing) and ``installed_version`` are for tests.
 
     Raises:
         RayCompatError: Names the installed version and every private API that is missing.
@@ -294,9 +281,6 @@ def check_ray_compat(
             + f". Fix: install ray=={PINNED_RAY_VERSION}, or port "
             "raytrain_hetero/driver/_ray_compat.py to this Ray and update PINNED_RAY_VERSION."
         )
-
-
-# ----------------------------------------------------------------------------- accessors
 
 
 def available_resources_per_node() -> dict[str, dict[str, float]]:
@@ -393,11 +377,7 @@ def train_collective_timeout(
     :data:`COLLECTIVE_TIMEOUT_ENV_VAR` is set in the driver when the controller starts (Ray then
     propagates it to every worker). Setting it for the duration of ``fit()`` makes
     ``BackendConfig.collective_timeout_s`` bound that barrier too. A value the user exported
-    wins and is left untouched.
-
-    Args:
-        timeout_s: Seconds a rank may wait in a collective.
-        environ: The environment to change (``os.environ``; a dict in tests).
+    wins and is left untouched. ``environ`` is ``os.environ`` (a dict in tests).
     """
     import os
 
@@ -421,9 +401,6 @@ def hetero_error_cause(error: BaseException) -> HeteroError | None:
     (``controller_failure``), or a ``RayTaskError`` (``cause``); every wrapper's ``str()`` is
     a traceback. This walks those links (and ``__cause__``/``__context__``), lowest rank
     first, and returns the original exception, whose message is the one-line cause and fix.
-
-    Args:
-        error: What ``fit()`` raised or ``Result.error`` holds.
     """
     from ray.exceptions import RayTaskError
 

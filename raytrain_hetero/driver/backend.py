@@ -1,26 +1,17 @@
 """Ray Train V2 backend for heterogeneous worker groups (Ray privates via ``_ray_compat``).
 
-Ray Train 2.60 reserves one resources dict for every worker (``ScalingConfig.
-resources_per_worker``) but accepts one label selector per worker. The heterogeneous scheme:
+Ray Train reserves one resources dict for every worker but accepts one label selector per
+worker. So ``HeteroTrainer`` reserves the per-key *minimum* of all WorkerSpecs' resources (one
+bundle per slot, each with its slot's label selector), and on every (re)start
+:class:`HeteroTorchBackend` maps each worker to its slot by bundle index (ranks are re-sorted
+by node, bundles are not) and reserves the rest (a GPU, extra CPUs) with a *lease actor*
+pinned to the worker's node, so the worker computes on exactly the GPU Ray gave the lease.
 
-1. ``HeteroTrainer`` reserves the per-key *minimum* of all WorkerSpecs' resources in Ray
-   Train's placement group (one bundle per worker slot, bundle i carrying slot i's label
-   selector), so every worker lands on a node of its own type.
-2. On every worker-group (re)start, :class:`HeteroTorchBackend` maps each worker to its slot
-   by its placement-group bundle index (ranks are re-sorted by node, bundles are not), then
-   reserves each worker's remaining resources (e.g. its GPU, extra CPUs) with a *lease actor*
-   pinned to the worker's node. Ray gives the lease its GPU ids, so the worker computes on
-   exactly the GPU Ray reserved for it and no two workers share one.
-3. It installs the per-worker context (slot, rank, device, torch threads) in each worker
-   process, then sets up the torch process group (gloo if any rank is on CPU, else NCCL)
-   around a rendezvous store that listens on one address only (:func:`rendezvous_host`):
-   127.0.0.1 when every rank is on one machine, else rank 0's node IP. Ray Train's own setup
-   (``MASTER_ADDR``/``MASTER_PORT``, ``env://``) makes torch's ``TCPStore`` listen on every
-   interface (``*:port``), unauthenticated; here rank 0 binds the listening socket itself
-   and hands it to the store (``master_listen_fd``).
-
-Leases are released when the worker group shuts down. Elastic sizing lives in
-:mod:`raytrain_hetero.driver.elastic`.
+It then installs the per-worker context and the torch process group (gloo if any rank is on
+CPU, else NCCL) around a rendezvous store listening on one address only
+(:func:`rendezvous_host`): Ray Train's own ``env://`` setup makes ``TCPStore`` listen on every
+interface, unauthenticated; here rank 0 binds the socket and hands it over
+(``master_listen_fd``).
 """
 
 from __future__ import annotations

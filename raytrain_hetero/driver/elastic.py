@@ -46,20 +46,14 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     """Ray Train's elastic policy, sized by what each worker slot really needs and where.
 
     Ray's own policy counts workers from the autoscaling coordinator's reservations, which
-    (a) use one ``resources_per_worker`` for all and ignore label selectors, so a node no
-    slot may use counts as room, and (b) refresh on the coordinator's 20 s tick, so a node
-    that joins waits up to 20 s before anyone sees it. This policy keeps Ray's behaviour for
-    everything else (the resource requests that drive the autoscaler, the monitor interval,
-    min/max workers) and answers "how many workers fit" from the live per-node view: each
-    node's *available* resources plus what this run's own group holds there, matched slot by
-    slot (full resources and label selector) with :func:`count_placeable_prefix`.
+    use one ``resources_per_worker`` for all, ignore label selectors and refresh on a 20 s
+    tick. This one keeps Ray's behaviour otherwise and answers "how many workers fit" from
+    the live per-node view (available resources plus what this run's group holds there),
+    slot by slot with :func:`count_placeable_prefix`.
 
-    With ``admission: auto`` (``run_id`` given), the run's admission decision, read from its
-    scheduler actor, caps the group at the slots it keeps, which Ray Train's workers then host
-    in the decision's order (:func:`kept_slot_order`; the backend and
-    :class:`HeteroScalingConfig` read the same order): a running group holding more is
-    re-sized at once (not at the next monitor check), and the left-out slots, wherever they
-    are listed, are never added back.
+    With ``admission: auto`` (``run_id`` given), the run's admission decision caps the group
+    at the slots it keeps, hosted in the decision's order (:func:`kept_slot_order`): a group
+    holding more is re-sized at once, and left-out slots are never added back.
     """
 
     NODE_VIEW_INTERVAL_S = 1.0
@@ -161,11 +155,8 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         return count_placeable_prefix(slots, reserved_resources, limit)
 
     def _admitted_slots(self) -> tuple[int, ...] | None:
-        """Slots the run's admission decision keeps (None: none yet, or not auto).
-
-        Read from the run's scheduler actor at most every ``ADMISSION_POLL_INTERVAL_S``;
-        once known it never changes (decided once per run).
-        """
+        """Slots the run's admission decision keeps (None: none yet, or not auto); polled at
+        most every ``ADMISSION_POLL_INTERVAL_S``, fixed once known."""
         if self._run_id is None or self._admitted is not None:
             return self._admitted
         now = time.monotonic()
@@ -195,15 +186,8 @@ def slot_of_bundle(index: int, kept: tuple[int, ...] | None) -> int:
 
 @dataclass
 class HeteroScalingConfig(ScalingConfig):
-    """Ray Train's ScalingConfig whose per-worker label selectors follow admission's order.
-
-    Ray Train gives worker j of a k-worker group the label selector ``label_selector[j]``
-    (``_label_selector_per_worker``); once admission has reordered the slots, worker j hosts
-    slot ``kept[j]`` and must land where that slot's selector says.
-
-    Attributes:
-        admission_run_id: The run whose admission decision orders the slots (None: never).
-    """
+    """Ray Train's ScalingConfig whose per-worker label selectors follow admission's order:
+    worker j hosts slot ``kept[j]`` of run ``admission_run_id``'s decision (None: never)."""
 
     admission_run_id: str | None = None
 
@@ -216,11 +200,8 @@ class HeteroScalingConfig(ScalingConfig):
 
 
 class HeteroRayTorchTrainer(TorchTrainer):
-    """Ray Train V2 ``TorchTrainer`` whose elastic sizing is :class:`HeteroElasticScalingPolicy`.
-
-    Only ``fit`` differs from the parent: it hands the controller this policy where Ray's
-    ``create_scaling_policy`` would give the stock one (fixed-size groups keep Ray's).
-    """
+    """Ray Train V2 ``TorchTrainer`` whose elastic sizing is :class:`HeteroElasticScalingPolicy`
+    (fixed-size groups keep Ray's)."""
 
     def __init__(
         self,

@@ -1,29 +1,14 @@
 """The run's scheduler actor: measurements, live re-planning, slowdown injection, metrics.
 
-One named actor per run. Its lifecycle has one owner, the driver: ``HeteroTrainer.fit``
-creates it on the driver's node with :func:`create_scheduler` (not detached; Ray restarts it
-if it dies, ``max_restarts=-1``, and never re-delivers a call, ``max_task_retries=0``) and
-kills it when the run ends. The backend and the workers only look it up by name
-(:func:`lookup_scheduler`). It outlives worker-group restarts and is a thin shell over the
-pure :mod:`raytrain_hetero.core.policy`:
-
-* workers push finished-step records (:class:`~raytrain_hetero.core.records.StepRecord`) in
-  batches; a record whose key (group, rank, step) was seen is dropped, so a worker's resend
-  after a failed push is harmless;
-* memory is bounded: per-rank windows for the policy, counters, and a bounded buffer of
-  records the driver has not drained yet (the driver drains with a cursor; drained records
-  are dropped);
-* each batch may complete a policy window; a :class:`~raytrain_hetero.core.policy.Replan`
-  becomes the *pending* plan, logged as one structured line (old -> new slices, measured
-  speeds, reason);
-* rank 0 polls every few steps and broadcasts the pending plan to all ranks, which install it
-  at the first step none of them has carved, so the switch is agreed and exactly-once;
-* emulated slowdowns can be injected (config schedule or ``HeteroTrainer.inject_slowdown``);
-* Ray metrics (``ray.util.metrics``) expose per-rank samples/s, slice, weight and the plan
-  version to the Ray Dashboard / Prometheus.
-
-If the actor dies, Ray restarts it (empty); rank 0 re-registers the group at its next poll and
-training continues on the last plan meanwhile.
+One named actor per run, owned by the driver: ``HeteroTrainer.fit`` creates it
+(:func:`create_scheduler`, not detached) and kills it when the run ends; workers only look it
+up (:func:`lookup_scheduler`). A thin shell over the pure :mod:`raytrain_hetero.core.policy`:
+workers push step records in batches (a seen key (group, rank, step) is dropped, so a resend
+is harmless); memory stays bounded (per-rank windows, a buffer the driver drains by cursor); a
+:class:`~raytrain_hetero.core.policy.Replan` becomes the *pending* plan, which rank 0 polls and
+broadcasts, installed at the first step no rank has carved (exactly-once). It also takes
+injected slowdowns and exports Ray metrics. If it dies, Ray restarts it empty; rank 0
+re-registers the group at its next poll and training goes on with the last plan meanwhile.
 """
 
 from __future__ import annotations
@@ -73,14 +58,7 @@ def scheduler_actor_name(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class ExportedMetric:
-    """One Ray metric the scheduler exports (Prometheus adds Ray's ``ray_`` prefix).
-
-    Attributes:
-        name: The name given to ``ray.util.metrics``.
-        kind: ``"gauge"`` or ``"counter"``.
-        description: Help text shown by Prometheus.
-        tag_keys: Tags set on every sample.
-    """
+    """One Ray metric the scheduler exports (a ``"gauge"`` or ``"counter"``)."""
 
     name: str
     kind: str
@@ -114,53 +92,41 @@ class _RayMetrics:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self._made: dict[str, Any] = {}
         try:
             from ray.util.metrics import Counter, Gauge
 
-            made = {
-                m.name: (Gauge if m.kind == "gauge" else Counter)(
+            self._made = {
+                m.name.removeprefix("raytrain_hetero_"): (Gauge if m.kind == "gauge" else Counter)(
                     m.name, m.description, tag_keys=m.tag_keys
                 )
                 for m in EXPORTED_METRICS
             }
-            self.samples_per_s = made["raytrain_hetero_samples_per_s"]
-            self.slice = made["raytrain_hetero_slice"]
-            self.weight = made["raytrain_hetero_weight"]
-            self.plan_version = made["raytrain_hetero_plan_version"]
-            self.replans = made["raytrain_hetero_replans_total"]
         except Exception as exc:  # noqa: BLE001 - metrics are optional
             logger.warning("Ray metrics unavailable: %s", exc)
-            self.samples_per_s = None
 
     def record(self, record: StepRecord) -> None:
-        if self.samples_per_s is None:
+        if not self._made:
             return
         tags = {"run": self.run_id, "rank": str(record.rank), "worker": record.worker}
         if record.has_speed:
-            self.samples_per_s.set(record.samples_per_s, tags=tags)
-        self.slice.set(record.slice, tags=tags)
-        self.weight.set(record.weight, tags=tags)
+            self._made["samples_per_s"].set(record.samples_per_s, tags=tags)
+        self._made["slice"].set(record.slice, tags=tags)
+        self._made["weight"].set(record.weight, tags=tags)
 
     def plan(self, version: int) -> None:
-        if self.samples_per_s is not None:
-            self.plan_version.set(version, tags={"run": self.run_id})
+        if self._made:
+            self._made["plan_version"].set(version, tags={"run": self.run_id})
 
     def replan(self) -> None:
-        if self.samples_per_s is not None:
-            self.replans.inc(tags={"run": self.run_id})
+        if self._made:
+            self._made["replans_total"].inc(tags={"run": self.run_id})
 
 
 @dataclass(frozen=True)
 class SchedulerCounters:
-    """What the scheduler saw, counted (the records themselves are not all kept).
-
-    Attributes:
-        received: Records pushed to it.
-        kept: Records accepted (not rejected, not duplicates).
-        rejected: Records with an absurd timing.
-        duplicates: Records whose key was already seen (resends).
-        dropped: Accepted records dropped from the driver's buffer before it drained them.
-    """
+    """What the scheduler saw, counted: records received, kept, rejected (absurd timing),
+    duplicates (resends) and dropped from the driver's buffer before it drained them."""
 
     received: int = 0
     kept: int = 0
@@ -177,13 +143,7 @@ class Drain:
         incarnation: Id of the actor's incarnation (a restarted actor has a new one).
         records: Records after the caller's cursor, oldest first.
         cursor: Pass this as ``after`` to the next drain (acknowledges ``records``).
-        plans: Every plan installed so far (history order).
-        decisions: Every live re-plan decided so far.
-        counters: The scheduler's counters.
-        policy: The re-planning policy.
-        admission: The run's admission decision (``AdmissionDecision.to_dict`` plus
-            ``summary`` and ``keep_slots``), or None.
-        reports: Rank 0's epoch reports so far (:meth:`HeteroScheduler.record_report`).
+        admission: ``AdmissionDecision.to_dict`` plus ``summary`` and ``keep_slots``, or None.
     """
 
     incarnation: str
@@ -200,14 +160,8 @@ class Drain:
 class HeteroScheduler:
     """State of one run: recent step records, plan history, the live policy and injections.
 
-    Args:
-        run_id: The run.
-        policy: The re-planning policy (None: its defaults).
-        live: Whether to re-plan from measurements at all.
-        clock: Time source (seconds); injected for tests.
-        max_undrained: Records kept for the driver until it drains them.
-        recent_per_rank: Latest records kept per rank for :meth:`recent_records`.
-        max_seen_keys: Record keys remembered to drop duplicates.
+    ``live`` False never re-plans from measurements; ``clock`` is injected for tests; the
+    ``max_*``/``recent_per_rank`` bounds default to the module's constants.
     """
 
     def __init__(
@@ -246,8 +200,6 @@ class HeteroScheduler:
         self._admission: dict[str, Any] | None = None
         self._reports: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
-
-    # ------------------------------------------------------------------ groups and plans
 
     def register_group(self, group_id: str, world_size: int, plan: Plan | None = None) -> None:
         """A worker group (re)started, or rank 0 re-registers after the actor was recreated."""
@@ -303,14 +255,9 @@ class HeteroScheduler:
         decided yet)."""
         return None if self._admission is None else tuple(self._admission["keep_slots"])
 
-    # ------------------------------------------------------------------ measurements
-
     def record_steps(self, records: Sequence[StepRecord | Mapping[str, Any]]) -> int:
-        """Take finished-step records; duplicates (by key) and absurd timings are dropped.
-
-        Returns:
-            Number of records kept.
-        """
+        """Take finished-step records and return how many were kept; duplicates (by key) and
+        absurd timings are dropped."""
         kept = 0
         counts = asdict(self._counters)
         for item in records:
@@ -417,8 +364,6 @@ class HeteroScheduler:
                 ),
             )
 
-    # ------------------------------------------------------------------ polling
-
     def poll(self, group_id: str, plan_version: int) -> PollAnswer:
         """What rank 0 should broadcast: a pending re-plan (if newer) and the injections."""
         known = group_id == self._group_id
@@ -434,13 +379,8 @@ class HeteroScheduler:
         return injection
 
     def drain(self, after: int = 0, incarnation: str | None = None) -> Drain:
-        """Records after cursor ``after`` (dropping those up to it), plans and counters.
-
-        Args:
-            after: The cursor of the caller's previous drain (0 at first).
-            incarnation: The incarnation that cursor came from (``Drain.incarnation``); a
-                cursor from another incarnation (before a restart) acknowledges nothing.
-        """
+        """Records after cursor ``after`` (dropping those up to it), plans and counters; a
+        cursor from another ``incarnation`` (before a restart) acknowledges nothing."""
         if incarnation == self.incarnation:
             while self._undrained and self._undrained[0][0] <= after:
                 self._undrained.popleft()

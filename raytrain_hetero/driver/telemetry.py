@@ -50,21 +50,10 @@ ProgressCallback = Callable[[FitProgress], None]
 
 
 class RecordCollector:
-    """Everything the driver learned from the run's scheduler actor.
-
-    Args:
-        scheduler: Handle of the run's scheduler actor.
-        progress: Called with a :class:`FitProgress` after each drain that brought
-            something (on the thread that drains).
-        timeout_s: Seconds to wait for one drain.
-
-    Attributes:
-        records: Every step record, each once, in arrival order.
-        plans: Every plan installed so far (a restarted actor's are merged in).
-        decisions: Every live re-plan decided so far.
-        admission: The run's admission decision once made (``admission: auto``), else None.
-        reports: Rank 0's epoch reports forwarded to the actor, each once.
-    """
+    """Everything the driver learned from the run's scheduler actor: every step record and
+    epoch report, each once, the plans (a restarted actor's merged in), the live re-plans and
+    the admission decision. ``progress`` gets a :class:`FitProgress` after each drain that
+    brought something; ``timeout_s`` bounds one drain."""
 
     def __init__(
         self, scheduler: Any, progress: ProgressCallback | None = None, timeout_s: float = 30.0
@@ -115,14 +104,12 @@ class RecordCollector:
         return new
 
     def run_draining(self, fit: Callable[[], T], interval_s: float) -> T:
-        """Run ``fit`` on a worker thread and drain every ``interval_s`` on this one.
+        """Run ``fit`` on a worker thread and drain every ``interval_s`` on this one; return
+        what ``fit`` returned (re-raise what it raised).
 
         The progress callback thus runs on the calling thread (a callback may need the main
         thread, e.g. to add a node to a ``ray.cluster_utils.Cluster``). One last drain after
         ``fit`` returns collects the workers' final pushes.
-
-        Returns:
-            What ``fit`` returned; re-raises what it raised.
         """
         box: dict[str, Any] = {}
 

@@ -1,22 +1,13 @@
 """Experiment tracking on the driver: TensorBoard event files and an MLflow run per training run.
 
-A :class:`RunTracker` is fed by what the driver already receives while a run trains — the
-step records and plans drained from the run's scheduler actor (it is a progress callback of
-:meth:`HeteroTrainer.fit <raytrain_hetero.driver.trainer.HeteroTrainer.fit>`) and rank 0's
-epoch reports, which :class:`ReportForwarder` (a Ray Train ``UserCallback`` in the Train
-controller) hands to the same actor, so one drain carries everything. It writes:
-
-* per completed step: ``train/loss`` (the slice-weighted mean of the ranks' losses: the global
-  batch's loss), ``train/samples_per_s`` and per rank ``worker/rank{r}/slice``,
-  ``worker/rank{r}/weight``, ``worker/rank{r}/samples_per_s``;
-* per epoch report: its numeric keys as reported (``val_accuracy``, ``epoch``,
-  ``hetero/plan_version``, ...) at the report's global step;
-* per plan: ``plan/version`` at its effective step and, in TensorBoard, a text event
-  ``plans`` (version, slices, reason); each new worker group a text event ``workers``;
-* MLflow params: the resolved configuration, flattened (:func:`flatten_params`); artifacts
-  (plots, summaries) through :meth:`RunTracker.log_artifacts`, and ``plans.json`` at close.
-
-Tracking never stops training: a sink that fails while the run trains is logged and skipped.
+A :class:`RunTracker` (a progress callback of
+:meth:`HeteroTrainer.fit <raytrain_hetero.driver.trainer.HeteroTrainer.fit>`) is fed what the
+driver already drains from the scheduler actor: step records, plans, and rank 0's epoch
+reports, which :class:`ReportForwarder` (a Ray Train ``UserCallback``) hands to the same actor.
+It writes per step ``train/loss`` (the global batch's), ``train/samples_per_s`` and per-rank
+slice, weight and samples/s; each report's numeric keys at its step; ``plan/version`` and text
+events for plans and worker groups; MLflow params (:func:`flatten_params`) and artifacts.
+Tracking never stops training: a sink that fails is logged and skipped.
 """
 
 from __future__ import annotations
@@ -191,8 +182,6 @@ class RunTracker:
         # Tune may close a stopped trial's tracker while the trial's fit thread feeds it.
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ lifecycle
-
     def open(self) -> RunTracker:
         """Create the event-file writer and the MLflow run (with its params); returns self.
 
@@ -294,8 +283,6 @@ class RunTracker:
             self._sink("MLflow", self._client.set_terminated, self.mlflow_run_id, status)
             self._client = None
 
-    # ------------------------------------------------------------------ feeding
-
     def __call__(self, update: FitProgress) -> None:
         """A progress update of ``HeteroTrainer.fit``: new step records, all plans and new
         epoch reports of rank 0."""
@@ -327,8 +314,6 @@ class RunTracker:
                     str(path),
                     artifact_path,
                 )
-
-    # ------------------------------------------------------------------ internals
 
     def _take(self, record: StepRecord) -> None:
         if record.group not in self._groups:

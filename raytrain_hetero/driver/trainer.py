@@ -244,8 +244,6 @@ class HeteroTrainer:
         self.decisions: list[PendingReplan] = []
         self.admission: dict[str, Any] | None = None
 
-    # ------------------------------------------------------------------ resolved settings
-
     @property
     def admission_auto(self) -> bool:
         """Whether admission may leave workers out (``probe.admission == "auto"``, probing)."""
@@ -258,8 +256,6 @@ class HeteroTrainer:
         if self.elastic.min_workers is not None:
             return self.elastic.min_workers
         return 1 if self.admission_auto else len(self.specs)
-
-    # ------------------------------------------------------------------ Ray Train wiring
 
     def scaling_config(self) -> ScalingConfig:
         """The ScalingConfig: common resources, one label selector per worker slot."""
@@ -336,8 +332,6 @@ class HeteroTrainer:
             slots=[SlotDemand(dict(s.resources), dict(s.label_selector or {})) for s in self.specs],
             admission_run_id=self.run_id if self.admission_auto else None,
         )
-
-    # ------------------------------------------------------------------ running
 
     def fit(
         self,

@@ -1,22 +1,15 @@
-"""Model parallelism on heterogeneous workers.
+"""Model parallelism on heterogeneous workers (see docs/model_parallel.md).
 
-* Conv split (``conv_split``, ``conv_state``): :class:`SplitConv2d` (a Conv2d whose output
-  channels are split in uneven, speed-proportional blocks over a process group),
-  :func:`split_conv_layers`, :func:`check_replicas_identical`; full (unsplit) checkpoints of a
-  split model, :func:`resplit` (weights and optimizer state move between ranks),
-  :func:`probe_kernel_cost`.
-* Branch placement (``branch_model``, ``branches``, ``branch_costs``, ``p2p``): the modality
-  branches of a multimodal model (declared through :class:`DeclaresBranches`, seen as a
-  :class:`BranchModel`) on different ranks, the fusion head on one of them, activations and
-  their gradients sent point to point, micro-batches pipelined; exact against one device.
+* Conv split (``conv_split``, ``conv_state``): :class:`SplitConv2d`, :func:`split_conv_layers`,
+  full checkpoints of a split model, :func:`resplit`, :func:`probe_kernel_cost`.
+* Branch placement (``branch_model``, ``branches``, ``branch_costs``, ``p2p``): a multimodal
+  model's branches (:class:`DeclaresBranches`) on different ranks, the head on one of them,
+  micro-batches pipelined point to point; exact against one device.
 * Training through ``HeteroTrainer`` (``training``, ``strategies``, ``layout``,
-  ``optimizer_state``): :func:`prepare_model_parallel` -> :class:`ParallelModel` (train_step,
-  maybe_resplit, full checkpoints, :class:`ParallelLayout`), R data-parallel replicas x
-  G-way groups, one strategy per mode.
+  ``optimizer_state``): :func:`prepare_model_parallel` -> :class:`ParallelModel`, R
+  data-parallel replicas x G-way groups.
 
-Layer rule: ``parallel`` imports core, config, errors, atomic, worker, workloads and torch;
-never driver, app, tune, inference, bench or sim; worker never imports parallel. Names are
-imported lazily so ``import raytrain_hetero.parallel`` loads no torch.
+Names are imported lazily so ``import raytrain_hetero.parallel`` loads no torch.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Measuring what each branch and the head cost on each rank, and placing them from that.
 
-Before branches are placed, every rank still holds the whole model: it times the forward +
-backward of each branch (and the head) on an example batch with the one probe timer
-(:class:`~raytrain_hetero.worker.timing.ProbeTimer` on the worker's compute clock: thread or
-process CPU time on CPU, so co-located workers do not count each other's work), scales the
-readings by its emulated slowdown factor (EMULATION: a factor-k worker behaves like a device k
-times slower; 1.0 on real heterogeneous hardware), and the ranks exchange their rows. Every rank
-then solves the same placement problem on the same matrix
+Every rank, still holding the whole model, times each branch's (and the head's) forward +
+backward with the one :class:`~raytrain_hetero.worker.timing.ProbeTimer` (EMULATION factor
+applied); the ranks exchange their rows and each solves the same placement problem
 (:func:`~raytrain_hetero.core.branch_placement.place_branches`), so they agree without a
-further broadcast.
+broadcast.
 """
 
 from __future__ import annotations
@@ -18,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
+from raytrain_hetero.worker.identity import all_gather
 from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
 
 __all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
@@ -33,12 +29,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BranchCosts:
-    """Seconds of forward + backward on one rank, per branch and for the head.
-
-    Attributes:
-        branches: ``(name, seconds)`` in fusion order.
-        head: Seconds of the fusion head.
-    """
+    """Seconds of forward + backward on one rank: ``(name, seconds)`` per branch in fusion
+    order, and the head's."""
 
     branches: tuple[tuple[str, float], ...]
     head: float
@@ -54,16 +46,9 @@ def measure_branch_costs(
 ) -> BranchCosts:
     """Time each branch and the head of ``model`` on this rank (best of ``repeats``).
 
-    Gradients the measurement leaves in the model are cleared (set to None); BatchNorm
-    running statistics and the CPU torch RNG state are restored, so measuring does not change
-    training.
-
-    Args:
-        model: The whole model (declaring its branches), before placement.
-        example_input: A batch like the training ones (the batch size matters).
-        repeats: Timed repetitions per part; the fastest counts.
-        slowdown: EMULATION factor of this worker (readings are multiplied by it).
-        device: Device the model runs on (selects the clock).
+    Measuring does not change training: gradients are cleared, BatchNorm running statistics
+    and the CPU RNG state restored. ``example_input`` is a batch like the training ones (its
+    size matters); readings are multiplied by the EMULATION ``slowdown``.
 
     Raises:
         ModelParallelError: No declared branches, or a slowdown that is not > 0.
@@ -105,8 +90,7 @@ def plan_branch_placement(
     mine = measure_branch_costs(
         model, example_input, repeats=repeats, slowdown=slowdown, device=device
     )
-    rows: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(rows, mine, group=group)
+    rows = all_gather(mine, group)
     names = tuple(name for name, _ in mine.branches)
     placement = place_branches(
         names,

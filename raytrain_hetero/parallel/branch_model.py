@@ -1,14 +1,10 @@
 """A multimodal model seen as modality branches plus a fusion head, for branch placement.
 
-A model opts in by providing three plain-torch members (the :class:`DeclaresBranches`
-protocol): ``branch_modules()``, its ``(name, module)`` branches in fusion order;
-``fusion_head()``, the head taking the branch outputs concatenated along dimension 1 in that
-order; ``split_inputs(x)``, the model's input cut into one tensor per branch. Models need not
-import this package to declare them (models live below ``parallel``):
-:class:`~raytrain_hetero.workloads.TwoBranchFusionCNN` is one. :func:`branch_model_of` builds
-the :class:`BranchModel` view the placement code consumes: its modules are the model's own
-submodules (same parameters, same state_dict keys), and ``head(cat([branch(part) for ...]))``
-computes exactly ``model(x)``.
+A model opts in with three plain-torch members (:class:`DeclaresBranches`, no import of this
+package needed): ``branch_modules()`` (its ``(name, module)`` branches in fusion order),
+``fusion_head()`` (taking the branch outputs concatenated along dimension 1) and
+``split_inputs(x)``. :func:`branch_model_of` builds the :class:`BranchModel` view, whose
+modules are the model's own, so ``head(cat([branch(part) for ...]))`` is exactly ``model(x)``.
 """
 
 from __future__ import annotations
@@ -46,13 +42,9 @@ class DeclaresBranches(Protocol):
 class BranchModel:
     """A model seen as named modality branches and a fusion head.
 
-    Attributes:
-        model: The whole single-device model; owns every parameter and buffer.
-        branches: ``(name, module)`` pairs in fusion order; submodules of ``model``.
-        head: The fusion head, a submodule of ``model``; its input is the branch outputs
-            concatenated along dimension 1 in ``branches`` order.
-        split_inputs: Cuts the model's input into one tensor per branch, in ``branches``
-            order (e.g. SAR channels, then multispectral channels).
+    ``branches`` (``(name, module)`` in fusion order) and ``head`` (taking their outputs
+    concatenated along dimension 1) are submodules of ``model``, which owns every parameter;
+    ``split_inputs`` cuts the model's input into one tensor per branch.
     """
 
     model: nn.Module

@@ -1,33 +1,20 @@
 """Branch placement: a multimodal model's branches on different workers, exact.
 
-Each rank of a group runs the modality branches a
-:class:`~raytrain_hetero.core.branch_placement.BranchPlacement` gives it; one rank (the head
-rank) also runs the fusion head and computes the loss. One training step on a batch of B
-samples split into micro-batches of sizes m_1..m_k (sum B)::
+Each rank of a group runs the branches a
+:class:`~raytrain_hetero.core.branch_placement.BranchPlacement` gives it; the head rank also
+runs the fusion head and the loss. Branch ranks send micro-batch chunks of their outputs while
+computing the next (transfer overlaps compute); the head rank concatenates them, runs head and
+loss on the whole batch, and sends each chunk's gradient back.
 
-    branch rank:  forward micro 1 -> isend, micro 2 -> isend, ...   (the head rank receives
-                  while the branch computes the next micro-batch: transfer overlaps compute)
-    head rank:    its own branches, then receive every remote chunk; concatenate the chunks
-                  of each branch to the whole batch; head forward + loss on the whole batch;
-                  backward down to the branch outputs; isend each remote chunk's gradient
-                  back; backward through its own branches (overlapping the remote backward)
-    branch rank:  receive the gradients of its chunks; backward through its branches
+Exactness: the loss is computed once on the whole batch, so the gradients reaching the branch
+outputs are the single-device ones and a branch's backward over its chunks accumulates exactly
+the full-batch gradient; the head (dropout, batch statistics) always sees the whole batch. A
+branch with BatchNorm in training mode cannot be micro-batched exactly, so it runs forward on
+the whole batch and only its output is chunked.
 
-Exactness. The loss is computed once on the whole batch, so the gradients reaching the
-branch outputs are exactly the single-device ones, and a branch's backward over its chunks
-accumulates exactly the full-batch parameter gradient (no per-micro-batch loss weighting is
-needed: the weighting by micro-batch size is implicit in the one full-batch mean). The head
-always runs on the whole batch, which keeps dropout (drawn from the head rank's torch RNG, in
-the single-device order) and any batch statistics in the head exact. A branch containing
-BatchNorm in training mode cannot be micro-batched exactly (per-micro-batch statistics are not
-the batch's), so such a branch runs its forward on the whole batch and its output is sent in
-micro-batch chunks; in eval mode (running statistics) every branch is micro-batched.
-
-Parameters live only where they are used: the modules of branches placed elsewhere (and of
-the head, off the head rank) are moved to the ``meta`` device, so :meth:`parameters` and the
-optimizer see only this rank's share. :meth:`BranchPipeline.full_state_dict` gathers the
-unsplit model's state_dict (same keys as the single-device model) so checkpoints are
-mode-agnostic; :meth:`BranchPipeline.load_full_state_dict` loads one.
+Modules placed elsewhere live on the ``meta`` device, so the optimizer sees only this rank's
+share; :meth:`BranchPipeline.full_state_dict` gathers the single-device state_dict, keeping
+checkpoints mode-agnostic.
 """
 
 from __future__ import annotations
@@ -45,6 +32,7 @@ from raytrain_hetero.core.branch_placement import BranchPlacement
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
 from raytrain_hetero.parallel.p2p import HEADER_BYTES, Traffic, recv_tensor, send_tensor
+from raytrain_hetero.worker.identity import all_gather
 
 __all__ = [
     "BranchPipeline",
@@ -221,9 +209,6 @@ class BranchPipeline:
                 module.to("meta")
         if not self.is_head:
             self.declared.head.to("meta")
-        self.last_traffic = Traffic()
-
-    # ------------------------------------------------------------------ structure
 
     def _part_prefixes(self) -> dict[str, str]:
         """state_dict key prefix of each part ("head" and branch names) in the full model."""
@@ -275,8 +260,6 @@ class BranchPipeline:
         if self.group is None:
             return group_rank
         return dist.get_global_rank(self.group, group_rank)
-
-    # ------------------------------------------------------------------ forward / backward
 
     def _forward(
         self, x: torch.Tensor, sizes: tuple[int, ...], traffic: Traffic
@@ -389,7 +372,6 @@ class BranchPipeline:
             traffic.bytes_sent += _LOSS_BYTES * (self.placement.world_size - 1)
         else:
             traffic.bytes_received += _LOSS_BYTES
-        self.last_traffic = traffic
         return BranchStep(
             loss=float(loss_value.item()),
             output=output.detach() if output is not None else None,
@@ -423,10 +405,7 @@ class BranchPipeline:
         sizes = micro_batch_sizes(int(x.shape[0]), self.micro_batches)
         output, _, _ = self._forward(x, sizes, traffic)
         traffic.wait_all()
-        self.last_traffic = traffic
         return output
-
-    # ------------------------------------------------------------------ state
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsplit model's state_dict (CPU tensors), gathered on every rank.
@@ -440,8 +419,7 @@ class BranchPipeline:
             prefix = self._prefixes[part]
             for key, value in module.state_dict().items():
                 local[prefix + key] = value.detach().to("cpu", copy=True)
-        gathered: list[Any] = [None] * self.placement.world_size
-        dist.all_gather_object(gathered, local, group=self.group)
+        gathered = all_gather(local, self.group)
         merged: dict[str, torch.Tensor] = {}
         for piece in gathered:
             merged.update(piece)

@@ -1,30 +1,19 @@
 """Speed-proportional conv split: chosen ``nn.Conv2d`` layers computed across a group of ranks.
 
-Marques, Falcão and Alexandre (Applied AI 2018) distribute only the convolutional layers of a
-CNN over heterogeneous devices: each device computes a share of a layer's kernels (output
-channels) for the whole batch, sized by its speed, and the feature maps are gathered. Here:
+After Marques, Falcão and Alexandre (Applied AI 2018): rank r owns a contiguous block of
+``k_r`` output channels of each split layer, sized from per-kernel costs
+(:func:`~raytrain_hetero.core.kernel_split.split_kernels`). Forward: every rank computes its
+block on the whole batch and the uneven blocks are gathered (:func:`all_gather_blocks`).
+Backward: weight gradients stay local; the input gradient, of which each rank holds only the
+part through its own kernels, is all-reduced over the group.
 
-* Rank r of the group owns a contiguous block of ``k_r`` output channels (weights and bias
-  slice) of each split layer; ``k_r`` comes from
-  :func:`~raytrain_hetero.core.kernel_split.split_kernels` fed per-kernel costs measured by
-  :func:`probe_kernel_cost` on each rank (>= 1 kernel each).
-* Forward: every rank sees the whole batch, computes its block, and the uneven blocks are
-  gathered along the channel dimension, each at its own size (one broadcast per rank:
-  :func:`all_gather_blocks`).
-* Backward: the gradient of the full output is identical on every rank (same loss on the same
-  gathered activations); each rank keeps the slice of its own block for its weight gradients,
-  which stay local (never reduced), and the input gradient, of which each rank holds only the
-  part flowing through its own kernels, is all-reduced (SUM) over the group.
+Bytes per split layer and step, per rank (batch N, output ``C x H x W``, e bytes per element):
+forward ``(C - k_r) * N * H * W * e`` received, own block sent to the ``R - 1`` others;
+backward input-gradient all-reduce ``N * C_in * H_in * W_in * e`` (x ``2 (R - 1) / R`` ring).
 
-Bytes moved per split layer and step, per rank, for a batch of N and an output of
-``C x H x W`` split over R ranks with blocks ``k_r`` (e bytes per element): forward gather
-``(C - k_r) * N * H * W * e`` received (rank r's own block, ``k_r * N * H * W * e``, sent
-to each of the ``R - 1`` others by a flat broadcast); backward input-gradient
-all-reduce ``N * C_in * H_in * W_in * e`` (times ``2 (R - 1) / R`` with a ring).
-
-Layers not split run replicated and stay identical on every rank without any gradient
-all-reduce: see :func:`check_replicas_identical`. Checkpoints hold the full (unsplit) model:
-:mod:`raytrain_hetero.parallel.conv_state`.
+Unsplit layers run replicated and stay identical without an all-reduce
+(:func:`check_replicas_identical`). Checkpoints hold the full model
+(:mod:`raytrain_hetero.parallel.conv_state`).
 """
 
 from __future__ import annotations
@@ -62,14 +51,9 @@ def _nothing() -> None:
 
 @dataclass(frozen=True)
 class CollectiveHooks:
-    """What a split layer calls around each of its collectives (injected, like BatchNorm's).
-
-    Attributes:
-        before: Right before a gather or all-reduce: the rank's compute up to here is
-            accounted, and stretched under EMULATION
-            (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`).
-        after: Right after it (the wait is not compute).
-    """
+    """What a split layer calls around each of its collectives (injected, like BatchNorm's):
+    ``before`` accounts (and under EMULATION stretches) the compute so far, ``after`` restarts
+    the accounting (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`)."""
 
     before: Callable[[], None] = _nothing
     after: Callable[[], None] = _nothing
@@ -87,22 +71,11 @@ def all_gather_blocks(
 ) -> torch.Tensor:
     """Concatenate each rank's block of uneven size along ``dim`` on every rank.
 
-    Each block moves at its own size: one broadcast per rank of the group, from that rank, of
-    its block straight into its slice of a preallocated output (stacked along a leading dim so
-    every slice is contiguous). gloo's ``all_gather`` wants equal shapes, and padding every
-    block to the widest one made an uneven (speed-proportional) split move more bytes than an
-    equal one; measured on 2 gloo processes, the broadcasts also beat ``all_to_all_single``
-    with uneven splits (which needs the block copied once per destination).
-
-    Args:
-        local: This rank's block (``sizes[rank]`` along ``dim``).
-        sizes: Block size of each rank of ``group``, in group-rank order.
-        dim: Dimension the blocks are stacked along.
-        group: Process group (None = the default group).
-        hooks: Called around the collective (once, around all the broadcasts).
-
-    Returns:
-        The full tensor, ``sum(sizes)`` along ``dim``.
+    Each block moves at its own size: one broadcast per rank, straight into its slice of a
+    preallocated output. gloo's ``all_gather`` wants equal shapes, and padding to the widest
+    block made an uneven split move more bytes than an equal one; on 2 gloo processes the
+    broadcasts also beat an uneven ``all_to_all_single``. ``sizes`` is every rank's block size
+    in group-rank order; ``hooks`` run once around all the broadcasts.
 
     Raises:
         ModelParallelError: If ``local`` is not this rank's size along ``dim``.
@@ -282,12 +255,8 @@ class SplitConv2d(nn.Module):
     def gather_bytes(self, input_shape: Sequence[int], element_bytes: int) -> tuple[int, int]:
         """Bytes (sent, received) by this rank in one forward gather of an input's output.
 
-        :func:`all_gather_blocks` broadcasts each block at its own size: this rank sends its
-        ``k_r`` channels to each of the ``R - 1`` others and receives the other ``C - k_r``.
-
-        Args:
-            input_shape: ``(N, C_in, H, W)`` of the layer's input.
-            element_bytes: Bytes per element (4 for float32).
+        This rank sends its ``k_r`` channels to each of the ``R - 1`` others and receives the
+        other ``C - k_r`` (``input_shape``: the layer input's ``(N, C_in, H, W)``).
         """
         batch, _, height, width = input_shape
         out_h, out_w = self.output_size(height, width)
@@ -333,19 +302,10 @@ def check_replicas_identical(
 ) -> float:
     """Largest difference between ranks of any replicated parameter or float buffer.
 
-    Layers that are not split run on every rank on the same whole batch and the same gathered
-    activations, so their gradients come out identical on every rank without any all-reduce,
-    and identical replicas stay identical after identical optimizer steps. This check catches
-    what would break that (different initial weights, a rank-dependent layer such as dropout
-    with unsynchronised seeds). A collective: every rank of ``group`` must call it.
-
-    Args:
-        model: The model, split or not (split layers' own blocks are skipped).
-        group: Process group (None = the default group).
-        tolerance: Largest difference accepted.
-
-    Returns:
-        max over elements of (max over ranks - min over ranks).
+    Unsplit layers see the same batch and gathered activations on every rank, so their
+    gradients agree without an all-reduce and identical replicas stay identical; this catches
+    what would break that (different initial weights, unsynchronised dropout seeds). Split
+    layers' own blocks are skipped. A collective over ``group``.
 
     Raises:
         ModelParallelError: If the difference exceeds ``tolerance``.
@@ -379,19 +339,9 @@ def split_conv_layers(
 ) -> dict[str, tuple[int, ...]]:
     """Replace the named Conv2d layers of ``model`` in place by :class:`SplitConv2d`.
 
-    A collective when ``check`` is set: every rank of ``group`` must call it with the same
-    arguments. Each layer's split is, in order of precedence, ``kernels_per_rank[name]``, the
-    makespan-optimal split for ``costs[name]`` (one per-kernel cost model per rank, e.g. from
-    :func:`probe_kernel_cost` and :func:`gather_kernel_costs`), or an equal split.
-
-    Args:
-        model: The plain model, identical on every rank.
-        layers: Names of the Conv2d layers to split (as ``model.named_modules()`` names them).
-        group: Process group of the split (None = the default group).
-        kernels_per_rank: Explicit splits by layer name.
-        costs: Per-rank cost models by layer name.
-        hooks: Called around every collective of the split layers.
-        check: Verify first that the whole model is identical on every rank.
+    Each layer's split is ``kernels_per_rank[name]``, else the makespan-optimal split for
+    ``costs[name]`` (one per-kernel cost model per rank), else an equal split. With ``check``
+    (a collective) the whole model is first verified identical on every rank.
 
     Returns:
         The split of each layer, by name.

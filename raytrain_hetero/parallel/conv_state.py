@@ -1,18 +1,10 @@
 """State of a conv-split model: full checkpoints, re-splitting, and per-kernel cost probes.
 
-* :func:`full_state_dict` / :func:`load_full_state_dict`: checkpoints hold the unsplit model,
-  so a checkpoint written in conv-split mode loads into the plain model (data-parallel mode,
-  ``predict``) and any split of any group size, and vice versa.
-* :func:`full_optimizer_state_dict` / :func:`load_full_optimizer_state_dict`: the same for the
-  optimizer (the split model keeps the plain model's parameter order, so the indices match).
-* :func:`resplit`: moves kernels' weights and optimizer state between ranks when the split
-  changes. The Parameter objects are kept and their ``.data`` resized, so the optimizer's
-  param groups stay valid and its per-parameter state is re-sliced in place.
-* :func:`probe_kernel_cost` / :func:`gather_kernel_costs`: the per-kernel cost of a layer on
-  this worker (through the one slowdown emulator) and every rank's, for the split solver.
-
-Every function that touches a split layer's parameters is a collective over its group: every
-rank must call it, with the same arguments, in the same order.
+Checkpoints (model and optimizer) hold the unsplit model, so they load into any split or the
+plain model. :func:`resplit` moves kernels' weights and optimizer state between ranks, keeping
+the Parameter objects (resizing ``.data``) so the optimizer's param groups stay valid.
+:func:`probe_kernel_cost` times a layer's per-kernel cost. Every function touching a split
+layer's parameters is a collective over its group (same arguments, same order).
 """
 
 from __future__ import annotations
@@ -170,20 +162,13 @@ def resplit(
 ) -> None:
     """Move kernels between ranks: weights and per-kernel optimizer state (a collective).
 
-    Call between steps (gradients are dropped). Each changed layer's blocks are gathered in
-    full and re-sliced, which at conv sizes (a few MB) costs one all-gather per tensor. The
-    layer gets NEW Parameter objects, and the optimizer's param groups and state are moved to
-    them: resizing ``.data`` in place is not enough, because autograd caches a leaf's shape in
-    its gradient accumulator, which lives as long as any graph built before the re-split (a
-    ``loss`` still referenced) and then rejects the new shape. State tensors shaped like the
-    parameter (SGD ``momentum_buffer``, Adam ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``)
-    are re-sliced; scalars (Adam ``step``) are the same on every rank and stay. Anything else
-    holding the old Parameters (an EMA copy, a DDP wrapper) must be rebuilt.
-
-    Args:
-        model: The split model.
-        optimizer: Its optimizer, or None.
-        new_kernels_per_rank: New split by layer name (layers not named keep theirs).
+    Call between steps (gradients are dropped); each changed layer's blocks are gathered in
+    full and re-sliced. The layer gets NEW Parameter objects and the optimizer's groups and
+    state move to them: resizing ``.data`` is not enough, as autograd caches a leaf's shape in
+    its gradient accumulator, which outlives the re-split while any older graph (a ``loss``)
+    is referenced. Parameter-shaped state (momentum, Adam moments) is re-sliced; scalars
+    (Adam ``step``) stay. Anything else holding the old Parameters (EMA, DDP) must be rebuilt.
+    Layers not named in ``new_kernels_per_rank`` keep their split.
 
     Raises:
         ModelParallelError: If a name is not a split layer or a split is invalid.
@@ -237,13 +222,10 @@ def probe_kernel_cost(
 ) -> CostModel:
     """This worker's cost of ``conv`` per kernel, fitted as ``t(k) = alpha + beta * k``.
 
-    Times forward + backward of a copy of the layer with ``k`` output channels on a random
-    batch of ``input_shape`` (the whole batch, as a split rank computes it), for each ``k`` of
-    ``kernel_counts`` (default: a quarter of the kernels and all of them), in interleaved
-    rounds, keeping each count's fastest round. Timed by the one
-    :class:`~raytrain_hetero.worker.timing.ProbeTimer`: the worker's compute clock, stretched
-    by ``slowdown`` (accounted, not slept).
-    Not a collective; the layer itself is not touched.
+    Times forward + backward of a copy with ``k`` output channels on a random whole batch of
+    ``input_shape`` for each ``k`` of ``kernel_counts`` (default: a quarter and all of the
+    kernels), fastest interleaved round kept, on the one
+    :class:`~raytrain_hetero.worker.timing.ProbeTimer`. Not a collective; ``conv`` untouched.
 
     Raises:
         ModelParallelError: If the layer is not a Conv2d or a count is invalid.

@@ -1,19 +1,11 @@
 """Process groups and layout records of a model-parallel run (R replicas x G-way groups).
 
-The workers are cut into ``R`` model-parallel groups of ``G`` consecutive ranks
-(:meth:`~raytrain_hetero.config.ParallelConfig.groups`); group ``i`` is data-parallel replica
-``i``, and a rank's *position* is its index within its group. Two kinds of process groups:
-
-* the *split* group of a replica (its G ranks): the conv split's gathers and all-reduces, the
-  branch pipeline's point-to-point traffic;
-* the *peer* group of a position (the R ranks holding the same position in every replica):
-  every replica splits or places the model the same way, so the ranks of a peer group hold
-  the same parameters (a block of kernels, a branch, the replicated layers) and all-reduce
-  their gradients, weighted by the samples each replica processed (exact, as in data
-  parallelism).
-
-Every rank creates every group, in the same order (torch requires it), each with the run's
-collective timeout.
+Group ``i`` of ``G`` consecutive ranks is data-parallel replica ``i``; a rank's *position* is
+its index in its group. The *split* group of a replica carries the conv split's and branch
+pipeline's traffic; the *peer* group of a position (its rank in every replica) holds the same
+parameters, since every replica splits alike, and all-reduces their gradients weighted by
+each replica's samples (exact). Every rank creates every group in the same order (torch
+requires it), each with the run's collective timeout.
 """
 
 from __future__ import annotations
@@ -103,19 +95,9 @@ def reduce_across_replicas(
 ) -> float:
     """Weighted sum over the replicas of every gradient and of the loss (one all-reduce).
 
-    Each replica's gradient is the gradient of its mean loss over its ``n_i`` samples;
-    ``sum_i (n_i / N) * grad_i`` is the gradient of the mean loss over the whole global batch
-    of ``N`` samples, exactly what one device computes. The loss rides in the same buffer, so
-    the value returned is the global batch's mean loss.
-
-    Args:
-        parameters: This rank's parameters (those without a gradient are skipped).
-        loss: This replica's mean loss (a scalar).
-        weight: ``n_i / N`` of this rank's replica.
-        peers: The peer group (None: one replica, nothing to reduce).
-
-    Returns:
-        The global batch's loss.
+    ``sum_i (n_i / N) * grad_i`` of the replicas' mean-loss gradients is exactly the global
+    batch's gradient; the loss rides in the same buffer, so the global batch's mean loss is
+    returned. ``weight`` is ``n_i / N`` of this rank's replica; ``peers`` None: one replica.
     """
     if peers is None:
         return float(loss.detach())
@@ -138,7 +120,6 @@ class RankLayout:
     """What one world rank holds.
 
     Attributes:
-        rank: World rank.
         replica: Its model-parallel group (data-parallel replica).
         position: Its index within the group.
         kernels: ``conv_split``: ``(layer, kernels)`` it owns, in layer order.
@@ -166,9 +147,7 @@ class ParallelLayout:
     """The layout of a model-parallel run: the same split or placement in every replica.
 
     Attributes:
-        mode: ``conv_split`` or ``branches``.
         groups: The model-parallel groups (world ranks), one per replica.
-        ranks: One :class:`RankLayout` per world rank.
         kernels: ``conv_split``: ``(layer, kernels per position)`` in layer order.
         branch_ranks: ``branches``: ``(branch, position)`` in fusion order.
         head_position: ``branches``: position of the head rank in each group (-1 otherwise).

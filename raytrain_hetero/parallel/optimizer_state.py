@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
+
+from raytrain_hetero.worker.identity import all_gather
 
 __all__ = ["copy_to_cpu", "full_optimizer_state_of_share", "share_of_full_optimizer_state"]
 
@@ -51,8 +52,7 @@ def full_optimizer_state_of_share(
     param_groups = [
         {**g, "params": [indices[i] for i in g["params"]]} for g in local["param_groups"]
     ]
-    pieces: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(pieces, (state, param_groups), group=group)
+    pieces = all_gather((state, param_groups), group)
     merged_state: dict[int, Any] = {}
     merged_groups: list[dict[str, Any]] = []
     for piece_state, piece_groups in pieces:

@@ -1,13 +1,9 @@
-"""Point-to-point tensor transfer with byte counting (torch.distributed send/recv).
+"""Point-to-point tensor transfer with byte counting (torch.distributed send/recv, gloo or NCCL).
 
-A receiver does not know the shape of an activation in advance (the last batch of an epoch
-is short, micro-batches are uneven), so every tensor whose shape the receiver cannot derive
-travels behind a fixed-size header: 8 int64 values (dtype code, number of dimensions, up to
-six sizes). Gradients travel back without a header: they have the shape of the activation
-they belong to. Every byte sent or received, headers included, is counted in a
-:class:`Traffic` record so the benchmark can compare it with data parallelism.
-
-Works with gloo (CPU tensors) and NCCL (CUDA tensors); the tests use gloo.
+A receiver cannot know an activation's shape in advance (short last batch, uneven
+micro-batches), so such a tensor travels behind a fixed header of 8 int64 values (dtype code,
+dimensions, up to six sizes); gradients come back headerless in their activation's shape.
+Every byte, headers included, is counted in a :class:`Traffic` record.
 """
 
 from __future__ import annotations
@@ -30,24 +26,16 @@ _DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16,
 
 @dataclass
 class Traffic:
-    """Bytes and messages one rank sent and received (mutable counter).
-
-    Attributes:
-        bytes_sent: Payload bytes sent by this rank, headers included.
-        bytes_received: Payload bytes received by this rank, headers included.
-        messages_sent: Number of send operations.
-    """
+    """Payload bytes one rank sent and received, headers included (mutable counter)."""
 
     bytes_sent: int = 0
     bytes_received: int = 0
-    messages_sent: int = 0
     _pending: list[dist.Work] = field(default_factory=list, repr=False)
     _keep_alive: list[torch.Tensor] = field(default_factory=list, repr=False)
 
     def add_sent(self, nbytes: int) -> None:
         """Count one send of ``nbytes``."""
         self.bytes_sent += nbytes
-        self.messages_sent += 1
 
     def wait_all(self) -> None:
         """Wait until every asynchronous send started through this counter has completed."""
@@ -80,15 +68,8 @@ def send_tensor(
 ) -> None:
     """Start sending ``tensor`` to global rank ``dst`` (asynchronous; see Traffic.wait_all).
 
-    Args:
-        tensor: The tensor to send (made contiguous; detached).
-        dst: Global rank of the receiver.
-        tag: Message tag; the receiver uses the same one. Messages with one (src, tag) pair
-            arrive in the order they were sent.
-        traffic: Counter that also keeps the send alive until waited for.
-        group: Process group (default: the world).
-        with_header: Precede the tensor by its shape header (for receivers that cannot
-            derive the shape).
+    Messages with one (src, ``tag``) pair arrive in order; ``traffic`` counts the bytes and
+    keeps the send alive until waited for; ``with_header`` sends the shape header first.
 
     Raises:
         ModelParallelError: A dtype or rank the header cannot describe.
@@ -118,16 +99,8 @@ def recv_tensor(
     like: torch.Tensor | None = None,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Receive one tensor from global rank ``src`` (blocking).
-
-    Args:
-        src: Global rank of the sender.
-        tag: Message tag the sender used.
-        traffic: Counter of received bytes.
-        group: Process group (default: the world).
-        like: If given, the message has no header and this tensor's shape and dtype.
-        device: Device of the received tensor (CPU for gloo, the local GPU for NCCL).
-    """
+    """Receive one tensor from global rank ``src`` (blocking); with ``like``, the message has
+    no header and that tensor's shape and dtype."""
     if like is None:
         header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=device)
         dist.recv(header, src=src, group=group, tag=tag)  # type: ignore[arg-type]

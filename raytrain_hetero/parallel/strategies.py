@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 import ray
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.allocation import CostModel
@@ -41,6 +40,7 @@ from raytrain_hetero.parallel.optimizer_state import (
 )
 from raytrain_hetero.worker.checkpoint_state import require_state
 from raytrain_hetero.worker.context import WorkerRuntime
+from raytrain_hetero.worker.identity import all_gather
 
 __all__ = ["STRATEGIES", "BranchStrategy", "ConvSplitStrategy", "ParallelStrategy", "ring_bytes"]
 
@@ -205,9 +205,8 @@ class ConvSplitStrategy(ParallelStrategy):
     def maybe_resplit(
         self, optimizer: torch.optim.Optimizer | None
     ) -> dict[str, tuple[int, ...]] | None:
-        """Re-probe every split layer; move the kernels of each layer whose predicted
-        makespan gain (:func:`~raytrain_hetero.core.kernel_split.proposed_resplit`) beats the
-        scheduler's ``improvement_threshold``, weights and optimizer state included."""
+        """Re-probe every split layer; move the kernels of each whose predicted gain beats
+        the ``improvement_threshold`` (:func:`~raytrain_hetero.core.kernel_split.proposed_resplit`)."""
         min_gain = self._runtime.identity.setup.scheduler.policy.improvement_threshold
         costs = _probe_split_costs(
             self._runtime, self._template, self.layers, self._groups, self._example
@@ -282,8 +281,7 @@ class BranchStrategy(ParallelStrategy):
                 slowdown=runtime.slowdowns.factor_at(_upcoming_step(runtime)),
                 device=identity.device,
             )
-        rows: list[Any] = [None] * identity.world_size
-        dist.all_gather_object(rows, costs)
+        rows = all_gather(costs)
         per_position = _per_position(rows, groups)
         placement = place_branches(
             names,
@@ -393,8 +391,7 @@ def _probe_split_costs(
                 repeats=max(3, setup.probe.repeats),
             )
             mine[name] = (cost.alpha, cost.beta)
-    rows: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(rows, mine)
+    rows = all_gather(mine)
     combined = {}
     for name in layers:
         combined[name] = tuple(

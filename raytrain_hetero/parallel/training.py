@@ -1,7 +1,6 @@
 """Training in a model-parallel mode through ``HeteroTrainer``: :func:`prepare_model_parallel`.
 
-Inside the train loop that :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` runs, with
-``parallel=ParallelConfig(mode="conv_split" | "branches", ...)``::
+With ``parallel=ParallelConfig(mode="conv_split" | "branches", ...)``::
 
     pm = rh.prepare_model_parallel(model, example_input=x)
     optimizer = rh.prepare_optimizer(torch.optim.SGD(pm.parameters(), lr=0.1))
@@ -13,16 +12,10 @@ Inside the train loop that :class:`~raytrain_hetero.driver.trainer.HeteroTrainer
             step = pm.train_step(batch["image"], batch["label"], F.cross_entropy, optimizer)
         state = pm.full_state_dict()                     # the single-device state_dict
 
-The data plan stays per rank (see :mod:`raytrain_hetero.worker.sampler`); the split of each
-layer, or the branch placement, is agreed from per-position costs combined over the replicas
-(the slowest replica's rank at each position decides), so it is the same in every replica and
-the ranks holding the same parameters all-reduce their gradients across replicas
-(:mod:`raytrain_hetero.parallel.layout`).
-
-What differs between the modes is a :class:`~raytrain_hetero.parallel.strategies.ParallelStrategy`
-(:mod:`raytrain_hetero.parallel.strategies`); :class:`ParallelModel` holds what they share.
-This module reads the per-process worker runtime (the one other reader besides
-:mod:`raytrain_hetero.worker.api`): it is the model-parallel counterpart of ``prepare_model``.
+The split or placement is agreed from per-position costs combined over the replicas (the
+slowest replica's rank decides), so it is the same in every replica and the ranks holding the
+same parameters all-reduce across replicas. What differs between the modes is a
+:class:`~raytrain_hetero.parallel.strategies.ParallelStrategy`.
 """
 
 from __future__ import annotations
@@ -178,15 +171,10 @@ class ParallelModel:
     ) -> dict[str, tuple[int, ...]] | None:
         """``conv_split``: re-probe every split layer and move kernels when it pays.
 
-        A collective; call it on every rank between steps (e.g. at each epoch start). Each
-        layer's fresh per-kernel costs (combined over the replicas) go through
-        :func:`~raytrain_hetero.core.kernel_split.proposed_resplit` with the scheduler's
-        ``improvement_threshold`` as hysteresis; the layers that change move their weights
-        and optimizer state (:func:`~raytrain_hetero.parallel.resplit`).
-
-        Returns:
-            The new split of each changed layer, or None when nothing changed (and always
-            None in ``branches`` mode: the placement is fixed for the worker group's life).
+        A collective between steps (e.g. at each epoch start), with the scheduler's
+        ``improvement_threshold`` as hysteresis; changed layers move their weights and
+        optimizer state. Returns the new split of each changed layer, or None (always in
+        ``branches`` mode: the placement is fixed for the worker group's life).
         """
         return self.strategy.maybe_resplit(optimizer)
 
@@ -200,10 +188,8 @@ class ParallelModel:
 
     def full_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state_dict as torch.optim over the single-device model's
-        ``parameters()`` holds it (index-keyed, same order); a collective over the group.
-
-        A snapshot: CPU copies, which later steps do not change (``optimizer.state_dict()``
-        itself returns the live tensors)."""
+        ``parameters()`` holds it; a collective over the group. A snapshot of CPU copies
+        (``optimizer.state_dict()`` itself returns the live tensors)."""
         return self.strategy.full_optimizer_state_dict(optimizer)
 
     def restore(

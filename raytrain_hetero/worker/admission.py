@@ -1,19 +1,13 @@
 """Admission on the workers: time the gradient collective, decide, and hand the decision on.
 
-Collectives, run on every rank at the same point (the first plan of a run, or the probe
-command). :func:`assess_admission` times a gradient-sized all-reduce on the process group of
-each prefix of the fastest-first order
-(:func:`~raytrain_hetero.worker.probe.time_gradient_allreduce`) and applies the pure
-greedy of :func:`~raytrain_hetero.core.admission.decide_admission` to the probe's cost
-models; every rank computes the same decision from the same gathered numbers.
-
-With ``ProbeConfig.admission == "auto"``, :func:`apply_admission` records the decision with the
-run's scheduler actor (once per run: a group that finds a decision there does not decide
-again) and, when worker slots are left out (wherever they are listed), the group stops before
-training and waits for Ray Train's elastic controller, whose scaling policy reads the
-decision, to restart it on the kept slots only (:mod:`raytrain_hetero.driver.elastic`; the
-backend maps Ray's workers onto them, :func:`~raytrain_hetero.core.admission.kept_slots`). No rank gets a zero slice: a rank
-in the group pays every collective whatever its slice.
+:func:`assess_admission` (a collective) times a gradient-sized all-reduce on each prefix of the
+fastest-first order and applies :func:`~raytrain_hetero.core.admission.decide_admission`;
+every rank computes the same decision from the same gathered numbers. With
+``ProbeConfig.admission == "auto"``, :func:`apply_admission` records it with the scheduler
+actor (once per run) and, when slots are left out, stops the group before training for Ray
+Train's elastic controller to restart it on the kept slots only
+(:mod:`raytrain_hetero.driver.elastic`). No rank gets a zero slice: a rank in the group pays
+every collective whatever its slice.
 """
 
 from __future__ import annotations
@@ -55,16 +49,9 @@ def assess_admission(
 ) -> AdmissionDecision:
     """The admission decision for this group (a collective; identical on every rank).
 
-    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`
-    (fastest first), so the gradient all-reduce is timed on each prefix of two or more ranks:
-    a process group per prefix, created, timed and destroyed in turn (``n - 1`` small groups
-    for ``n`` ranks; admission is opt-in).
-
-    Args:
-        identity: This rank.
-        model: The prepared model (its gradient size is what the all-reduce moves).
-        costs: One cost model per rank (the probe's, after calibration).
-        rank_slots: Worker slot of every rank.
+    The greedy only evaluates prefixes of :func:`~raytrain_hetero.core.admission.greedy_order`,
+    so the all-reduce of ``model``'s gradient size is timed on each prefix of two or more
+    ranks: a process group per prefix, created, timed and destroyed in turn.
     """
     setup = identity.setup
     module = getattr(model, "module", model)
@@ -109,19 +96,10 @@ def apply_admission(
 ) -> AdmissionDecision | None:
     """``admission: auto`` at a group's first plan: decide once per run, then act on it.
 
-    Only a full group (every worker slot) decides, so no slot is left out unmeasured. Rank 0
-    asks the run's scheduler whether the run decided already (then nothing happens);
-    otherwise every rank measures and decides, rank 0 records the decision and the worker
-    slots to keep, and, if this group holds another slot, every rank waits for the elastic
-    controller to restart the group on the kept slots (the waiting ranks are stopped
-    by that restart).
-
-    Args:
-        identity: This rank.
-        model: The prepared model.
-        costs: One cost model per rank.
-        rank_slots: Worker slot of every rank.
-        scheduler: Rank 0's scheduler client (None elsewhere, or without a scheduler).
+    Only a full group decides (no slot left out unmeasured), once per run (rank 0 asks the
+    scheduler). Rank 0 records the decision and the slots to keep; if this group holds
+    another slot, every rank waits for the elastic controller to restart the group on the
+    kept slots. ``scheduler`` is rank 0's client (None elsewhere).
 
     Returns:
         The decision made by this group, or None if the run had decided already, the group

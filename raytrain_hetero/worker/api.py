@@ -14,18 +14,10 @@ Typical loop::
             raytrain_hetero.report({"epoch": epoch}, checkpoint=...)
 
 ``report`` stores the sampler cursor, the plan history and every rank's random-generator
-state inside the checkpoint, so a restarted group resumes at exactly the next unseen step of
-the epoch and draws the same Dropout masks. Any optimizer over a prepared model's parameters
-skips, on every rank, a step whose gradients are non-finite on any rank (the step guard).
-
-This module is the only reader of the per-process runtime
-(:func:`~raytrain_hetero.worker.context.get_runtime`) in the worker layer (above it, the
-model-parallel counterpart of ``prepare_model``,
-:func:`raytrain_hetero.parallel.training.prepare_model_parallel`, reads it too); it hands each part to the modules that
-do the work: :mod:`~raytrain_hetero.worker.ddp` (model), :mod:`~raytrain_hetero.worker.sampler`
-(loader), :mod:`~raytrain_hetero.worker.calibration` (first measurements),
-:mod:`~raytrain_hetero.worker.planning` (plans), :mod:`~raytrain_hetero.worker.checkpoint_state`
-(resume state) and :mod:`~raytrain_hetero.worker.scheduler_client` (the scheduler).
+state in the checkpoint, so a restarted group resumes at exactly the next unseen step with the
+same Dropout masks. This module (and ``prepare_model_parallel``) alone reads the per-process
+runtime (:func:`~raytrain_hetero.worker.context.get_runtime`) and hands each part to the
+modules that do the work.
 """
 
 from __future__ import annotations
@@ -56,6 +48,7 @@ from raytrain_hetero.worker.dataset_agreement import (
 from raytrain_hetero.worker.evaluation import EvaluationLoader, evaluation_shares, sum_across_ranks
 from raytrain_hetero.worker.faults import fault_point
 from raytrain_hetero.worker.guard import install_step_hooks, optimizer_gradients
+from raytrain_hetero.worker.identity import all_gather
 from raytrain_hetero.worker.micro_batches import (
     MicroBatch,
     check_micro_batching,
@@ -176,20 +169,13 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer
     """Guard ``optimizer.step``: a step with non-finite gradients on any rank is skipped.
 
     Optional for an optimizer over a :func:`prepare_model` model's parameters (the guard
-    covers those already, a plain ``torch.optim`` optimizer included); needed for one over
-    other parameters, e.g. a :func:`prepare_model_parallel` model's.
-
-    The decision is one all-reduced flag, identical on every rank (it rides on the gradient
-    all-reduce of a model from :func:`prepare_model`), so no rank applies a non-finite update,
-    momentum or weight decay. A skipped step is logged with the rank(s) that produced it and
-    counted (``StepRecord.skipped_nonfinite``, the ``hetero/nonfinite_steps_skipped`` metric of
-    :func:`report`); ``GuardConfig.max_consecutive_nonfinite`` skipped steps in a row stop the
-    run with :class:`~raytrain_hetero.errors.NonFiniteStepError`. Works with
-    ``torch.amp.GradScaler`` (``scaler.step(optimizer)``): steps the scaler finds non-finite
-    are the scaler's to skip and do not count.
-
-    Args:
-        optimizer: The loop's optimizer, over the prepared model's parameters.
+    covers those already); needed for one over other parameters, e.g. a
+    :func:`prepare_model_parallel` model's. The decision is identical on every rank. A skipped
+    step is logged with the rank(s) that produced it and counted
+    (``StepRecord.skipped_nonfinite``, ``hetero/nonfinite_steps_skipped``);
+    ``GuardConfig.max_consecutive_nonfinite`` in a row stop the run with
+    :class:`~raytrain_hetero.errors.NonFiniteStepError`. Steps ``torch.amp.GradScaler`` finds
+    non-finite are the scaler's to skip and do not count.
 
     Returns:
         The same optimizer object, its steps guarded.
@@ -339,13 +325,7 @@ def micro_batches(batch: Any) -> Iterator[MicroBatch]:
     The gradients are synchronised once, after the last part, so the update is the
     single-device update for the global batch (models with exact BatchNorm are refused by
     :func:`prepare_model`; with ``batchnorm: local`` each part normalises by its own
-    statistics).
-
-    Args:
-        batch: The batch the prepared loader yielded for the step in progress.
-
-    Yields:
-        :class:`~raytrain_hetero.worker.micro_batches.MicroBatch` parts, in order.
+    statistics). ``batch`` is what the prepared loader yielded for the step in progress.
     """
     runtime = get_runtime()
     step = runtime.timing.current
@@ -461,8 +441,7 @@ def report(
                 "slice": last.slice,
                 "weight": last.weight,
             }
-        gathered: list[Any] = [None] * runtime.identity.world_size
-        dist.all_gather_object(gathered, (figures, rng[0].to_dict()))
+        gathered = all_gather((figures, rng[0].to_dict()))
         for rank, (theirs, _) in enumerate(gathered):
             if theirs is not None:
                 for key in ("samples_per_s", "slice", "weight"):
@@ -480,9 +459,6 @@ def report(
     if runtime.scheduler is not None:
         runtime.scheduler.flush(wait=True)
     ray.train.report(enriched, checkpoint=checkpoint, **kwargs)
-
-
-# ----------------------------------------------------------------------------- internals
 
 
 def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:
@@ -516,8 +492,7 @@ def _check_same_dataset(runtime: WorkerRuntime, fingerprint: Any) -> None:
     if not dist.is_initialized() or runtime.identity.world_size < 2:
         return
     node = f"{ray.get_runtime_context().get_node_id()[:12]} ({socket.gethostname()})"
-    gathered: list[Any] = [None] * runtime.identity.world_size
-    dist.all_gather_object(gathered, (node, fingerprint))
+    gathered = all_gather((node, fingerprint))
     check_agreement([RankDataset(rank, node, fp) for rank, (node, fp) in enumerate(gathered)])
 
 

@@ -34,7 +34,7 @@ from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import HeteroError
 from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
 from raytrain_hetero.worker.faults import fault_point
-from raytrain_hetero.worker.identity import RankIdentity
+from raytrain_hetero.worker.identity import RankIdentity, all_gather
 from raytrain_hetero.worker.memory_probe import memory_probe_batch_sizes, probe_memory
 from raytrain_hetero.worker.micro_batches import pass_caps_note
 from raytrain_hetero.worker.planning import (
@@ -102,18 +102,9 @@ def measure_costs(
 ) -> tuple[list[CostModel], str]:
     """One cost model per rank: probed (or reused) and then calibrated; a collective.
 
-    Args:
-        identity: This rank.
-        model: The prepared (DDP) model.
-        timing: The worker's step timing (calibration runs pseudo-steps on it).
-        inputs: Dataset and loss to measure with.
-        rank_slots: Worker slot of every rank.
-        known: Cost models of slots a previous group measured; those slots skip the probe.
-        pass_caps: Samples per forward+backward pass of every rank (memory), or None: the
-            probe stays within them and calibration micro-batches a slice above them.
-
-    Returns:
-        The costs and how they were obtained (for the plan's reason).
+    Slots in ``known`` (measured by a previous group) skip the probe; the probe stays within
+    ``pass_caps`` (memory) and calibration micro-batches a slice above them. Returns the costs
+    and how they were obtained (for the plan's reason).
     """
     probe_cfg = identity.setup.probe
     probing = rank_slots[identity.rank] not in known
@@ -121,10 +112,7 @@ def measure_costs(
     result = probe_in_node_rounds(
         identity, model, timing, inputs, probing=probing, pass_cap=pass_cap
     )
-    gathered: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(
-        gathered, (result.batch_sizes, result.seconds) if result is not None else None
-    )
+    gathered = all_gather((result.batch_sizes, result.seconds) if result is not None else None)
     costs = [
         ProbeResult(tuple(g[0]), tuple(g[1])).cost_model() if g is not None else known[slot]
         for g, slot in zip(gathered, rank_slots)
@@ -165,8 +153,7 @@ def measure_pass_caps(
                 "The memory probe needs the model: call prepare_model(model) before iterating "
                 "the loader returned by prepare_data_loader."
             )
-        nodes: list[Any] = [None] * identity.world_size
-        dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+        nodes = all_gather(ray.get_runtime_context().get_node_id())
         even = -(-setup.batch.global_batch_size // identity.world_size)
         module = getattr(model, "module", model)
         set_batchnorm_sync(module, False)  # probes are local: no statistics exchange
@@ -185,8 +172,7 @@ def measure_pass_caps(
             set_batchnorm_sync(module, True)
         if probed is not None and probed.cap is not None:
             cap = probed.cap if cap is None else min(cap, probed.cap)
-    gathered: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(gathered, cap)
+    gathered = all_gather(cap)
     logger.info("samples per pass (memory caps) by rank: %s", gathered)
     return tuple(gathered)
 
@@ -206,8 +192,7 @@ def probe_in_node_rounds(
     of every node), so a large cluster spends only (max probing workers per node) probe
     durations. Returns ``None`` on a rank that does not probe.
     """
-    nodes: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(nodes, (ray.get_runtime_context().get_node_id(), probing))
+    nodes = all_gather((ray.get_runtime_context().get_node_id(), probing))
     probing_nodes = [node for node, wants in nodes if wants]
     my_node = nodes[identity.rank][0]
     my_round = [node for node, wants in nodes[: identity.rank] if wants].count(my_node)
@@ -310,8 +295,7 @@ def calibrate(
                 if k > 0:  # the first step sets DDP's buckets up: not timed
                     busy.append(times.busy_s + load_wall)
                 model.zero_grad(set_to_none=True)
-            measured: list[Any] = [None] * identity.world_size
-            dist.all_gather_object(measured, statistics.median(busy))
+            measured = all_gather(statistics.median(busy))
             costs = [
                 CostModel(alpha=c.alpha, beta=max(m - c.alpha, 1e-9 * m) / b)
                 for c, m, b in zip(costs, measured, slices)
@@ -338,9 +322,6 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
         return move_to_device(inputs.collate_fn([dataset[int(i)] for i in indices]), device)
 
     return make_batch
-
-
-# ----------------------------------------------------------------------------- the cheap start
 
 
 def starts_passive(identity: RankIdentity) -> bool:
@@ -378,8 +359,7 @@ def known_costs(
     if mine is None and stored and plans.cost_key is not None:
         found = setup.storage.cost_models().read(plans.cost_key.digest)  # type: ignore[union-attr]
         mine = None if found is None else CostModel(found.alpha, found.beta)
-    gathered: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(gathered, mine)
+    gathered = all_gather(mine)
     return gathered
 
 
@@ -416,14 +396,10 @@ def prior_plan(
 def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -> Plan | None:
     """Time a step of the prior plan; after the last, agree on the measured plan.
 
-    At the end of the window's last step every rank gathers the window's timings (a
-    collective at the same step on every rank), rank 0 decides with
-    :func:`~raytrain_hetero.core.policy.decide_first_measured` and broadcasts; a switch
-    takes effect at the first step no rank has carved (:func:`next_free_step`), as every
-    live re-plan does, so the carving stays exactly-once.
-
-    Returns:
-        The measured plan to install, or None (not yet, or the prior stays).
+    At the window's last step every rank gathers its timings (a collective), rank 0 decides
+    (:func:`~raytrain_hetero.core.policy.decide_first_measured`) and broadcasts; a switch
+    takes effect at the first step no rank has carved, as every live re-plan, so the carving
+    stays exactly-once. Returns the measured plan, or None (not yet, or the prior stays).
     """
     window = plans.passive
     if window is None or record.step < window.first:
@@ -435,8 +411,7 @@ def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -
     if record.step < window.last:
         return None
     plans.passive = None
-    gathered: list[Any] = [None] * identity.world_size
-    dist.all_gather_object(gathered, window.samples)
+    gathered = all_gather(window.samples)
     box: list[Any] = [None]
     current = plans.current
     if identity.rank == 0 and current is not None and current.version == window.version:

@@ -1,11 +1,9 @@
 """The versioned resume state a worker writes into every checkpoint.
 
-``raytrain_hetero_state.json`` carries the carving cursor, the carving parameters it is only
-valid for, the plan history and which worker slot each rank filled, so a restarted group
-resumes at exactly the next unseen step of the epoch and reuses the cost models of the slots
-it already measured. Since format 2 it also carries every rank's random-generator state
-(:mod:`raytrain_hetero.worker.rng_state`), so Dropout draws the same masks after a resume.
-Written atomically; reading checks the format version and still reads format 1 (no RNG state).
+``raytrain_hetero_state.json`` carries the carving cursor and the carving parameters it is
+valid for, the plan history, each rank's worker slot (to reuse measured cost models) and,
+since format 2, every rank's random-generator state (same Dropout masks after a resume).
+Written atomically; reading checks the format version and still reads format 1.
 """
 
 from __future__ import annotations
@@ -47,18 +45,9 @@ _CARVING_KEYS = ("dataset_size", "global_batch_size", "seed", "min_step_size")
 class CheckpointState:
     """What a worker group needs to resume exactly.
 
-    Attributes:
-        cursor: Next step to run.
-        global_step: Global step of the cursor.
-        dataset_size: Samples per epoch of the carving the cursor is valid for.
-        global_batch_size: Samples per full step of that carving.
-        seed: Seed of its permutations.
-        min_step_size: Its smallest step (these four must match on resume).
-        world_size: World size of the group that wrote it.
-        plans: Every plan of the run so far.
-        rank_slots: Worker slot of each rank of that group (None if never gathered).
-        rng: Random-generator state of each rank of that group (None: format 1, or not
-            gathered).
+    ``cursor`` (the next step) is valid only for the carving of ``dataset_size``,
+    ``global_batch_size``, ``seed`` and ``min_step_size``, which must match on resume.
+    ``world_size``, ``rank_slots`` and ``rng`` (None: format 1) are the writing group's.
     """
 
     cursor: Cursor
@@ -196,10 +185,7 @@ def require_state(directory: Path, source: str) -> CheckpointState:
     """The state of a checkpoint a run resumes from; a checkpoint without one is refused.
 
     Resuming without the cursor would restart the epoch and train on samples twice.
-
-    Args:
-        directory: The checkpoint's local directory.
-        source: Where the checkpoint lives (named in the error).
+    ``source`` (where the checkpoint lives) is named in the error.
 
     Raises:
         ConfigError: The checkpoint has no state file, or an unreadable one.

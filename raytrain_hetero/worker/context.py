@@ -3,23 +3,8 @@
 The backend installs one :class:`WorkerRuntime` per training-worker process before the user's
 loop starts. It lives in this importable module (not in a closure) because Ray pickles
 closures by value: a module-level object captured by a wrapper would be a copy on the worker.
-Only the public worker API (:mod:`raytrain_hetero.worker.api`) reads it, through
-:func:`get_runtime`; everything below the API gets the parts it needs passed in.
-
-The runtime is composed of focused parts, each written by one owner:
-
-* ``identity`` (:class:`~raytrain_hetero.worker.identity.RankIdentity`): immutable, backend;
-* ``slowdowns`` (EMULATION factors): live injections written by the scheduler sync;
-* ``timing`` (the step in progress and its accounting): the loader and calibration;
-* ``plans`` (schedule, history, rank slots, restored slot costs): the planning module;
-* ``loader`` (carver and cursor): the loader, once ``prepare_data_loader`` made it;
-* ``telemetry`` (the step's logged metrics, the last record): the loop and the loader;
-* ``scheduler`` (client of the run's scheduler actor): pushes and polls;
-* ``model``: the prepared model, set by ``prepare_model``;
-* ``guard`` (:class:`~raytrain_hetero.worker.guard.StepGuard`): the gradient hook and the
-  guarded optimizer;
-* ``pending_rng``: generator states restored from the checkpoint, applied by the loader
-  right before the first resumed batch.
+Only the public worker API reads it (:func:`get_runtime`); everything below gets its parts
+passed in.
 """
 
 from __future__ import annotations
@@ -77,17 +62,9 @@ class Telemetry:
 class WorkerRuntime:
     """Everything a training worker process holds for the current worker group.
 
-    Attributes:
-        identity: Who this process is (immutable).
-        slowdowns: EMULATION factors of this worker over the run.
-        timing: The step in progress and its compute accounting.
-        plans: Plan schedule, history and slot bookkeeping.
-        scheduler: Client of the run's scheduler actor, or None without one.
-        loader: Carving state, once ``prepare_data_loader`` ran.
-        telemetry: Logged metrics and the last step record.
-        model: The prepared (DDP-wrapped) model, for probing and calibration.
-        guard: The step guard (non-finite steps skipped on every rank).
-        pending_rng: Generator states from the checkpoint, not yet applied.
+    Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
+    prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
+    (generator states from the checkpoint) until the loader applies them.
     """
 
     identity: RankIdentity

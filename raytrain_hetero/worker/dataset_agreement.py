@@ -1,12 +1,10 @@
 """Every rank must carve the same dataset: compare (length, file-list hash) across ranks.
 
-The carving indexes the dataset by position, so ranks whose node-local copies differ (a
-missing file, a different ``on_bad_file: skip`` outcome) would silently train on other samples
-than planned, or hang when their lengths differ. :func:`dataset_fingerprint` summarises a
-dataset as its length and, where it lists its files (torchgeo's and torchvision's ``files``,
-``samples``, ``imgs``; through ``Subset``-style ``dataset``/``indices`` wrappers), a hash of
-that list relative to the dataset's root; :func:`check_agreement` compares the fingerprints
-all ranks gathered and names the ranks and nodes that differ from the majority.
+The carving indexes by position, so differing node-local copies would silently train on other
+samples than planned, or hang. :func:`dataset_fingerprint` is a dataset's length and, where it
+lists its files (``files``, ``samples``, ``imgs``, through ``Subset``-style wrappers), a hash
+of that list relative to its root; :func:`check_agreement` names the ranks and nodes that
+differ from the majority.
 """
 
 from __future__ import annotations
@@ -47,7 +45,6 @@ class RankDataset:
     """One rank's fingerprint and where that rank runs.
 
     Attributes:
-        rank: World rank.
         node: Node id and host name of the rank.
         fingerprint: Its dataset's fingerprint.
     """

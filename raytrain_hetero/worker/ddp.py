@@ -1,17 +1,10 @@
 """DistributedDataParallel with count-weighted gradient synchronisation.
 
-Each rank back-propagates the *mean* loss over its own slice of n_i samples. Before the
-all-reduce, the communication hook scales the rank's gradient bucket by w_i = n_i / N (N: the
-step's global sample count, known on every rank from the deterministic carving) and sums; it
-does not divide by the world size. The result is sum_i (n_i/N) g_i, exactly the mean gradient
-over the whole global batch: the update a single device would make.
-
-``weighting="uniform"`` scales by 1/world_size instead, reproducing the seed papers' earlier
-HDP baseline (uneven slices, plain averaging), which biases updates toward small slices.
-
-With a :class:`~raytrain_hetero.worker.guard.StepGuard`, the hook also checks each bucket for
-non-finite values before the reduction and appends the per-rank indicator to the last
-bucket's all-reduce, so the step guard's decision costs no extra collective.
+Each rank back-propagates the *mean* loss over its n_i samples; the communication hook scales
+its bucket by w_i = n_i / N (N known on every rank from the carving) and sums, giving exactly
+the whole batch's mean gradient. ``weighting="uniform"`` scales by 1/world_size (the seed
+papers' biased baseline). With a :class:`~raytrain_hetero.worker.guard.StepGuard` the hook
+also checks each bucket and appends the non-finite indicator to the last bucket's all-reduce.
 """
 
 from __future__ import annotations
@@ -135,22 +128,10 @@ def wrap_model(
 ) -> DistributedDataParallel:
     """Move ``model`` to the worker's device and wrap it in DDP with the weighted hook.
 
-    Args:
-        model: The user's model.
-        device: This worker's device.
-        timing: This worker's step timing (step weights, compute accounting, EMULATION).
-        weighting: "proportional" (exact) or "uniform".
-        sync_batchnorm: Replace BatchNorm layers by global-statistics HeteroBatchNorm. Turning
-            it off keeps per-slice statistics, which is inexact under uneven slices.
-        ddp_kwargs: Extra keyword arguments for DistributedDataParallel.
-        collective_timeout_s: Timeout of the BatchNorm statistics group (``new_group``
-            otherwise takes torch's 30-minute default, not the world group's timeout).
-        guard: Step guard fed by the gradient hook (non-finite indicator).
-        collective_delay_s: EMULATION of a slow link: seconds slept before each gradient
-            all-reduce (``WorkerSpec.emulated_collective_delay_s``).
-
-    Returns:
-        The DDP-wrapped model.
+    ``sync_batchnorm`` replaces BatchNorm layers by global-statistics HeteroBatchNorm (off:
+    per-slice statistics, inexact under uneven slices). ``collective_timeout_s`` is passed to
+    the statistics group explicitly, as ``new_group`` otherwise takes torch's 30-minute
+    default; ``collective_delay_s`` (EMULATION of a slow link) is slept before each all-reduce.
     """
     if not dist.is_initialized():
         raise HeteroError(

@@ -1,16 +1,11 @@
 """EMULATION: the one way a worker is made k times slower than its hardware.
 
-For CPU-only testing and demos, a worker with slowdown factor k must behave like a device k
-times slower. Every place that emulates slowdown (training steps and BatchNorm exchanges, the
-probe, the stock benchmark contender, the "alone" benchmark measurement, inference actors)
-uses :class:`SlowdownEmulator`: it measures the worker's *own* compute since a mark with a
-:class:`~raytrain_hetero.worker.timing.ComputeClock` (thread or process CPU time, so
-co-located workers contending for cores do not compound the stretch) and, for an interval d,
-sleeps (k - 1)·d, so the worker reaches its next synchronisation point as late as the slower
-device would, without taking CPU from others. Real heterogeneous clusters use k = 1.
-
-:func:`slowdown_factor` is the one rule for the factor at a step: the worker's base
-``emulated_slowdown`` times every injection targeting it from that step on.
+For CPU-only testing and demos, every place that emulates slowdown (steps, BatchNorm
+exchanges, probes, benchmarks, inference) uses :class:`SlowdownEmulator`: it measures the
+worker's *own* compute since a mark (thread or process CPU time, so co-located workers do not
+compound the stretch) and for an interval d sleeps (k - 1)·d, reaching the next
+synchronisation point as late as the slower device would without taking CPU from others.
+Real clusters use k = 1. :func:`slowdown_factor` is the one rule for the factor at a step.
 """
 
 from __future__ import annotations
@@ -52,18 +47,8 @@ def slowdown_factor(
     rank: int,
     step: int,
 ) -> float:
-    """EMULATION factor of ``worker``/``rank`` at global ``step`` (1.0 = real speed).
-
-    Args:
-        base: The worker's ``emulated_slowdown``.
-        injections: Injected slowdowns (each targets a worker name or a rank from a step on).
-        worker: The worker's slot name.
-        rank: Its world rank.
-        step: The global step (-1 outside training steps: probes, calibration).
-
-    Returns:
-        ``base`` times the factor of every injection that applies.
-    """
+    """EMULATION factor of ``worker``/``rank`` at global ``step`` (-1: probes, calibration):
+    ``base`` (``emulated_slowdown``) times the factor of every injection that applies."""
     factor = float(base)
     for injection in injections:
         if injection.applies_to(worker, rank, step):
@@ -102,16 +87,8 @@ class SlowdownEmulator:
         return self._mark
 
     def stretch(self, factor: float, *, sleep: bool = True) -> float:
-        """End the interval since the last mark, stretched by ``factor``; a new one starts.
-
-        Args:
-            factor: Slowdown factor k >= 1.
-            sleep: Sleep the extra (k - 1)·d now (a worker in a step). False only accounts
-                it (a probe, whose timings are scaled without spending the time).
-
-        Returns:
-            The stretched compute seconds k·d of the interval.
-        """
+        """End the interval d since the last mark and return k·d (k = ``factor``); a new one
+        starts. ``sleep`` sleeps the extra (k - 1)·d now (a step); False only accounts it."""
         interval = max(0.0, self.clock.now() - self._mark)
         if sleep and factor > 1.0 and interval > 0.0:
             time.sleep(interval * (factor - 1.0))
@@ -122,15 +99,8 @@ class SlowdownEmulator:
 class SlowdownSchedule:
     """EMULATION factors of one worker over the run: its base factor and every injection.
 
-    Injections known from the start are fixed; those the scheduler hands out during the run
-    are replaced as a whole by the scheduler sync (their one writer).
-
-    Args:
-        base: The worker's ``emulated_slowdown``.
-        worker: Its slot name.
-        rank: Its world rank.
-        planned: Injections known from the start (the run's slowdown schedule).
-        noise: Per-step noise amplitude (:func:`noise_multiplier`); the factor stays >= 1.
+    ``planned`` injections are fixed; live ones are replaced as a whole by the scheduler sync
+    (their one writer). ``noise``: per-step amplitude (:func:`noise_multiplier`), factor >= 1.
     """
 
     def __init__(

@@ -1,18 +1,11 @@
 """Evaluation and prediction sharded by speed over all ranks, aggregated exactly.
 
-Every evaluation step takes the next ``batch_size`` items of the evaluation set in order and
-splits them across the ranks in proportion to the run's current plan, with the training
-carving's own math (:class:`~raytrain_hetero.core.carving.EpochCarver` without shuffling, one
-"epoch" = one pass over the set, its ragged-tail rule included). So every item is evaluated
-exactly once, every rank gets at least one item per step and every rank runs the same number
-of steps, which keeps per-step collectives (Lightning's ``self.log(..., sync_dist=True)``)
-safe. The shares are read when an iteration starts: the plan of that moment, identical on
-every rank since plans switch at agreed steps.
-
-Aggregation must count, not average averages: :func:`sum_across_ranks` all-reduces sums
-(correct predictions and samples); a torchmetrics metric computed with its default
-``sync_on_compute=True`` gathers its states (sums, or concatenations of uneven length) over
-the group itself, which is exact for uneven shards.
+Each evaluation step splits the next ``batch_size`` items across the ranks by the current
+plan with the training carving's own math (unshuffled, ragged tail included): every item
+once, at least one per rank, the same number of steps on every rank (so per-step collectives
+such as Lightning's ``sync_dist`` are safe). Aggregation counts rather than averaging
+averages: :func:`sum_across_ranks` all-reduces sums; torchmetrics' ``sync_on_compute`` gathers
+its states itself, exact for uneven shards.
 """
 
 from __future__ import annotations
@@ -43,12 +36,8 @@ def evaluation_shares(plan: Plan | None, world_size: int) -> tuple[float, ...]:
 class ShardBatchSampler(Sampler[list[Any]]):
     """Yields this rank's slice of every evaluation step, steps split by speed.
 
-    Args:
-        source: What to shard: a length ``n`` (dataset positions ``0..n-1``) or a sampler
-            whose items (indices, torchgeo's boxes...) are taken in its order.
-        batch_size: Items per evaluation step over all ranks.
-        rank: This rank.
-        shares: Returns one share per rank; read at the start of every iteration.
+    ``source`` is a length ``n`` (positions ``0..n-1``) or a sampler whose items are taken in
+    order; ``shares`` (one per rank) is read at the start of every iteration.
 
     Raises:
         ConfigError: Fewer items than ranks (a rank would have nothing to evaluate).
@@ -85,13 +74,7 @@ class EvaluationLoader(DataLoader):
     """A ``DataLoader`` over this rank's :class:`ShardBatchSampler` that, under EMULATION,
     stretches the consumer's compute on each batch (what runs between two batches) by the
     worker's slowdown factor through the one :class:`SlowdownEmulator`, as in training steps.
-
-    Args:
-        dataset: The evaluation set.
-        source, batch_size, rank, shares: As for :class:`ShardBatchSampler`.
-        clock: The worker's compute clock.
-        slowdown: Returns the EMULATION factor (1.0 = real speed), read per iteration.
-        **kwargs: Other ``DataLoader`` arguments (``collate_fn``, ``num_workers``...).
+    ``source``, ``batch_size``, ``rank`` and ``shares`` are :class:`ShardBatchSampler`'s.
     """
 
     def __init__(

@@ -1,18 +1,12 @@
 """FAULT INJECTION (test and ops tooling): fire the run's configured faults at phase points.
 
-In the spirit of torchft's fault injector and Horovod's elastic tests, and deterministic: a
-fault (:class:`~raytrain_hetero.config.faults.FaultSpec`) names a phase, optionally a global
-step, a target (worker name or rank) and an action. The worker code calls :func:`fault_point`
-at each phase point (one line per point: probe, calibration, plan switch, end of a training
-step, checkpoint commit); with no faults configured (the default) it returns at once.
-
-Each fault fires at most once per run. The record of a firing is a marker file in the
-configured ``marker_dir``, written atomically *before* the action, not a flag in memory: the
-action may SIGKILL this very process, and the restarted worker group runs in new processes
-(possibly on other nodes) that get the same configuration again, so only a file on storage
-every worker sees can tell them the fault already fired. Without it a fault at step 5 would
-fire again each time the group resumes from a checkpoint before step 5, and the run could
-never finish.
+Deterministic, in the spirit of torchft's fault injector: a
+:class:`~raytrain_hetero.config.faults.FaultSpec` names a phase, optionally a step, a target
+and an action; worker code calls :func:`fault_point` at each phase point (a no-op without
+faults). Each fault fires at most once per run, recorded by a marker file written atomically
+*before* the action: the action may SIGKILL this process and the restarted group runs in new
+processes, so only shared storage can tell them it fired (else a fault at step 5 would fire on
+every resume from before step 5).
 """
 
 from __future__ import annotations
@@ -66,13 +60,8 @@ def fault_point(
 ) -> None:
     """Fire every configured fault of ``phase`` (and ``step``) that targets this rank.
 
-    Args:
-        identity: This rank (its setup carries the fault configuration).
-        phase: The phase point reached (``probe``, ``calibration``, ``plan_switch``,
-            ``mid_epoch``, ``checkpoint_commit``).
-        step: The global step of a step phase.
-        model: The prepared model (``nan`` poisons its next forward pass).
-        state_file: The checkpoint state file just written (``corrupt_state``).
+    ``model`` is what ``nan`` poisons; ``state_file`` the state just written
+    (``corrupt_state``).
     """
     config = identity.setup.faults
     if config is None or not config.faults:

@@ -1,28 +1,16 @@
 """The step guard: a step whose gradients are non-finite on any rank is skipped on every rank.
 
 One rank's NaN or inf gradient, summed by the weighted all-reduce, would poison every rank's
-parameters. The guard decides per step, identically on every rank, whether the optimizer may
-apply the step:
+parameters. The DDP hook checks each bucket before the reduction and appends a per-rank
+indicator to the last bucket's all-reduce (no extra rendezvous; afterwards every rank knows
+*which* ranks were non-finite); without a flag (no DDP sync) :meth:`StepGuard.verdict` checks
+locally and runs one tiny all-reduce.
 
-* The DDP communication hook (:mod:`raytrain_hetero.worker.ddp`) checks each gradient bucket
-  of this rank *before* the reduction (:meth:`StepGuard.check_bucket`) and appends a
-  per-rank indicator (one element per rank, 1 where that rank's gradients were non-finite) to
-  the last bucket's all-reduce. The flag thus rides on a collective that happens anyway: no
-  extra rendezvous, and after the reduction every rank knows *which* ranks were non-finite.
-* Where no flag rode along (a model not prepared by ``prepare_model``, or gradients not
-  synchronised through DDP), :meth:`StepGuard.verdict` checks the optimizer's gradients
-  locally and runs one tiny all-reduce of the same indicator.
-
-The decision is applied through torch's global optimizer step hooks
-(:func:`install_step_hooks`), so it covers the loop users write: any optimizer over a prepared
-model's parameters (:meth:`StepGuard.watch`), a plain ``torch.optim.SGD``/``Adam`` included,
-and any optimizer passed through ``prepare_optimizer`` (:meth:`StepGuard.mark`). A skipped step
-runs with every gradient set aside (``None``), which torch's optimizers treat as "no parameter
-to update": no update, momentum, Adam moment, step count or weight decay changes; the post
-hook puts the gradients back. The optimizer object stays the user's, so LR schedulers,
-``state_dict`` and ``torch.amp.GradScaler`` keep working. With ``GradScaler``, a step the
-scaler finds non-finite never reaches ``optimizer.step``: overflow handling stays the
-scaler's and does not count toward the consecutive limit.
+The decision is applied through torch's global optimizer step hooks, so it covers any
+optimizer over a prepared model's parameters. A skipped step runs with every gradient set
+aside (``None``): no update, momentum, moment, step count or weight decay changes; the
+optimizer stays the user's, so LR schedulers, ``state_dict`` and ``GradScaler`` keep working
+(a step the scaler finds non-finite never reaches ``optimizer.step`` and does not count).
 """
 
 from __future__ import annotations
@@ -74,8 +62,6 @@ class StepGuard:
     """Per-worker state of the step guard.
 
     Args:
-        rank: This rank.
-        world_size: Ranks in the group.
         max_consecutive: Consecutive skipped steps after which :meth:`verdict` raises.
     """
 
@@ -93,8 +79,6 @@ class StepGuard:
         self._decided: GuardVerdict | None = None
         self._watched: set[int] = set()
 
-    # ------------------------------------------------------------------ which optimizers
-
     def watch(self, parameters: Iterable[torch.Tensor]) -> None:
         """Guard every optimizer that steps any of ``parameters`` (a prepared model's)."""
         self._watched.update(id(p) for p in parameters)
@@ -110,8 +94,6 @@ class StepGuard:
         if getattr(optimizer, _GUARDED, False):
             return True
         return any(id(p) in self._watched for g in optimizer.param_groups for p in g["params"])
-
-    # ------------------------------------------------------------------ inside the DDP hook
 
     def check_bucket(self, step: int, bucket: torch.Tensor) -> None:
         """Note whether this rank's (pre-reduction) gradient bucket of ``step`` is finite."""
@@ -133,19 +115,13 @@ class StepGuard:
         self._flags_step, self._flags = step, reduced_flags
         self._decided = None  # a new backward in the same step is decided afresh
 
-    # ------------------------------------------------------------------ at optimizer.step
-
     def verdict(
         self, step: int, gradients: Callable[[], Iterable[torch.Tensor]], group: Any = None
     ) -> GuardVerdict:
         """Decide ``step`` (a collective only when no indicator rode on the gradient sync).
 
-        Args:
-            step: Global step about to be applied.
-            gradients: This rank's gradients (for the fallback check).
-            group: Process group of the fallback all-reduce (default: the world).
-
-        Every optimizer stepping in ``step`` gets the first decision (no second collective).
+        ``gradients`` (this rank's) and ``group`` serve the fallback check. Every optimizer
+        stepping in ``step`` gets the first decision (no second collective).
 
         Raises:
             NonFiniteStepError: The step is the ``max_consecutive``-th skipped in a row.

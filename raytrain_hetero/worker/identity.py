@@ -7,7 +7,9 @@ writes them afterwards, so every part of the worker can hold them without copies
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
 
 from raytrain_hetero.config.groups import (
     BackendConfig,
@@ -36,23 +38,10 @@ class HeteroSetup:
     Attributes:
         run_id: Unique id of this run (names the scheduler actor).
         specs: One WorkerSpec per worker slot, in worker order (counts expanded).
-        batch: Global batch, minimum slice, weighting, BatchNorm mode, memory caps, fixed
-            shares and the carving seed.
-        probe: Probe settings.
-        scheduler: Plan agreement and measurement-push spacing, and the re-planning policy.
-        emulation: EMULATION: injected slowdowns known from the start, per-step noise.
-        backend: Timeout of every process group the worker creates (gradient, BatchNorm).
-        guard: The step guard (consecutive non-finite steps before the run stops).
-        parallel: The parallel layout (data parallelism by default; in a model-parallel mode
-            every rank of a group reads its replica's slice, see
-            :mod:`raytrain_hetero.worker.sampler`).
         faults: FAULT INJECTION (test/ops tooling): faults to fire, or None (off).
-        min_workers: Smallest group the run may shrink to (elastic ``min_workers``, else 1);
-            admission never drops a group below it.
-        scheduler_name: Ray actor name of the run's scheduler, or None.
-        scheduler_namespace: Ray namespace of that actor.
-        storage: The run's storage (``RunConfig.storage_path``), where the cost models of
-            ``ProbeConfig.remember`` are kept; None: nothing is remembered.
+        min_workers: Smallest group the run may shrink to; admission never goes below it.
+        scheduler_name: Ray actor name of the run's scheduler (and its namespace), or None.
+        storage: Where the cost models of ``ProbeConfig.remember`` are kept, or None.
     """
 
     run_id: str
@@ -89,8 +78,6 @@ class RankIdentity:
     Attributes:
         setup: Run-wide settings.
         slot: Which worker slot of ``setup.specs`` this process fills.
-        rank: World rank.
-        world_size: World size.
         device: Device string this worker computes on ("cpu" or "cuda:N").
         group_id: Id of the worker group (changes on every restart).
     """
@@ -114,3 +101,10 @@ class RankIdentity:
     def spec(self) -> WorkerSpec:
         """The WorkerSpec this worker was started for."""
         return self.setup.specs[self.slot]
+
+
+def all_gather(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's ``obj`` in rank order (of ``group``, default the world); a collective."""
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered

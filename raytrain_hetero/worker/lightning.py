@@ -1,55 +1,25 @@
 """Lightning on heterogeneous workers: an unmodified ``LightningModule`` (torchgeo's tasks)
-trained by ``HeteroTrainer`` with the core loop's exactness, in the way Ray Train's own
-Lightning support works (``RayDDPStrategy`` + ``RayLightningEnvironment`` + ``prepare_trainer``
-+ ``RayTrainReportCallback``)::
+trained by ``HeteroTrainer`` with the core loop's exactness, the way Ray Train's own Lightning
+support works (``RayDDPStrategy`` + ``RayLightningEnvironment`` + ``prepare_trainer`` +
+``RayTrainReportCallback``)::
 
-    import lightning.pytorch as pl
-    from raytrain_hetero import lightning as rhl
+    trainer = pl.Trainer(
+        max_epochs=3,
+        strategy=rhl.HeteroDDPStrategy(),
+        plugins=[rhl.HeteroLightningEnvironment()],
+        callbacks=[rhl.HeteroReportCallback()],
+        use_distributed_sampler=False,
+        enable_checkpointing=False,
+    )
+    rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
 
-    def train_loop(config):
-        task = ClassificationTask(model="resnet18", in_channels=13, num_classes=10)
-        datamodule = EuroSATDataModule(root=config["root"], batch_size=config["batch"])
-        trainer = pl.Trainer(
-            max_epochs=3,
-            accelerator="cpu",
-            strategy=rhl.HeteroDDPStrategy(),
-            plugins=[rhl.HeteroLightningEnvironment()],
-            callbacks=[rhl.HeteroReportCallback()],
-            use_distributed_sampler=False,
-            enable_checkpointing=False,
-        )
-        rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
-
-What each part reuses of the core (no second sync, sampler or planner):
-
-* :class:`HeteroDDPStrategy` wraps the module with :func:`~raytrain_hetero.worker.api.prepare_model`
-  (the run's process group, BatchNorm converted to count-weighted
-  :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` per ``BatchConfig.batchnorm``, DDP
-  with the count-weighted all-reduce hook), guards every optimizer like
-  :func:`~raytrain_hetero.worker.api.prepare_optimizer`, and replaces the training dataloader
-  by :func:`~raytrain_hetero.worker.api.prepare_data_loader` over the same dataset and collate
-  function (the carving sampler: per-step uneven slices of every global batch of
-  ``global_batch_size`` samples, the datamodule's ``batch_size`` is ignored). Lightning's
-  ``DistributedSampler`` must stay out (``use_distributed_sampler=False``). A torchgeo
-  ``GeoDataset`` (a ``GeoDataModule``'s) is carved by its sampler's draws: each epoch's
-  ``length`` boxes or grid cells, listed once per epoch (:func:`geo_draws`).
-* A step callback (added by :func:`prepare_trainer`) ends each step after the optimizer
-  update: its record goes to the same machinery as the core loop's (the scheduler's live
-  re-planning, Ray metrics, the step guard), with the step's ``train_loss``.
-* :class:`HeteroReportCallback` reports at every epoch end through
-  :func:`~raytrain_hetero.worker.api.report` with a Lightning checkpoint plus the sampler
-  cursor and plans, and :func:`fit` resumes from ``ray.train.get_checkpoint()``, so a
-  restarted (e.g. resized) group continues at the next epoch with the same data order.
-
-* Validation, test and predict loaders are shared out by speed
-  (:func:`~raytrain_hetero.worker.api.prepare_eval_data_loader`): each step of the loader's
-  ``batch_size`` items is split across the ranks by the current plan, every item once, the
-  same number of steps on every rank. Epoch metrics stay exact on uneven shards: torchmetrics
-  metrics gather their states, and ``self.log(value, sync_dist=True)`` sums value x batch size
-  and batch sizes over the ranks (give ``batch_size=`` where Lightning cannot infer it).
-
-Not exact, by design: training-step ``self.log`` metrics of a rank describe that rank's
-slice. Checkpoints are taken at epoch ends only.
+Every part reuses the core (no second sync, sampler or planner): the strategy is
+``prepare_model`` + the guarded optimizer + ``prepare_data_loader`` over the training
+dataset (a ``GeoDataset`` is carved by its sampler's draws, :func:`geo_draws`); a step
+callback ends each step into the scheduler, metrics and guard; :class:`HeteroReportCallback`
+checkpoints at epoch ends and :func:`fit` resumes. Evaluation loaders are shared out by speed.
+Not exact, by design: training-step ``self.log`` metrics describe the rank's slice. See
+docs/lightning.md.
 """
 
 from __future__ import annotations
@@ -91,6 +61,13 @@ __all__ = [
 
 #: The Lightning checkpoint's file name inside a reported Ray checkpoint (Ray's own name).
 CHECKPOINT_NAME = "checkpoint.ckpt"
+#: ``DDPStrategy`` arguments the run owns (its process group and count-weighted hook).
+_RUN_OWNED_DDP_ARGS = (
+    "ddp_comm_hook",
+    "ddp_comm_state",
+    "ddp_comm_wrapper",
+    "process_group_backend",
+)
 
 
 def _ray_context_value(method: str) -> int:
@@ -154,16 +131,7 @@ class HeteroDDPStrategy(DDPStrategy):
         dataloader_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        refused = [
-            k
-            for k in (
-                "ddp_comm_hook",
-                "ddp_comm_state",
-                "ddp_comm_wrapper",
-                "process_group_backend",
-            )
-            if kwargs.get(k) is not None
-        ]
+        refused = [k for k in _RUN_OWNED_DDP_ARGS if kwargs.get(k) is not None]
         if refused:
             raise ConfigError(
                 f"HeteroDDPStrategy got {', '.join(refused)}: the run's process group and its "

@@ -1,20 +1,12 @@
 """Peak memory per sample of one worker, and the cap in samples per pass it implies.
 
-Measured alone (no communication) on the bare model, one forward+backward per batch size:
-
-* CUDA: the allocator's peak (``torch.cuda.max_memory_allocated`` after
-  ``reset_peak_memory_stats``) above what was allocated before the pass.
-* CPU: the process's resident-set peak (``VmHWM`` of ``/proc/self/status``, reset by writing
-  ``5`` to ``/proc/self/clear_refs``) above its resident set before the pass, after
-  ``malloc_trim`` hands freed heap back to the system (otherwise a pass reuses memory an
-  earlier, larger pass left in the heap and its growth reads low). An estimate: the allocator's
-  own retention and other threads add noise, so the largest of a few repeats is kept and a
-  fraction below 1 leaves the margin. Where ``/proc`` or glibc is missing, CPU workers get no
-  probed cap (logged).
-
-:func:`fit_memory_model` turns the peaks into ``fixed + per_sample * b`` bytes and
-:func:`~raytrain_hetero.core.memory.memory_cap` the budget (``max_memory_fraction`` of the
-worker's memory, less what the process already holds) into samples per pass.
+Measured alone on the bare model, one forward+backward per batch size: on CUDA the allocator's
+peak; on CPU the process's resident-set peak (``VmHWM``, reset through ``clear_refs``) after
+``malloc_trim`` (else a pass reuses heap an earlier, larger pass left and reads low). The CPU
+figure is noisy, so the largest of a few repeats is kept and a fraction below 1 leaves the
+margin; without ``/proc`` or glibc CPU workers get no probed cap (logged).
+:func:`fit_memory_model` and :func:`~raytrain_hetero.core.memory.memory_cap` turn the peaks
+into samples per pass.
 """
 
 from __future__ import annotations
@@ -160,19 +152,11 @@ def probe_memory(
 ) -> MemoryProbe | None:
     """Measure one worker's peak memory per pass and derive its cap in samples per pass.
 
-    The model's parameters, gradients, buffers and mode are restored afterwards.
-
-    Args:
-        model: The bare module (not the DDP wrapper: probing must not communicate).
-        make_batch: A fresh batch of the given size, on ``device``.
-        batch_sizes: >= 2 distinct sizes, small enough to fit.
-        device: Device the model runs on.
-        loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
-        fraction: Share of the worker's memory a pass may use, in (0, 1].
-        ray_memory_bytes: The worker's Ray ``memory`` resource (CPU budget), if any.
-        ranks_on_node: Training workers sharing this node's RAM: without a Ray ``memory``
-            resource a CPU worker's budget is its share of the node's available RAM.
-        repeats: Passes per size; the largest peak is kept.
+    ``model`` is the bare module (probing must not communicate); its parameters, gradients,
+    buffers and mode are restored afterwards. ``batch_sizes``: >= 2 distinct sizes that fit;
+    ``fraction``: share of the worker's memory a pass may use; without a Ray ``memory``
+    resource (``ray_memory_bytes``) a CPU worker's budget is its share of the node's available
+    RAM among ``ranks_on_node`` workers; the largest peak of ``repeats`` passes is kept.
 
     Returns:
         The probe, or None where peaks cannot be measured (CPU without /proc or glibc).

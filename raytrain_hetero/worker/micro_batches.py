@@ -1,14 +1,10 @@
 """A slice above the worker's per-pass memory cap, run as count-weighted micro-batches.
 
-The slice of n samples is split into parts of n_1 + ... + n_k = n, each at most the cap
-(:func:`~raytrain_hetero.core.memory.micro_batch_sizes`). The loop back-propagates each
-part's mean loss scaled by n_m/n, so the accumulated gradient is the slice's mean gradient
-(sum_m (n_m/n) * mean_m = mean over the slice); DDP's ``no_sync`` keeps every part but the last
-from synchronising, and the last backward runs the count-weighted gradient hook once, as for
-an unsplit slice. The update therefore equals the single-device update for the global batch.
-
-BatchNorm with exact global-batch statistics cannot be split this way (its statistics span
-the whole slice, and each part would exchange its own): :func:`check_micro_batching` refuses it.
+Each part's mean loss is scaled by n_m/n, so the accumulated gradient is the slice's mean;
+DDP's ``no_sync`` holds back every part but the last, whose backward runs the count-weighted
+hook once: the update equals the single-device one. Exact global-batch BatchNorm cannot be
+split this way (each part would exchange its own statistics): :func:`check_micro_batching`
+refuses it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.core.policy import StepSample
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity, all_gather
 from raytrain_hetero.worker.probe import CostKey
 
 logger = logging.getLogger(__name__)
@@ -60,19 +60,14 @@ class PlanState:
     """Plans of this worker (written only through :func:`install_plan` and :meth:`restore`).
 
     Attributes:
-        schedule: Plans of the current worker group, by effective step.
         history: Every plan of the run so far (restored from checkpoints too).
-        rank_slots: Worker slot of every rank, once gathered.
-        restored_slot_costs: Worker slot -> cost model of the group that wrote the checkpoint
-            this group resumed from (slots it measured); those slots may skip the probe.
+        restored_slot_costs: Cost model by worker slot, of the group that wrote the
+            checkpoint this group resumed from; those slots may skip the probe.
         pass_caps: Samples one forward+backward pass of each rank may hold (memory; None:
-            no cap), once gathered: see :func:`slice_caps` and
-            :func:`raytrain_hetero.micro_batches`.
-        passive: The training steps timed for the first measured plan of a group that
-            started on a prior (``ProbeConfig.mode="passive"``), until it is decided.
-        cost_key: Where this rank's cost model is remembered (None: not remembered).
-        started_at: When this worker group started (its plan state was made); with
-            ``first_step_at`` (when its first training step began) its start-up.
+            no cap), once gathered.
+        passive: The steps timed for the first measured plan of a group that started on a
+            prior (``ProbeConfig.mode="passive"``), until it is decided.
+        started_at: When this worker group started; with ``first_step_at`` its start-up.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
@@ -103,8 +98,7 @@ class PlanState:
 def gather_rank_slots(identity: RankIdentity, plans: PlanState) -> tuple[int, ...]:
     """Worker slot of every rank (a collective the first time, then remembered)."""
     if plans.rank_slots is None:
-        gathered: list[Any] = [None] * identity.world_size
-        dist.all_gather_object(gathered, identity.slot)
+        gathered = all_gather(identity.slot)
         plans.rank_slots = tuple(int(s) for s in gathered)
     return plans.rank_slots
 
@@ -139,21 +133,9 @@ def build_plan(
 ) -> Plan:
     """The next plan of the run, for the ranks of this worker group.
 
-    Args:
-        identity: This rank.
-        plans: Its plan state (the version and the rank slots come from it).
-        shares: Fixed shares per rank, or
-        costs: cost models per rank (exactly one of the two).
-        slices: With ``costs``, slices already decided from them (the scheduler's live
-            re-plan); None lets the allocation decide.
-        effective_step: First global step the plan governs.
-        reason: Why the plan is made (logged and recorded).
-
-    Returns:
-        The plan, versioned after every plan of the run so far.
-
-    Raises:
-        ConfigError: Unless exactly one of ``shares`` and ``costs`` is given.
+    Exactly one of ``shares`` (fixed shares per rank) and ``costs`` (cost models per rank,
+    with ``slices`` already decided from them by a live re-plan, or None to allocate) is
+    given, else ConfigError. The plan is versioned after every plan of the run so far.
     """
     if (shares is None) == (costs is None):
         raise ConfigError("A plan needs exactly one of shares= or costs=.")
@@ -184,16 +166,7 @@ def next_free_step(plans: PlanState) -> int:
 def install_plan(
     plans: PlanState, plan: Plan, *, announce: Callable[[Plan], None] | None = None
 ) -> Plan:
-    """Make ``plan`` govern its steps on this rank and remember it in the history.
-
-    Args:
-        plans: This rank's plan state.
-        plan: The plan (built by :func:`build_plan`, identical on every rank).
-        announce: Told about the plan (rank 0 tells the scheduler).
-
-    Returns:
-        The plan.
-    """
+    """Make ``plan`` govern its steps on this rank, remember it, tell ``announce``; return it."""
     plans.schedule.add(plan)
     plans.history.append(plan)
     logger.info(

@@ -1,13 +1,9 @@
 """Timed forward/backward probes of one worker, alone (no communication).
 
-Every timing goes through the one :class:`~raytrain_hetero.worker.timing.ProbeTimer`:
-compute is this worker's own work read on its
-:class:`~raytrain_hetero.worker.timing.ComputeClock`, under EMULATION stretched by the
-worker's factor (accounted, not slept: a probe's timings only need to say how slow the
-worker is). Node rounds and calibration, which need the
-whole group, live in :mod:`raytrain_hetero.worker.calibration`. The one collective here,
-:func:`time_gradient_allreduce`, times the gradient all-reduce for admission
-(:mod:`raytrain_hetero.core.admission`).
+Every timing goes through the one :class:`~raytrain_hetero.worker.timing.ProbeTimer`, under
+EMULATION accounted, not slept. The one collective here, :func:`time_gradient_allreduce`,
+times the gradient all-reduce for admission; node rounds and calibration live in
+:mod:`raytrain_hetero.worker.calibration`.
 """
 
 from __future__ import annotations
@@ -104,24 +100,11 @@ def probe_step_costs(
 ) -> ProbeResult:
     """Time a training step's cost of ``model`` at each batch size, warm-up excluded.
 
-    A step's cost is forward+backward (stretched by ``slowdown``) plus, when
-    ``time_loading``, building the batch (reading, decoding, collating, moving it to the
-    device), which is on the step's critical path when the DataLoader has no worker processes.
-    Loading is not stretched: a slower accelerator does not read data more slowly.
-
-    The model's parameters, gradients and buffers (BatchNorm running statistics) are restored
-    afterwards, so probing leaves training exactly where it was.
-
-    Args:
-        model: The bare module (not the DDP wrapper: probing must not communicate).
-        make_batch: Returns a fresh batch of the given size, already on ``device``.
-        batch_sizes: Sizes to time (>= 1 each).
-        device: Device the model runs on.
-        loss_fn: Maps (model, batch) to a scalar to back-propagate.
-        warmup: Untimed iterations at the largest size first.
-        repeats: Timed iterations per size; the median is kept.
-        slowdown: Emulated slowdown factor applied to the compute part.
-        time_loading: Include the time to build each batch.
+    A step's cost is forward+backward (stretched by ``slowdown``) plus, with
+    ``time_loading`` (no DataLoader processes: loading is on the critical path), building the
+    batch, unstretched (a slower accelerator does not read data more slowly). ``model`` is the
+    bare module (probing must not communicate); its parameters, gradients and buffers are
+    restored afterwards. ``repeats`` timed calls per size, median kept, after ``warmup``.
 
     Raises:
         ProbeError: If a size is invalid or a timing is not a positive finite number.
@@ -176,21 +159,10 @@ def time_gradient_allreduce(
 ) -> float:
     """Seconds of one SUM all-reduce as large as ``model``'s gradients on ``group``.
 
-    A collective of ``group`` (default: the run's process group); call it on its members
-    only. One untimed all-reduce first, then ``repeats`` timed ones, each after a barrier so a
-    rank's wait for late peers is not counted; each rank keeps its median and the members
-    agree on the largest (the step waits for it). CUDA tensors are staged through host memory
-    on gloo, as in the gradient hook.
-
-    Args:
-        model: The bare model (its trainable parameters give the size).
-        group: The process group to time (None: the default group).
-        repeats: Timed all-reduces.
-        collective_delay_s: EMULATION of a slow link (``WorkerSpec.emulated_collective_delay_s``),
-            slept before each all-reduce exactly as the gradient hook does.
-
-    Returns:
-        The agreed seconds per gradient all-reduce.
+    A collective of ``group`` (default: the world); call it on its members only. One untimed
+    all-reduce, then ``repeats`` timed ones, each after a barrier (a wait for late peers is
+    not counted); the members agree on the largest median (the step waits for it).
+    ``collective_delay_s`` (EMULATION of a slow link) is slept before each, as in the hook.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)

@@ -1,20 +1,16 @@
 """Torch batch sampler and loader over :mod:`raytrain_hetero.core.carving`.
 
-:class:`CarvingBatchSampler` yields, for one epoch from a start step, this rank's index list
-of every global step under the plan that governs that step. :class:`HeteroDataLoader` wraps a
-torch ``DataLoader`` built on it (:class:`CarvedStepLoader` holds the step accounting it shares
-with the Ray Data source): each iteration is one epoch (resuming mid-epoch after a
-restart), and as it hands out the batch of step s it begins the step on the worker's
-:class:`~raytrain_hetero.worker.timing.StepTiming` with the step's per-rank counts, which the
-gradient hook and BatchNorm use for their weights. The counts are recomputed from the same pure
-carving rather than taken from the sampler, so prefetching by DataLoader workers cannot make
-them disagree. At the end of every step it builds the step's
-:class:`~raytrain_hetero.core.records.StepRecord`.
+:class:`CarvingBatchSampler` yields this rank's indices of every global step under the plan
+governing that step. :class:`HeteroDataLoader` wraps a torch ``DataLoader`` on it (with
+:class:`CarvedStepLoader`'s step accounting, shared with the Ray Data source): one iteration
+is one epoch (resuming mid-epoch), and handing out step s's batch begins the step on
+:class:`~raytrain_hetero.worker.timing.StepTiming` with its per-rank counts (the gradient and
+BatchNorm weights). The counts are recomputed from the pure carving, not taken from the
+sampler, so DataLoader prefetching cannot make them disagree.
 
-A dataset read by queries that a sampler draws (torchgeo's ``GeoDataset``: bounding boxes of
-``RandomGeoSampler``/``RandomBatchGeoSampler``, cells of ``GridGeoSampler``; never an integer)
-is carved through :class:`EpochDraws`: each epoch's draws are listed once, seeded by
-(seed, epoch), and their positions are carved like sample indices.
+A dataset read by drawn queries (torchgeo's ``GeoDataset``) is carved through
+:class:`EpochDraws`: each epoch's draws are listed once, seeded by (seed, epoch), and their
+positions carved like sample indices.
 """
 
 from __future__ import annotations
@@ -61,7 +57,6 @@ class LoaderState:
     """Carving state of a worker (the cursor is advanced only by the loader).
 
     Attributes:
-        carver: The run's epoch carver.
         cursor: Next step to run.
     """
 
@@ -72,16 +67,13 @@ class LoaderState:
 class EpochDraws(Dataset):
     """A sampler's draws of each epoch as a map-style dataset: item ``i`` reads draw ``i``.
 
-    Epoch e's draws are the first ``length`` queries of a copy of ``sampler`` (a batch
-    sampler's batches flattened) with torch's global generator and the sampler's
-    ``generator`` seeded by (seed, e) (torchgeo draws tiles from the first, boxes from the
-    second): the same on every rank, new every epoch. Indexing (``len``, ``[i]``) reads
-    epoch 0's draws: what probes, calibration and the memory probe draw batches from.
+    Epoch e's draws are the first ``length`` queries of a copy of ``sampler`` (batches
+    flattened) with torch's global generator and the sampler's ``generator`` seeded by
+    (seed, e): the same on every rank, new every epoch. ``len`` and ``[i]`` read epoch 0's
+    draws (what the probes draw batches from).
 
     Args:
-        dataset: The dataset the queries index (e.g. a torchgeo ``GeoDataset``).
-        sampler: Yields queries (or lists of queries) of ``dataset``.
-        seed: The run's seed.
+        sampler: Yields queries (or lists of queries) of ``dataset`` (a ``GeoDataset``).
         length: Draws per epoch; default ``sampler.length`` (torchgeo's samplers; a batch
             sampler's ``len()`` counts batches), else ``len(sampler)``.
     """
@@ -137,22 +129,15 @@ class EpochDraws(Dataset):
 class CarvingBatchSampler(Sampler[list[Any]]):
     """Yields this rank's dataset indices for each step of one epoch.
 
-    Group reading (model-parallel modes). The ranks of a model-parallel group (a conv split
-    or a branch placement) together form one data-parallel replica, and every one of them
-    needs the replica's whole batch. With ``readers`` (the group's ranks, consecutive), each
-    rank yields the union of its group members' plan slices: since the slices of consecutive
-    ranks are adjacent in the carved global batch, the union is one contiguous range, the same
-    on every rank of the group, and the groups' ranges tile the global batch (every sample
-    once per epoch, exactly once per replica). The data plan itself stays per rank: each
-    rank's probed speed is its share, so a replica's slice is the sum of its members' shares,
-    which approximates the replica's speed (a group runs at the pace its split or placement
-    balances, roughly the sum of its members' speeds). Hence calibration, planning, the
-    scheduler, carving, exactly-once and checkpoint cursors work unchanged.
+    Group reading (model-parallel modes): every rank of a group (one data-parallel replica)
+    needs the replica's whole batch, so with ``readers`` each rank yields the union of its
+    group's plan slices: one contiguous range (consecutive ranks' slices are adjacent), the
+    same on every member, the groups' ranges tiling the global batch. The data plan stays per
+    rank (a replica's slice is the sum of its members' speed shares), so planning, carving,
+    exactly-once and checkpoint cursors work unchanged.
 
     Args:
-        carver: The run's epoch carver.
         schedule: Plans of the worker group (read lazily, step by step).
-        rank: This rank.
         readers: Consecutive ranks whose slices this rank reads (its model-parallel group,
             which contains ``rank``); None or ``(rank,)``: its own slice.
         draws: An epoch's queries (:meth:`EpochDraws.queries`): yield the queries at the
@@ -223,25 +208,16 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
 class CarvedStepLoader:
     """One epoch per iteration of this rank's slices of every global batch.
 
-    The step accounting every carved source shares: the cursor, each step's plan and counts
-    on the worker's timing, its record. A subclass says where a step's batch comes from
-    (:meth:`_epoch_batches`): :class:`HeteroDataLoader` from a map-style dataset,
-    :class:`~raytrain_hetero.worker.ray_data.RayDataShard` from a Ray Data stream.
-
-    Use ``for epoch in range(loader.epoch, num_epochs): for batch in loader: ...``; after a
-    restart ``loader.epoch`` and the first iteration resume exactly at the checkpointed step.
+    The step accounting every carved source shares (cursor, each step's plan and counts on
+    the worker's timing, its record); a subclass says where a step's batch comes from
+    (:meth:`_epoch_batches`). Use ``for epoch in range(loader.epoch, num_epochs): for batch
+    in loader: ...``; after a restart it resumes exactly at the checkpointed step.
 
     Args:
         state: Carver and cursor (restored from the checkpoint already).
-        schedule: Plans of the worker group.
-        identity: This rank.
-        timing: The worker's step timing (the loader begins and ends every step on it).
-        telemetry: Metrics the loop logs during a step.
         ensure_plan: Called before each epoch; makes sure a plan exists (probing if needed).
-        on_step_end: Called with the finished step's record.
         before_epoch: Called after ``ensure_plan`` and before the first batch of each
             iteration (restores the checkpoint's generator states once).
-        move_to_device: Move each batch to the worker's device.
     """
 
     def __init__(
@@ -397,14 +373,9 @@ class CarvedStepLoader:
 class HeteroDataLoader(CarvedStepLoader):
     """:class:`CarvedStepLoader` over a map-style dataset through a torch ``DataLoader``.
 
-    In a model-parallel mode (``HeteroSetup.parallel``) each rank reads its replica's slice
-    (the union of its group's plan slices; :class:`CarvingBatchSampler`).
-
-    Args:
-        dataset: Map-style dataset; items pass through the collate function unchanged. An
-            :class:`EpochDraws` is read by its epochs' queries.
-        **kwargs: :class:`CarvedStepLoader`'s arguments, then other
-            ``torch.utils.data.DataLoader`` arguments.
+    ``kwargs`` are :class:`CarvedStepLoader`'s arguments, then other ``DataLoader`` ones. An
+    :class:`EpochDraws` dataset is read by its epochs' queries; in a model-parallel mode each
+    rank reads its replica's slice (:class:`CarvingBatchSampler`).
     """
 
     def __init__(self, dataset: Dataset, **kwargs: Any) -> None:

@@ -1,12 +1,9 @@
 """A worker's client of the run's scheduler actor: step records out, plans and injections in.
 
-The driver is the single owner of the actor's lifecycle (Ray restarts it after a failure);
-this client only looks it up by name and never creates it. Step records are pushed in
-batches of :class:`~raytrain_hetero.core.records.StepRecord`; a batch whose push failed is put
-back and resent at the next flush, which is safe because the actor de-duplicates records by
-``StepRecord.key``. While the actor is unreachable the buffer is bounded (newest kept). A
-restarted actor no longer knows the worker group: ``poll`` says so and the client registers it
-again with its current plan.
+It only looks the actor up by name (the driver owns its lifecycle). Records are pushed in
+batches; a failed batch is put back and resent at the next flush, safe because the actor
+de-duplicates by ``StepRecord.key``, and the buffer stays bounded (newest kept). A restarted
+actor no longer knows the group: ``poll`` says so and the client registers it again.
 """
 
 from __future__ import annotations
@@ -54,10 +51,6 @@ class SchedulerClient:
     """Pushes step records to, and polls, the scheduler actor named ``name``.
 
     Args:
-        name: Ray actor name of the run's scheduler.
-        namespace: Its Ray namespace.
-        group_id: This worker group.
-        world_size: Ranks in the group.
         max_buffer: Most records kept while the actor is unreachable (oldest dropped).
         lookup: ``(name, namespace) -> handle``; raises ValueError when absent.
     """

@@ -1,21 +1,11 @@
 """The compute clock, the step in progress, and its timing accounting.
 
-Compute is measured as this worker's *own* work, not wall time, so workers that share cores
-(three workers on a two-core box) do not distort each other's figures:
-
-* CPU devices: CPU time of the calling thread when torch runs one intra-op thread (forward and
-  CPU backward both run on the caller's thread), else CPU time of the whole process.
-* CUDA devices: wall time after ``torch.cuda.synchronize`` (kernel time on the device).
-
-:class:`StepTiming` owns the step in progress: the loader (or calibration) begins a step, the
-gradient hook and BatchNorm layers call :meth:`StepTiming.before_collective` /
-:meth:`StepTiming.after_collective` around each exchange (stretching compute under EMULATION
-through the one :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`), and the loader
-ends the step and reads its :class:`StepTimes`.
-
-:class:`ProbeTimer` is the one timer of every probe (data-parallel step costs, the gradient
-all-reduce, conv-kernel costs, branch costs): warm-up, interleaved repeats, the clock and the
-EMULATION stretch, returning :class:`ProbeTimings`.
+Compute is this worker's *own* work, not wall time, so workers sharing cores do not distort
+each other's figures: on CPU the calling thread's CPU time with one intra-op thread (forward
+and backward run on the caller's thread), else the process's; on CUDA wall time after
+``torch.cuda.synchronize``. :class:`StepTiming` owns the step in progress (begun by the
+loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
+of every probe (step costs, the gradient all-reduce, conv kernels, branches).
 """
 
 from __future__ import annotations
@@ -78,7 +68,6 @@ class StepInfo:
         epoch: Epoch of the step.
         step_in_epoch: Index within the epoch.
         counts: Samples per rank this step (identical on every rank).
-        rank: This rank.
         plan_version: Version of the plan that carved the step.
     """
 
@@ -229,10 +218,7 @@ class ProbeTimer:
     setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
     more slowly), else not at all.
 
-    Args:
-        clock: :class:`ComputeClock` (this worker's own compute) or :class:`WallClock`.
-        slowdown: EMULATION factor (1.0 = real speed).
-        count_setup: Count each call's setup in its seconds.
+    ``clock`` is a :class:`ComputeClock` (own compute) or a :class:`WallClock`.
 
     Raises:
         ProbeError: A slowdown that is not > 0.
@@ -274,18 +260,9 @@ class ProbeTimer:
         """Warm up, then time ``repeats`` interleaved rounds of ``calls``.
 
         A round times every call once, in order, so a drift of the machine (a co-located
-        worker starting, clock boost) hits every call alike.
-
-        Args:
-            calls: The work to time, one callable per probed size or part.
-            repeats: Timed rounds (>= 1).
-            warmup: Untimed calls of each warm-up call before timing: the first calls
-                allocate memory and pick kernels.
-            warm: The calls to warm up (default: every call).
-            cleanup: Untimed, after every call (e.g. dropping gradients).
-
-        Returns:
-            One :class:`ProbeTimings` per call, in order.
+        worker starting, clock boost) hits every call alike. First, ``warmup`` untimed calls
+        of each of ``warm`` (default: every call) allocate memory and pick kernels;
+        ``cleanup`` runs untimed after every call. Returns one :class:`ProbeTimings` per call.
 
         Raises:
             ProbeError: ``repeats`` < 1 or ``warmup`` < 0.
