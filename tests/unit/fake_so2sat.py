@@ -1,4 +1,8 @@
-"""A small synthetic So2Sat LCZ42 (version 2) in the real HDF5 layout.
+"""Test data: a small synthetic So2Sat LCZ42 (version 2) in the real HDF5 layout.
+
+Imported by bare name (pytest puts tests/unit on ``sys.path``); it lives with the tests
+because no user-facing command generates So2Sat roots (``data.generate`` of the multimodal
+dataset writes the GeoTIFF-pair layout instead).
 
 The real dataset is tens of gigabytes; this generator writes a few hundred patches in exactly
 the files and arrays ``torchgeo.datasets.So2Sat(root, version="2")`` reads, so the project's
@@ -149,7 +153,7 @@ def generate_so2sat(
     # Plain round(): a split may round to 0 here (an error), never silently up to 1.
     per_split = split_counts("generate_so2sat", spc, fr, _SPLITS, at_least_one=False)
     params = {
-        "generator": "raytrain_hetero.workloads.synthetic.so2sat",
+        "generator": "fake_so2sat",
         "version": _GENERATOR_VERSION,
         "samples_per_class": spc,
         "seed": int(seed),
