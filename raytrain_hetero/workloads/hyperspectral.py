@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +69,7 @@ from raytrain_hetero.workloads.registry import (
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
 __all__ = [
     "HYPERSPECTRAL_SPLITS",
@@ -412,12 +414,6 @@ def scene_files(source: DataSource) -> tuple[Path, Path]:
     return image, labels
 
 
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
-
-    return run_generator(generate_hyperspectral_scene, source, spectral_bands="bands")
-
-
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
     options = source.scene or SceneOptions()
     image, labels = scene_files(source)
@@ -445,7 +441,7 @@ HYPERSPECTRAL = register_dataset(
     DatasetAdapter(
         name="hyperspectral",
         title="hyperspectral scene",
-        generate=_generate,
+        generate=partial(run_generator, generate_hyperspectral_scene, spectral_bands="bands"),
         open=_open,
         splits=HYPERSPECTRAL_SPLITS,
         whole_scene=True,

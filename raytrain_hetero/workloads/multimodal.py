@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,11 @@ from raytrain_hetero.workloads.registry import (
     DataSource,
     WorkloadData,
     check_splits,
+    data_root,
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
 
 __all__ = [
     "MULTIMODAL_CLASSES",
@@ -249,12 +252,7 @@ def multimodal_datasets(
         ConfigError: Unknown split names.
     """
     split_tuple = check_splits("multimodal", splits, MULTIMODAL_SPLITS)
-    root_path = resolve_version(root)  # pin one version of a generated root
-    if not root_path.is_dir():
-        raise DataError(
-            f"multimodal data not found at {root_path}: the directory does not exist. Fix: set "
-            "data.generate (or call generate_multimodal), or point root at a So2Sat copy."
-        )
+    root_path = data_root(root, "multimodal", "generate_multimodal", "point root at a So2Sat copy")
     if cache_dir == "auto":
         cache_dir = root_path / ".raytrain_hetero_cache"
     if (root_path / SO2SAT_FILES["train"]).is_file():
@@ -285,12 +283,6 @@ def multimodal_band_stats(
 
 
 # ------------------------------------------------------------------------------ adapter
-
-
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
-
-    return run_generator(generate_multimodal, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -327,7 +319,7 @@ MULTIMODAL = register_dataset(
     DatasetAdapter(
         name="multimodal",
         title="multimodal (So2Sat-style) dataset",
-        generate=_generate,
+        generate=partial(run_generator, generate_multimodal),
         open=_open,
         splits=MULTIMODAL_SPLITS,
         generate_keys=("samples_per_class", "seed", "size", "cloud_fraction"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,17 @@ from raytrain_hetero.workloads.registry import (
     DataSource,
     WorkloadData,
     check_splits,
+    data_root,
+    missing_data,
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 
 __all__ = [
     "UCMERCED_CLASSES",
     "UCMERCED_SPLITS",
     "uc_merced_datasets",
-    "uc_merced_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -49,15 +52,15 @@ UCMERCED_SPLITS: tuple[str, ...] = SPLITS
 # ------------------------------------------------------------------------------ loaders
 
 
-def _missing_message(root: Path, detail: str) -> str:
-    return (
-        f"UC Merced data not found at {root}: {detail}. Either generate a synthetic copy "
-        f"(raytrain_hetero.workloads.generate_uc_merced({str(root)!r}) or set `data.generate` "
-        "in the config), or put the real dataset there (UCMerced_LandUse.zip or its extracted "
-        "UCMerced_LandUse/Images/ plus torchgeo's uc_merced-{train,val,test}.txt split files, "
-        f"e.g. torchgeo.datasets.UCMerced({str(root)!r}, download=True) on a machine with "
-        "internet)."
-    )
+_REAL = (
+    "put the real dataset there (UCMerced_LandUse.zip or its extracted UCMerced_LandUse/Images/ "
+    "plus torchgeo's uc_merced-{train,val,test}.txt split files: "
+    "torchgeo.datasets.UCMerced(root, download=True) on a machine with internet)"
+)
+
+
+def _missing(root: Path, detail: str) -> DataError:
+    return missing_data("UC Merced", "generate_uc_merced", root, detail, _REAL)
 
 
 def _open_split(root: Path, split: str, transforms: Any) -> Any:
@@ -66,22 +69,15 @@ def _open_split(root: Path, split: str, transforms: Any) -> Any:
 
     split_file = root / UCMERCED_SPLIT_FILE.format(split=split)
     if (root / UCMERCED_IMAGE_DIR).is_dir() and not split_file.is_file():
-        raise DataError(_missing_message(root, f"the split file {split_file.name} is missing"))
+        raise _missing(root, f"the split file {split_file.name} is missing")
     try:
         dataset = UCMerced(str(root), split=split, transforms=transforms, download=False)
     except DatasetNotFoundError:
-        raise DataError(
-            _missing_message(root, f"no {UCMERCED_IMAGE_DIR}/ (nor UCMerced_LandUse.zip)")
-        ) from None
+        raise _missing(root, f"no {UCMERCED_IMAGE_DIR}/ (nor UCMerced_LandUse.zip)") from None
     except FileNotFoundError as exc:  # ImageFolder: a class folder with no image in the split
         raise DataError(f"UC Merced at {root}, split {split!r}: {exc}") from None
     dataset.loader = CheckedLoader(dataset.loader, "UC Merced image")
     return dataset
-
-
-def uc_merced_files(root: str | os.PathLike[str], split: str) -> list[str]:
-    """Image paths of one split (through torchgeo's own split logic)."""
-    return [p for p, _ in _open_split(resolve_version(root), split, None).samples]
 
 
 def uc_merced_datasets(
@@ -114,10 +110,7 @@ def uc_merced_datasets(
         raise ConfigError(
             f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}"
         )
-    root_path = resolve_version(root)  # pin one version of a generated root
-    if not root_path.is_dir():
-        raise DataError(_missing_message(root_path, "the directory does not exist"))
-
+    root_path = data_root(root, "UC Merced", "generate_uc_merced", _REAL)
     datasets = {split: _open_split(root_path, split, None) for split in split_tuple}
     for split, ds in datasets.items():
         removed = drop_samples(ds, exclude_files)
@@ -155,12 +148,6 @@ def uc_merced_band_stats(
 # ------------------------------------------------------------------------------ adapter
 
 
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
-
-    return run_generator(generate_uc_merced, source)
-
-
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
     datasets = uc_merced_datasets(
         source.root, splits=splits, image_size=source.image_size, exclude_files=exclude
@@ -184,7 +171,7 @@ UC_MERCED = register_dataset(
     DatasetAdapter(
         name="uc_merced",
         title="UC Merced",
-        generate=_generate,
+        generate=partial(run_generator, generate_uc_merced),
         open=_open,
         splits=UCMERCED_SPLITS,
         scan_files=_scan_files,
