@@ -43,7 +43,6 @@ from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
-    split_counts,
 )
 from raytrain_hetero.workloads.synthetic.multimodal import add_clouds, class_scenes, optical_dn
 
@@ -115,7 +114,7 @@ def _check_args(
         raise ConfigError(
             f"generate_so2sat: cloud_fraction must be a number in [0, 1), got {cloud_fraction!r}"
         )
-    return check_split_fractions("generate_so2sat", fractions, _SPLITS)
+    return check_split_fractions("generate_so2sat", fractions)
 
 
 def generate_so2sat(
@@ -151,7 +150,13 @@ def generate_so2sat(
     fr = _check_args(samples_per_class, seed, cloud_fraction, split_fractions)
     spc = int(samples_per_class)
     # Plain round(): a split may round to 0 here (an error), never silently up to 1.
-    per_split = split_counts("generate_so2sat", spc, fr, _SPLITS, at_least_one=False)
+    n_val, n_test = (round(f * spc) for f in fr[1:])
+    per_split = dict(zip(_SPLITS, (spc - n_val - n_test, n_val, n_test), strict=True))
+    if min(per_split.values()) < 1:
+        raise ConfigError(
+            f"generate_so2sat: samples_per_class={spc} leaves a split empty ({per_split}); "
+            "raise samples_per_class"
+        )
     params = {
         "generator": "fake_so2sat",
         "version": _GENERATOR_VERSION,
