@@ -1,13 +1,4 @@
-"""Models for the remote-sensing workloads.
-
-* :class:`SmallCNN`: three conv-BN-ReLU blocks, cheap on one CPU thread (scenes, patches).
-* ResNet-18 / ResNet-50 (timm, as torchgeo builds them) with any number of input channels.
-* :class:`SpectralSpatial3DCNN`: 3-D convolutions over (band, row, column) of hyperspectral
-  patches, in the style of the seed group's spectral-spatial networks.
-* :class:`TwoBranchFusionCNN`: one CNN branch per modality (Sentinel-1 SAR, Sentinel-2
-  multispectral), late fusion of the branch embeddings; either branch alone for ablations.
-* :class:`MarquesCNN`: the CIFAR-10 network of Marques et al. (two conv layers of 500 and
-  1500 kernels), the conv-split benchmark's model, scalable by ``width``.
+"""Models for the remote-sensing workloads, built by name with :func:`build_model`.
 
 Everything is built offline: no weights are ever downloaded. ``pretrained=True`` is refused
 with a :class:`~raytrain_hetero.errors.ConfigError` instead of hanging on the network;
@@ -276,8 +267,6 @@ def _load_pretrained_resnet(
     name: str, weights_name: str, in_channels: int, num_classes: int
 ) -> nn.Module:
     """A torchgeo ResNet with ``weights_name`` loaded from the local cache only (no network)."""
-    import timm
-
     weights, path = pretrained_weights_path(weights_name)
     arch = weights.__class__.__name__.split("_")[0].lower()
     if arch != name:
@@ -298,19 +287,14 @@ def _load_pretrained_resnet(
             f"downloaded here (offline). Fix: on a machine with internet, download {weights.url} "
             f"and copy it to {path} (or set TORCH_HOME), or set pretrained: false."
         )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated download, wrong file...
+    from torchgeo import models
+
+    try:  # torchgeo's own builder reads the file from the hub cache (checked above: no download)
+        model = getattr(models, name)(weights=weights, num_classes=num_classes)
+    except Exception as exc:  # a truncated download, weights that do not fit the architecture
         raise DataError(
             f"{path}: cannot load pretrained weights ({exc}). Fix: download it again."
         ) from exc
-    model = timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    extra = (set(missing) | set(unexpected)) - {"fc.weight", "fc.bias"}
-    if extra:
-        raise DataError(
-            f"{path}: weights do not fit {name}: unexpected/missing keys {sorted(extra)[:5]}"
-        )
     logger.info("loaded pretrained %s from %s", weights_name, path)
     return model
 
