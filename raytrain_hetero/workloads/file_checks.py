@@ -41,15 +41,6 @@ BAD_FILE_POLICIES: tuple[str, ...] = ("error", "skip")
 CHECK_OFF = "off"
 
 
-def band_count_message(path: str, expected: int, found: int, what: str = "image") -> str:
-    """``"<path>: <what> has <found> band(s), expected <expected> ... Fix: ..."``."""
-    return (
-        f"{path}: {what} has {found} band(s), expected {expected}; the file is not from this "
-        "dataset or was written wrongly. Fix: replace it with a good copy (re-download or "
-        "regenerate), or set data.on_bad_file: skip to leave it out."
-    )
-
-
 def unreadable_message(path: str | os.PathLike[str], exc: BaseException, what: str = "file") -> str:
     """``"<path>: cannot read <what> (<Error>: <detail>) ... Fix: ..."``."""
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
@@ -93,7 +84,12 @@ class CheckedLoader:
             shape = getattr(result, "shape", ())
             found = int(shape[-1]) if len(shape) == 3 else 1
             if found != self.bands:
-                raise DataError(band_count_message(os.fspath(path), self.bands, found, self.what))
+                raise DataError(
+                    f"{os.fspath(path)}: {self.what} has {found} band(s), expected {self.bands}; "
+                    "the file is not from this dataset or was written wrongly. Fix: replace it "
+                    "with a good copy (re-download or regenerate), or set data.on_bad_file: skip "
+                    "to leave it out."
+                )
         return result
 
     def __repr__(self) -> str:

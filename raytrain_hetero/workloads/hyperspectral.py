@@ -1,38 +1,19 @@
 """Hyperspectral scene patch classification (Indian Pines / Pavia University / Houston style).
 
-A *scene* is one image cube ``H x W x C`` (C narrow bands) plus a label map ``H x W`` where
-``0`` means unlabelled and ``1..K`` are classes. Each labelled pixel is one sample: the
-``k x k x C`` patch around it (reflect-padded at the image border), labelled with the centre
-pixel's class (``label - 1``, so classes are ``0..K-1``). This is the spectral-spatial setup
-of the seed group's hyperspectral CNNs.
+A *scene* is one image cube ``H x W x C`` plus a label map ``H x W`` (``0`` = unlabelled,
+``1..K`` = classes). Each labelled pixel is one sample: the ``k x k x C`` patch around it
+(reflect-padded at the border), labelled ``label - 1``. Files (``.mat`` as the public scenes
+ship, or GeoTIFF, whose georeference the class map keeps):
+:mod:`~raytrain_hetero.workloads.hyperspectral_scene`.
 
-On disk (what the public scenes ship as, and what
-:func:`~raytrain_hetero.workloads.synthetic.hyperspectral.generate_hyperspectral_scene` writes):
-
-* MATLAB ``.mat`` (v5/v7, read with ``scipy.io.loadmat``): ``Indian_pines_corrected.mat``
-  holding the cube under ``indian_pines_corrected`` and ``Indian_pines_gt.mat`` holding the
-  map under ``indian_pines_gt``; ``PaviaU.mat`` / ``PaviaU_gt.mat`` (keys ``paviaU``,
-  ``paviaU_gt``); Salinas likewise. MATLAB v7.3 files are HDF5 and need h5py.
-* GeoTIFF (read with rasterio): the cube as a C-band raster, the label map as a one-band
-  raster on the same grid (Houston 2013 style); the class map predicted for a GeoTIFF scene
-  keeps its georeference.
-
-Splits (:func:`split_scene_pixels`):
-
-* ``"block"`` (the default): the scene is cut into ``block_size`` squares, whole blocks go to
-  train/val/test (greedily balanced per class), and with ``guard=True`` a centre is kept only
-  if its whole ``k x k`` patch lies inside blocks of its own split. This is the *honest*
-  split: with random pixels, a test pixel's neighbours -- whose patches contain the test
-  pixel itself -- are in the training set, so test accuracy measures interpolation between
-  overlapping patches and is strongly inflated (Liang et al., "On the sampling strategy for
-  evaluation of spectral-spatial methods in hyperspectral image classification", IEEE TGRS
-  2017; Hänsch et al. 2017).
-* ``"random"``: stratified random pixels (the common but optimistic protocol), for
-  comparison with published numbers.
-
-Either way no pixel is the centre of a sample in two splits. Per-band normalisation uses the
-mean/std of the *training* centre pixels only, cached as JSON (see
-:mod:`~raytrain_hetero.workloads.normalization`).
+Splits (:func:`split_scene_pixels`): ``"block"`` (the default) gives whole ``block_size``
+squares to train/val/test (greedily balanced per class) and, with ``guard=True``, keeps a
+centre only if its whole patch lies in blocks of its own split. That is the *honest* split:
+with random pixels a test pixel's neighbours, whose patches contain it, are in the training
+set, so test accuracy measures interpolation and is strongly inflated (Liang et al., IEEE TGRS
+2017; Hänsch et al. 2017). ``"random"`` (stratified pixels) is there to compare with published
+numbers. No pixel is the centre of a sample in two splits; band statistics come from the
+training centres only (cached, :mod:`~raytrain_hetero.workloads.normalization`).
 """
 
 from __future__ import annotations

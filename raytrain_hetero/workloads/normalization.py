@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,24 +51,6 @@ class BandStats:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     count: int
-
-    @property
-    def bands(self) -> int:
-        """Number of bands."""
-        return len(self.mean)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"mean": list(self.mean), "std": list(self.std), "count": self.count}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BandStats:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            mean=tuple(float(v) for v in data["mean"]),
-            std=tuple(float(v) for v in data["std"]),
-            count=int(data["count"]),
-        )
 
 
 class BandStatsAccumulator:
@@ -171,8 +153,8 @@ def cached_band_stats(
         cache_dir: Directory of ``band_stats-<digest>.json`` files (see :func:`cached_json`);
             ``None`` disables the cache.
     """
-    value = cached_json(key, lambda: compute().to_dict(), cache_dir, prefix="band_stats")
-    return BandStats.from_dict(value)
+    value = cached_json(key, lambda: asdict(compute()), cache_dir, prefix="band_stats")
+    return BandStats(tuple(value["mean"]), tuple(value["std"]), int(value["count"]))
 
 
 class Standardize:
@@ -219,7 +201,7 @@ class Standardize:
 
     def __repr__(self) -> str:
         return (
-            f"Standardize(bands={self.stats and self.stats.bands}, key={self.key!r}, "
+            f"Standardize(bands={self.stats and len(self.stats.mean)}, key={self.key!r}, "
             f"resize_to={self.resize_to})"
         )
 
