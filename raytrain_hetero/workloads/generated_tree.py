@@ -141,9 +141,10 @@ def generate_tree(
             raise DataError(f"{what}: {root} exists and is not a directory; choose another root")
         if any(root.iterdir()):
             raise DataError(
-                f"{what}: refusing to write into {root}: it is a non-empty directory, and a "
-                "generated root is a link to a version directory. If it holds the real dataset, "
-                "load it directly (leave `generate` unset); otherwise choose another root."
+                f"{what}: refusing to write into {root}: it is not empty and was not created by "
+                "a raytrain_hetero generator (a generated root links to a version directory). If "
+                "it holds the real dataset, load it directly (leave `generate` unset); otherwise "
+                "choose another root."
             )
         root.rmdir()
     elif root.is_symlink() and read_marker(root) is None and root.exists():

@@ -37,11 +37,11 @@ from raytrain_hetero.workloads.hyperspectral_scene import (
 )
 from raytrain_hetero.workloads.normalization import (
     BandStats,
-    BandStatsAccumulator,
     cached_band_stats,
     file_identity,
 )
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     DatasetAdapter,
     DataSource,
     SceneOptions,
@@ -257,29 +257,6 @@ def _pad_scene(cube: np.ndarray, stats: BandStats | None, patch_size: int) -> An
     return F.pad(x[None], (r, r, r, r), mode=mode)[0].contiguous()
 
 
-def hyperspectral_band_stats(
-    scene: HyperspectralScene,
-    train_centres: np.ndarray,
-    *,
-    cache_dir: str | os.PathLike[str] | None,
-    split_key: dict[str, Any],
-) -> BandStats:
-    """Per-band mean/std over the training centre pixels (cached under ``cache_dir``)."""
-    key = {
-        "kind": "hyperspectral-train-centres",
-        "image": file_identity(scene.image_path),
-        "labels": file_identity(scene.label_path),
-        "split": split_key,
-    }
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        acc.update(scene.cube[train_centres[:, 0], train_centres[:, 1]], band_axis=-1)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
-
-
 def hyperspectral_datasets(
     image_path: str | os.PathLike[str],
     label_path: str | os.PathLike[str],
@@ -334,26 +311,30 @@ def hyperspectral_datasets(
         guard=guard,
         seed=seed,
     )
-    split_key = {
-        "method": method,
-        "fractions": [float(f) for f in fractions],
-        "block_size": block_size,
-        "patch_size": patch_size,
-        "guard": guard,
-        "seed": seed,
-    }
-    if cache_dir == "auto":
-        cache_dir = scene.image_path.parent / ".raytrain_hetero_cache"
     if len(centres["train"]) == 0:
         raise DataError(
             f"{scene.label_path}: the {method} split left no training pixel. Fix: lower "
             "block_size or patch_size, or set guard: false."
         )
-    stats = (
-        hyperspectral_band_stats(scene, centres["train"], cache_dir=cache_dir, split_key=split_key)
-        if normalize
-        else None
-    )
+    stats = None
+    if normalize:  # statistics of the training centre pixels, cached
+        key = {
+            "kind": "hyperspectral-train-centres",
+            "image": file_identity(scene.image_path),
+            "labels": file_identity(scene.label_path),
+            "split": {
+                "method": method,
+                "fractions": [float(f) for f in fractions],
+                "block_size": block_size,
+                "patch_size": patch_size,
+                "guard": guard,
+                "seed": seed,
+            },
+        }
+        if cache_dir == "auto":
+            cache_dir = scene.image_path.parent / CACHE_DIR_NAME
+        train = scene.cube[centres["train"][:, 0], centres["train"][:, 1]]
+        stats = cached_band_stats(key, [train], cache_dir, band_axis=-1)
     padded = _pad_scene(scene.cube, stats, patch_size)
     out: dict[str, Any] = {}
     for split in wanted:

@@ -39,14 +39,13 @@ from raytrain_hetero.workloads.formats import (
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
 from raytrain_hetero.workloads.normalization import (
-    BandStats,
-    BandStatsAccumulator,
     Standardize,
     cached_band_stats,
     file_identity,
     files_band_stats,
 )
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     BadFileScan,
     DatasetAdapter,
     DataSource,
@@ -195,11 +194,9 @@ def _so2sat_datasets(
     root: Path, splits: Sequence[str], normalize: bool, cache_dir: Any
 ) -> dict[str, Any]:
     """torchgeo So2Sat (version 2) per split, SAR bands first; needs h5py."""
-    try:
-        from torchgeo.datasets import So2Sat
-        from torchgeo.datasets.errors import DependencyNotFoundError
-    except ImportError as exc:  # pragma: no cover - torchgeo is a dependency
-        raise DataError(f"torchgeo is needed for So2Sat: {exc}") from exc
+    from torchgeo.datasets import So2Sat
+    from torchgeo.datasets.errors import DependencyNotFoundError
+
     out: dict[str, Any] = {}
     try:
         for split in splits:
@@ -215,15 +212,9 @@ def _so2sat_datasets(
     if normalize:
         train = out.get("train") or So2Sat(str(root), version="2", split="train")
         key = {"kind": "so2sat-train", "file": file_identity(root / SO2SAT_FILES["train"])}
-
-        def compute() -> BandStats:
-            acc = BandStatsAccumulator()
-            picks = np.random.default_rng(0).permutation(len(train))[:5000]
-            for i in picks:
-                acc.update(train[int(i)]["image"], band_axis=0)
-            return acc.result()
-
-        stats = cached_band_stats(key, compute, cache_dir)
+        picks = np.random.default_rng(0).permutation(len(train))[:5000]
+        images = (train[int(i)]["image"] for i in picks)
+        stats = cached_band_stats(key, images, cache_dir)
         for ds in out.values():
             ds.transforms = Standardize(stats)
     return out
@@ -254,7 +245,7 @@ def multimodal_datasets(
     split_tuple = check_splits("multimodal", splits, MULTIMODAL_SPLITS)
     root_path = data_root(root, "multimodal", "generate_multimodal", "point root at a So2Sat copy")
     if cache_dir == "auto":
-        cache_dir = root_path / ".raytrain_hetero_cache"
+        cache_dir = root_path / CACHE_DIR_NAME
     if (root_path / SO2SAT_FILES["train"]).is_file():
         return _so2sat_datasets(root_path, split_tuple, normalize, cache_dir)
 
@@ -262,24 +253,14 @@ def multimodal_datasets(
     for split, ds in datasets.items():
         if len(ds) == 0:
             raise DataError(f"multimodal data at {root_path}, split {split!r}: no readable sample")
-    if normalize:
-        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=exclude)
+    if normalize:  # statistics of the training split's pixels (S1 dB, S2 DN), cached
+        train = datasets.get("train") or MultimodalPatches(root_path, "train", exclude=exclude)
+        images = (train.read_pair(i) for i in train.ids)
+        files = [p for i in train.ids for p in train.paths(i)]
+        stats = files_band_stats("multimodal-train", files, images, cache_dir)
         for ds in datasets.values():
             ds.transforms = Standardize(stats)
     return datasets
-
-
-def multimodal_band_stats(
-    root: str | os.PathLike[str],
-    *,
-    cache_dir: str | os.PathLike[str] | None,
-    exclude: Sequence[str] = (),
-) -> BandStats:
-    """Per-band mean/std (S1 dB, S2 DN) over the training split of the generated layout."""
-    train = MultimodalPatches(root, "train", exclude=exclude)
-    files = [p for i in train.ids for p in train.paths(i)]
-    images = (train.read_pair(i) for i in train.ids)
-    return files_band_stats("multimodal-train", files, images, cache_dir)
 
 
 # ------------------------------------------------------------------------------ adapter

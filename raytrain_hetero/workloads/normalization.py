@@ -142,18 +142,27 @@ def cached_json(
 
 def cached_band_stats(
     key: Mapping[str, Any],
-    compute: Callable[[], BandStats],
+    images: Iterable[Any],
     cache_dir: str | os.PathLike[str] | None,
+    *,
+    band_axis: int = 0,
 ) -> BandStats:
-    """Return the band statistics cached under ``key`` in ``cache_dir``, computing them once.
+    """Band statistics of ``images`` (iterated only on a cache miss), cached under ``key``.
 
     Args:
         key: JSON-serialisable description of everything the statistics depend on.
-        compute: Computes them on a cache miss.
+        images: Arrays whose axis ``band_axis`` is the band (e.g. a lazy generator).
         cache_dir: Directory of ``band_stats-<digest>.json`` files (see :func:`cached_json`);
             ``None`` disables the cache.
     """
-    value = cached_json(key, lambda: asdict(compute()), cache_dir, prefix="band_stats")
+
+    def compute() -> dict[str, Any]:
+        acc = BandStatsAccumulator()
+        for image in images:
+            acc.update(image, band_axis=band_axis)
+        return asdict(acc.result())
+
+    value = cached_json(key, compute, cache_dir, prefix="band_stats")
     return BandStats(tuple(value["mean"]), tuple(value["std"]), int(value["count"]))
 
 
@@ -211,17 +220,8 @@ def files_band_stats(
     files: Sequence[str | os.PathLike[str]],
     images: Iterable[Any],
     cache_dir: str | os.PathLike[str] | None,
-    *,
-    band_axis: int = 0,
 ) -> BandStats:
-    """Band statistics of ``images`` (read only on a cache miss), cached under a key made of
-    ``kind`` and the identities (path, size, mtime) of the ``files`` they come from."""
+    """:func:`cached_band_stats` of ``images`` under a key made of ``kind`` and the identities
+    (path, size, mtime) of the ``files`` they come from."""
     key = {"kind": kind, "files": [file_identity(f) for f in files]}
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        for image in images:
-            acc.update(image, band_axis=band_axis)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
+    return cached_band_stats(key, images, cache_dir)

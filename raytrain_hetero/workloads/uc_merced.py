@@ -26,8 +26,9 @@ from raytrain_hetero.workloads.formats import (
     UCMERCED_SPLIT_FILE,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
-from raytrain_hetero.workloads.normalization import BandStats, Standardize, files_band_stats
+from raytrain_hetero.workloads.normalization import Standardize, files_band_stats
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     BadFileScan,
     DatasetAdapter,
     DataSource,
@@ -120,29 +121,18 @@ def uc_merced_datasets(
             raise DataError(f"UC Merced at {root_path}, split {split!r}: no readable image left")
 
     stats = None
-    if normalize:
-        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=exclude_files)
+    if normalize:  # statistics of the training split's pixels (0..255 scale), cached
+        train = datasets["train"] if "train" in datasets else _open_split(root_path, "train", None)
+        drop_samples(train, exclude_files)
+        if cache_dir == "auto":
+            cache_dir = root_path / CACHE_DIR_NAME
+        images = (train[i]["image"] for i in range(len(train)))
+        files = [p for p, _ in train.samples]
+        stats = files_band_stats("uc_merced-train", files, images, cache_dir)
     if stats is not None or image_size is not None:
         for ds in datasets.values():
             ds.transforms = Standardize(stats, resize_to=image_size)
     return datasets
-
-
-def uc_merced_band_stats(
-    root: str | os.PathLike[str],
-    *,
-    cache_dir: str | os.PathLike[str] | None = "auto",
-    exclude_files: Sequence[str] = (),
-) -> BandStats:
-    """Per-band mean/std of the training split's pixels (0..255 scale), cached."""
-    root_path = resolve_version(root)  # pin one version of a generated root
-    train = _open_split(root_path, "train", None)
-    drop_samples(train, exclude_files)
-    files = [p for p, _ in train.samples]
-    if cache_dir == "auto":
-        cache_dir = root_path / ".raytrain_hetero_cache"
-    images = (train[i]["image"] for i in range(len(train)))
-    return files_band_stats("uc_merced-train", files, images, cache_dir)
 
 
 # ------------------------------------------------------------------------------ adapter
