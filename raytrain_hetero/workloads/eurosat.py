@@ -188,7 +188,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         len(EUROSAT_CLASSES),
         channels,
         class_names=EUROSAT_CLASSES,
-        excluded_files=list(exclude),
     )
 
 

@@ -276,7 +276,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         channels,
         s1_channels=int(first.s1_channels),
         class_names=tuple(getattr(first, "classes", ())),
-        excluded_files=list(exclude),
     )
 
 

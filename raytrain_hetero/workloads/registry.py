@@ -138,7 +138,6 @@ class WorkloadData:
         s1_channels: Multimodal only: how many leading channels are SAR.
         class_names: Class names, label order.
         scene: Hyperspectral only: the loaded scene (for class maps).
-        excluded_files: Files left out as unreadable (``on_bad_file: skip``).
     """
 
     datasets: dict[str, Any]
@@ -147,7 +146,6 @@ class WorkloadData:
     s1_channels: int | None = None
     class_names: tuple[str, ...] = ()
     scene: Any = None
-    excluded_files: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

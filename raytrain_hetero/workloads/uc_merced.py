@@ -147,7 +147,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         len(UCMERCED_CLASSES),
         3,
         class_names=UCMERCED_CLASSES,
-        excluded_files=list(exclude),
     )
 
 
