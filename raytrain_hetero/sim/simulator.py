@@ -120,12 +120,11 @@ def format_table(sweep: dict[str, Any]) -> str:
             f"live vs oracle: >= {worst:.3f} overall, >= {worst_step:.3f} while stepping "
             f"(goal: >= {LIVE_GOAL:.2f}): " + ("met" if worst >= LIVE_GOAL else "not met")
         )
-    restart = sweep["config"].get("restart_s")
-    probe = sweep["config"].get("probe_s")
-    if restart is not None and probe is not None:
-        lines.append(
-            f"restart {restart:.1f} s, probe {probe:.1f} s per (re)start; defaults: {JOIN_CALIBRATION}"
-        )
+    config = sweep["config"]
+    lines.append(
+        f"restart {config['restart_s']:.1f} s, probe {config['probe_s']:.1f} s per (re)start; "
+        f"defaults: {JOIN_CALIBRATION}"
+    )
     return "\n".join(lines)
 
 

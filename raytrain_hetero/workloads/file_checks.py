@@ -109,16 +109,13 @@ def find_unreadable_files(
     release the GIL), in a deterministic result order.
     """
     path_list = [os.fspath(p) for p in paths]
+    checked = CheckedLoader(read, "file")
 
     def check(path: str) -> tuple[str, str] | None:
         try:
-            result = read(path)
-            if hasattr(result, "load"):
-                result.load()
-        except DataError as exc:  # already names the file (e.g. from CheckedLoader)
+            checked(path)
+        except DataError as exc:  # names the file: reported, not swallowed
             return path, str(exc)
-        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
-            return path, unreadable_message(path, exc)
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
