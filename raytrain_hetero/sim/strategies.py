@@ -27,8 +27,6 @@ from raytrain_hetero.core.policy import (
 )
 from raytrain_hetero.sim.traces import SimConfig, Trace, allreduce_s, cost_models, make_trace
 
-__all__ = ["STRATEGIES", "StrategyResult", "allocation_time", "run_sweep", "simulate"]
-
 STRATEGIES: tuple[str, ...] = ("equal", "static", "live", "oracle")
 
 

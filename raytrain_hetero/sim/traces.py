@@ -14,18 +14,6 @@ import numpy as np
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.policy import PolicyConfig
 
-__all__ = [
-    "JOIN_CALIBRATION",
-    "JOIN_PROBE_S",
-    "JOIN_RESTART_S",
-    "SimConfig",
-    "Trace",
-    "allreduce_s",
-    "cost_models",
-    "make_trace",
-]
-
-
 #: Restart and probe costs measured on this repository's real elastic join
 #: (benchmarks/results/join: 2 CPU workers, a third node joins, medians of 3 repeats).
 #: raytrain_hetero's join -> first step at full size took 14.0 s; its setup (launch -> first

@@ -17,8 +17,6 @@ from typing import Any
 
 from raytrain_hetero.workloads.registry import DataSource, WorkloadData, dataset_adapter
 
-__all__ = ["bad_files", "generate_dataset", "model_arguments", "open_datasets"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -13,8 +13,6 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["accuracy", "correct_counts", "dataset_accuracy"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -22,17 +22,6 @@ from typing import Any, Literal
 
 from raytrain_hetero.errors import DataError
 
-__all__ = [
-    "BAD_FILE_POLICIES",
-    "CHECK_OFF",
-    "BadFilePolicy",
-    "CheckedLoader",
-    "apply_bad_file_policy",
-    "drop_samples",
-    "find_unreadable_files",
-    "unreadable_message",
-]
-
 logger = logging.getLogger(__name__)
 
 BadFilePolicy = Literal["error", "skip"]

@@ -34,8 +34,6 @@ from typing import Any
 
 from raytrain_hetero.errors import DataError
 
-__all__ = ["MARKER_NAME", "generate_tree", "read_marker", "resolve_version", "versions_dir"]
-
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".raytrain_hetero_generated.json"

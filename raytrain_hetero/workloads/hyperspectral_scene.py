@@ -20,13 +20,6 @@ from raytrain_hetero.atomic import atomic_write_bytes
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.file_checks import unreadable_message
 
-__all__ = [
-    "HyperspectralScene",
-    "find_scene_files",
-    "load_hyperspectral_scene",
-    "write_class_map",
-]
-
 logger = logging.getLogger(__name__)
 
 _SCENE_SUFFIXES = (".mat", ".tif", ".tiff")

@@ -16,15 +16,6 @@ from typing import Any
 from raytrain_hetero.config.problems import closest
 from raytrain_hetero.errors import ConfigError
 
-__all__ = [
-    "DATAMODULE_PREFIXES",
-    "TASKS",
-    "check_arguments",
-    "location_argument",
-    "resolve_datamodule",
-    "resolve_task",
-]
-
 #: Task names of ``model.task`` and where each class lives.
 TASKS: dict[str, str] = {
     "torchgeo.ClassificationTask": "torchgeo.trainers",

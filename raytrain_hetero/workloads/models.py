@@ -21,18 +21,6 @@ from torch import nn
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.registry import BUILTIN_MODELS, model_builder, model_names
 
-__all__ = [
-    "MODEL_NAMES",
-    "MarquesCNN",
-    "SmallCNN",
-    "SpectralSpatial3DCNN",
-    "TwoBranchFusionCNN",
-    "build_model",
-    "check_input_channels",
-    "expected_input_channels",
-    "pretrained_weights_path",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Built-in names of :func:`build_model` (more with :func:`~raytrain_hetero.workloads.

@@ -23,16 +23,6 @@ import numpy as np
 
 from raytrain_hetero.atomic import atomic_write_json
 
-__all__ = [
-    "BandStats",
-    "BandStatsAccumulator",
-    "Standardize",
-    "cached_band_stats",
-    "cached_json",
-    "file_identity",
-    "files_band_stats",
-]
-
 logger = logging.getLogger(__name__)
 
 _STATS_FORMAT = 1

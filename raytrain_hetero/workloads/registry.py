@@ -28,27 +28,6 @@ from typing import Any
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.generated_tree import resolve_version
 
-__all__ = [
-    "BadFileScan",
-    "DataSource",
-    "DatasetAdapter",
-    "GenerateOptions",
-    "SceneOptions",
-    "WorkloadData",
-    "check_splits",
-    "data_root",
-    "dataset_adapter",
-    "dataset_names",
-    "missing_data",
-    "model_builder",
-    "model_names",
-    "model_registering_module",
-    "register_dataset",
-    "register_model",
-    "registering_module",
-    "run_generator",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Name of the per-root cache directory (band statistics, bad-file lists).

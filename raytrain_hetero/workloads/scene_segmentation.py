@@ -29,6 +29,7 @@ from raytrain_hetero.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
+# resolve_datamodule reads this list: torchgeo's GeoDataModule imported here is not ours.
 __all__ = ["SceneImage", "SceneMask", "SceneSegmentationDataModule", "predict_class_map"]
 
 #: Digital numbers per unit reflectance in the generated scenes (and Sentinel-2 L2A).

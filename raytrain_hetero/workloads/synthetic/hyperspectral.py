@@ -18,8 +18,6 @@ from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.workloads.synthetic import drawing as d
 from raytrain_hetero.workloads.synthetic.arguments import check_integers, write_geotiff
 
-__all__ = ["generate_hyperspectral_scene"]
-
 _GENERATOR_VERSION = 2
 
 
