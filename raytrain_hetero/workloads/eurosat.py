@@ -79,20 +79,13 @@ EUROSAT_STD: dict[str, float] = {
 def resolve_eurosat_bands(bands: str | Sequence[str]) -> tuple[str, ...]:
     """``"all"`` -> the 13 bands, ``"rgb"`` -> (B04, B03, B02), or a sequence of band names
     (validated against :data:`EUROSAT_BANDS`). The result's length is the channel count."""
-    if isinstance(bands, str):
-        presets = {"all": EUROSAT_BANDS, "rgb": EUROSAT_RGB_BANDS}
-        if bands not in presets:
-            raise ConfigError(
-                f"EuroSAT bands must be 'all', 'rgb' or a list of band names from "
-                f"{list(EUROSAT_BANDS)}, got {bands!r}"
-            )
-        return presets[bands]
-    resolved = tuple(bands)
+    presets = {"all": EUROSAT_BANDS, "rgb": EUROSAT_RGB_BANDS}
+    resolved = presets.get(bands, ()) if isinstance(bands, str) else tuple(bands)
     bad = [b for b in resolved if b not in EUROSAT_BANDS]
     if not resolved or bad:
         raise ConfigError(
-            f"EuroSAT bands: unknown band name(s) {bad or '(empty list)'}; valid names are "
-            f"{list(EUROSAT_BANDS)} (or the presets 'all', 'rgb')"
+            f"EuroSAT bands must be 'all', 'rgb' or a list of band names from "
+            f"{list(EUROSAT_BANDS)}; got {bands!r}" + (f" (unknown: {bad})" if bad else "")
         )
     return resolved
 

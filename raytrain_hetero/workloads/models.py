@@ -300,18 +300,13 @@ def build_model(
     """Build a classifier by name (see :data:`MODEL_NAMES`, or one added with
     :func:`~raytrain_hetero.workloads.registry.register_model`).
 
-    * ``"small_cnn"``: :class:`SmallCNN` (``width`` = channels of the first block).
-    * ``"resnet18"`` / ``"resnet50"``: ``timm.create_model(name, in_chans=in_channels,
-      num_classes=num_classes)`` -- the architecture torchgeo's ``resnet18/50`` build -- for
-      any channel count (``width`` is ignored). ``pretrained`` may name torchgeo weights
-      (``"ResNet50_Weights.SENTINEL2_ALL_MOCO"``), loaded from the local hub cache only.
-    * ``"cnn3d"``: :class:`SpectralSpatial3DCNN` (``in_channels`` = bands; ``width`` = first
-      block's filters, 8 is plenty).
-    * ``"fusion_cnn"``: :class:`TwoBranchFusionCNN`; ``s1_channels`` of the ``in_channels``
-      are SAR (first), the rest multispectral; ``modalities`` picks the branches.
-    * ``"marques_cnn"``: :class:`MarquesCNN` (``width`` = kernels of conv1; 500 is the
-      paper's network).
-    * a registered name: its builder, called with ``in_channels``, ``num_classes``, ``width``.
+    ``"small_cnn"``: :class:`SmallCNN`; ``"cnn3d"``: :class:`SpectralSpatial3DCNN` (needs
+    >= 4 bands); ``"fusion_cnn"``: :class:`TwoBranchFusionCNN` (``s1_channels`` of the
+    ``in_channels`` are SAR, first; ``modalities`` picks the branches); ``"marques_cnn"``:
+    :class:`MarquesCNN`; ``width`` is each one's base width. ``"resnet18"`` / ``"resnet50"``:
+    torchgeo's ResNets (timm) for any band count (``width`` ignored); ``pretrained`` may name
+    torchgeo weights (``"ResNet50_Weights.SENTINEL2_ALL_MOCO"``), read from the local hub
+    cache only. A registered name: its builder(``in_channels``, ``num_classes``, ``width``).
 
     Raises:
         ConfigError: Unknown ``name`` (lists the valid ones), non-positive sizes,
