@@ -49,12 +49,6 @@ def read_marker(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def versions_dir(root: Path) -> Path:
-    """Where the versions of the generated tree ``root`` live: ``<parent>/.<name>.versions``."""
-    root = Path(root).expanduser().absolute()
-    return root.parent / f".{root.name}.versions"
-
-
 def resolve_version(root: str | os.PathLike[str]) -> Path:
     """The directory ``root`` stands for now (a generated root's current version; any other
     path as it is, symbolic links resolved). Open datasets through this, once, so that a
@@ -82,7 +76,7 @@ def _write_version(
     root: Path, params: dict[str, Any], write: Callable[[Path], None], what: str
 ) -> Path:
     """The complete version directory of ``params`` (written now unless it exists)."""
-    store = versions_dir(root)
+    store = root.parent / f".{root.name}.versions"
     version = store / _digest(params)
     if read_marker(version) == params:
         return version
