@@ -97,7 +97,8 @@ def _load_mat_array(path: Path, key: str | None, ndim: int, what: str) -> np.nda
     return array
 
 
-def _load_tif_array(path: Path, what: str) -> tuple[np.ndarray, dict[str, Any]]:
+def read_geotiff(path: str | os.PathLike[str], what: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """The ``(bands, H, W)`` array and rasterio profile of a GeoTIFF; DataError if unreadable."""
     import rasterio
 
     try:
@@ -172,12 +173,12 @@ def load_hyperspectral_scene(
     if image_path.suffix.lower() == ".mat":
         cube = _load_mat_array(image_path, image_key, 3, "image cube")
     else:
-        raw, profile = _load_tif_array(image_path, "image cube")
+        raw, profile = read_geotiff(image_path, "image cube")
         cube = np.transpose(raw, (1, 2, 0))
     if label_path.suffix.lower() == ".mat":
         labels = _load_mat_array(label_path, label_key, 2, "label map")
     else:
-        raw, _ = _load_tif_array(label_path, "label map")
+        raw, _ = read_geotiff(label_path, "label map")
         if raw.shape[0] != 1:
             raise DataError(f"{label_path}: a label map must have one band, it has {raw.shape[0]}")
         labels = raw[0]

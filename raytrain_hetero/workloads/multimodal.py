@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from raytrain_hetero.errors import DataError
-from raytrain_hetero.workloads.file_checks import unreadable_message
 from raytrain_hetero.workloads.formats import (
     MULTIMODAL_CLASSES,
     MULTIMODAL_CLASSES_FILE,
@@ -38,6 +37,7 @@ from raytrain_hetero.workloads.formats import (
     SPLITS,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
+from raytrain_hetero.workloads.hyperspectral_scene import read_geotiff
 from raytrain_hetero.workloads.normalization import (
     Standardize,
     cached_band_stats,
@@ -71,13 +71,6 @@ logger = logging.getLogger(__name__)
 MULTIMODAL_SPLITS: tuple[str, ...] = SPLITS
 _SO2SAT_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 # ------------------------------------------------------------------------------ loaders
-
-
-def _read_raster(path: str) -> np.ndarray:
-    import rasterio
-
-    with rasterio.open(path) as src:
-        return src.read()
 
 
 class MultimodalPatches:
@@ -155,13 +148,7 @@ class MultimodalPatches:
     def read_pair(self, sample_id: str) -> np.ndarray:
         """The stacked float32 (S1 + S2, S, S) array of one sample; DataError if unreadable."""
         s1_path, s2_path = self.paths(sample_id)
-        arrays = []
-        for path in (s1_path, s2_path):
-            try:
-                arrays.append(_read_raster(path))
-            except Exception as exc:  # any decoder error: bad file
-                raise DataError(unreadable_message(path, exc, "patch")) from exc
-        s1, s2 = arrays
+        s1, s2 = (read_geotiff(path, "patch")[0] for path in (s1_path, s2_path))
         if s1.shape[1:] != s2.shape[1:]:
             raise DataError(
                 f"{s1_path} ({s1.shape[1]}x{s1.shape[2]}) and {s2_path} ({s2.shape[1]}x"
