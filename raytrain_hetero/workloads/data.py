@@ -10,14 +10,11 @@ again read the list instead of decoding the dataset a second time.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.workloads.registry import DataSource, WorkloadData, dataset_adapter
-
-logger = logging.getLogger(__name__)
 
 
 def generate_dataset(source: DataSource) -> Path | None:

@@ -9,11 +9,8 @@ Counts, not accuracies, are what shards add up exactly.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 
 def correct_counts(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> tuple[int, int]:

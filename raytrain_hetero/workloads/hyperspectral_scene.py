@@ -8,7 +8,6 @@ h5py); GeoTIFFs with rasterio, keeping their georeference for the class map. Wha
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,6 @@ import numpy as np
 from raytrain_hetero.atomic import atomic_write_bytes
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.file_checks import unreadable_message
-
-logger = logging.getLogger(__name__)
 
 _SCENE_SUFFIXES = (".mat", ".tif", ".tiff")
 

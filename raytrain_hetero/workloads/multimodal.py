@@ -16,7 +16,6 @@ generated data.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from functools import partial
@@ -66,7 +65,6 @@ __all__ = [
     "multimodal_datasets",
 ]
 
-logger = logging.getLogger(__name__)
 
 MULTIMODAL_SPLITS: tuple[str, ...] = SPLITS
 _SO2SAT_SPLITS = {"train": "train", "val": "validation", "test": "test"}

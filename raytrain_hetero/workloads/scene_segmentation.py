@@ -14,7 +14,6 @@ writes the class map as a GeoTIFF with the scene's CRS and transform.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,6 @@ from torchgeo.datasets import RasterDataset
 from torchgeo.samplers import GridGeoSampler
 
 from raytrain_hetero.errors import ConfigError, DataError
-
-logger = logging.getLogger(__name__)
 
 # resolve_datamodule reads this list: torchgeo's GeoDataModule imported here is not ours.
 __all__ = ["SceneImage", "SceneMask", "SceneSegmentationDataModule", "predict_class_map"]
