@@ -33,7 +33,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ def bench_loop(config: dict[str, Any]) -> None:
     from torch.utils.data import DataLoader
 
     from benchmarks.data import ArrayDataset, BenchData
-    from raytrain_hetero.workloads.evaluation import arrays_accuracy
 
     loop_started = time.time()
     mode = config["mode"]
@@ -344,3 +343,21 @@ def measure_alone(
         if not job.get("warmup"):
             results.append(b / statistics.median(times))
     return results
+
+
+def arrays_accuracy(
+    model: Any, images: Any, labels: Any, device: Any, batch_size: int = 256
+) -> float:
+    """Top-1 accuracy on arrays (e.g. memory-mapped ``.npy``) of images and labels."""
+    import numpy as np
+    import torch
+
+    from raytrain_hetero.workloads.evaluation import accuracy
+
+    def batches() -> Iterable[tuple[Any, Any]]:
+        for start in range(0, len(labels), batch_size):
+            x = np.asarray(images[start : start + batch_size], dtype=np.float32)
+            y = np.asarray(labels[start : start + batch_size])
+            yield torch.from_numpy(x), torch.from_numpy(y)
+
+    return accuracy(model, batches(), device)

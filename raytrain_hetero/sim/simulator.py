@@ -18,8 +18,9 @@ lognormally spread across workers, drifts as a random walk in log space, and som
 down suddenly; some fail and some join (each membership change restarts the group, as a Ray
 Train elastic resize does: a restart cost for everyone, a probe for the probing strategies).
 A step lasts the slowest worker's time plus an allreduce of the gradients (2(N-1)/N of the
-model's bytes over the link, as a ring moves them, and 2 log2(N) latency hops, as a tree does). Measurement noise is per worker
-and step, so a bigger group waits for a longer tail: that loss is the oracle's too.
+model's bytes over the link, as a ring moves them, and 2 log2(N) latency hops, as a tree
+does). Measurement noise is per worker and step, so a bigger group waits for a longer tail:
+that loss is the oracle's too.
 
 Pure: standard library, numpy and :mod:`raytrain_hetero.core` (no Ray, no torch), so it runs
 anywhere in seconds. ``raytrain-hetero sim`` prints the table and writes a plot.
@@ -100,25 +101,17 @@ def format_table(sweep: dict[str, Any]) -> str:
         )
     biggest = max(sweep["timings"], key=int)
     ms = sweep["timings"][biggest]["allocate_ms"]
-    verdict = (
-        "met"
-        if int(biggest) >= 10_000 and ms < ALLOCATION_GOAL_MS
-        else ("not met" if ms >= ALLOCATION_GOAL_MS else "not measured at 10,000 workers")
-    )
-    lines.append(
-        f"plan for {int(biggest):,} workers: {ms:.1f} ms "
-        f"(goal: < {ALLOCATION_GOAL_MS:.0f} ms for 10,000 workers): {verdict}"
-    )
     both = ms + sweep["timings"][biggest]["decide_ms"]
-    lines.append(
-        f"decide (from StepSample objects) + allocate for {int(biggest):,} workers: {both:.1f} ms "
-        f"(goal: < {ALLOCATION_GOAL_MS:.0f} ms): "
-        + (
-            "not measured at 10,000 workers"
-            if int(biggest) < 10_000
-            else ("met" if both < ALLOCATION_GOAL_MS else "not met")
+    for what, value in (("plan", ms), ("decide (from StepSample objects) + allocate", both)):
+        verdict = (
+            "not met"
+            if value >= ALLOCATION_GOAL_MS
+            else ("met" if int(biggest) >= 10_000 else "not measured at 10,000 workers")
         )
-    )
+        lines.append(
+            f"{what} for {int(biggest):,} workers: {value:.1f} ms "
+            f"(goal: < {ALLOCATION_GOAL_MS:.0f} ms for 10,000 workers): {verdict}"
+        )
     live = [r for r in sweep["rows"] if r["strategy"] == "live"]
     if live:
         worst = min(r["efficiency_vs_optimum"] for r in live)
@@ -127,12 +120,11 @@ def format_table(sweep: dict[str, Any]) -> str:
             f"live vs oracle: >= {worst:.3f} overall, >= {worst_step:.3f} while stepping "
             f"(goal: >= {LIVE_GOAL:.2f}): " + ("met" if worst >= LIVE_GOAL else "not met")
         )
-    restart = sweep["config"].get("restart_s")
-    probe = sweep["config"].get("probe_s")
-    if restart is not None and probe is not None:
-        lines.append(
-            f"restart {restart:.1f} s, probe {probe:.1f} s per (re)start; defaults: {JOIN_CALIBRATION}"
-        )
+    config = sweep["config"]
+    lines.append(
+        f"restart {config['restart_s']:.1f} s, probe {config['probe_s']:.1f} s per (re)start; "
+        f"defaults: {JOIN_CALIBRATION}"
+    )
     return "\n".join(lines)
 
 
@@ -144,49 +136,53 @@ def plot_results(sweep: dict[str, Any], path: str | Path) -> Path:
     fig = Figure(figsize=(11, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax_eff, ax_time = fig.subplots(1, 2)
-    strategies = list(dict.fromkeys(r["strategy"] for r in sweep["rows"]))
-    for strategy in strategies:
+    for strategy in dict.fromkeys(r["strategy"] for r in sweep["rows"]):
         rows = sorted(
             (r for r in sweep["rows"] if r["strategy"] == strategy), key=lambda r: r["workers"]
         )
-        ax_eff.plot(
-            [r["workers"] for r in rows],
-            [r["efficiency_vs_optimum"] for r in rows],
-            marker="o",
-            label=strategy,
-        )
-    ax_eff.set_xscale("log")
-    ax_eff.set_ylim(0, 1.05)
-    ax_eff.set_xlabel("workers")
-    ax_eff.set_ylabel("efficiency vs optimum (oracle time / time)")
-    ax_eff.set_title("Simulated: drift, sudden slowdowns, a failure, a join")
-    ax_eff.grid(alpha=0.3)
-    ax_eff.legend()
+        x, y = [r["workers"] for r in rows], [r["efficiency_vs_optimum"] for r in rows]
+        ax_eff.plot(x, y, marker="o", label=strategy)
     sizes = sorted(int(n) for n in sweep["timings"])
-    ax_time.plot(
-        sizes,
-        [sweep["timings"][str(n)]["allocate_ms"] for n in sizes],
-        marker="o",
-        label="allocate (one plan)",
-    )
-    ax_time.plot(
-        sizes,
-        [sweep["timings"][str(n)]["decide_ms"] for n in sizes],
-        marker="s",
-        label="decide (estimates + plan)",
-    )
+    for key, marker, label in (
+        ("allocate_ms", "o", "allocate (one plan)"),
+        ("decide_ms", "s", "decide (estimates + plan)"),
+    ):
+        y = [sweep["timings"][str(n)][key] for n in sizes]
+        ax_time.plot(sizes, y, marker=marker, label=label)
     ax_time.axhline(ALLOCATION_GOAL_MS, color="0.4", ls="--", lw=1, label="goal: 50 ms")
-    ax_time.set_xscale("log")
+    ax_eff.set_ylim(0, 1.05)
     ax_time.set_yscale("log")
-    ax_time.set_xlabel("workers")
-    ax_time.set_ylabel("milliseconds")
-    ax_time.set_title("Planning time")
-    ax_time.grid(alpha=0.3)
-    ax_time.legend()
+    for ax, title, ylabel in (
+        (
+            ax_eff,
+            "Simulated: drift, sudden slowdowns, a failure, a join",
+            "efficiency vs optimum (oracle time / time)",
+        ),
+        (ax_time, "Planning time", "milliseconds"),
+    ):
+        ax.set(xscale="log", xlabel="workers", ylabel=ylabel, title=title)
+        ax.grid(alpha=0.3)
+        ax.legend()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     return out
+
+
+#: The ``SimConfig`` fields ``raytrain-hetero sim`` sets (option ``--sudden-fraction`` for
+#: ``sudden_fraction``; default: the field's), with their help.
+_OPTIONS: dict[str, str] = {
+    "steps": "steps per run",
+    "seed": "seed of the simulated cluster",
+    "spread": "lognormal sigma of worker speeds",
+    "drift": "per-step sigma of the log-speed random walk",
+    "noise": "per-step noise sigma of step times",
+    "sudden_fraction": "fraction of workers that slow down suddenly",
+    "fail_fraction": "fraction of workers that fail",
+    "join_fraction": "workers that join, as a fraction of the starting count",
+    "restart_s": "seconds a restart costs (the measured join)",
+    "probe_s": "seconds a probe costs per (re)start (the measured join)",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,46 +194,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[10, 100, 1000, 10000],
         help="cluster sizes to simulate (default 10 100 1000 10000)",
     )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=SimConfig.steps,
-        help=f"steps per run (default {SimConfig.steps})",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--spread",
-        type=float,
-        default=SimConfig.spread,
-        help="lognormal sigma of worker speeds (default 0.5)",
-    )
-    parser.add_argument(
-        "--drift",
-        type=float,
-        default=SimConfig.drift,
-        help="per-step sigma of the log-speed random walk (default 0.01)",
-    )
-    parser.add_argument(
-        "--noise",
-        type=float,
-        default=SimConfig.noise,
-        help="per-step noise sigma of step times (default 0.05)",
-    )
-    parser.add_argument("--sudden-fraction", type=float, default=SimConfig.sudden_fraction)
-    parser.add_argument("--fail-fraction", type=float, default=SimConfig.fail_fraction)
-    parser.add_argument("--join-fraction", type=float, default=SimConfig.join_fraction)
-    parser.add_argument(
-        "--restart-s",
-        type=float,
-        default=SimConfig.restart_s,
-        help=f"seconds a restart costs (default {SimConfig.restart_s}: the measured join)",
-    )
-    parser.add_argument(
-        "--probe-s",
-        type=float,
-        default=SimConfig.probe_s,
-        help=f"seconds a probe costs per (re)start (default {SimConfig.probe_s}: measured join)",
-    )
+    for name, text in _OPTIONS.items():
+        default = getattr(SimConfig, name)
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=type(default), default=default, help=f"{text} ({default})")
     parser.add_argument(
         "--output",
         type=Path,
@@ -248,19 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run a sweep from parsed arguments; print the table, write bench.json and sim.png."""
-    base = SimConfig(
-        workers=min(args.workers),
-        steps=args.steps,
-        seed=args.seed,
-        spread=args.spread,
-        drift=args.drift,
-        noise=args.noise,
-        sudden_fraction=args.sudden_fraction,
-        fail_fraction=args.fail_fraction,
-        join_fraction=args.join_fraction,
-        restart_s=args.restart_s,
-        probe_s=args.probe_s,
-    )
+    base = SimConfig(workers=min(args.workers), **{name: getattr(args, name) for name in _OPTIONS})
     sweep = run_sweep(args.workers, base=base)
     sweep["command"] = _command_line(args)
     print(
@@ -283,19 +231,7 @@ def _command_line(args: argparse.Namespace) -> str:
     import shlex
 
     words = ["raytrain-hetero", "sim", "--workers", *map(str, args.workers)]
-    for option in (
-        "steps",
-        "seed",
-        "spread",
-        "drift",
-        "noise",
-        "sudden_fraction",
-        "fail_fraction",
-        "join_fraction",
-        "restart_s",
-        "probe_s",
-        "output",
-    ):
+    for option in (*_OPTIONS, "output"):
         words += ["--" + option.replace("_", "-"), str(getattr(args, option))]
     return shlex.join(words)
 

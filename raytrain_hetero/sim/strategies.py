@@ -27,8 +27,6 @@ from raytrain_hetero.core.policy import (
 )
 from raytrain_hetero.sim.traces import SimConfig, Trace, allreduce_s, cost_models, make_trace
 
-__all__ = ["STRATEGIES", "StrategyResult", "allocation_time", "run_sweep", "simulate"]
-
 STRATEGIES: tuple[str, ...] = ("equal", "static", "live", "oracle")
 
 
@@ -71,8 +69,9 @@ class StrategyResult:
 # ----------------------------------------------------------------------------- one strategy
 
 
-def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]:
-    """Simulate one strategy over the trace; returns totals and per-step times."""
+def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> tuple[StrategyResult, float]:
+    """Simulate one strategy over the trace; returns its result (not yet relative to the
+    oracle) and its seconds of stepping (restarts and probes excluded)."""
     total = cfg.global_batch
     steps = cfg.steps
     step_s = np.zeros(steps)
@@ -159,18 +158,20 @@ def _run_strategy(cfg: SimConfig, trace: Trace, strategy: str) -> dict[str, Any]
             )
     bound = float(np.mean([np.sum(1.0 / trace.beta[s, trace.present[s]]) for s in range(steps)]))
     total_s = float(step_s.sum()) + overhead_s
-    return {
-        "total_s": total_s,
-        "samples_per_s": total * steps / total_s,
-        "stepping_samples_per_s": total * steps / float(step_s.sum()),
-        "overhead_s": overhead_s,
-        "bound_samples_per_s": bound,
-        "replans": len(replan_steps),
-        "replan_steps": tuple(replan_steps),
-        "moved_fraction": statistics.fmean(moved) if moved else 0.0,
-        "restarts": restarts,
-        "step_s": step_s,
-    }
+    result = StrategyResult(
+        strategy=strategy,
+        workers=cfg.workers,
+        samples_per_s=total * steps / total_s,
+        efficiency_vs_optimum=1.0,  # relative to the oracle: set by simulate
+        efficiency_vs_bound=total * steps / float(step_s.sum()) / bound,
+        total_s=total_s,
+        overhead_s=overhead_s,
+        replans=len(replan_steps),
+        moved_fraction=statistics.fmean(moved) if moved else 0.0,
+        restarts=restarts,
+        replan_steps=tuple(replan_steps),
+    )
+    return result, float(step_s.sum())
 
 
 def simulate(cfg: SimConfig, strategies: Sequence[str] = STRATEGIES) -> list[StrategyResult]:
@@ -180,23 +181,14 @@ def simulate(cfg: SimConfig, strategies: Sequence[str] = STRATEGIES) -> list[Str
         raise ValueError(f"unknown strategies {unknown}; choose from {list(STRATEGIES)}")
     trace = make_trace(cfg)
     runs = {s: _run_strategy(cfg, trace, s) for s in dict.fromkeys([*strategies, "oracle"])}
-    oracle = runs["oracle"]["total_s"]
+    oracle, oracle_stepping_s = runs["oracle"]
     return [
-        StrategyResult(
-            strategy=s,
-            workers=cfg.workers,
-            samples_per_s=runs[s]["samples_per_s"],
-            efficiency_vs_optimum=oracle / runs[s]["total_s"],
-            efficiency_vs_bound=runs[s]["stepping_samples_per_s"] / runs[s]["bound_samples_per_s"],
-            total_s=runs[s]["total_s"],
-            overhead_s=runs[s]["overhead_s"],
-            replans=runs[s]["replans"],
-            moved_fraction=runs[s]["moved_fraction"],
-            restarts=runs[s]["restarts"],
-            stepping_efficiency=float(runs["oracle"]["step_s"].sum() / runs[s]["step_s"].sum()),
-            replan_steps=runs[s]["replan_steps"],
+        replace(
+            result,
+            efficiency_vs_optimum=oracle.total_s / result.total_s,
+            stepping_efficiency=oracle_stepping_s / stepping_s,
         )
-        for s in strategies
+        for result, stepping_s in (runs[s] for s in strategies)
     ]
 
 

@@ -1,9 +1,7 @@
 """Simulated clusters: the run's settings and the per-step worker costs every strategy sees.
 
-Worker model: step time ``t_i = (alpha_i + beta_i(s) * b_i) * noise_i(s)``; ``beta`` is
-lognormally spread across workers, drifts as a random walk in log space, and some workers slow
-down suddenly; some fail and some join (see :mod:`raytrain_hetero.sim.simulator`). One seed
-draws one :class:`Trace`, shared by every strategy so they are compared on identical workers.
+The worker model is described in :mod:`raytrain_hetero.sim.simulator`. One seed draws one
+:class:`Trace`, shared by every strategy so they are compared on identical workers.
 """
 
 from __future__ import annotations
@@ -15,18 +13,6 @@ import numpy as np
 
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.policy import PolicyConfig
-
-__all__ = [
-    "JOIN_CALIBRATION",
-    "JOIN_PROBE_S",
-    "JOIN_RESTART_S",
-    "SimConfig",
-    "Trace",
-    "allreduce_s",
-    "cost_models",
-    "make_trace",
-]
-
 
 #: Restart and probe costs measured on this repository's real elastic join
 #: (benchmarks/results/join: 2 CPU workers, a third node joins, medians of 3 repeats).

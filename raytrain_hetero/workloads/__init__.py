@@ -13,113 +13,49 @@ dataset registers its adapter); :mod:`~raytrain_hetero.workloads.data` reads a
 * Sentinel-1 + Sentinel-2 pairs (So2Sat convention): :func:`generate_multimodal`,
   :func:`multimodal_datasets`.
 * Models: :func:`build_model` (small_cnn, resnet18/50, cnn3d, fusion_cnn).
+
+Every name is imported on first use, so ``import raytrain_hetero.workloads`` (and its
+registry) loads no torch.
 """
 
-from raytrain_hetero.workloads.eurosat import (
-    EUROSAT_BANDS,
-    EUROSAT_CLASSES,
-    EUROSAT_MEAN,
-    EUROSAT_RGB_BANDS,
-    EUROSAT_SPLITS,
-    EUROSAT_STD,
-    eurosat_band_stats,
-    eurosat_datasets,
-    resolve_eurosat_bands,
-)
-from raytrain_hetero.workloads.file_checks import CheckedLoader, find_unreadable_files
-from raytrain_hetero.workloads.hyperspectral import (
-    HyperspectralPatches,
-    HyperspectralScene,
-    find_scene_files,
-    hyperspectral_datasets,
-    load_hyperspectral_scene,
-    split_scene_pixels,
-    write_class_map,
-)
-from raytrain_hetero.workloads.models import (
-    MODEL_NAMES,
-    SmallCNN,
-    SpectralSpatial3DCNN,
-    TwoBranchFusionCNN,
-    build_model,
-    check_input_channels,
-    expected_input_channels,
-)
-from raytrain_hetero.workloads.multimodal import (
-    MULTIMODAL_CLASSES,
-    S1_BANDS,
-    S2_BANDS,
-    MultimodalPatches,
-    multimodal_datasets,
-)
-from raytrain_hetero.workloads.normalization import (
-    BandStats,
-    Standardize,
-    cached_band_stats,
-)
-from raytrain_hetero.workloads.registry import (
-    DatasetAdapter,
-    DataSource,
-    WorkloadData,
-    dataset_adapter,
-    dataset_names,
-    register_dataset,
-)
-from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
-from raytrain_hetero.workloads.synthetic.hyperspectral import (
-    generate_hyperspectral_scene,
-)
-from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
-from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
-from raytrain_hetero.workloads.uc_merced import (
-    UCMERCED_CLASSES,
-    uc_merced_datasets,
-)
+from __future__ import annotations
 
-__all__ = [
-    "EUROSAT_BANDS",
-    "EUROSAT_CLASSES",
-    "EUROSAT_MEAN",
-    "EUROSAT_RGB_BANDS",
-    "EUROSAT_SPLITS",
-    "EUROSAT_STD",
-    "MODEL_NAMES",
-    "MULTIMODAL_CLASSES",
-    "S1_BANDS",
-    "S2_BANDS",
-    "UCMERCED_CLASSES",
-    "BandStats",
-    "CheckedLoader",
-    "DataSource",
-    "DatasetAdapter",
-    "HyperspectralPatches",
-    "HyperspectralScene",
-    "MultimodalPatches",
-    "SmallCNN",
-    "SpectralSpatial3DCNN",
-    "Standardize",
-    "TwoBranchFusionCNN",
-    "WorkloadData",
-    "build_model",
-    "cached_band_stats",
-    "check_input_channels",
-    "dataset_adapter",
-    "dataset_names",
-    "eurosat_band_stats",
-    "eurosat_datasets",
-    "expected_input_channels",
-    "find_scene_files",
-    "find_unreadable_files",
-    "generate_eurosat",
-    "generate_hyperspectral_scene",
-    "generate_multimodal",
-    "generate_uc_merced",
-    "hyperspectral_datasets",
-    "load_hyperspectral_scene",
-    "multimodal_datasets",
-    "register_dataset",
-    "resolve_eurosat_bands",
-    "split_scene_pixels",
-    "uc_merced_datasets",
-    "write_class_map",
-]
+import importlib
+from typing import Any
+
+#: Submodule of ``raytrain_hetero.workloads`` -> the public names it gives this package.
+_EXPORTS: dict[str, str] = {
+    "eurosat": (
+        "EUROSAT_BANDS EUROSAT_CLASSES EUROSAT_MEAN EUROSAT_RGB_BANDS EUROSAT_SPLITS "
+        "EUROSAT_STD eurosat_band_stats eurosat_datasets resolve_eurosat_bands"
+    ),
+    "file_checks": "CheckedLoader find_unreadable_files",
+    "hyperspectral": (
+        "HyperspectralPatches HyperspectralScene find_scene_files "
+        "hyperspectral_datasets load_hyperspectral_scene split_scene_pixels "
+        "write_class_map"
+    ),
+    "models": (
+        "MODEL_NAMES SmallCNN SpectralSpatial3DCNN TwoBranchFusionCNN build_model "
+        "check_input_channels expected_input_channels"
+    ),
+    "multimodal": "MULTIMODAL_CLASSES S1_BANDS S2_BANDS MultimodalPatches multimodal_datasets",
+    "normalization": "BandStats Standardize cached_band_stats",
+    "registry": (
+        "DatasetAdapter DataSource WorkloadData dataset_adapter dataset_names register_dataset"
+    ),
+    "synthetic.eurosat": "generate_eurosat",
+    "synthetic.hyperspectral": "generate_hyperspectral_scene",
+    "synthetic.multimodal": "generate_multimodal",
+    "synthetic.uc_merced": "generate_uc_merced",
+    "uc_merced": "UCMERCED_CLASSES uc_merced_datasets",
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names.split()}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

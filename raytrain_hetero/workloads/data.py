@@ -10,16 +10,11 @@ again read the list instead of decoding the dataset a second time.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.workloads.registry import DataSource, WorkloadData, dataset_adapter
-
-__all__ = ["bad_files", "generate_dataset", "model_arguments", "open_datasets"]
-
-logger = logging.getLogger(__name__)
 
 
 def generate_dataset(source: DataSource) -> Path | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 from raytrain_hetero.errors import ConfigError, DataError
@@ -25,7 +25,7 @@ from raytrain_hetero.workloads.formats import (
     EUROSAT_SPLIT_FILE,
     SPLITS,
 )
-from raytrain_hetero.workloads.generated_tree import MARKER_NAME, resolve_version
+from raytrain_hetero.workloads.generated_tree import MARKER_NAME
 from raytrain_hetero.workloads.normalization import BandStats, Standardize
 from raytrain_hetero.workloads.registry import (
     BadFileScan,
@@ -33,9 +33,12 @@ from raytrain_hetero.workloads.registry import (
     DataSource,
     WorkloadData,
     check_splits,
+    data_root,
+    missing_data,
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
 
 __all__ = [
     "EUROSAT_BANDS",
@@ -76,20 +79,13 @@ EUROSAT_STD: dict[str, float] = {
 def resolve_eurosat_bands(bands: str | Sequence[str]) -> tuple[str, ...]:
     """``"all"`` -> the 13 bands, ``"rgb"`` -> (B04, B03, B02), or a sequence of band names
     (validated against :data:`EUROSAT_BANDS`). The result's length is the channel count."""
-    if isinstance(bands, str):
-        presets = {"all": EUROSAT_BANDS, "rgb": EUROSAT_RGB_BANDS}
-        if bands not in presets:
-            raise ConfigError(
-                f"EuroSAT bands must be 'all', 'rgb' or a list of band names from "
-                f"{list(EUROSAT_BANDS)}, got {bands!r}"
-            )
-        return presets[bands]
-    resolved = tuple(bands)
+    presets = {"all": EUROSAT_BANDS, "rgb": EUROSAT_RGB_BANDS}
+    resolved = presets.get(bands, ()) if isinstance(bands, str) else tuple(bands)
     bad = [b for b in resolved if b not in EUROSAT_BANDS]
     if not resolved or bad:
         raise ConfigError(
-            f"EuroSAT bands: unknown band name(s) {bad or '(empty list)'}; valid names are "
-            f"{list(EUROSAT_BANDS)} (or the presets 'all', 'rgb')"
+            f"EuroSAT bands must be 'all', 'rgb' or a list of band names from "
+            f"{list(EUROSAT_BANDS)}; got {bands!r}" + (f" (unknown: {bad})" if bad else "")
         )
     return resolved
 
@@ -108,13 +104,10 @@ def eurosat_band_stats(bands: Sequence[str]) -> BandStats:
     )
 
 
-def _missing_root_message(root: Path, detail: str) -> str:
-    return (
-        f"EuroSAT data not found at {root}: {detail}. Either generate a synthetic copy "
-        f"(raytrain_hetero.workloads.generate_eurosat({str(root)!r}) or set `data.generate` "
-        "in the config), or download the real dataset there (e.g. on a machine with internet: "
-        f"torchgeo.datasets.EuroSAT({str(root)!r}, download=True)) and point root at it."
-    )
+_REAL = (
+    "download the real dataset there (torchgeo.datasets.EuroSAT(root, download=True) on a "
+    "machine with internet)"
+)
 
 
 def eurosat_datasets(
@@ -144,10 +137,7 @@ def eurosat_datasets(
 
     band_tuple = resolve_eurosat_bands(bands)
     split_tuple = check_splits("EuroSAT", splits, EUROSAT_SPLITS)
-    root_path = resolve_version(root)  # pin one version of a generated root
-    if not root_path.is_dir():
-        raise DataError(_missing_root_message(root_path, "the directory does not exist"))
-
+    root_path = data_root(root, "EuroSAT", "generate_eurosat", _REAL)
     transforms = Standardize(eurosat_band_stats(band_tuple)) if normalize else None
     out: dict[str, Any] = {}
     for split in split_tuple:
@@ -160,12 +150,13 @@ def eurosat_datasets(
                 download=False,
             )
         except DatasetNotFoundError:
-            raise DataError(
-                _missing_root_message(
-                    root_path,
-                    f"no {EUROSAT_SPLIT_FILE.format(split=split)} or no {EUROSAT_IMAGE_DIR}/ "
-                    "(nor EuroSATallBands.zip)",
-                )
+            detail = f"no {EUROSAT_SPLIT_FILE.format(split=split)} or no {EUROSAT_IMAGE_DIR}/"
+            raise missing_data(
+                "EuroSAT",
+                "generate_eurosat",
+                root_path,
+                f"{detail} (nor EuroSATallBands.zip)",
+                _REAL,
             ) from None
         except FileNotFoundError as exc:  # ImageFolder: a class with no image in this split
             raise DataError(f"EuroSAT at {root_path}, split {split!r}: {exc}") from None
@@ -180,12 +171,6 @@ def eurosat_datasets(
 # ------------------------------------------------------------------------------ adapter
 
 
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.eurosat import generate_eurosat
-
-    return run_generator(generate_eurosat, source)
-
-
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
     datasets = eurosat_datasets(source.root, bands=source.bands, splits=splits)
     for dataset in datasets.values():
@@ -196,7 +181,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         len(EUROSAT_CLASSES),
         channels,
         class_names=EUROSAT_CLASSES,
-        excluded_files=list(exclude),
     )
 
 
@@ -212,7 +196,7 @@ EUROSAT = register_dataset(
     DatasetAdapter(
         name="eurosat",
         title="EuroSAT",
-        generate=_generate,
+        generate=partial(run_generator, generate_eurosat),
         open=_open,
         splits=EUROSAT_SPLITS,
         default_on_bad_file="error",

@@ -2,19 +2,15 @@
 
 Used by the training job (validation after every epoch on every rank's speed-proportional
 shard, a map-style dataset of ``{"image", "label"}`` items) and by the benchmark loop (on
-memory-mapped arrays); both feed batches of ``(images, labels)`` to :func:`correct_counts`.
+memory-mapped arrays, ``benchmarks.loop``); both feed batches of ``(images, labels)`` to
+:func:`correct_counts`.
 Counts, not accuracies, are what shards add up exactly.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
-
-__all__ = ["accuracy", "arrays_accuracy", "correct_counts", "dataset_accuracy"]
-
-logger = logging.getLogger(__name__)
 
 
 def correct_counts(model: Any, batches: Iterable[tuple[Any, Any]], device: Any) -> tuple[int, int]:
@@ -69,19 +65,3 @@ def dataset_accuracy(model: Any, dataset: Any, device: Any, batch_size: int = 25
 
     loader = DataLoader(dataset, batch_size=batch_size)
     return accuracy(model, ((batch["image"], batch["label"]) for batch in loader), device)
-
-
-def arrays_accuracy(
-    model: Any, images: Any, labels: Any, device: Any, batch_size: int = 256
-) -> float:
-    """Top-1 accuracy on arrays (e.g. memory-mapped ``.npy``) of images and labels."""
-    import numpy as np
-    import torch
-
-    def batches() -> Iterable[tuple[Any, Any]]:
-        for start in range(0, len(labels), batch_size):
-            x = np.asarray(images[start : start + batch_size], dtype=np.float32)
-            y = np.asarray(labels[start : start + batch_size])
-            yield torch.from_numpy(x), torch.from_numpy(y)
-
-    return accuracy(model, batches(), device)

@@ -22,32 +22,12 @@ from typing import Any, Literal
 
 from raytrain_hetero.errors import DataError
 
-__all__ = [
-    "BAD_FILE_POLICIES",
-    "CHECK_OFF",
-    "BadFilePolicy",
-    "CheckedLoader",
-    "apply_bad_file_policy",
-    "drop_samples",
-    "find_unreadable_files",
-    "unreadable_message",
-]
-
 logger = logging.getLogger(__name__)
 
 BadFilePolicy = Literal["error", "skip"]
 BAD_FILE_POLICIES: tuple[str, ...] = ("error", "skip")
 #: ``on_bad_file`` value that turns the up-front check off (files then fail when read).
 CHECK_OFF = "off"
-
-
-def band_count_message(path: str, expected: int, found: int, what: str = "image") -> str:
-    """``"<path>: <what> has <found> band(s), expected <expected> ... Fix: ..."``."""
-    return (
-        f"{path}: {what} has {found} band(s), expected {expected}; the file is not from this "
-        "dataset or was written wrongly. Fix: replace it with a good copy (re-download or "
-        "regenerate), or set data.on_bad_file: skip to leave it out."
-    )
 
 
 def unreadable_message(path: str | os.PathLike[str], exc: BaseException, what: str = "file") -> str:
@@ -93,7 +73,12 @@ class CheckedLoader:
             shape = getattr(result, "shape", ())
             found = int(shape[-1]) if len(shape) == 3 else 1
             if found != self.bands:
-                raise DataError(band_count_message(os.fspath(path), self.bands, found, self.what))
+                raise DataError(
+                    f"{os.fspath(path)}: {self.what} has {found} band(s), expected {self.bands}; "
+                    "the file is not from this dataset or was written wrongly. Fix: replace it "
+                    "with a good copy (re-download or regenerate), or set data.on_bad_file: skip "
+                    "to leave it out."
+                )
         return result
 
     def __repr__(self) -> str:
@@ -113,16 +98,13 @@ def find_unreadable_files(
     release the GIL), in a deterministic result order.
     """
     path_list = [os.fspath(p) for p in paths]
+    checked = CheckedLoader(read, "file")
 
     def check(path: str) -> tuple[str, str] | None:
         try:
-            result = read(path)
-            if hasattr(result, "load"):
-                result.load()
-        except DataError as exc:  # already names the file (e.g. from CheckedLoader)
+            checked(path)
+        except DataError as exc:  # names the file: reported, not swallowed
             return path, str(exc)
-        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
-            return path, unreadable_message(path, exc)
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:

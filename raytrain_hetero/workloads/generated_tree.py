@@ -16,10 +16,8 @@ Every generator of this package writes its dataset in the real on-disk layout th
   Old versions stay until removed by hand (``rm -r <parent>/.<name>.versions/<digest>``).
   Concurrent callers with the same parameters are safe: the first rename wins.
 * A marker with *different* parameters means ``root`` is ours: the pointer moves to the new
-  version. A generated ``root`` from before versioning (a real directory with a marker) is
-  moved into the version store once, then linked.
-* A non-empty ``root`` without a marker (e.g. a real downloaded dataset) is never modified:
-  :class:`~raytrain_hetero.errors.DataError` is raised instead.
+  version. A non-empty directory ``root`` (e.g. a real downloaded dataset), or a link to a
+  tree no generator wrote, is never modified: :class:`~raytrain_hetero.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ from typing import Any
 
 from raytrain_hetero.errors import DataError
 
-__all__ = ["MARKER_NAME", "generate_tree", "read_marker", "resolve_version", "versions_dir"]
-
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".raytrain_hetero_generated.json"
@@ -51,12 +47,6 @@ def read_marker(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def versions_dir(root: Path) -> Path:
-    """Where the versions of the generated tree ``root`` live: ``<parent>/.<name>.versions``."""
-    root = Path(root).expanduser().absolute()
-    return root.parent / f".{root.name}.versions"
 
 
 def resolve_version(root: str | os.PathLike[str]) -> Path:
@@ -86,7 +76,7 @@ def _write_version(
     root: Path, params: dict[str, Any], write: Callable[[Path], None], what: str
 ) -> Path:
     """The complete version directory of ``params`` (written now unless it exists)."""
-    store = versions_dir(root)
+    store = root.parent / f".{root.name}.versions"
     version = store / _digest(params)
     if read_marker(version) == params:
         return version
@@ -141,15 +131,14 @@ def generate_tree(
     if root.exists() and not root.is_symlink():
         if not root.is_dir():
             raise DataError(f"{what}: {root} exists and is not a directory; choose another root")
-        marker = read_marker(root)
-        if marker is None and any(root.iterdir()):
+        if any(root.iterdir()):
             raise DataError(
                 f"{what}: refusing to write into {root}: it is not empty and was not created by "
-                f"a raytrain_hetero generator (no {MARKER_NAME}). If it holds the real dataset, "
-                "load it directly (leave `generate` unset); otherwise choose another root."
+                "a raytrain_hetero generator (a generated root links to a version directory). If "
+                "it holds the real dataset, load it directly (leave `generate` unset); otherwise "
+                "choose another root."
             )
-        if marker == params:
-            return root  # generated before versioning, same parameters: leave it as it is
+        root.rmdir()
     elif root.is_symlink() and read_marker(root) is None and root.exists():
         raise DataError(
             f"{what}: refusing to repoint {root}: it links to {os.readlink(root)}, which was "
@@ -157,16 +146,6 @@ def generate_tree(
         )
     root.parent.mkdir(parents=True, exist_ok=True)
     version = _write_version(root, params, write, what)
-    if root.is_dir() and not root.is_symlink():
-        marker = read_marker(root)
-        if marker is None:  # empty directory
-            root.rmdir()
-        else:  # a tree generated before versioning: keep it as a version of its own
-            versions_dir(root).mkdir(exist_ok=True)
-            kept = versions_dir(root) / _digest(marker)
-            if kept.exists():
-                kept = kept.with_name(f"{kept.name}-{uuid.uuid4().hex[:8]}")
-            os.replace(root, kept)
     _point(root, version)
     logger.info("%s: %s -> %s", what, root, version)
     return root

@@ -1,38 +1,19 @@
 """Hyperspectral scene patch classification (Indian Pines / Pavia University / Houston style).
 
-A *scene* is one image cube ``H x W x C`` (C narrow bands) plus a label map ``H x W`` where
-``0`` means unlabelled and ``1..K`` are classes. Each labelled pixel is one sample: the
-``k x k x C`` patch around it (reflect-padded at the image border), labelled with the centre
-pixel's class (``label - 1``, so classes are ``0..K-1``). This is the spectral-spatial setup
-of the seed group's hyperspectral CNNs.
+A *scene* is one image cube ``H x W x C`` plus a label map ``H x W`` (``0`` = unlabelled,
+``1..K`` = classes). Each labelled pixel is one sample: the ``k x k x C`` patch around it
+(reflect-padded at the border), labelled ``label - 1``. Files (``.mat`` as the public scenes
+ship, or GeoTIFF, whose georeference the class map keeps):
+:mod:`~raytrain_hetero.workloads.hyperspectral_scene`.
 
-On disk (what the public scenes ship as, and what
-:func:`~raytrain_hetero.workloads.synthetic.hyperspectral.generate_hyperspectral_scene` writes):
-
-* MATLAB ``.mat`` (v5/v7, read with ``scipy.io.loadmat``): ``Indian_pines_corrected.mat``
-  holding the cube under ``indian_pines_corrected`` and ``Indian_pines_gt.mat`` holding the
-  map under ``indian_pines_gt``; ``PaviaU.mat`` / ``PaviaU_gt.mat`` (keys ``paviaU``,
-  ``paviaU_gt``); Salinas likewise. MATLAB v7.3 files are HDF5 and need h5py.
-* GeoTIFF (read with rasterio): the cube as a C-band raster, the label map as a one-band
-  raster on the same grid (Houston 2013 style); the class map predicted for a GeoTIFF scene
-  keeps its georeference.
-
-Splits (:func:`split_scene_pixels`):
-
-* ``"block"`` (the default): the scene is cut into ``block_size`` squares, whole blocks go to
-  train/val/test (greedily balanced per class), and with ``guard=True`` a centre is kept only
-  if its whole ``k x k`` patch lies inside blocks of its own split. This is the *honest*
-  split: with random pixels, a test pixel's neighbours -- whose patches contain the test
-  pixel itself -- are in the training set, so test accuracy measures interpolation between
-  overlapping patches and is strongly inflated (Liang et al., "On the sampling strategy for
-  evaluation of spectral-spatial methods in hyperspectral image classification", IEEE TGRS
-  2017; Hänsch et al. 2017).
-* ``"random"``: stratified random pixels (the common but optimistic protocol), for
-  comparison with published numbers.
-
-Either way no pixel is the centre of a sample in two splits. Per-band normalisation uses the
-mean/std of the *training* centre pixels only, cached as JSON (see
-:mod:`~raytrain_hetero.workloads.normalization`).
+Splits (:func:`split_scene_pixels`): ``"block"`` (the default) gives whole ``block_size``
+squares to train/val/test (greedily balanced per class) and, with ``guard=True``, keeps a
+centre only if its whole patch lies in blocks of its own split. That is the *honest* split:
+with random pixels a test pixel's neighbours, whose patches contain it, are in the training
+set, so test accuracy measures interpolation and is strongly inflated (Liang et al., IEEE TGRS
+2017; Hänsch et al. 2017). ``"random"`` (stratified pixels) is there to compare with published
+numbers. No pixel is the centre of a sample in two splits; band statistics come from the
+training centres only (cached, :mod:`~raytrain_hetero.workloads.normalization`).
 """
 
 from __future__ import annotations
@@ -40,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,11 +37,11 @@ from raytrain_hetero.workloads.hyperspectral_scene import (
 )
 from raytrain_hetero.workloads.normalization import (
     BandStats,
-    BandStatsAccumulator,
     cached_band_stats,
     file_identity,
 )
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     DatasetAdapter,
     DataSource,
     SceneOptions,
@@ -68,6 +50,7 @@ from raytrain_hetero.workloads.registry import (
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
 __all__ = [
     "HYPERSPECTRAL_SPLITS",
@@ -274,29 +257,6 @@ def _pad_scene(cube: np.ndarray, stats: BandStats | None, patch_size: int) -> An
     return F.pad(x[None], (r, r, r, r), mode=mode)[0].contiguous()
 
 
-def hyperspectral_band_stats(
-    scene: HyperspectralScene,
-    train_centres: np.ndarray,
-    *,
-    cache_dir: str | os.PathLike[str] | None,
-    split_key: dict[str, Any],
-) -> BandStats:
-    """Per-band mean/std over the training centre pixels (cached under ``cache_dir``)."""
-    key = {
-        "kind": "hyperspectral-train-centres",
-        "image": file_identity(scene.image_path),
-        "labels": file_identity(scene.label_path),
-        "split": split_key,
-    }
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        acc.update(scene.cube[train_centres[:, 0], train_centres[:, 1]], band_axis=-1)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
-
-
 def hyperspectral_datasets(
     image_path: str | os.PathLike[str],
     label_path: str | os.PathLike[str],
@@ -351,26 +311,30 @@ def hyperspectral_datasets(
         guard=guard,
         seed=seed,
     )
-    split_key = {
-        "method": method,
-        "fractions": [float(f) for f in fractions],
-        "block_size": block_size,
-        "patch_size": patch_size,
-        "guard": guard,
-        "seed": seed,
-    }
-    if cache_dir == "auto":
-        cache_dir = scene.image_path.parent / ".raytrain_hetero_cache"
     if len(centres["train"]) == 0:
         raise DataError(
             f"{scene.label_path}: the {method} split left no training pixel. Fix: lower "
             "block_size or patch_size, or set guard: false."
         )
-    stats = (
-        hyperspectral_band_stats(scene, centres["train"], cache_dir=cache_dir, split_key=split_key)
-        if normalize
-        else None
-    )
+    stats = None
+    if normalize:  # statistics of the training centre pixels, cached
+        key = {
+            "kind": "hyperspectral-train-centres",
+            "image": file_identity(scene.image_path),
+            "labels": file_identity(scene.label_path),
+            "split": {
+                "method": method,
+                "fractions": [float(f) for f in fractions],
+                "block_size": block_size,
+                "patch_size": patch_size,
+                "guard": guard,
+                "seed": seed,
+            },
+        }
+        if cache_dir == "auto":
+            cache_dir = scene.image_path.parent / CACHE_DIR_NAME
+        train = scene.cube[centres["train"][:, 0], centres["train"][:, 1]]
+        stats = cached_band_stats(key, [train], cache_dir, band_axis=-1)
     padded = _pad_scene(scene.cube, stats, patch_size)
     out: dict[str, Any] = {}
     for split in wanted:
@@ -412,12 +376,6 @@ def scene_files(source: DataSource) -> tuple[Path, Path]:
     return image, labels
 
 
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
-
-    return run_generator(generate_hyperspectral_scene, source, spectral_bands="bands")
-
-
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
     options = source.scene or SceneOptions()
     image, labels = scene_files(source)
@@ -445,7 +403,7 @@ HYPERSPECTRAL = register_dataset(
     DatasetAdapter(
         name="hyperspectral",
         title="hyperspectral scene",
-        generate=_generate,
+        generate=partial(run_generator, generate_hyperspectral_scene, spectral_bands="bands"),
         open=_open,
         splits=HYPERSPECTRAL_SPLITS,
         whole_scene=True,

@@ -8,7 +8,6 @@ h5py); GeoTIFFs with rasterio, keeping their georeference for the class map. Wha
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +18,6 @@ import numpy as np
 from raytrain_hetero.atomic import atomic_write_bytes
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.file_checks import unreadable_message
-
-__all__ = [
-    "HyperspectralScene",
-    "find_scene_files",
-    "load_hyperspectral_scene",
-    "write_class_map",
-]
-
-logger = logging.getLogger(__name__)
 
 _SCENE_SUFFIXES = (".mat", ".tif", ".tiff")
 
@@ -104,7 +94,8 @@ def _load_mat_array(path: Path, key: str | None, ndim: int, what: str) -> np.nda
     return array
 
 
-def _load_tif_array(path: Path, what: str) -> tuple[np.ndarray, dict[str, Any]]:
+def read_geotiff(path: str | os.PathLike[str], what: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """The ``(bands, H, W)`` array and rasterio profile of a GeoTIFF; DataError if unreadable."""
     import rasterio
 
     try:
@@ -179,12 +170,12 @@ def load_hyperspectral_scene(
     if image_path.suffix.lower() == ".mat":
         cube = _load_mat_array(image_path, image_key, 3, "image cube")
     else:
-        raw, profile = _load_tif_array(image_path, "image cube")
+        raw, profile = read_geotiff(image_path, "image cube")
         cube = np.transpose(raw, (1, 2, 0))
     if label_path.suffix.lower() == ".mat":
         labels = _load_mat_array(label_path, label_key, 2, "label map")
     else:
-        raw, _ = _load_tif_array(label_path, "label map")
+        raw, _ = read_geotiff(label_path, "label map")
         if raw.shape[0] != 1:
             raise DataError(f"{label_path}: a label map must have one band, it has {raw.shape[0]}")
         labels = raw[0]

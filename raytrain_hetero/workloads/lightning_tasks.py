@@ -16,15 +16,6 @@ from typing import Any
 from raytrain_hetero.config.problems import closest
 from raytrain_hetero.errors import ConfigError
 
-__all__ = [
-    "DATAMODULE_PREFIXES",
-    "TASKS",
-    "check_arguments",
-    "location_argument",
-    "resolve_datamodule",
-    "resolve_task",
-]
-
 #: Task names of ``model.task`` and where each class lives.
 TASKS: dict[str, str] = {
     "torchgeo.ClassificationTask": "torchgeo.trainers",
@@ -74,22 +65,25 @@ def _parameters(cls: type) -> tuple[set[str], bool]:
     return names, var_kw
 
 
-def _forwarded_dataset(cls: type) -> type | None:
-    """The dataset class a torchgeo datamodule forwards ``**kwargs`` to (``EuroSATDataModule``
-    -> ``torchgeo.datasets.EuroSAT``), if one is named like it."""
-    if not cls.__module__.startswith("torchgeo."):
-        return None
-    datasets = importlib.import_module("torchgeo.datasets")
-    return getattr(datasets, cls.__name__.removesuffix("DataModule"), None)
+def _accepted(cls: type) -> tuple[set[str], bool]:
+    """Argument names ``cls`` takes, with those of the torchgeo dataset a torchgeo datamodule
+    forwards ``**kwargs`` to (``EuroSATDataModule`` -> ``torchgeo.datasets.EuroSAT``), and
+    whether it takes any name (``**kwargs`` that go nowhere we can check)."""
+    names, var_kw = _parameters(cls)
+    forwarded = None
+    if var_kw and cls.__module__.startswith("torchgeo."):
+        datasets = importlib.import_module("torchgeo.datasets")
+        forwarded = getattr(datasets, cls.__name__.removesuffix("DataModule"), None)
+    if forwarded is None:
+        return names, var_kw
+    extra, extra_kw = _parameters(forwarded)
+    return names | extra, extra_kw
 
 
 def location_argument(cls: type) -> str | None:
     """``"paths"`` or ``"root"``: where ``cls`` (or the torchgeo dataset it forwards
     ``**kwargs`` to) takes its data location (raster datasets take ``paths``); else None."""
-    names, _ = _parameters(cls)
-    forwarded = _forwarded_dataset(cls)
-    if forwarded is not None:
-        names |= _parameters(forwarded)[0]
+    names, _ = _accepted(cls)
     return next((key for key in ("paths", "root") if key in names), None)
 
 
@@ -99,15 +93,9 @@ def check_arguments(cls: type, arguments: Mapping[str, Any], what: str) -> None:
     A torchgeo datamodule that forwards ``**kwargs`` to its dataset is checked against the
     union of both signatures; other ``**kwargs`` classes accept any name.
     """
-    names, var_kw = _parameters(cls)
-    if var_kw:
-        forwarded = _forwarded_dataset(cls)
-        if forwarded is None:
-            return
-        extra, extra_kw = _parameters(forwarded)
-        if extra_kw:
-            return
-        names |= extra
+    names, any_name = _accepted(cls)
+    if any_name:
+        return
     bad = [k for k in arguments if k not in names]
     if bad:
         hint = closest(bad[0], sorted(names))

@@ -1,13 +1,4 @@
-"""Models for the remote-sensing workloads.
-
-* :class:`SmallCNN`: three conv-BN-ReLU blocks, cheap on one CPU thread (scenes, patches).
-* ResNet-18 / ResNet-50 (timm, as torchgeo builds them) with any number of input channels.
-* :class:`SpectralSpatial3DCNN`: 3-D convolutions over (band, row, column) of hyperspectral
-  patches, in the style of the seed group's spectral-spatial networks.
-* :class:`TwoBranchFusionCNN`: one CNN branch per modality (Sentinel-1 SAR, Sentinel-2
-  multispectral), late fusion of the branch embeddings; either branch alone for ablations.
-* :class:`MarquesCNN`: the CIFAR-10 network of Marques et al. (two conv layers of 500 and
-  1500 kernels), the conv-split benchmark's model, scalable by ``width``.
+"""Models for the remote-sensing workloads, built by name with :func:`build_model`.
 
 Everything is built offline: no weights are ever downloaded. ``pretrained=True`` is refused
 with a :class:`~raytrain_hetero.errors.ConfigError` instead of hanging on the network;
@@ -29,18 +20,6 @@ from torch import nn
 
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.registry import BUILTIN_MODELS, model_builder, model_names
-
-__all__ = [
-    "MODEL_NAMES",
-    "MarquesCNN",
-    "SmallCNN",
-    "SpectralSpatial3DCNN",
-    "TwoBranchFusionCNN",
-    "build_model",
-    "check_input_channels",
-    "expected_input_channels",
-    "pretrained_weights_path",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -276,8 +255,6 @@ def _load_pretrained_resnet(
     name: str, weights_name: str, in_channels: int, num_classes: int
 ) -> nn.Module:
     """A torchgeo ResNet with ``weights_name`` loaded from the local cache only (no network)."""
-    import timm
-
     weights, path = pretrained_weights_path(weights_name)
     arch = weights.__class__.__name__.split("_")[0].lower()
     if arch != name:
@@ -298,19 +275,14 @@ def _load_pretrained_resnet(
             f"downloaded here (offline). Fix: on a machine with internet, download {weights.url} "
             f"and copy it to {path} (or set TORCH_HOME), or set pretrained: false."
         )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated download, wrong file...
+    from torchgeo import models
+
+    try:  # torchgeo's own builder reads the file from the hub cache (checked above: no download)
+        model = getattr(models, name)(weights=weights, num_classes=num_classes)
+    except Exception as exc:  # a truncated download, weights that do not fit the architecture
         raise DataError(
             f"{path}: cannot load pretrained weights ({exc}). Fix: download it again."
         ) from exc
-    model = timm.create_model(name, pretrained=False, in_chans=in_channels, num_classes=num_classes)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    extra = (set(missing) | set(unexpected)) - {"fc.weight", "fc.bias"}
-    if extra:
-        raise DataError(
-            f"{path}: weights do not fit {name}: unexpected/missing keys {sorted(extra)[:5]}"
-        )
     logger.info("loaded pretrained %s from %s", weights_name, path)
     return model
 
@@ -328,18 +300,13 @@ def build_model(
     """Build a classifier by name (see :data:`MODEL_NAMES`, or one added with
     :func:`~raytrain_hetero.workloads.registry.register_model`).
 
-    * ``"small_cnn"``: :class:`SmallCNN` (``width`` = channels of the first block).
-    * ``"resnet18"`` / ``"resnet50"``: ``timm.create_model(name, in_chans=in_channels,
-      num_classes=num_classes)`` -- the architecture torchgeo's ``resnet18/50`` build -- for
-      any channel count (``width`` is ignored). ``pretrained`` may name torchgeo weights
-      (``"ResNet50_Weights.SENTINEL2_ALL_MOCO"``), loaded from the local hub cache only.
-    * ``"cnn3d"``: :class:`SpectralSpatial3DCNN` (``in_channels`` = bands; ``width`` = first
-      block's filters, 8 is plenty).
-    * ``"fusion_cnn"``: :class:`TwoBranchFusionCNN`; ``s1_channels`` of the ``in_channels``
-      are SAR (first), the rest multispectral; ``modalities`` picks the branches.
-    * ``"marques_cnn"``: :class:`MarquesCNN` (``width`` = kernels of conv1; 500 is the
-      paper's network).
-    * a registered name: its builder, called with ``in_channels``, ``num_classes``, ``width``.
+    ``"small_cnn"``: :class:`SmallCNN`; ``"cnn3d"``: :class:`SpectralSpatial3DCNN` (needs
+    >= 4 bands); ``"fusion_cnn"``: :class:`TwoBranchFusionCNN` (``s1_channels`` of the
+    ``in_channels`` are SAR, first; ``modalities`` picks the branches); ``"marques_cnn"``:
+    :class:`MarquesCNN`; ``width`` is each one's base width. ``"resnet18"`` / ``"resnet50"``:
+    torchgeo's ResNets (timm) for any band count (``width`` ignored); ``pretrained`` may name
+    torchgeo weights (``"ResNet50_Weights.SENTINEL2_ALL_MOCO"``), read from the local hub
+    cache only. A registered name: its builder(``in_channels``, ``num_classes``, ``width``).
 
     Raises:
         ConfigError: Unknown ``name`` (lists the valid ones), non-positive sizes,

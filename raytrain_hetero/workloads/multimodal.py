@@ -16,16 +16,15 @@ generated data.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from raytrain_hetero.errors import DataError
-from raytrain_hetero.workloads.file_checks import unreadable_message
 from raytrain_hetero.workloads.formats import (
     MULTIMODAL_CLASSES,
     MULTIMODAL_CLASSES_FILE,
@@ -37,23 +36,25 @@ from raytrain_hetero.workloads.formats import (
     SPLITS,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
+from raytrain_hetero.workloads.hyperspectral_scene import read_geotiff
 from raytrain_hetero.workloads.normalization import (
-    BandStats,
-    BandStatsAccumulator,
     Standardize,
     cached_band_stats,
     file_identity,
     files_band_stats,
 )
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     BadFileScan,
     DatasetAdapter,
     DataSource,
     WorkloadData,
     check_splits,
+    data_root,
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
 
 __all__ = [
     "MULTIMODAL_CLASSES",
@@ -64,18 +65,10 @@ __all__ = [
     "multimodal_datasets",
 ]
 
-logger = logging.getLogger(__name__)
 
 MULTIMODAL_SPLITS: tuple[str, ...] = SPLITS
 _SO2SAT_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 # ------------------------------------------------------------------------------ loaders
-
-
-def _read_raster(path: str) -> np.ndarray:
-    import rasterio
-
-    with rasterio.open(path) as src:
-        return src.read()
 
 
 class MultimodalPatches:
@@ -153,13 +146,7 @@ class MultimodalPatches:
     def read_pair(self, sample_id: str) -> np.ndarray:
         """The stacked float32 (S1 + S2, S, S) array of one sample; DataError if unreadable."""
         s1_path, s2_path = self.paths(sample_id)
-        arrays = []
-        for path in (s1_path, s2_path):
-            try:
-                arrays.append(_read_raster(path))
-            except Exception as exc:  # any decoder error: bad file
-                raise DataError(unreadable_message(path, exc, "patch")) from exc
-        s1, s2 = arrays
+        s1, s2 = (read_geotiff(path, "patch")[0] for path in (s1_path, s2_path))
         if s1.shape[1:] != s2.shape[1:]:
             raise DataError(
                 f"{s1_path} ({s1.shape[1]}x{s1.shape[2]}) and {s2_path} ({s2.shape[1]}x"
@@ -192,11 +179,9 @@ def _so2sat_datasets(
     root: Path, splits: Sequence[str], normalize: bool, cache_dir: Any
 ) -> dict[str, Any]:
     """torchgeo So2Sat (version 2) per split, SAR bands first; needs h5py."""
-    try:
-        from torchgeo.datasets import So2Sat
-        from torchgeo.datasets.errors import DependencyNotFoundError
-    except ImportError as exc:  # pragma: no cover - torchgeo is a dependency
-        raise DataError(f"torchgeo is needed for So2Sat: {exc}") from exc
+    from torchgeo.datasets import So2Sat
+    from torchgeo.datasets.errors import DependencyNotFoundError
+
     out: dict[str, Any] = {}
     try:
         for split in splits:
@@ -212,15 +197,9 @@ def _so2sat_datasets(
     if normalize:
         train = out.get("train") or So2Sat(str(root), version="2", split="train")
         key = {"kind": "so2sat-train", "file": file_identity(root / SO2SAT_FILES["train"])}
-
-        def compute() -> BandStats:
-            acc = BandStatsAccumulator()
-            picks = np.random.default_rng(0).permutation(len(train))[:5000]
-            for i in picks:
-                acc.update(train[int(i)]["image"], band_axis=0)
-            return acc.result()
-
-        stats = cached_band_stats(key, compute, cache_dir)
+        picks = np.random.default_rng(0).permutation(len(train))[:5000]
+        images = (train[int(i)]["image"] for i in picks)
+        stats = cached_band_stats(key, images, cache_dir)
         for ds in out.values():
             ds.transforms = Standardize(stats)
     return out
@@ -249,14 +228,9 @@ def multimodal_datasets(
         ConfigError: Unknown split names.
     """
     split_tuple = check_splits("multimodal", splits, MULTIMODAL_SPLITS)
-    root_path = resolve_version(root)  # pin one version of a generated root
-    if not root_path.is_dir():
-        raise DataError(
-            f"multimodal data not found at {root_path}: the directory does not exist. Fix: set "
-            "data.generate (or call generate_multimodal), or point root at a So2Sat copy."
-        )
+    root_path = data_root(root, "multimodal", "generate_multimodal", "point root at a So2Sat copy")
     if cache_dir == "auto":
-        cache_dir = root_path / ".raytrain_hetero_cache"
+        cache_dir = root_path / CACHE_DIR_NAME
     if (root_path / SO2SAT_FILES["train"]).is_file():
         return _so2sat_datasets(root_path, split_tuple, normalize, cache_dir)
 
@@ -264,33 +238,17 @@ def multimodal_datasets(
     for split, ds in datasets.items():
         if len(ds) == 0:
             raise DataError(f"multimodal data at {root_path}, split {split!r}: no readable sample")
-    if normalize:
-        stats = multimodal_band_stats(root_path, cache_dir=cache_dir, exclude=exclude)
+    if normalize:  # statistics of the training split's pixels (S1 dB, S2 DN), cached
+        train = datasets.get("train") or MultimodalPatches(root_path, "train", exclude=exclude)
+        images = (train.read_pair(i) for i in train.ids)
+        files = [p for i in train.ids for p in train.paths(i)]
+        stats = files_band_stats("multimodal-train", files, images, cache_dir)
         for ds in datasets.values():
             ds.transforms = Standardize(stats)
     return datasets
 
 
-def multimodal_band_stats(
-    root: str | os.PathLike[str],
-    *,
-    cache_dir: str | os.PathLike[str] | None,
-    exclude: Sequence[str] = (),
-) -> BandStats:
-    """Per-band mean/std (S1 dB, S2 DN) over the training split of the generated layout."""
-    train = MultimodalPatches(root, "train", exclude=exclude)
-    files = [p for i in train.ids for p in train.paths(i)]
-    images = (train.read_pair(i) for i in train.ids)
-    return files_band_stats("multimodal-train", files, images, cache_dir)
-
-
 # ------------------------------------------------------------------------------ adapter
-
-
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.multimodal import generate_multimodal
-
-    return run_generator(generate_multimodal, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -303,7 +261,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         channels,
         s1_channels=int(first.s1_channels),
         class_names=tuple(getattr(first, "classes", ())),
-        excluded_files=list(exclude),
     )
 
 
@@ -327,7 +284,7 @@ MULTIMODAL = register_dataset(
     DatasetAdapter(
         name="multimodal",
         title="multimodal (So2Sat-style) dataset",
-        generate=_generate,
+        generate=partial(run_generator, generate_multimodal),
         open=_open,
         splits=MULTIMODAL_SPLITS,
         generate_keys=("samples_per_class", "seed", "size", "cloud_fraction"),

@@ -15,23 +15,13 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from raytrain_hetero.atomic import atomic_write_json
-
-__all__ = [
-    "BandStats",
-    "BandStatsAccumulator",
-    "Standardize",
-    "cached_band_stats",
-    "cached_json",
-    "file_identity",
-    "files_band_stats",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -51,24 +41,6 @@ class BandStats:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     count: int
-
-    @property
-    def bands(self) -> int:
-        """Number of bands."""
-        return len(self.mean)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"mean": list(self.mean), "std": list(self.std), "count": self.count}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BandStats:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            mean=tuple(float(v) for v in data["mean"]),
-            std=tuple(float(v) for v in data["std"]),
-            count=int(data["count"]),
-        )
 
 
 class BandStatsAccumulator:
@@ -160,19 +132,28 @@ def cached_json(
 
 def cached_band_stats(
     key: Mapping[str, Any],
-    compute: Callable[[], BandStats],
+    images: Iterable[Any],
     cache_dir: str | os.PathLike[str] | None,
+    *,
+    band_axis: int = 0,
 ) -> BandStats:
-    """Return the band statistics cached under ``key`` in ``cache_dir``, computing them once.
+    """Band statistics of ``images`` (iterated only on a cache miss), cached under ``key``.
 
     Args:
         key: JSON-serialisable description of everything the statistics depend on.
-        compute: Computes them on a cache miss.
+        images: Arrays whose axis ``band_axis`` is the band (e.g. a lazy generator).
         cache_dir: Directory of ``band_stats-<digest>.json`` files (see :func:`cached_json`);
             ``None`` disables the cache.
     """
-    value = cached_json(key, lambda: compute().to_dict(), cache_dir, prefix="band_stats")
-    return BandStats.from_dict(value)
+
+    def compute() -> dict[str, Any]:
+        acc = BandStatsAccumulator()
+        for image in images:
+            acc.update(image, band_axis=band_axis)
+        return asdict(acc.result())
+
+    value = cached_json(key, compute, cache_dir, prefix="band_stats")
+    return BandStats(tuple(value["mean"]), tuple(value["std"]), int(value["count"]))
 
 
 class Standardize:
@@ -219,7 +200,7 @@ class Standardize:
 
     def __repr__(self) -> str:
         return (
-            f"Standardize(bands={self.stats and self.stats.bands}, key={self.key!r}, "
+            f"Standardize(bands={self.stats and len(self.stats.mean)}, key={self.key!r}, "
             f"resize_to={self.resize_to})"
         )
 
@@ -229,17 +210,8 @@ def files_band_stats(
     files: Sequence[str | os.PathLike[str]],
     images: Iterable[Any],
     cache_dir: str | os.PathLike[str] | None,
-    *,
-    band_axis: int = 0,
 ) -> BandStats:
-    """Band statistics of ``images`` (read only on a cache miss), cached under a key made of
-    ``kind`` and the identities (path, size, mtime) of the ``files`` they come from."""
+    """:func:`cached_band_stats` of ``images`` under a key made of ``kind`` and the identities
+    (path, size, mtime) of the ``files`` they come from."""
     key = {"kind": kind, "files": [file_identity(f) for f in files]}
-
-    def compute() -> BandStats:
-        acc = BandStatsAccumulator()
-        for image in images:
-            acc.update(image, band_axis=band_axis)
-        return acc.result()
-
-    return cached_band_stats(key, compute, cache_dir)
+    return cached_band_stats(key, images, cache_dir)

@@ -18,32 +18,15 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.errors import ConfigError
-
-__all__ = [
-    "BadFileScan",
-    "DataSource",
-    "DatasetAdapter",
-    "GenerateOptions",
-    "SceneOptions",
-    "WorkloadData",
-    "check_splits",
-    "dataset_adapter",
-    "dataset_names",
-    "model_builder",
-    "model_names",
-    "model_registering_module",
-    "register_dataset",
-    "register_model",
-    "registering_module",
-    "run_generator",
-]
+from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.generated_tree import resolve_version
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +117,6 @@ class WorkloadData:
         s1_channels: Multimodal only: how many leading channels are SAR.
         class_names: Class names, label order.
         scene: Hyperspectral only: the loaded scene (for class maps).
-        excluded_files: Files left out as unreadable (``on_bad_file: skip``).
     """
 
     datasets: dict[str, Any]
@@ -143,7 +125,6 @@ class WorkloadData:
     s1_channels: int | None = None
     class_names: tuple[str, ...] = ()
     scene: Any = None
-    excluded_files: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -222,6 +203,28 @@ def check_splits(title: str, splits: str | Sequence[str], valid: Sequence[str]) 
             f"{title} splits must be a non-empty subset of {list(valid)}, got {list(wanted)}"
         )
     return wanted
+
+
+def missing_data(title: str, generator: str, root: Path, detail: str, real: str) -> DataError:
+    """The error for ``title`` data missing at ``root``: ``detail``, then both fixes (generate a
+    synthetic copy with ``generator``, or put the real dataset there as ``real`` says)."""
+    return DataError(
+        f"{title} data not found at {root}: {detail}. Fix: generate a synthetic copy (set "
+        f"data.generate, or call raytrain_hetero.workloads.{generator}({str(root)!r})), or {real}."
+    )
+
+
+def data_root(root: str | os.PathLike[str], title: str, generator: str, real: str) -> Path:
+    """``root`` as the directory it stands for now (one version of a generated root, pinned for
+    the open dataset: :func:`~raytrain_hetero.workloads.generated_tree.resolve_version`).
+
+    Raises:
+        DataError: There is no directory (:func:`missing_data`).
+    """
+    path = resolve_version(root)
+    if not path.is_dir():
+        raise missing_data(title, generator, path, "the directory does not exist", real)
+    return path
 
 
 _REGISTRY: dict[str, DatasetAdapter] = {}

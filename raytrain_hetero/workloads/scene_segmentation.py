@@ -1,14 +1,12 @@
-"""A GeoTIFF scene and its mask raster, read by torchgeo's own ``RasterDataset``, as a
-Lightning datamodule of map-style patches (what the carving sampler needs).
+"""A GeoTIFF scene and its mask raster as a torchgeo ``GeoDataModule`` for segmentation.
 
 The data is the hyperspectral generator's ``file_format: tif`` output
 (:func:`~raytrain_hetero.workloads.synthetic.hyperspectral.generate_hyperspectral_scene`:
 ``<name>.tif``, a C-band uint16 GeoTIFF with CRS and transform, and ``<name>_gt.tif``, the
-uint8 class raster, 0 = unlabelled) or any scene in that layout. torchgeo indexes both rasters
-(:class:`SceneImage` & :class:`SceneMask`); the scene is cut into a grid of
-``patch_size`` squares (torchgeo's ``GridGeoSampler``), listed once, so patch ``i`` is a plain
-integer index. Rows of patches are split: the last ``val_rows`` rows validate, the others train
-(spatially disjoint).
+uint8 class raster, 0 = unlabelled) or any scene in that layout, read by torchgeo's own
+``RasterDataset`` (:class:`SceneImage` & :class:`SceneMask`). torchgeo's ``GridGeoSampler``
+cuts it into ``patch_size`` squares: the last ``val_rows`` rows of patches (from the south)
+validate, the others train (spatially disjoint), carved like any ``GeoDataModule``'s draws.
 
 :func:`predict_class_map` runs a segmentation model over the whole scene, patch by patch, and
 writes the class map as a GeoTIFF with the scene's CRS and transform.
@@ -16,38 +14,23 @@ writes the class map as a GeoTIFF with the scene's CRS and transform.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
+import shapely
 import torch
-from torch.utils.data import DataLoader, Dataset
-from torchgeo.datasets import RasterDataset, stack_samples
+from torchgeo.datamodules import GeoDataModule
+from torchgeo.datasets import RasterDataset
 from torchgeo.samplers import GridGeoSampler
 
 from raytrain_hetero.errors import ConfigError, DataError
 
-logger = logging.getLogger(__name__)
-
-__all__ = [
-    "SceneImage",
-    "SceneMask",
-    "ScenePatches",
-    "SceneSegmentationDataModule",
-    "predict_class_map",
-    "scale_reflectance",
-]
+# resolve_datamodule reads this list: torchgeo's GeoDataModule imported here is not ours.
+__all__ = ["SceneImage", "SceneMask", "SceneSegmentationDataModule", "predict_class_map"]
 
 #: Digital numbers per unit reflectance in the generated scenes (and Sentinel-2 L2A).
 REFLECTANCE_SCALE = 10_000.0
-
-
-def scale_reflectance(sample: dict[str, Any]) -> dict[str, Any]:
-    """Sample transform: uint16 digital numbers -> reflectance (about 0..1)."""
-    sample["image"] = sample["image"] / REFLECTANCE_SCALE
-    return sample
 
 
 class SceneImage(RasterDataset):
@@ -65,51 +48,11 @@ class SceneMask(RasterDataset):
     is_image = False
 
 
-def _open_scene(root: Path) -> Any:
-    if not root.is_dir():
-        raise DataError(
-            f"{root}: no scene directory. Fix: point data.root at a folder with <name>.tif and "
-            "<name>_gt.tif, or set data.generate to create one."
-        )
-    try:
-        return SceneImage(paths=str(root), transforms=scale_reflectance) & SceneMask(
-            paths=str(root)
-        )
-    except Exception as exc:  # torchgeo raises DatasetNotFoundError and friends
-        raise DataError(
-            f"{root}: torchgeo cannot read a scene there ({exc}). Fix: a folder with "
-            "<name>.tif (image) and <name>_gt.tif (class raster) in one CRS."
-        ) from exc
-
-
-class ScenePatches(Dataset):
-    """Map-style view of a torchgeo GeoDataset: patch ``i`` is the ``i``-th grid cell."""
-
-    def __init__(self, dataset: Any, cells: list[Any]) -> None:
-        self.dataset = dataset
-        self.cells = cells
-
-    def __len__(self) -> int:
-        return len(self.cells)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        sample = self.dataset[self.cells[index]]
-        mask = sample["mask"]
-        # torchgeo gives the mask a band axis; the segmentation task wants (H, W) class ids.
-        return {"image": sample["image"], "mask": mask.squeeze(0) if mask.dim() == 3 else mask}
-
-
-def _grid_rows(dataset: Any, patch_size: int) -> list[list[Any]]:
-    """The scene's patch cells, grouped into rows (north to south)."""
-    cells = list(GridGeoSampler(dataset, size=patch_size, stride=patch_size))
-    rows: dict[float, list[Any]] = {}
-    for cell in cells:
-        rows.setdefault(-float(cell[1].start), []).append(cell)
-    return [sorted(rows[key], key=lambda c: float(c[0].start)) for key in sorted(rows)]
-
-
-class SceneSegmentationDataModule(pl.LightningDataModule):
+class SceneSegmentationDataModule(GeoDataModule):
     """Patches of a GeoTIFF scene + mask for torchgeo's ``SemanticSegmentationTask``.
+
+    Batches are scaled from digital numbers to reflectance (``std`` = 10,000 in torchgeo's
+    ``on_after_batch_transfer`` normalisation).
 
     Args:
         root: Folder of the scene (``<name>.tif`` and ``<name>_gt.tif``).
@@ -120,6 +63,8 @@ class SceneSegmentationDataModule(pl.LightningDataModule):
         num_workers: DataLoader worker processes.
     """
 
+    std = torch.tensor(REFLECTANCE_SCALE)
+
     def __init__(
         self,
         root: str,
@@ -128,52 +73,46 @@ class SceneSegmentationDataModule(pl.LightningDataModule):
         batch_size: int = 8,
         num_workers: int = 0,
     ) -> None:
-        super().__init__()
         if patch_size < 8 or val_rows < 1 or batch_size < 1 or num_workers < 0:
             raise ConfigError(
                 "SceneSegmentationDataModule needs patch_size >= 8, val_rows >= 1, "
                 f"batch_size >= 1, num_workers >= 0; got {patch_size}, {val_rows}, "
                 f"{batch_size}, {num_workers}."
             )
+        super().__init__(SceneImage, batch_size, patch_size, num_workers=num_workers)
         self.root = Path(root)
-        self.patch_size = patch_size
         self.val_rows = val_rows
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.train_dataset: ScenePatches | None = None
-        self.val_dataset: ScenePatches | None = None
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_dataset is not None:
-            return
-        dataset = _open_scene(self.root)
-        rows = _grid_rows(dataset, self.patch_size)  # sizes in pixels
-        if len(rows) <= self.val_rows:
+    def setup(self, stage: str) -> None:
+        """Index the scene and split its grid of patches (every stage alike)."""
+        if not self.root.is_dir():
             raise DataError(
-                f"{self.root}: the scene has {len(rows)} row(s) of {self.patch_size}-pixel "
-                f"patches, too few for val_rows={self.val_rows} plus training. Fix: a larger "
-                "scene (data.generate height/width) or a smaller patch_size."
+                f"{self.root}: no scene directory. Fix: point data.root at a folder with "
+                "<name>.tif and <name>_gt.tif, or set data.generate to create one."
             )
-        split = len(rows) - self.val_rows
-        self.train_dataset = ScenePatches(dataset, [c for row in rows[:split] for c in row])
-        self.val_dataset = ScenePatches(dataset, [c for row in rows[split:] for c in row])
-
-    def _loader(self, dataset: ScenePatches | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise DataError("SceneSegmentationDataModule: call setup() before the loaders.")
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=stack_samples,
+        try:
+            image = SceneImage(paths=str(self.root))
+            dataset = image & SceneMask(paths=str(self.root))
+        except Exception as exc:  # torchgeo raises DatasetNotFoundError and friends
+            raise DataError(
+                f"{self.root}: torchgeo cannot read a scene there ({exc}). Fix: a folder with "
+                "<name>.tif (image) and <name>_gt.tif (class raster) in one CRS."
+            ) from exc
+        xmin, ymin, xmax, ymax = dataset.index.total_bounds
+        patch_y = self.patch_size * image.res[1]
+        rows = int((ymax - ymin) // patch_y)
+        if rows <= self.val_rows:
+            raise DataError(
+                f"{self.root}: the scene has {rows} row(s) of {self.patch_size}-pixel patches, "
+                f"too few for val_rows={self.val_rows} plus training. Fix: a larger scene "
+                "(data.generate height/width) or a smaller patch_size."
+            )
+        split_y = ymin + self.val_rows * patch_y
+        self.train_dataset = self.val_dataset = dataset
+        self.train_sampler, self.val_sampler = (
+            GridGeoSampler(dataset, self.patch_size, roi=shapely.box(xmin, y0, xmax, y1))
+            for y0, y1 in ((split_y, ymax), (ymin, split_y))
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_dataset, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_dataset, shuffle=False)
 
 
 def predict_class_map(
@@ -186,7 +125,7 @@ def predict_class_map(
 ) -> dict[str, Any]:
     """Classify every pixel of ``scene`` (a GeoTIFF) and write a uint8 class-map GeoTIFF.
 
-    The image is read with rasterio, scaled like training (:func:`scale_reflectance`), padded
+    The image is read with rasterio, scaled to reflectance like training's batches, padded
     to whole patches and classified patch by patch; the output keeps the input's CRS and
     transform. Returns the class counts.
     """
@@ -200,7 +139,7 @@ def predict_class_map(
     bands, height, width = image.shape
     pad_h, pad_w = -height % patch_size, -width % patch_size
     tensor = torch.from_numpy(np.pad(image, ((0, 0), (0, pad_h), (0, pad_w)), mode="reflect"))
-    tensor = scale_reflectance({"image": tensor})["image"]
+    tensor = tensor / REFLECTANCE_SCALE  # as training's batches
     classes = np.zeros((height + pad_h, width + pad_w), dtype=np.uint8)
     model = model.to(device).eval()
     with torch.no_grad():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +26,25 @@ from raytrain_hetero.workloads.formats import (
     UCMERCED_SPLIT_FILE,
 )
 from raytrain_hetero.workloads.generated_tree import resolve_version
-from raytrain_hetero.workloads.normalization import BandStats, Standardize, files_band_stats
+from raytrain_hetero.workloads.normalization import Standardize, files_band_stats
 from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
     BadFileScan,
     DatasetAdapter,
     DataSource,
     WorkloadData,
     check_splits,
+    data_root,
+    missing_data,
     register_dataset,
     run_generator,
 )
+from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
 
 __all__ = [
     "UCMERCED_CLASSES",
     "UCMERCED_SPLITS",
     "uc_merced_datasets",
-    "uc_merced_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -49,15 +53,15 @@ UCMERCED_SPLITS: tuple[str, ...] = SPLITS
 # ------------------------------------------------------------------------------ loaders
 
 
-def _missing_message(root: Path, detail: str) -> str:
-    return (
-        f"UC Merced data not found at {root}: {detail}. Either generate a synthetic copy "
-        f"(raytrain_hetero.workloads.generate_uc_merced({str(root)!r}) or set `data.generate` "
-        "in the config), or put the real dataset there (UCMerced_LandUse.zip or its extracted "
-        "UCMerced_LandUse/Images/ plus torchgeo's uc_merced-{train,val,test}.txt split files, "
-        f"e.g. torchgeo.datasets.UCMerced({str(root)!r}, download=True) on a machine with "
-        "internet)."
-    )
+_REAL = (
+    "put the real dataset there (UCMerced_LandUse.zip or its extracted UCMerced_LandUse/Images/ "
+    "plus torchgeo's uc_merced-{train,val,test}.txt split files: "
+    "torchgeo.datasets.UCMerced(root, download=True) on a machine with internet)"
+)
+
+
+def _missing(root: Path, detail: str) -> DataError:
+    return missing_data("UC Merced", "generate_uc_merced", root, detail, _REAL)
 
 
 def _open_split(root: Path, split: str, transforms: Any) -> Any:
@@ -66,22 +70,15 @@ def _open_split(root: Path, split: str, transforms: Any) -> Any:
 
     split_file = root / UCMERCED_SPLIT_FILE.format(split=split)
     if (root / UCMERCED_IMAGE_DIR).is_dir() and not split_file.is_file():
-        raise DataError(_missing_message(root, f"the split file {split_file.name} is missing"))
+        raise _missing(root, f"the split file {split_file.name} is missing")
     try:
         dataset = UCMerced(str(root), split=split, transforms=transforms, download=False)
     except DatasetNotFoundError:
-        raise DataError(
-            _missing_message(root, f"no {UCMERCED_IMAGE_DIR}/ (nor UCMerced_LandUse.zip)")
-        ) from None
+        raise _missing(root, f"no {UCMERCED_IMAGE_DIR}/ (nor UCMerced_LandUse.zip)") from None
     except FileNotFoundError as exc:  # ImageFolder: a class folder with no image in the split
         raise DataError(f"UC Merced at {root}, split {split!r}: {exc}") from None
     dataset.loader = CheckedLoader(dataset.loader, "UC Merced image")
     return dataset
-
-
-def uc_merced_files(root: str | os.PathLike[str], split: str) -> list[str]:
-    """Image paths of one split (through torchgeo's own split logic)."""
-    return [p for p, _ in _open_split(resolve_version(root), split, None).samples]
 
 
 def uc_merced_datasets(
@@ -114,10 +111,7 @@ def uc_merced_datasets(
         raise ConfigError(
             f"UC Merced image_size must be an integer >= 8 or None, got {image_size!r}"
         )
-    root_path = resolve_version(root)  # pin one version of a generated root
-    if not root_path.is_dir():
-        raise DataError(_missing_message(root_path, "the directory does not exist"))
-
+    root_path = data_root(root, "UC Merced", "generate_uc_merced", _REAL)
     datasets = {split: _open_split(root_path, split, None) for split in split_tuple}
     for split, ds in datasets.items():
         removed = drop_samples(ds, exclude_files)
@@ -127,38 +121,21 @@ def uc_merced_datasets(
             raise DataError(f"UC Merced at {root_path}, split {split!r}: no readable image left")
 
     stats = None
-    if normalize:
-        stats = uc_merced_band_stats(root_path, cache_dir=cache_dir, exclude_files=exclude_files)
+    if normalize:  # statistics of the training split's pixels (0..255 scale), cached
+        train = datasets["train"] if "train" in datasets else _open_split(root_path, "train", None)
+        drop_samples(train, exclude_files)
+        if cache_dir == "auto":
+            cache_dir = root_path / CACHE_DIR_NAME
+        images = (train[i]["image"] for i in range(len(train)))
+        files = [p for p, _ in train.samples]
+        stats = files_band_stats("uc_merced-train", files, images, cache_dir)
     if stats is not None or image_size is not None:
         for ds in datasets.values():
             ds.transforms = Standardize(stats, resize_to=image_size)
     return datasets
 
 
-def uc_merced_band_stats(
-    root: str | os.PathLike[str],
-    *,
-    cache_dir: str | os.PathLike[str] | None = "auto",
-    exclude_files: Sequence[str] = (),
-) -> BandStats:
-    """Per-band mean/std of the training split's pixels (0..255 scale), cached."""
-    root_path = resolve_version(root)  # pin one version of a generated root
-    train = _open_split(root_path, "train", None)
-    drop_samples(train, exclude_files)
-    files = [p for p, _ in train.samples]
-    if cache_dir == "auto":
-        cache_dir = root_path / ".raytrain_hetero_cache"
-    images = (train[i]["image"] for i in range(len(train)))
-    return files_band_stats("uc_merced-train", files, images, cache_dir)
-
-
 # ------------------------------------------------------------------------------ adapter
-
-
-def _generate(source: DataSource) -> Path:
-    from raytrain_hetero.workloads.synthetic.uc_merced import generate_uc_merced
-
-    return run_generator(generate_uc_merced, source)
 
 
 def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
@@ -170,7 +147,6 @@ def _open(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> Wo
         len(UCMERCED_CLASSES),
         3,
         class_names=UCMERCED_CLASSES,
-        excluded_files=list(exclude),
     )
 
 
@@ -184,7 +160,7 @@ UC_MERCED = register_dataset(
     DatasetAdapter(
         name="uc_merced",
         title="UC Merced",
-        generate=_generate,
+        generate=partial(run_generator, generate_uc_merced),
         open=_open,
         splits=UCMERCED_SPLITS,
         scan_files=_scan_files,

@@ -1,5 +1,5 @@
-"""A generated GeoTIFF scene + class raster through torchgeo's RasterDataset as carve-able
-patches, and the class map predict writes (CRS and transform kept). No Ray."""
+"""A generated GeoTIFF scene + class raster through torchgeo's RasterDataset as a
+GeoDataModule of grid cells, and the class map predict writes (CRS and transform kept). No Ray."""
 
 from __future__ import annotations
 
@@ -30,18 +30,20 @@ def scene(tmp_path_factory) -> Path:
 def test_patches_tile_the_scene_rows_split_train_and_val(scene: Path):
     datamodule = SceneSegmentationDataModule(str(scene), patch_size=32, val_rows=1)
     datamodule.setup("fit")
-    assert (len(datamodule.train_dataset), len(datamodule.val_dataset)) == (4, 2)
-    sample = datamodule.train_dataset[3]
+    train_cells, val_cells = list(datamodule.train_sampler), list(datamodule.val_sampler)
+    assert (len(train_cells), len(val_cells)) == (4, 2)
+    sample = datamodule.train_dataset[train_cells[3]]
     assert sample["image"].shape == (BANDS, 32, 32) and sample["image"].dtype == torch.float32
     assert sample["mask"].shape == (32, 32) and sample["mask"].dtype == torch.int64
-    assert 0.0 < float(sample["image"].mean()) < 1.0  # reflectance, not digital numbers
     with rasterio.open(next(scene.glob("*_gt.tif"))) as src:
         truth = torch.from_numpy(src.read(1)).long()
-    # Patches cover the scene exactly, row by row from the north: the last train patch is
-    # the second row's east half.
-    assert torch.equal(sample["mask"], truth[32:64, 32:64])
-    batch = next(iter(datamodule.val_dataloader()))
-    assert batch["image"].shape == (2, BANDS, 32, 32)
+    # Cells tile the scene from the south, west to east; the southern row validates, so
+    # the last train cell is the northern row's east half.
+    assert torch.equal(sample["mask"], truth[0:32, 32:64])
+    assert torch.equal(datamodule.val_dataset[val_cells[0]]["mask"], truth[64:96, 0:32])
+    batch = datamodule.aug(next(iter(datamodule.val_dataloader())))
+    assert batch["image"].shape == (2, BANDS, 32, 32) and batch["mask"].shape == (2, 32, 32)
+    assert 0.0 < float(batch["image"].mean()) < 1.0  # reflectance, not digital numbers
 
 
 def test_too_small_a_scene_is_refused_naming_the_fix(scene: Path):

@@ -9,11 +9,8 @@ torch = pytest.importorskip("torch")
 
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.workloads.evaluation import (
-    accuracy,
-    arrays_accuracy,
-    dataset_accuracy,
-)
+from benchmarks.loop import arrays_accuracy
+from raytrain_hetero.workloads.evaluation import accuracy, dataset_accuracy
 
 
 class FirstPixelClassifier(torch.nn.Module):

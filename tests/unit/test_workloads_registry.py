@@ -49,7 +49,7 @@ def test_a_registered_adapter_is_used_by_the_generic_functions(
 
     def open_(source: DataSource, splits: tuple[str, ...], exclude: list[str]) -> WorkloadData:
         calls.append(splits)
-        return WorkloadData({s: list(range(5)) for s in splits}, 2, 4, excluded_files=exclude)
+        return WorkloadData({s: list(range(5)) for s in splits}, 2, 4)
 
     def generate(source: DataSource) -> Path:
         source.root.mkdir()

@@ -9,16 +9,16 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from torchgeo.datasets import So2Sat
-
-from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES, multimodal_datasets
-from raytrain_hetero.workloads.synthetic.so2sat import (
+from fake_so2sat import (
     SO2SAT_CLASSES,
     SO2SAT_FILES,
     SO2SAT_LABELS,
     generate_so2sat,
 )
+from torchgeo.datasets import So2Sat
+
+from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.workloads.multimodal import MULTIMODAL_CLASSES, multimodal_datasets
 
 SPC = 20  # 12 train / 4 validation / 4 test per class
 

@@ -27,22 +27,15 @@ def test_check_split_fractions_returns_floats_and_names_the_splits() -> None:
     assert check_split_fractions("generate_x", [0.6, 0.2, 0.2]) == (0.6, 0.2, 0.2)
     with pytest.raises(ConfigError, match=r"generate_x: .*\(train, val, test\) summing to 1"):
         check_split_fractions("generate_x", (0.5, 0.5))
-    with pytest.raises(ConfigError, match=r"\(train, validation, test\)"):
-        check_split_fractions("generate_x", (0.5, 0.6, -0.1), ("train", "validation", "test"))
+    with pytest.raises(ConfigError, match=r"got \(0.5, 0.6, -0.1\)"):
+        check_split_fractions("generate_x", (0.5, 0.6, -0.1))
     with pytest.raises(ConfigError, match="got None"):
         check_split_fractions("generate_x", None)
 
 
-def test_split_counts_rounds_up_to_one_only_when_asked() -> None:
+def test_split_counts_round_validation_and_test_up_to_one() -> None:
     assert split_counts("g", 20, (0.9, 0.05, 0.05)) == {"train": 18, "val": 1, "test": 1}
     assert split_counts("g", 3, (0.8, 0.1, 0.1)) == {"train": 1, "val": 1, "test": 1}
-    names = ("train", "validation", "test")
-    assert split_counts("g", 10, (0.6, 0.2, 0.2), names, at_least_one=False) == {
-        "train": 6,
-        "validation": 2,
-        "test": 2,
-    }
-    with pytest.raises(ConfigError, match="g: samples_per_class=3 leaves a split empty"):
-        split_counts("g", 3, (0.8, 0.1, 0.1), names, at_least_one=False)
+    assert split_counts("g", 10, (0.6, 0.2, 0.2)) == {"train": 6, "val": 2, "test": 2}
     with pytest.raises(ConfigError, match="raise samples_per_class"):
         split_counts("g", 2, (0.6, 0.2, 0.2))

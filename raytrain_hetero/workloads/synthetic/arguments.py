@@ -19,9 +19,6 @@ import numpy as np
 
 from raytrain_hetero.errors import ConfigError
 
-#: Split names of the torchgeo-style generators (So2Sat's files say ``validation``).
-TRAIN_VAL_TEST = ("train", "val", "test")
-
 
 def check_integers(generator: str, *minimums: tuple[str, Any, int]) -> None:
     """Check that every ``(name, value, lo)`` is an integer (not a bool) with ``value >= lo``.
@@ -34,9 +31,7 @@ def check_integers(generator: str, *minimums: tuple[str, Any, int]) -> None:
             raise ConfigError(f"{generator}: {name} must be an integer >= {lo}, got {value!r}")
 
 
-def check_split_fractions(
-    generator: str, fractions: Any, split_names: Sequence[str] = TRAIN_VAL_TEST
-) -> tuple[float, float, float]:
+def check_split_fractions(generator: str, fractions: Any) -> tuple[float, float, float]:
     """Return ``fractions`` as three floats, each > 0, summing to 1 (within 1e-6).
 
     Raises:
@@ -48,36 +43,26 @@ def check_split_fractions(
         fr = ()
     if len(fr) != 3 or any(f <= 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
         raise ConfigError(
-            f"{generator}: split_fractions must be 3 positive fractions "
-            f"({', '.join(split_names)}) summing to 1, got {fractions!r}"
+            f"{generator}: split_fractions must be 3 positive fractions (train, val, test) "
+            f"summing to 1, got {fractions!r}"
         )
     return fr  # type: ignore[return-value]
 
 
 def split_counts(
-    generator: str,
-    samples_per_class: int,
-    fractions: Sequence[float],
-    split_names: Sequence[str] = TRAIN_VAL_TEST,
-    *,
-    at_least_one: bool = True,
+    generator: str, samples_per_class: int, fractions: Sequence[float]
 ) -> dict[str, int]:
-    """Per-class image count of each split: ``round(fraction * samples_per_class)``.
-
-    The validation and test counts are rounded; training gets the rest. With
-    ``at_least_one`` (torchgeo-style generators) the validation and test counts are raised
-    to 1 so small sets still have every class in every split; without it (So2Sat, whose
-    generated counts are part of its cached marker semantics) they are plain ``round()``.
+    """Per-class image count of each split: validation and test get
+    ``max(1, round(fraction * samples_per_class))`` (every class in every split, as torchgeo
+    requires), training the rest.
 
     Raises:
-        ConfigError: A split would get no sample of a class; the fix is more samples.
+        ConfigError: Training would get no sample of a class; the fix is more samples.
     """
     spc = int(samples_per_class)
-    n_val, n_test = (round(f * spc) for f in fractions[1:])
-    if at_least_one:
-        n_val, n_test = max(1, n_val), max(1, n_test)
-    counts = dict(zip(split_names, (spc - n_val - n_test, n_val, n_test), strict=True))
-    if min(counts.values()) < 1:
+    n_val, n_test = (max(1, round(f * spc)) for f in fractions[1:])
+    counts = {"train": spc - n_val - n_test, "val": n_val, "test": n_test}
+    if counts["train"] < 1:
         raise ConfigError(
             f"{generator}: samples_per_class={spc} leaves a split empty with "
             f"split_fractions={tuple(fractions)} (per-class counts {counts}); every class "

@@ -16,23 +16,6 @@ import numpy as np
 
 from raytrain_hetero.workloads.formats import EUROSAT_BANDS
 
-__all__ = [
-    "SENTINEL2_MATERIALS",
-    "boxes",
-    "coords",
-    "disks",
-    "dots",
-    "grid",
-    "line",
-    "material_palette",
-    "paint",
-    "quantise",
-    "rectangles",
-    "smooth_noise",
-    "soft",
-    "stripes",
-]
-
 # Plausible Sentinel-2 L1C top-of-atmosphere reflectance * 10000, in EUROSAT_BANDS order
 # (B01 ... B12, B8A). Vegetation: low red (B04), steep red edge (B05-B07), high NIR (B08/B8A);
 # water: NIR/SWIR near zero; urban: flat and bright; B10 (cirrus) is ~10 everywhere, B09

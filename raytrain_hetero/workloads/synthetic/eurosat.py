@@ -33,8 +33,6 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     write_split_lists,
 )
 
-__all__ = ["generate_eurosat"]
-
 # Bump whenever the generated pixels or layout change, so stale caches are regenerated.
 _GENERATOR_VERSION = 2
 _CHUNK = 256  # images generated per vectorised batch (fixed: part of the deterministic recipe)

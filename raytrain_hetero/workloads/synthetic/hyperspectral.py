@@ -18,16 +18,10 @@ from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.workloads.synthetic import drawing as d
 from raytrain_hetero.workloads.synthetic.arguments import check_integers, write_geotiff
 
-__all__ = ["generate_hyperspectral_scene"]
-
 _GENERATOR_VERSION = 2
 
 
 # ================================================================================ generator
-
-
-def _wavelengths(bands: int) -> np.ndarray:
-    return np.linspace(400.0, 2500.0, bands, dtype=np.float64)
 
 
 def _gauss(lam: np.ndarray, centre: float, width: float) -> np.ndarray:
@@ -113,7 +107,7 @@ def _render_scene(params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
     h, w, c, k = params["height"], params["width"], params["bands"], params["classes"]
     rng = np.random.default_rng([params["seed"], 31337])
-    lam = _wavelengths(c)
+    lam = np.linspace(400.0, 2500.0, c, dtype=np.float64)  # band centres (nm)
     ends = _endmembers(lam)
     class_abund, class_sig = _class_spectra(lam, k, rng)
     region, region_class = _scene_layout(

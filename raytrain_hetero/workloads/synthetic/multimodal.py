@@ -43,8 +43,6 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     write_split_lists,
 )
 
-__all__ = ["add_clouds", "class_scenes", "generate_multimodal", "optical_dn"]
-
 _GENERATOR_VERSION = 2
 _CHUNK = 128
 _PALETTE = d.material_palette(S2_BANDS)

@@ -32,8 +32,6 @@ from raytrain_hetero.workloads.synthetic.arguments import (
     write_split_lists,
 )
 
-__all__ = ["generate_uc_merced"]
-
 _GENERATOR_VERSION = 2
 _CHUNK = 16  # images per vectorised batch (part of the deterministic recipe)
 

@@ -1,4 +1,8 @@
-"""A small synthetic So2Sat LCZ42 (version 2) in the real HDF5 layout.
+"""Test data: a small synthetic So2Sat LCZ42 (version 2) in the real HDF5 layout.
+
+Imported by bare name (pytest puts tests/unit on ``sys.path``); it lives with the tests
+because no user-facing command generates So2Sat roots (``data.generate`` of the multimodal
+dataset writes the GeoTIFF-pair layout instead).
 
 The real dataset is tens of gigabytes; this generator writes a few hundred patches in exactly
 the files and arrays ``torchgeo.datasets.So2Sat(root, version="2")`` reads, so the project's
@@ -39,7 +43,6 @@ from raytrain_hetero.workloads.generated_tree import generate_tree
 from raytrain_hetero.workloads.synthetic.arguments import (
     check_integers,
     check_split_fractions,
-    split_counts,
 )
 from raytrain_hetero.workloads.synthetic.multimodal import add_clouds, class_scenes, optical_dn
 
@@ -111,7 +114,7 @@ def _check_args(
         raise ConfigError(
             f"generate_so2sat: cloud_fraction must be a number in [0, 1), got {cloud_fraction!r}"
         )
-    return check_split_fractions("generate_so2sat", fractions, _SPLITS)
+    return check_split_fractions("generate_so2sat", fractions)
 
 
 def generate_so2sat(
@@ -147,9 +150,15 @@ def generate_so2sat(
     fr = _check_args(samples_per_class, seed, cloud_fraction, split_fractions)
     spc = int(samples_per_class)
     # Plain round(): a split may round to 0 here (an error), never silently up to 1.
-    per_split = split_counts("generate_so2sat", spc, fr, _SPLITS, at_least_one=False)
+    n_val, n_test = (round(f * spc) for f in fr[1:])
+    per_split = dict(zip(_SPLITS, (spc - n_val - n_test, n_val, n_test), strict=True))
+    if min(per_split.values()) < 1:
+        raise ConfigError(
+            f"generate_so2sat: samples_per_class={spc} leaves a split empty ({per_split}); "
+            "raise samples_per_class"
+        )
     params = {
-        "generator": "raytrain_hetero.workloads.synthetic.so2sat",
+        "generator": "fake_so2sat",
         "version": _GENERATOR_VERSION,
         "samples_per_class": spc,
         "seed": int(seed),
