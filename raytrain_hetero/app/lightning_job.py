@@ -217,26 +217,6 @@ def lightning_loop(config: dict[str, Any]) -> None:
     rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
 
 
-def find_lightning_checkpoint(path: str | Path) -> Path:
-    """``checkpoint.ckpt`` itself, a checkpoint directory holding one, or the newest
-    ``checkpoint_*/checkpoint.ckpt`` under a run or output directory."""
-    from raytrain_hetero.worker.lightning import CHECKPOINT_NAME
-
-    p = Path(path).expanduser()
-    if p.is_file():
-        return p
-    if (p / CHECKPOINT_NAME).is_file():
-        return p / CHECKPOINT_NAME
-    if p.is_dir():
-        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_NAME}"), key=lambda f: f.stat().st_mtime)
-        if found:
-            return found[-1]
-    raise DataError(
-        f"no Lightning checkpoint at {p}: expected {CHECKPOINT_NAME}, a checkpoint directory "
-        f"holding one, or a training output directory. Fix: pass --checkpoint <output dir>."
-    )
-
-
 def run_task_predict(
     job: JobConfig,
     checkpoint: str | Path,
@@ -266,7 +246,10 @@ def run_task_predict(
         )
     out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
     check_output_dir(out, overwrite=overwrite, resume=False)
-    file = find_lightning_checkpoint(checkpoint)
+    from raytrain_hetero.inference.checkpoints import find_checkpoint_file
+    from raytrain_hetero.worker.lightning import CHECKPOINT_NAME
+
+    file = find_checkpoint_file(Path(checkpoint), CHECKPOINT_NAME)
     task = resolve_task(job.model.task).load_from_checkpoint(file, map_location="cpu")
     patch = int(job.data.datamodule_args.get("patch_size", 32))
     scenes = sorted(p for p in Path(job.data.root).glob("*.tif") if not p.stem.endswith("_gt"))

@@ -17,7 +17,7 @@ workers and the model (:mod:`raytrain_hetero.app.parallel_checks`). YAML-only se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -61,6 +61,7 @@ from raytrain_hetero.storage import (
     is_uri,
     storage_location,
 )
+from raytrain_hetero.tune.search import SearchDistribution
 
 __all__ = [
     "TUNABLE_SECTIONS",
@@ -194,61 +195,6 @@ def local_or_uri(value: Path | str, *, absolute_path: bool = False) -> Path | st
 #: Sections of a job whose keys a search space may vary (``workers``, ``data`` and ``ray``
 #: decide placement and data layout, which every trial must share).
 TUNABLE_SECTIONS: tuple[str, ...] = ("train", "model", "probe")
-
-_DISTRIBUTION_KINDS: tuple[str, ...] = ("choice", "grid", "uniform", "loguniform", "randint")
-
-
-class SearchDistribution(HeteroModel):
-    """How one hyperparameter is drawn; exactly one key is set.
-
-    Attributes:
-        choice: Draw one of these values at random per trial.
-        grid: Try every value (each grid point runs ``num_samples`` times).
-        uniform: ``[low, high]``: a float drawn uniformly.
-        loguniform: ``[low, high]`` with ``0 < low``: a float drawn uniformly in log space.
-        randint: ``[low, high]``: an integer drawn uniformly, both ends included.
-    """
-
-    choice: list[Any] | None = Field(None, min_length=1, description="values to draw from")
-    grid: list[Any] | None = Field(None, min_length=1, description="values to try each")
-    uniform: list[Float] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a uniform float"
-    )
-    loguniform: list[PositiveFloat] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a log-uniform float"
-    )
-    randint: list[Int] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of an integer, inclusive"
-    )
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> SearchDistribution:
-        given = [kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None]
-        if len(given) != 1:
-            raise invalid(
-                f"a distribution needs exactly one of {', '.join(_DISTRIBUTION_KINDS)}; "
-                f"got {', '.join(given) if given else 'none'}",
-                "write e.g. {loguniform: [0.01, 0.2]} or {choice: [16, 32]}",
-            )
-        kind = given[0]
-        if kind in ("uniform", "loguniform", "randint"):
-            low, high = getattr(self, kind)
-            if not low < high:
-                raise invalid(
-                    f"{kind} needs low < high, got [{low}, {high}]",
-                    "write the smaller bound first, or use choice: [value] for a constant",
-                    (kind,),
-                )
-        return self
-
-    @property
-    def kind(self) -> str:
-        """Which distribution this is (``"choice"``, ``"loguniform"``, ...)."""
-        return next(kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None)
-
-    def candidate_values(self) -> list[Any]:
-        """Values worth checking against the job: every listed value, or both bounds."""
-        return list(getattr(self, self.kind))
 
 
 class TuneConfig(HeteroModel):

@@ -24,7 +24,6 @@ from typing import Any
 
 from raytrain_hetero.app.config import (
     JobConfig,
-    SearchDistribution,
     dotted_to_nested,
     merge_overrides,
     validate_config,
@@ -32,9 +31,9 @@ from raytrain_hetero.app.config import (
 from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.storage import StagingDir, StorageLocation
-from raytrain_hetero.tune import search as tune_search
 from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
 from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
+from raytrain_hetero.tune.search import grid_size, param_space, trial_scheduler
 from raytrain_hetero.tune.trial import (
     abort_train_on_stop,
     plain_value,
@@ -61,20 +60,11 @@ def trial_job(base: JobConfig, params: Mapping[str, Any]) -> JobConfig:
     return validate_config(merged, source="trial config", note=f" (trial values: {shown})")
 
 
-def _plain_space(space: Mapping[str, SearchDistribution]) -> dict[str, dict[str, Any]]:
-    return {key: dist.model_dump(exclude_none=True) for key, dist in space.items()}
-
-
-def param_space(space: Mapping[str, SearchDistribution]) -> dict[str, Any]:
-    """Ray Tune domains for a validated search space (keys stay dotted, e.g. ``train.lr``)."""
-    return tune_search.param_space(_plain_space(space))
-
-
 def trial_count(job: JobConfig) -> int:
     """Trials the search runs: samples times the grid's size."""
     if job.tune is None:
         return 0
-    return job.tune.num_samples * tune_search.grid_size(_plain_space(job.tune.search_space))
+    return job.tune.num_samples * grid_size(job.tune.search_space)
 
 
 @abort_train_on_stop
@@ -208,7 +198,7 @@ def run_tune(
         tune_config=tune.TuneConfig(
             metric=cfg.metric,
             mode=cfg.mode,
-            scheduler=tune_search.trial_scheduler(
+            scheduler=trial_scheduler(
                 cfg.scheduler,
                 max_epochs=job.train.epochs,
                 grace_period=cfg.grace_period,

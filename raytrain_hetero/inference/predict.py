@@ -47,7 +47,7 @@ import numpy as np
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.core.allocation import largest_remainder
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.inference.checkpoints import load_checkpoint_state
+from raytrain_hetero.inference.checkpoints import load_checkpoint
 from raytrain_hetero.storage import StorageLocation
 from raytrain_hetero.workloads.registry import DataSource
 
@@ -131,7 +131,7 @@ class ModelPredictor:
         self.dataset = self.workload.datasets[spec.split]
         self.device = torch.device(device)
         model = build_model(spec.model_name, **spec.model_kwargs)
-        model.load_state_dict(load_checkpoint_state(spec.checkpoint))
+        model.load_state_dict(load_checkpoint(spec.checkpoint)[0])
         self.model = model.to(self.device).eval()
         self.worker = worker
         self.slowdown = float(slowdown)
