@@ -303,9 +303,10 @@ class StorageLocation:
 
 
 def storage_location(
-    location: str | os.PathLike[str], filesystem: StorageFilesystem | None = None
+    location: str | os.PathLike[str] | StorageLocation,
+    filesystem: StorageFilesystem | None = None,
 ) -> StorageLocation:
-    """Parse a local path or a URI into a :class:`StorageLocation`.
+    """Parse a local path or a URI into a :class:`StorageLocation` (a location stays as is).
 
     Args:
         location: A local path (``~`` expanded, made absolute) or a URI pyarrow supports.
@@ -318,6 +319,8 @@ def storage_location(
     import pyarrow as pa
     import pyarrow.fs as pafs
 
+    if isinstance(location, StorageLocation):
+        return location
     if not is_uri(location):
         path = Path(location).expanduser().absolute()
         return StorageLocation(str(path), pafs.LocalFileSystem(), str(path), remote=False)

@@ -117,9 +117,8 @@ def stock_loop(config: dict[str, Any]) -> None:
     from torch.utils.data import DataLoader
 
     from raytrain_hetero.app.config import validate_config
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+    from raytrain_hetero.app.datasets import open_worker_data
     from raytrain_hetero.worker.emulation import SlowdownSchedule
-    from raytrain_hetero.workloads import build_model
     from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
     job = validate_config(config["job"], source="job config on a worker")
@@ -132,13 +131,7 @@ def stock_loop(config: dict[str, Any]) -> None:
         torch.cuda.set_device(device)
     torch.set_num_threads(max(1, int(spec.resources.get("CPU", 1))))
     torch.manual_seed(job.train.seed)
-    workload = open_configured_datasets(job.data, ("train", "val"))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
+    _, datasets, model = open_worker_data(job, ("train", "val"))
     model = ray.train.torch.prepare_model(model, move_to_device=device)
     emulation = StockEmulation(
         SlowdownSchedule(

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raytrain_hetero.app.config import DataConfig, ModelConfig
+from raytrain_hetero.app.config import DataConfig, JobConfig, ModelConfig
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.data import (
     bad_files,
@@ -41,6 +41,7 @@ __all__ = [
     "generate_configured_dataset",
     "model_arguments",
     "open_configured_datasets",
+    "open_worker_data",
 ]
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,22 @@ def open_configured_datasets(
             :func:`configured_bad_files` (cached).
     """
     return open_datasets(data_source(data), splits, exclude=exclude)
+
+
+def open_worker_data(
+    job: JobConfig, splits: Sequence[str]
+) -> tuple[WorkloadData, dict[str, Any], Any]:
+    """On a worker: the job's splits (with ``data.cache``, decoded once into memory) and its
+    model, built; returns ``(workload, datasets, model)``."""
+    from raytrain_hetero.workloads.models import build_model
+
+    workload = open_configured_datasets(job.data, splits)
+    datasets = workload.datasets
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+    return workload, datasets, build_model(job.model.name, **model_arguments(job.model, workload))
 
 
 def model_arguments(model: ModelConfig, data: WorkloadData) -> dict[str, Any]:

@@ -263,12 +263,7 @@ def plot_worker_throughput(
         logger.warning("plot_worker_throughput: no step records; writing an empty plot")
         ax_tp.text(0.5, 0.5, "no step records", ha="center", va="center", transform=ax_tp.transAxes)
 
-    def write(fh: IO[bytes]) -> None:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        fh.write(buf.getvalue())
-
-    out = atomic_write(path, write, binary=True)
+    out = atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)
     logger.debug("wrote throughput plot %s (%d workers)", out, len(by_worker))
     return out
 

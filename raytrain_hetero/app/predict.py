@@ -14,7 +14,6 @@ outputs are written locally first, then uploaded.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -23,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.app.config import JobConfig, check_data_root
+from raytrain_hetero.app.outputs import write_summary
 from raytrain_hetero.app.runs import check_output_dir
-from raytrain_hetero.atomic import atomic_write_json, move_into_place
+from raytrain_hetero.atomic import move_into_place
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.inference.checkpoints import (
     check_meta_fits,
@@ -168,8 +168,7 @@ def run_predict(
     target = job.ray.location(output_dir or f"{job.output_dir}/predict")
     check_output_dir(target, overwrite=overwrite, resume=False)
     _check_replaceable(target.join("predictions"))
-    source = checkpoint if isinstance(checkpoint, StorageLocation) else job.ray.location(checkpoint)
-    checkpoint_file = find_checkpoint_file(source)
+    checkpoint_file = find_checkpoint_file(job.ray.location(checkpoint))
     # Written to a local directory (for a URI: a fresh one), then published.
     outputs = StagingDir(target)
     out = outputs.local
@@ -212,7 +211,7 @@ def run_predict(
         class_map = scene_class_map(workload, table)
         written = write_class_map(class_map, out / "class_map.tif", profile=workload.scene.profile)
         summary["class_map"] = str(target.join(written.name) if target.remote else written)
-    atomic_write_json(out / "predict_summary.json", _json_ready(summary))
+    write_summary(summary, out / "predict_summary.json")  # NaN (no labelled sample): null
     if target.remote:
         _remove_parquet_parts(target.join("predictions"))
         outputs.publish()
@@ -225,11 +224,7 @@ def run_predict(
 
 def _check_replaceable(predictions_dir: Path | StorageLocation) -> None:
     """Refuse a ``predictions/`` that holds anything predict does not write."""
-    location = (
-        predictions_dir
-        if isinstance(predictions_dir, StorageLocation)
-        else storage_location(predictions_dir)
-    )
+    location = storage_location(predictions_dir)
     foreign = [
         name
         for name in location.list_names()
@@ -244,25 +239,10 @@ def _check_replaceable(predictions_dir: Path | StorageLocation) -> None:
 
 def _remove_parquet_parts(predictions_dir: Path | StorageLocation) -> None:
     """Delete the Parquet parts of an earlier prediction, then the (now empty) directory."""
-    location = (
-        predictions_dir
-        if isinstance(predictions_dir, StorageLocation)
-        else storage_location(predictions_dir)
-    )
+    location = storage_location(predictions_dir)
     if not location.exists():
         return
     _check_replaceable(location)
     for name in location.list_names():
         location.filesystem.delete_file(location.join(name).path)
     location.filesystem.delete_dir(location.path)
-
-
-def _json_ready(value: Any) -> Any:
-    """NaN (no labelled sample, an idle pool) is not JSON: written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_ready(v) for v in value]
-    return value

@@ -57,8 +57,6 @@ class RunIdentity:
     @property
     def storage_location(self) -> StorageLocation:
         """``storage`` as a location (a local path: the local filesystem)."""
-        if isinstance(self.storage, StorageLocation):
-            return self.storage
         return storage_location(self.storage)
 
     @property
@@ -139,7 +137,7 @@ def check_output_dir(out: Path | StorageLocation, *, overwrite: bool, resume: bo
         ConfigError: ``out`` is a file, or a non-empty directory without ``--overwrite`` or
             ``--resume``.
     """
-    location = out if isinstance(out, StorageLocation) else storage_location(out)
+    location = storage_location(out)
     if location.is_file():
         raise ConfigError(f"output {out} is a file. Fix: give a directory as --output.")
     if overwrite or resume:

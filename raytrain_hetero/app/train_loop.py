@@ -230,8 +230,7 @@ def classification_loop(config: dict[str, Any]) -> None:
     import torch
 
     import raytrain_hetero as rh
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
-    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.app.datasets import open_worker_data
     from raytrain_hetero.workloads.evaluation import correct_counts
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
@@ -244,13 +243,7 @@ def classification_loop(config: dict[str, Any]) -> None:
         return
     torch.manual_seed(job.train.seed)
     # Any data.dataset; unreadable files the driver found are left out (cached list).
-    workload = open_configured_datasets(job.data, ("train", "val"))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
+    workload, datasets, model = open_worker_data(job, ("train", "val"))
     runner: DataParallelRunner | ModelParallelRunner
     if job.parallel.model_parallel:
         runner = ModelParallelRunner(job, model, _example_input(datasets["train"]))

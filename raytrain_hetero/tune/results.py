@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -181,9 +180,4 @@ def plot_trials(
     if names:
         ax_tp.legend(fontsize=8)
 
-    def write(fh: IO[bytes]) -> None:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        fh.write(buf.getvalue())
-
-    return atomic_write(path, write, binary=True)
+    return atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)
