@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from raytrain_hetero.atomic import atomic_write_json
 from raytrain_hetero.config.base import HeteroModel
@@ -94,13 +94,9 @@ class StorageFilesystem(HeteroModel):
         scheme: Connection scheme to the endpoint, ``https`` (default) or ``http``.
     """
 
-    endpoint_override: str | None = Field(
-        None, description="host[:port] or URL of an S3/GCS-compatible server"
-    )
-    region: str | None = Field(None, description="S3 region (GCS: location of new buckets)")
-    scheme: Literal["https", "http"] | None = Field(
-        None, description="connection scheme to the endpoint (default https)"
-    )
+    endpoint_override: str | None = None
+    region: str | None = None
+    scheme: Literal["https", "http"] | None = None
 
     @model_validator(mode="before")
     @classmethod

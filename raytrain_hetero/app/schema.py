@@ -92,29 +92,19 @@ class TrainConfig(BatchConfig):
         global_batch_size: As BatchConfig; a job defaults it to 192.
         lr: SGD learning rate. momentum: SGD momentum. weight_decay: L2 penalty.
         max_failures: Ray Train ``FailureConfig.max_failures`` of the run (and of each Tune
-            trial); ``None``: 3 for elastic runs, 1 otherwise
-            (:meth:`JobConfig.resolved_max_failures`).
+            trial); ``None``: 3 for elastic runs (losing a node is expected there), 1
+            otherwise (one restart rides out a crashed worker; a deterministic error such as
+            a corrupt file stops after two tries) (:meth:`JobConfig.resolved_max_failures`).
     """
 
-    epochs: PositiveInt = Field(3, description="passes over the training split")
+    epochs: PositiveInt = 3
     # The only YAML default on top of the library: a job file may leave the batch size out.
-    global_batch_size: PositiveInt = Field(192, description="samples per step over all workers")
-    lr: PositiveFloat = Field(0.05, description="learning rate")
-    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False, description="SGD momentum")
-    weight_decay: NonNegFloat = Field(5e-4, description="L2 weight decay")
+    global_batch_size: PositiveInt = 192
+    lr: PositiveFloat = 0.05
+    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False)
+    weight_decay: NonNegFloat = 5e-4
     # Ray's default (0) ends a run at the first worker death or lost node, elastic or not.
-    max_failures: Int | None = Field(
-        None,
-        ge=0,
-        le=1000,
-        description=(
-            "worker-group failures (worker death, lost node, collective timeout) Ray Train "
-            "recovers from, each time from the last checkpoint; null: 3 for elastic runs "
-            "(elastic.min_workers set: losing a node is expected there), 1 otherwise (one "
-            "restart rides out a crashed worker; a deterministic error such as a corrupt file "
-            "stops after two tries instead of many)"
-        ),
-    )
+    max_failures: Int | None = Field(None, ge=0, le=1000)
 
     def batch(self) -> BatchConfig:
         """The library's BatchConfig of this section (the optimiser and retry keys left
@@ -138,15 +128,11 @@ class RayConfig(HeteroModel):
             environment or the instance role, never from here.
     """
 
-    address: str | None = Field(None, description="cluster address; null = embedded local Ray")
-    num_cpus: PositiveInt | None = Field(None, description="CPUs of the embedded local Ray")
-    dashboard_host: str = Field("127.0.0.1", description="dashboard bind address")
-    storage_path: Path | str | None = Field(
-        None, description="Ray Train storage: a local directory or a URI (s3://bucket/runs)"
-    )
-    storage_filesystem: StorageFilesystem | None = Field(
-        None, description="endpoint_override, region, scheme of s3:// and gs:// locations"
-    )
+    address: str | None = None
+    num_cpus: PositiveInt | None = None
+    dashboard_host: str = "127.0.0.1"
+    storage_path: Path | str | None = None
+    storage_filesystem: StorageFilesystem | None = None
 
     @field_validator("address")
     @classmethod
@@ -221,23 +207,15 @@ class TuneConfig(HeteroModel):
     search_space: dict[str, SearchDistribution] = Field(
         min_length=1, description="dotted job keys and distributions, e.g. train.lr"
     )
-    num_samples: PositiveInt = Field(4, description="trials (per grid point)")
-    metric: Literal["val_accuracy", "samples_per_s"] = Field(
-        "val_accuracy", description="metric to optimise"
-    )
-    mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
-    scheduler: Literal["asha", "fifo"] = Field(
-        "asha", description="asha (early stopping) or fifo (run every trial to the end)"
-    )
-    grace_period: PositiveInt = Field(1, description="epochs before ASHA may stop a trial")
-    reduction_factor: Float = Field(
-        2.0, gt=1, allow_inf_nan=False, description="ASHA keeps 1/reduction_factor per rung"
-    )
-    max_concurrent_trials: PositiveInt | None = Field(
-        None, description="trials at once; null = as many as the cluster holds"
-    )
-    trial_cpus: NonNegFloat = Field(0.25, description="CPUs reserved by each trial's driver")
-    seed: Int | None = Field(0, ge=0, description="seed of the search; null = random")
+    num_samples: PositiveInt = 4
+    metric: Literal["val_accuracy", "samples_per_s"] = "val_accuracy"
+    mode: Literal["max", "min"] = "max"
+    scheduler: Literal["asha", "fifo"] = "asha"
+    grace_period: PositiveInt = 1
+    reduction_factor: Float = Field(2.0, gt=1, allow_inf_nan=False)
+    max_concurrent_trials: PositiveInt | None = None
+    trial_cpus: NonNegFloat = 0.25
+    seed: Int | None = Field(0, ge=0)
 
 
 def _section_fields(section: str) -> list[str]:

@@ -101,17 +101,15 @@ class HyperspectralConfig(HeteroModel):
         fractions: Train/val/test fractions of the labelled pixels.
     """
 
-    image: str | None = Field(None, description="cube file, e.g. Indian_pines_corrected.mat")
-    labels: str | None = Field(None, description="label file, e.g. Indian_pines_gt.mat")
-    image_key: str | None = Field(None, description=".mat variable of the cube")
-    label_key: str | None = Field(None, description=".mat variable of the labels")
-    patch_size: PositiveInt = Field(9, description="patch side k (odd)")
-    split: Literal["block", "random"] = Field("block", description="block or random")
-    block_size: PositiveInt = Field(16, description="split block side in pixels")
-    guard: bool = Field(True, description="keep every patch inside its own split's blocks")
-    fractions: list[NonNegFloat] = Field(
-        default_factory=lambda: [0.6, 0.2, 0.2], description="train/val/test fractions"
-    )
+    image: str | None = None
+    labels: str | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    patch_size: PositiveInt = 9
+    split: Literal["block", "random"] = "block"
+    block_size: PositiveInt = 16
+    guard: bool = True
+    fractions: list[NonNegFloat] = Field(default_factory=lambda: [0.6, 0.2, 0.2])
 
     @field_validator("patch_size")
     @classmethod
@@ -167,43 +165,17 @@ class DataConfig(HeteroModel):
             stream carved by the plan (:mod:`raytrain_hetero.app.ray_data_source`).
     """
 
-    dataset: str = Field(
-        "eurosat",
-        description="registered dataset name: eurosat, uc_merced, hyperspectral, multimodal, "
-        "or one added with raytrain_hetero.workloads.register_dataset",
-    )
-    modules: list[str] = Field(
-        default_factory=list,
-        description="modules that register datasets (register_dataset), imported first on "
-        "the driver and on every worker",
-    )
+    dataset: str = "eurosat"
+    modules: list[str] = Field(default_factory=list)
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
-    bands: Literal["all", "rgb"] | list[str] = Field(
-        "all", description="'all', 'rgb' or a list of band names such as [B04, B03, B02]"
-    )
-    generate: GenerateConfig | None = Field(
-        None, description="generate synthetic data at root if absent ({} for defaults)"
-    )
-    num_workers: Int = Field(0, ge=0, description="DataLoader worker processes per worker")
-    cache: bool = Field(
-        False, description="keep decoded samples in memory in every worker (small datasets)"
-    )
-    image_size: Int | None = Field(
-        None, ge=8, description="uc_merced: resize images to this side (default 256)"
-    )
-    on_bad_file: Literal["error", "skip", "off"] | None = Field(
-        None,
-        description="corrupt files: error (list them), skip (leave them out) or off (no "
-        "up-front check); default error",
-    )
-    hyperspectral: HyperspectralConfig | None = Field(
-        None, description="hyperspectral scene files, patch size and split"
-    )
-    source: Literal["files", "ray_data"] = Field(
-        "files",
-        description="files: each worker reads its slices; ray_data: decoded in Ray Data tasks "
-        "on any node, the stream carved by the plan (docs/ray_data.md)",
-    )
+    bands: Literal["all", "rgb"] | list[str] = "all"
+    generate: GenerateConfig | None = None
+    num_workers: Int = Field(0, ge=0)
+    cache: bool = False
+    image_size: Int | None = Field(None, ge=8)
+    on_bad_file: Literal["error", "skip", "off"] | None = None
+    hyperspectral: HyperspectralConfig | None = None
+    source: Literal["files", "ray_data"] = "files"
     datamodule: str | None = Field(
         None,
         description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
@@ -390,28 +362,12 @@ class ModelConfig(HeteroModel):
             ``[s1]`` or ``[s2]`` (single-branch ablations).
     """
 
-    name: str = Field(
-        "small_cnn",
-        description="architecture: small_cnn, resnet18, resnet50, cnn3d, fusion_cnn, "
-        "marques_cnn, or one added with raytrain_hetero.workloads.registry.register_model",
-    )
-    modules: list[str] = Field(
-        default_factory=list,
-        description="modules that register models (register_model), imported first on the "
-        "driver and on every worker",
-    )
-    width: PositiveInt = Field(
-        32, description="base channel width (small_cnn, cnn3d, fusion_cnn; marques_cnn: conv1)"
-    )
-    pretrained: bool | str = Field(
-        False, description="false, or torchgeo weights name for resnet18/50 (local cache only)"
-    )
-    in_channels: PositiveInt | None = Field(
-        None, description="bands the model takes (checked against the data); null: the data's"
-    )
-    modalities: list[Literal["s1", "s2"]] | None = Field(
-        None, min_length=1, max_length=2, description="fusion_cnn branches: [s1, s2], [s1] or [s2]"
-    )
+    name: str = "small_cnn"
+    modules: list[str] = Field(default_factory=list)
+    width: PositiveInt = 32
+    pretrained: bool | str = False
+    in_channels: PositiveInt | None = None
+    modalities: list[Literal["s1", "s2"]] | None = Field(None, min_length=1, max_length=2)
     task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = (
         Field(
             None,

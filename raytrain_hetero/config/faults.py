@@ -82,10 +82,10 @@ class FaultSpec(HeteroModel):
 
     phase: Phase = Field(description="where the fault fires")
     action: Action = Field(description="what the targeted rank does there")
-    step: Int | None = Field(None, ge=0, description="global step (step phases; null: first)")
-    worker: str | None = Field(None, description="target WorkerSpec name")
-    rank: Int | None = Field(None, ge=0, description="target world rank")
-    hang_s: PositiveFloat = Field(600.0, description="seconds a hang blocks")
+    step: Int | None = Field(None, ge=0)
+    worker: str | None = None
+    rank: Int | None = Field(None, ge=0)
+    hang_s: PositiveFloat = 600.0
 
     @model_validator(mode="after")
     def _consistent(self) -> FaultSpec:
@@ -135,8 +135,8 @@ class FaultInjectionConfig(HeteroModel):
             not empty; use a fresh directory per run.
     """
 
-    faults: tuple[FaultSpec, ...] = Field((), description="faults to inject, each once per run")
-    marker_dir: Path | None = Field(None, description="where fired faults are recorded")
+    faults: tuple[FaultSpec, ...] = ()
+    marker_dir: Path | None = None
 
     @model_validator(mode="after")
     def _marker_dir_given(self) -> FaultInjectionConfig:

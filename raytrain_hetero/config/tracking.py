@@ -30,10 +30,8 @@ class TensorBoardConfig(HeteroModel):
             directory (``HeteroTrainer``).
     """
 
-    enabled: bool = Field(False, description="write TensorBoard event files")
-    log_dir: Path | None = Field(
-        None, description="parent of the per-run directories (null: <output_dir>/tensorboard)"
-    )
+    enabled: bool = False
+    log_dir: Path | None = None
 
 
 class MLflowConfig(HeteroModel):
@@ -53,13 +51,11 @@ class MLflowConfig(HeteroModel):
             path); ``None``: the tracking server's default.
     """
 
-    enabled: bool = Field(False, description="log params, metrics and plots to MLflow")
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI (null: MLflow's)")
-    experiment_name: str | None = Field(None, description="MLflow experiment (null: job name)")
-    run_name: str | None = Field(None, description="MLflow run name (null: the Ray run name)")
-    artifact_location: str | None = Field(
-        None, description="artifact root of a new experiment (null: the server's default)"
-    )
+    enabled: bool = False
+    tracking_uri: str | None = None
+    experiment_name: str | None = None
+    run_name: str | None = None
+    artifact_location: str | None = None
 
 
 class TrackingConfig(HeteroModel):
@@ -70,10 +66,8 @@ class TrackingConfig(HeteroModel):
         mlflow: MLflow runs (:class:`MLflowConfig`).
     """
 
-    tensorboard: TensorBoardConfig = Field(
-        default_factory=TensorBoardConfig, description="TensorBoard event files"
-    )
-    mlflow: MLflowConfig = Field(default_factory=MLflowConfig, description="MLflow runs")
+    tensorboard: TensorBoardConfig = Field(default_factory=TensorBoardConfig)
+    mlflow: MLflowConfig = Field(default_factory=MLflowConfig)
 
     @property
     def active(self) -> bool:

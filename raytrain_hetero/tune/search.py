@@ -42,17 +42,11 @@ class SearchDistribution(HeteroModel):
         randint: ``[low, high]``: an integer drawn uniformly, both ends included.
     """
 
-    choice: list[Any] | None = Field(None, min_length=1, description="values to draw from")
-    grid: list[Any] | None = Field(None, min_length=1, description="values to try each")
-    uniform: list[Float] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a uniform float"
-    )
-    loguniform: list[PositiveFloat] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a log-uniform float"
-    )
-    randint: list[Int] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of an integer, inclusive"
-    )
+    choice: list[Any] | None = Field(None, min_length=1)
+    grid: list[Any] | None = Field(None, min_length=1)
+    uniform: list[Float] | None = Field(None, min_length=2, max_length=2)
+    loguniform: list[PositiveFloat] | None = Field(None, min_length=2, max_length=2)
+    randint: list[Int] | None = Field(None, min_length=2, max_length=2)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SearchDistribution:
