@@ -407,10 +407,12 @@ class StagingDir:
         return source.download(self.local / name)
 
     def publish(self) -> None:
-        """Upload what was written to a remote location (local: nothing to do)."""
+        """Upload what was written to a remote location, then remove the staging directory
+        (local: nothing to do)."""
         if self.location.remote:
             self.location.upload(self.local)
             logger.info("outputs uploaded to %s", self.location)
+            self.cleanup()
 
     def cleanup(self) -> None:
         """Remove the staging directory of a remote location (it was created here)."""

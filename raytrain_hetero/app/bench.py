@@ -277,6 +277,5 @@ def run_bench(
     staging.local.mkdir(parents=True, exist_ok=True)
     atomic_write_text(staging.local / "bench.json", json.dumps(result, indent=2) + "\n")
     staging.publish()
-    staging.cleanup()
     print(f"wrote {target}/bench.json")
     return result

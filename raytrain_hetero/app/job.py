@@ -290,7 +290,6 @@ def run_job(
         if tracker is not None:
             tracker.log_artifacts(out / name for name in JOB_ARTIFACTS)
     staging.publish()
-    staging.cleanup()
     if progress:
         rows = summary["workers"]
         if header and summary["parallel"].get("layout"):

@@ -131,14 +131,8 @@ def load_config(
         )
     if data is None:
         file_problem(source, "is empty", "add at least data: and workers: sections")
-    if not isinstance(data, Mapping):
-        file_problem(
-            source,
-            f"the top level must be a mapping (key: value), got {show(data)}",
-            "start the file with keys such as name:, data:, workers:",
-        )
     note = ""
-    if overrides:
+    if overrides and isinstance(data, Mapping):
         data = merge_overrides(data, overrides, source=source)
         note = " (after overrides: " + ", ".join(_flat_keys(overrides)) + ")"
     cfg = validate_config(data, source=source, note=note)

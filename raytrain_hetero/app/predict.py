@@ -215,7 +215,6 @@ def run_predict(
     if target.remote:
         _remove_parquet_parts(target.join("predictions"))
         outputs.publish()
-        outputs.cleanup()
     if not quiet:
         print(format_summary(summary))
         print(f"outputs: {target}")

@@ -227,47 +227,35 @@ def _section_fields(section: str) -> list[str]:
 
 
 class JobConfig(HeteroModel):
-    """A complete training job; the root of the YAML file."""
+    """A complete training job; the root of the YAML file.
 
-    name: str = Field("raytrain-hetero", description="job name (used for Ray run names)")
+    Every section but ``data`` and ``workers`` may be left out (its class's defaults).
+
+    Attributes:
+        name: Job name (the prefix of Ray run names).
+        output_dir: Where metrics and plots go: a local directory or a URI
+            (``s3://bucket/out``).
+        tune: The hyperparameter search of ``raytrain-hetero tune``.
+    """
+
+    name: str = "raytrain-hetero"
     data: DataConfig = Field(description="dataset settings (needs at least root)")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="network")
-    train: TrainConfig = Field(
-        default_factory=TrainConfig, description="batch carving and optimisation"
-    )
-    probe: ProbeConfig = Field(default_factory=ProbeConfig, description="throughput probing")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
     workers: list[WorkerSpec] = Field(
         min_length=1, description="worker groups, e.g. [{name: fast}, {name: slow}]"
     )
-    ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
-    scheduler: SchedulerConfig = Field(
-        default_factory=SchedulerConfig, description="live re-planning (policy, plan sync)"
-    )
-    elastic: ElasticConfig = Field(
-        default_factory=ElasticConfig, description="elastic scaling (min workers)"
-    )
-    emulation: EmulationConfig = Field(
-        default_factory=EmulationConfig, description="EMULATION: injected slowdowns"
-    )
-    backend: BackendConfig = Field(
-        default_factory=BackendConfig, description="torch process group (backend, timeout)"
-    )
-    guard: GuardConfig = Field(default_factory=GuardConfig, description="non-finite step guard")
-    parallel: ParallelConfig = Field(
-        default_factory=ParallelConfig,
-        description="model parallelism: mode data | conv_split | branches, layers, group_size",
-    )
-    tracking: TrackingConfig = Field(
-        default_factory=TrackingConfig,
-        description="experiment tracking: tensorboard {enabled, log_dir}, mlflow {enabled, ...}",
-    )
-    output_dir: Path | str = Field(
-        Path("outputs/run"),
-        description="where metrics and plots go: a local directory or a URI (s3://bucket/out)",
-    )
-    tune: TuneConfig | None = Field(
-        None, description="hyperparameter search for raytrain-hetero tune"
-    )
+    ray: RayConfig = Field(default_factory=RayConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
+    emulation: EmulationConfig = Field(default_factory=EmulationConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    output_dir: Path | str = Path("outputs/run")
+    tune: TuneConfig | None = None
 
     @field_validator("name")
     @classmethod

@@ -33,15 +33,11 @@ from raytrain_hetero.workloads.registry import (
 )
 
 __all__ = [
-    "EUROSAT_BAND_NAMES",
     "DataConfig",
     "GenerateConfig",
     "HyperspectralConfig",
     "ModelConfig",
 ]
-
-#: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
-EUROSAT_BAND_NAMES: tuple[str, ...] = EUROSAT_BANDS
 
 
 class GenerateConfig(HeteroModel):
@@ -277,14 +273,12 @@ class DataConfig(HeteroModel):
         if isinstance(value, (list, tuple)):
             if not value:
                 raise invalid("bands is an empty list", "list at least one band, or use all")
-            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BAND_NAMES]
+            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BANDS]
             if bad:
-                hints = [
-                    f"{b!r} -> {c!r}" for b in bad if (c := closest(str(b), EUROSAT_BAND_NAMES))
-                ]
+                hints = [f"{b!r} -> {c!r}" for b in bad if (c := closest(str(b), EUROSAT_BANDS))]
                 raise invalid(
                     f"unknown band name(s) {', '.join(repr(b) for b in bad)}; valid names: "
-                    + ", ".join(EUROSAT_BAND_NAMES),
+                    + ", ".join(EUROSAT_BANDS),
                     ("rename " + "; ".join(hints)) if hints else "use names from that list",
                 )
             dupes = sorted({b for b in value if list(value).count(b) > 1})

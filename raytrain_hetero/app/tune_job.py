@@ -151,11 +151,10 @@ def run_tune(
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.job import init_ray, prepare_dataset
     from raytrain_hetero.app.outputs import write_summary
     from raytrain_hetero.app.runs import check_output_dir, unique_run_name
     from raytrain_hetero.app.tracking import SEARCH_ARTIFACTS, resolved_tracking, search_tracker
-    from raytrain_hetero.driver.session import init_ray
 
     if job.tune is None:
         raise ConfigError(
@@ -166,11 +165,7 @@ def run_tune(
     target = job.ray.location(output_dir or job.output_dir)
     check_output_dir(target, overwrite=overwrite, resume=False)
     prepare_dataset(job)
-    init_ray(
-        address=job.ray.address,
-        num_cpus=job.ray.num_cpus,
-        dashboard_host=job.ray.dashboard_host,
-    )
+    init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
     out = staging.local
@@ -269,7 +264,6 @@ def run_tune(
         search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
         search_run.close()
     staging.publish()
-    staging.cleanup()
     return summary
 
 
