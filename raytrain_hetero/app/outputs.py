@@ -282,24 +282,22 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 
 def _cell(key: str, value: Any) -> str:
+    formats = {"samples_per_s": "{:.1f}", "weight": "{:.3f}", "rank": "{:g}", "slice": "{:g}"}
     if value is None:
         return "-"
     try:
-        if key == "samples_per_s":
-            v = float(value)
-            return f"{v:.1f}" if math.isfinite(v) else "-"
-        if key == "weight":
-            v = float(value)
-            return f"{v:.3f}" if math.isfinite(v) else "-"
-        if key in ("rank", "slice"):
-            v = float(value)
-            if not math.isfinite(v):
-                return "-"
-            return str(int(v)) if v == int(v) else f"{v:g}"
+        number = float(value) if key in formats else None
     except (TypeError, ValueError):
+        number = None
+    if number is None:
         return str(value) or "-"
-    text = str(value)
-    return text if text else "-"
+    if not math.isfinite(number):
+        return "-"
+    return (
+        str(int(number))
+        if key in ("rank", "slice") and number.is_integer()
+        else formats[key].format(number)
+    )
 
 
 # Header, a dashed rule under every column (spaces between columns), rows; nothing else.

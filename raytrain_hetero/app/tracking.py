@@ -54,13 +54,7 @@ def job_tracker(
     run (``--resume``) continues its MLflow run and TensorBoard directory."""
     if not job.tracking.active:
         return None
-    return RunTracker(
-        resolved_tracking(job, output_dir),
-        run_name=run_name,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
-        resume=resume,
-    )
+    return _tracker(job, resolved_tracking(job, output_dir), run_name, resume=resume)
 
 
 def search_tracker(job: JobConfig, output_dir: Path, experiment: str) -> RunTracker | None:
@@ -69,13 +63,7 @@ def search_tracker(job: JobConfig, output_dir: Path, experiment: str) -> RunTrac
     if not job.tracking.mlflow.enabled:
         return None
     tracking = job.tracking.model_copy(update={"tensorboard": TensorBoardConfig()})
-    return RunTracker(
-        tracking,
-        run_name=experiment,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
-        tags={SEARCH_TAG: experiment},
-    )
+    return _tracker(job, tracking, experiment, tags={SEARCH_TAG: experiment})
 
 
 def trial_tracker(
@@ -99,12 +87,23 @@ def trial_tracker(
     config = TrackingConfig.model_validate(tracking)
     if not config.active:
         return None
-    return RunTracker(
+    return _tracker(
+        job,
         config,
-        run_name=run_name,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
+        run_name,
         tensorboard_subdir=f"{experiment}/{run_name}",
         tags={SEARCH_TAG: experiment},
         parent_run_id=parent_run_id,
+    )
+
+
+def _tracker(job: JobConfig, tracking: TrackingConfig, run_name: str, **options: Any) -> RunTracker:
+    """A tracker of ``job`` (its params the resolved job, its default experiment the job's
+    name)."""
+    return RunTracker(
+        tracking,
+        run_name=run_name,
+        params=job.model_dump(mode="json"),
+        default_experiment=job.name,
+        **options,
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from raytrain_hetero.config.fields import Problem
 from raytrain_hetero.config.groups import BatchConfig, ElasticConfig, EmulationConfig
 from raytrain_hetero.config.parallel import ParallelConfig
-from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
+from raytrain_hetero.config.problems import loc_path, raise_if_any
 from raytrain_hetero.config.specs import (
     SlowdownInjection,
     WorkerSpec,
@@ -303,9 +303,9 @@ def check_run_settings(
     Raises:
         ConfigError: Listing every problem with its fix.
     """
-    problems = run_setting_problems(workers, batch, elastic, emulation, parallel=parallel)
-    if problems:
-        raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
+    raise_if_any(
+        run_setting_problems(workers, batch, elastic, emulation, parallel=parallel), source
+    )
 
 
 def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) -> SlowdownInjection:
@@ -314,11 +314,8 @@ def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) ->
     Raises:
         ConfigError: It names an unknown worker or a rank outside the world.
     """
-    problems = _slowdown_problems(injection, [s.name for s in slots], ("slowdown",))
-    if problems:
-        raise_problems(
-            [ConfigProblem("inject_slowdown", loc_path(at), m, f) for at, m, f in problems]
-        )
+    names = [s.name for s in slots]
+    raise_if_any(_slowdown_problems(injection, names, ("slowdown",)), "inject_slowdown")
     return injection
 
 

@@ -13,6 +13,7 @@ a seeded, reproducible set of faults for soak runs.
 from __future__ import annotations
 
 import random
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -22,7 +23,7 @@ from pydantic import Field, model_validator
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.checks import _slowdown_problems
 from raytrain_hetero.config.fields import Int, PositiveFloat, invalid
-from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
+from raytrain_hetero.config.problems import raise_if_any
 from raytrain_hetero.config.specs import WorkerSpec
 
 __all__ = [
@@ -39,10 +40,10 @@ Phase = Literal["probe", "calibration", "plan_switch", "mid_epoch", "checkpoint_
 Action = Literal["kill", "hang", "nan", "kill_scheduler", "corrupt_state"]
 
 #: Every phase, in the order a worker group meets them.
-PHASES: tuple[str, ...] = ("probe", "calibration", "plan_switch", "mid_epoch", "checkpoint_commit")
+PHASES: tuple[str, ...] = typing.get_args(Phase)
 #: Phases that happen at a training step (a fault there may name the step).
 STEP_PHASES: tuple[str, ...] = ("plan_switch", "mid_epoch", "checkpoint_commit")
-ACTIONS: tuple[str, ...] = ("kill", "hang", "nan", "kill_scheduler", "corrupt_state")
+ACTIONS: tuple[str, ...] = typing.get_args(Action)
 
 
 class FaultSpec(HeteroModel):
@@ -164,14 +165,13 @@ def check_fault_targets(
         ConfigError: A fault names an unknown worker or a rank outside the world.
     """
     names = [s.name for s in slots]
+    # The same target rule as an emulated slowdown's (worker name or rank).
     problems = [
-        ConfigProblem("HeteroTrainer", loc_path(at), message, fix)
+        problem
         for i, fault in enumerate(config.faults)
-        # The same target rule as an emulated slowdown's (worker name or rank).
-        for at, message, fix in _slowdown_problems(fault, names, ("faults", "faults", i))  # type: ignore[arg-type]
+        for problem in _slowdown_problems(fault, names, ("faults", "faults", i))  # type: ignore[arg-type]
     ]
-    if problems:
-        raise_problems(problems)
+    raise_if_any(problems, "HeteroTrainer")
     return config
 
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
-from raytrain_hetero.config.fields import BOOL_AS_NUMBER, INVALID, MULTI
+from raytrain_hetero.config.fields import BOOL_AS_NUMBER, INVALID, MULTI, Problem
 from raytrain_hetero.errors import ConfigError
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "describe",
     "file_problem",
     "loc_path",
+    "raise_if_any",
     "raise_problems",
     "raise_validation_error",
     "show",
@@ -69,6 +70,12 @@ def raise_problems(problems: list[ConfigProblem], note: str = "") -> typing.NoRe
     err = ConfigError(text)
     err.problems = tuple(problems)  # type: ignore[attr-defined]  # survives pickling
     raise err from None
+
+
+def raise_if_any(problems: list[Problem], source: str) -> None:
+    """Raise one :class:`ConfigError` listing ``(location, message, fix)`` problems, if any."""
+    if problems:
+        raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
 
 
 def file_problem(source: str, message: str, fix: str) -> typing.NoReturn:
