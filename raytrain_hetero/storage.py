@@ -1,18 +1,11 @@
 """The one storage mechanism: where runs, checkpoints and outputs live, local or in the cloud.
 
-A location is a local path (made absolute, as before) or a URI that
-:func:`pyarrow.fs.FileSystem.from_uri` understands (``s3://bucket/runs``, ``gs://...``,
-``abfs://...``, ``hdfs://...``). :func:`storage_location` parses one into a
-:class:`StorageLocation`: the pyarrow filesystem plus the path on it. Ray Train gets the pair
-(``RunConfig(storage_path=location.path, storage_filesystem=location.filesystem)``); the jobs
-list, read, download and upload through the same filesystem, so every node and every Ray
-worker (the filesystem is pickled with the location) reaches the same store.
-
-An optional :class:`StorageFilesystem` (``ray.storage_filesystem:`` in a job file) sets what a
-URI cannot say well: a custom endpoint (MinIO, a local S3-compatible server), the region and
-the connection scheme. Credentials never come from a config: pyarrow reads them from the
-environment (``AWS_ACCESS_KEY_ID``..., ``GOOGLE_APPLICATION_CREDENTIALS``) or the instance
-role / workload identity, and a config key or URI that carries a secret is refused.
+A location is a local path or a URI :func:`pyarrow.fs.FileSystem.from_uri` understands
+(``s3://``, ``gs://``, ``abfs://``, ``hdfs://``); :class:`StorageLocation` holds the pyarrow
+filesystem and the path on it, pickled to every node and Ray worker with the location, so all
+reach the same store. :class:`StorageFilesystem` (``ray.storage_filesystem:``) sets what a URI
+cannot say well (endpoint, region, scheme). Credentials never come from a config: pyarrow reads
+them from the environment or the instance role, and a key or URI carrying a secret is refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The stock contender of ``raytrain-hetero bench``: the job as a Ray Train user writes it today.
 
-:func:`stock_loop` runs on every worker of a plain ``ray.train.torch.TorchTrainer``: the job's
-dataset, model (same seed), SGD settings and epochs, through ``ray.train.torch.prepare_model``
-(DDP, its default gradient averaging, per-rank BatchNorm: torch's ``SyncBatchNorm`` refuses CPU
-tensors) and ``prepare_data_loader`` (a ``DistributedSampler``: an equal ``B / N`` per worker),
-``set_epoch`` each epoch, rank 0 validating after each epoch as the job's loop does.
-
-EMULATED heterogeneity (``emulated_slowdown``, ``emulation:``) applies to stock exactly as to
-raytrain_hetero, through the one emulator (:class:`StockEmulation` below): otherwise a CPU-only
-comparison would pit emulated slow workers against unslowed ones.
+:func:`stock_loop` runs the job's data, model (same seed), SGD and epochs on a plain
+``TorchTrainer`` through ``prepare_model`` (DDP averaging, per-rank BatchNorm) and
+``prepare_data_loader`` (a ``DistributedSampler``: equal ``B / N``). EMULATED heterogeneity
+applies to stock exactly as to raytrain_hetero, through the one emulator
+(:class:`StockEmulation`); otherwise a CPU-only comparison would pit emulated slow workers
+against unslowed ones.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""The main job: train a torchgeo classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
+"""The main job: train a classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
 
-Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
-the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
-a live progress bar and per-worker table (:mod:`raytrain_hetero.app.progress`), and writes
-``metrics.csv``, ``summary.json`` and ``throughput.png`` into the output directory (and, with
-``tracking:``, to TensorBoard and MLflow: :mod:`raytrain_hetero.app.tracking`). The probe-only
-command is :mod:`raytrain_hetero.app.probe_job`.
-
-Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
-Ray worker runs (re-exported here).
+:func:`run_job` prepares (or generates) the dataset and checks it against the model before
+any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with a live
+progress view, and writes ``metrics.csv``, ``summary.json`` and ``throughput.png`` (and,
+with ``tracking:``, TensorBoard and MLflow). Workers run
+:func:`~raytrain_hetero.app.train_loop.classification_loop`.
 """
 
 from __future__ import annotations

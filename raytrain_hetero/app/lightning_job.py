@@ -1,19 +1,11 @@
 """The job's Lightning path: ``model.task`` + ``data.datamodule`` trained on HeteroTrainer.
 
-A job whose ``model.task`` is set (``torchgeo.ClassificationTask``,
-``torchgeo.SemanticSegmentationTask``) runs :func:`lightning_loop` on every worker instead of
-the classification loop: the task built from ``model.task_args``, the datamodule from
-``data.datamodule`` + ``data.datamodule_args`` (``data.root`` passed as the ``paths`` or
-``root`` the class takes), trained by a
-Lightning Trainer prepared with :mod:`raytrain_hetero.worker.lightning` (carved slices,
-count-weighted gradients, exact BatchNorm, live re-planning, checkpoints with the cursor).
-The task's own optimiser and learning rate apply (``task_args.lr``); ``train.epochs``,
-``train.global_batch_size``, ``train.seed`` and the workers are the job's.
-
-On the driver, :func:`prepare_lightning_data` generates the data (``data.generate``), builds
-the datamodule and the task once and runs one validation batch through the task, so a wrong
-band or class count fails before any worker starts. :func:`run_task_predict` writes a GeoTIFF
-class map of a segmentation scene with the scene's CRS and transform.
+:func:`lightning_loop` builds the task from ``model.task_args`` and the datamodule from
+``data.datamodule_args`` (``data.root`` as the ``paths`` or ``root`` the class takes) and trains
+them with a Trainer prepared by :mod:`raytrain_hetero.worker.lightning`; the task's own
+optimiser applies, epochs, batch, seed and workers are the job's. On the driver,
+:func:`prepare_lightning_data` runs one validation batch through the task, so a wrong band or
+class count fails before any worker starts. :func:`run_task_predict` writes GeoTIFF class maps.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Run outputs: per-step metrics CSV, summary JSON, throughput plot and a text table.
 
-Pure Python plus rich (the table) and matplotlib (through its Agg canvas directly: no pyplot,
-no display, no change to the process-wide backend); no Ray, no torch. Every file is written through
-:func:`raytrain_hetero.atomic.atomic_write`, so a reader never sees a half-written output.
-
-A *step record* is a :class:`~raytrain_hetero.core.records.StepRecord`, one per rank per
-step; the metrics CSV has one column per StepRecord field (:data:`METRICS_COLUMNS`, derived
-from the dataclass, so the two cannot drift apart). The writers also take plain mappings with
-those keys (a missing key gives an empty cell).
+No Ray, no torch; matplotlib through its Agg canvas (no pyplot, no process-wide backend
+change). Every file goes through :func:`raytrain_hetero.atomic.atomic_write`. The metrics CSV
+has one column per :class:`~raytrain_hetero.core.records.StepRecord` field
+(:data:`METRICS_COLUMNS`, derived from the dataclass, so the two cannot drift apart).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Checks of a job's ``parallel:`` section against the rest of the job and against its model.
+"""Checks of a job's ``parallel:`` section against its model, before any worker starts.
 
-Two stages, both before any Ray worker starts:
-
-* :func:`parallel_setting_problems` (at YAML load time, pure): branch placement against the
-  configured model (the group layout against the worker counts and the weighting is
-  :func:`~raytrain_hetero.config.run_setting_problems`'s, shared with ``HeteroTrainer``).
-* :func:`check_parallel_fits_model` (on the driver, once the data fixed the band count): the
-  model is built on the CPU and every ``parallel.layers`` entry must name a plain,
-  ungrouped ``nn.Conv2d`` with at least as many kernels as a group has ranks; a branch
-  placement needs a model that declares two or more branches, and one rank per branch in a
-  group (or one more for the head alone).
+:func:`parallel_setting_problems` (YAML load time, pure): branch placement against the model
+name (the layout against the workers is :func:`~raytrain_hetero.config.run_setting_problems`'s).
+:func:`check_parallel_fits_model` (driver, once the data fixed the band count): the built
+model's split layers and declared branches against the group size.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """``raytrain-hetero predict``: classify a split of a job's dataset with a trained checkpoint.
 
-Reads the :class:`~raytrain_hetero.app.config.JobConfig` the checkpoint was trained with,
-checks everything checkable on the driver (data root, unreadable files, checkpoint against
-model and data) before any actor starts, then runs the library's actor pools
-(:mod:`raytrain_hetero.inference.predict`: measure, size, run) and writes the outputs:
-``predictions/`` (Parquet, one row per sample), ``predict_summary.json`` and, for a
-hyperspectral scene, ``class_map.tif``; the files are written atomically. The checkpoint
-and the output directory may be local paths or URIs (``s3://...``, through the job's
-``ray.storage_filesystem``): a remote checkpoint is read by every actor from the store, remote
-outputs are written locally first, then uploaded.
+Everything checkable (data root, unreadable files, checkpoint against model and data) is
+checked on the driver before any actor starts; then the library's actor pools
+(:mod:`raytrain_hetero.inference.predict`) run and ``predictions/`` (Parquet),
+``predict_summary.json`` and, for a scene, ``class_map.tif`` are written atomically. The
+checkpoint and the output may be local paths or URIs (through ``ray.storage_filesystem``).
 """
 
 from __future__ import annotations

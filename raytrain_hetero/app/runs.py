@@ -1,15 +1,10 @@
 """Run identity and output directories of the CLI jobs: what to name a run, when to resume it,
-and when an output directory may be written into.
+and when an output directory may be written into (local or on any store).
 
-Storage and outputs may be local directories or object-store prefixes
-(:class:`~raytrain_hetero.storage.StorageLocation`): the checks list and test them through
-the location's filesystem, so resume by name works the same on ``s3://``.
-
-Ray Train V2 restores a run by name: a ``RunConfig(name, storage_path)`` whose run folder
-holds a checkpoint-manager snapshot starts from that run's latest checkpoint. So a name is
-an identity: ``--run-name NAME --resume`` continues a run on purpose, a fresh run never
-reuses a name by accident (timestamp plus a random suffix), and an existing name without
-``--resume`` is refused rather than silently continued.
+Ray Train V2 restores a run by name (``RunConfig(name, storage_path)`` whose folder holds a
+checkpoint snapshot), so a name is an identity: ``--run-name NAME --resume`` continues a run
+on purpose, a fresh run gets a unique name, and an existing name without ``--resume`` is
+refused rather than silently continued.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The YAML job schema: :class:`JobConfig`, composed of the library's config objects.
 
-A job is one YAML file (see ``examples/configs/eurosat_local.yaml``) that validates into a
-:class:`JobConfig`. Its run sections ARE the library's config classes (``probe:``
-:class:`~raytrain_hetero.config.ProbeConfig`, ``workers:`` a list of
-:class:`~raytrain_hetero.config.WorkerSpec`, ``scheduler:``, ``elastic:``, ``emulation:``,
-``backend:``, ``parallel:`` :class:`~raytrain_hetero.config.ParallelConfig`, ``tracking:``
-:class:`~raytrain_hetero.config.TrackingConfig`, and ``train:``
+The run sections ARE the library's classes (``probe:``, ``workers:``, ``scheduler:``,
+``elastic:``, ``emulation:``, ``backend:``, ``guard:``, ``parallel:``, ``tracking:``; ``train:``
 extends :class:`~raytrain_hetero.config.BatchConfig` with the optimiser), so defaults and
-checks are the library's; cross-section checks are the library's one
-:func:`~raytrain_hetero.config.run_setting_problems` plus the parallel layout against the
-workers and the model (:mod:`raytrain_hetero.app.parallel_checks`). YAML-only sections: ``data``,
-``model`` (:mod:`raytrain_hetero.app.sections`), the optimiser keys of ``train``, ``ray``,
-``tune``, ``output_dir``. Every model is frozen and rejects unknown keys.
+checks are the library's, cross-section checks too
+(:func:`~raytrain_hetero.config.run_setting_problems`). YAML-only: ``data``, ``model``
+(:mod:`raytrain_hetero.app.sections`), ``ray``, ``tune``, ``output_dir``.
 """
 
 from __future__ import annotations

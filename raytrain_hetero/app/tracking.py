@@ -1,12 +1,9 @@
-"""The YAML job's side of experiment tracking (``tracking:``): which tracker a job or a Tune
-trial opens, with what params, and which of its output files become artifacts.
+"""The YAML job's side of experiment tracking (``tracking:``): which
+:class:`~raytrain_hetero.driver.tracking.RunTracker` a job, a Tune search or a trial opens.
 
-The tracker itself is the library's :class:`~raytrain_hetero.driver.tracking.RunTracker`;
-here it gets the job's defaults: TensorBoard under ``<output_dir>/tensorboard``, the MLflow
-experiment named after the job, the resolved job (every section, as the YAML keys) as params.
-A Tune search opens one parent MLflow run (:func:`search_tracker`, artifacts ``trials.csv``,
-``trials.png``, ``tune_summary.json``) and each trial its own run nested under it with its own
-TensorBoard directory ``<log_dir>/<search>/<trial run>`` (:func:`trial_tracker`).
+Defaults: TensorBoard under ``<output_dir>/tensorboard``, the MLflow experiment named after
+the job, the resolved job as params; a search opens one parent MLflow run, each trial its own
+run nested under it and its own TensorBoard directory ``<log_dir>/<search>/<trial run>``.
 """
 
 from __future__ import annotations

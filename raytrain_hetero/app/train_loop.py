@@ -1,17 +1,11 @@
 """The job's train loop, run by every Ray worker (:func:`classification_loop`).
 
-One loop for the three ``parallel.mode`` values; what differs per mode sits in a small runner:
-
-* :class:`DataParallelRunner` (``data``): the whole model on every rank
-  (``rh.prepare_model``), carved slices, count-weighted gradient sync.
-* :class:`ModelParallelRunner` (``conv_split``, ``branches``): ``rh.prepare_model_parallel``;
-  every rank of a group reads its replica's slice, ``pm.train_step`` runs the split or
-  pipelined step; at each epoch start ``pm.maybe_resplit`` re-probes and may move kernels.
-
-Checkpoints hold the FULL (unsplit) model and optimizer state in every mode, in the same
-format (``model.pt``: ``{"model", "optimizer", "meta"}``, the optimizer state torch's
-index-keyed state over ``model.parameters()``), so any mode and any world size resumes any
-checkpoint and ``raytrain-hetero predict`` loads it unchanged.
+One loop for the three ``parallel.mode`` values; what differs sits in a runner:
+:class:`DataParallelRunner` (``data``) or :class:`ModelParallelRunner` (``conv_split``,
+``branches``: a group reads its replica's slice; each epoch start may re-split). Checkpoints
+hold the FULL (unsplit) model and optimizer state in one format (``model.pt``:
+``{"model", "optimizer", "meta"}``), so any mode and world size resumes any checkpoint and
+``raytrain-hetero predict`` loads it unchanged.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Hyperparameter search over a YAML job with Ray Tune (``raytrain-hetero tune``).
 
-The library side (report callback, clean stop of a stopped trial's Train run, trial packing,
-result rows and plot) is :mod:`raytrain_hetero.tune`; this module adds what knows the job:
-:func:`trial_job` merges a trial's sampled values over the job, :func:`run_trial` (the Tune
-function trainable, importable by module path) builds the job's
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with the Tune report callback, and
-:func:`run_tune` runs the search of ``job.tune`` and writes its outputs.
-
-Outputs of :func:`run_tune` (in the output directory): ``trials.csv`` (one row per trial),
-``trials.png`` (metric per epoch and per-worker throughput of every trial) and
-``tune_summary.json`` (the best trial and its config). With ``tracking:`` every trial also
-gets its own TensorBoard directory and MLflow run, nested under one MLflow run of the search
-(:mod:`raytrain_hetero.app.tracking`).
+The library side is :mod:`raytrain_hetero.tune`; here, what knows the job: :func:`trial_job`
+(a trial's values merged over the job), :func:`run_trial` (the Tune function trainable) and
+:func:`run_tune`, which writes ``trials.csv``, ``trials.png`` and ``tune_summary.json``
+(with ``tracking:``, one MLflow run per trial nested under the search's).
 """
 
 from __future__ import annotations

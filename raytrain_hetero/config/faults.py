@@ -1,13 +1,10 @@
 """FAULT INJECTION (test and ops tooling): which faults to inject into a run, and where.
 
-Off by default and never active unless a :class:`FaultInjectionConfig` with faults is passed
-to :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (``faults=``). It is deliberately not
-a YAML key of the job: it exists to prove the fault tolerance (``tests/integration/
-test_faults.py``, ``benchmarks/soak.py``), not to be left on in a configuration file.
-
-A fault is (phase, step, target, action); each fires at most once per run, even though the
-worker group restarts (see :mod:`raytrain_hetero.worker.faults`). :func:`random_faults` draws
-a seeded, reproducible set of faults for soak runs.
+Active only when a :class:`FaultInjectionConfig` with faults is passed to
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (``faults=``); deliberately not a YAML
+key: it proves the fault tolerance (tests, ``benchmarks/soak.py``) and must not be left on in
+a job file. Each fault fires at most once per run, although the worker group restarts
+(:mod:`raytrain_hetero.worker.faults`).
 """
 
 from __future__ import annotations

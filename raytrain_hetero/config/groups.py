@@ -1,11 +1,6 @@
-"""Run-wide setting groups of :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`.
-
-Grouped like Ray's ``ScalingConfig``/``RunConfig``: what each step's batch is and how it is
-carved (:class:`BatchConfig`), live re-planning (:class:`SchedulerConfig`), elastic sizing
-(:class:`ElasticConfig`), emulated slowdowns (:class:`EmulationConfig`), the torch process
-group (:class:`BackendConfig`) and the step guard (:class:`GuardConfig`). The YAML job uses these same classes as its sections, so each
-setting, its default and its check are written once, here (the re-planning policy's knobs
-once, in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
+"""Run-wide setting groups of :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`,
+grouped like Ray's ``ScalingConfig``/``RunConfig`` (the re-planning policy's knobs live once,
+in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
 """
 
 from __future__ import annotations

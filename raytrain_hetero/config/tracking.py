@@ -1,11 +1,8 @@
-"""Experiment tracking: where a run's metrics go besides ``metrics.csv`` (TensorBoard, MLflow).
+"""Experiment tracking besides ``metrics.csv``: TensorBoard and MLflow (both off by default).
 
-:class:`TrackingConfig` is the ``tracking=`` argument of
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` and the YAML job's ``tracking:``
-section. Both sinks are off by default; each needs its optional package
-(``pip install 'raytrain_hetero[tracking]'``). The driver writes them
-(:mod:`raytrain_hetero.driver.tracking`) from the step records and plans it already drains
-and the epoch metrics the workers report to Ray Train.
+:class:`TrackingConfig` is ``HeteroTrainer(tracking=...)`` and the YAML ``tracking:``; each sink
+needs its optional package (``pip install 'raytrain_hetero[tracking]'``); the driver writes
+them (:mod:`raytrain_hetero.driver.tracking`).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """Distributed inference on heterogeneous workers: Ray Data ``map_batches`` over actor pools.
 
-The library half of prediction: the predictor actor, speed measurement, actor-pool planning
-and the Ray Data run. It knows a dataset only as a
-:class:`~raytrain_hetero.workloads.registry.DataSource` and a model only as a name plus
-keyword arguments (:class:`PredictorSpec`); reading a job config and writing the outputs is
-:mod:`raytrain_hetero.app.predict` (``raytrain-hetero predict``).
-
-How the work is divided (``mode="proportional"``, the default):
-
-1. *Measure*: one probe actor per worker group of the job's ``workers:`` section (same
-   resources, placement labels and emulated slowdown as that group's predictors) times
-   whole predict batches -- reading and decoding the samples plus the forward pass -- and
-   reports samples/s. Groups are probed one after another, so they do not contend.
-2. *Size*: every group gets its own actor pool (``count`` actors, a ``map_batches`` stage
-   with that group's ``num_cpus`` / ``num_gpus`` / ``resources`` / ``label_selector``), a
-   per-actor batch size proportional to its measured speed (the fastest group gets
-   ``batch_size``), and a share of the samples proportional to its pool's total speed. Every
-   actor then runs about the same number of batches of about the same duration, so the pools
-   finish together -- the inference analogue of the trainer's carving.
-3. *Run*: the per-group datasets are unioned and written as Parquet (one row per sample:
-   index, sample id, label, prediction, confidence, worker, batch timing). For a
-   hyperspectral scene the predicted class map is also written as a GeoTIFF (georeferenced
-   if the scene was).
-
-``mode="equal"`` gives every actor the same batch size and the same share (speed-unaware,
-the usual setup) and ``mode="single"`` runs one actor of the fastest group: the two
-baselines the proportional plan is compared with. ``emulated_slowdown`` of a worker group is
-EMULATION for CPU-only machines: an actor sleeps (factor - 1) x its own compute time of each
-batch (the one worker emulator, :class:`raytrain_hetero.worker.emulation.SlowdownEmulator`),
-imitating a slower device.
+The library half of prediction (the job half is :mod:`raytrain_hetero.app.predict`): a
+dataset is a :class:`~raytrain_hetero.workloads.registry.DataSource`, a model a name plus
+keyword arguments (:class:`PredictorSpec`). ``mode="proportional"`` (the default) measures one
+probe actor per worker group, one group at a time (read + decode + forward of whole batches),
+then gives every group its own actor pool with a per-actor batch proportional to its speed and
+a share of the samples proportional to the pool's speed, so the pools finish together (the
+inference analogue of the trainer's carving); the rows are written as Parquet.
+``mode="equal"`` (same batch and share for every actor) and ``mode="single"`` (one actor of
+the fastest group) are the baselines. ``emulated_slowdown`` is EMULATION, as in training.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """How many Tune trials a cluster holds at once, each with its whole worker group.
 
-Tune reserves only each trial's *driver* (``trial_cpus``); the trial's worker group
-reserves its workers through Ray Train's own placement group, which Ray grants all at once or
-not at all, so concurrent trials never each hold part of a worker group. Unless
+Tune reserves only each trial's driver (``trial_cpus``); its worker group comes from Ray
+Train's own placement group, granted all at once or not at all. Unless
 ``tune.max_concurrent_trials`` says otherwise, :func:`concurrent_capacity` packs whole trials
-(driver + every worker, honouring label selectors with
-:func:`~raytrain_hetero.core.placement.selector_matches`) onto the cluster's nodes and runs as
-many at once as fit, so no trial waits on another's workers.
+(driver + every worker, label selectors honoured) onto the nodes and runs as many as fit, so no
+trial waits on another's workers.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The Tune trial side of a HeteroTrainer: what a trial reports to Tune, and its clean stop.
 
-Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): every trial is a
-*function trainable* that builds a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
-whose ``RunConfig`` carries the callback of :func:`trial_report_callback` (a
-:class:`HeteroTuneReportCallback`), and calls ``fit()``; wrap the trainable with
-:func:`abort_train_on_stop`. The callback forwards rank 0's
-per-epoch report (``val_accuracy``) to Tune and adds what this package measures: the run's
-samples/s and each worker's slice, weight and samples/s (from the run's scheduler actor), so
-ASHA, the result table and the plot see them.
-
-Early stopping: when Tune stops a trial (ASHA), the trial first aborts its Train run through
-the Train controller (:func:`abort_active_train_run`), which removes the run's placement group
-at once; otherwise the freed workers would depend on Ray Train's cleaner actor, which needs the
-dashboard's state API and an unambiguous cluster address.
+Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): a trial is a function
+trainable, wrapped with :func:`abort_train_on_stop`, that builds a HeteroTrainer whose
+``RunConfig`` carries :func:`trial_report_callback` and calls ``fit()``. When Tune stops a
+trial (ASHA), the trial first aborts its Train run through the Train controller, which removes
+the run's placement group at once; otherwise the freed workers would depend on Ray Train's
+cleaner actor, which needs the dashboard's state API and an unambiguous cluster address.
 """
 
 from __future__ import annotations
