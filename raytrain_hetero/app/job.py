@@ -36,19 +36,14 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
-    """Generate the dataset if configured (cached), then check it against the model.
-
-    A ``model.task`` job is checked by
-    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data` instead.
-    Everything that can be checked before a worker starts is checked here: the root, every
-    file's readability (``data.on_bad_file``), the band count against the model
-    (``model.in_channels``, pretrained weights) and the model itself (built once).
-
-    Returns:
-        Split sizes and the band count.
+    """Generate the dataset if configured (cached), then check everything that can be checked
+    before a worker starts: the root, every file's readability (``data.on_bad_file``), the band
+    count against the model and the model itself (built once). A ``model.task`` job goes to
+    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data`. Returns split sizes and
+    the band count.
 
     Raises:
-        DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
+        DataError: Missing root, unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
     if job.model.task is not None:  # a Lightning task (torchgeo's) with its datamodule
@@ -100,11 +95,8 @@ def init_ray(job: JobConfig) -> None:
 
 
 def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
-    """Per-worker figures over the run (summary.json's ``workers``, the printed table).
-
-    One row per (rank, worker) from :func:`raytrain_hetero.core.records.summarize_workers`:
-    median samples/s, the full-step slice and weight of the last plan, mean slice, median
-    compute/busy/wall seconds and step counts.
+    """Per-worker figures over the run (summary.json's ``workers``, the printed table), one
+    row per (rank, worker) (:func:`raytrain_hetero.core.records.summarize_workers`).
     """
     return [summary.to_dict() for summary in aggregate_workers(records)]
 
@@ -116,17 +108,9 @@ def build_trainer(
     *,
     probe_only: bool = False,
 ) -> HeteroTrainer:
-    """The job's HeteroTrainer, built from its sections (the library's config objects).
-
-    The loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections (data,
-    model, optimiser) itself.
-
-    Args:
-        job: The job.
-        train_loop: The per-worker loop.
-        run_config: Ray Train RunConfig (name, storage, checkpoints, callbacks).
-        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity), no
-            live re-planning and no experiment tracking.
+    """The job's HeteroTrainer, built from its sections (the library's config objects); the
+    loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections itself.
+    ``probe_only`` (``raytrain-hetero probe``): a fixed group, no live re-planning, no tracking.
     """
     from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
@@ -196,17 +180,15 @@ def run_job(
 
     Args:
         job: The job.
-        output_dir: Where outputs go (default ``job.output_dir``): a local directory or a
-            URI (written locally, then uploaded through ``ray.storage_filesystem``).
+        output_dir: Where outputs go (default ``job.output_dir``): a local directory or a URI.
         progress: Show the progress bar and worker table.
         run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
         resume: Continue the run ``run_name`` from its last checkpoint.
         overwrite: Write into a non-empty output directory (replacing the job's files).
 
     Raises:
-        ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a
-            run name clash (:func:`~raytrain_hetero.app.runs.resolve_run`); nothing is
-            written then.
+        ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a run
+            name clash (:func:`~raytrain_hetero.app.runs.resolve_run`); nothing is written then.
     """
     from raytrain_hetero.app.outputs import (
         format_worker_table,

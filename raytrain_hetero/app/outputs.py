@@ -57,17 +57,11 @@ def _as_row(record: StepRecord | Mapping[str, Any]) -> Mapping[str, Any]:
 def write_metrics_csv(
     records: Iterable[StepRecord | Mapping[str, Any]], path: str | os.PathLike[str]
 ) -> Path:
-    """Write step records as CSV with exactly :data:`METRICS_COLUMNS`, in that order.
+    """Write step records (StepRecords or mappings) as CSV with exactly :data:`METRICS_COLUMNS`;
+    returns the path.
 
-    Keys outside :data:`METRICS_COLUMNS` are ignored; a missing key (or ``None``) gives an
-    empty cell. Floats are written with ``repr`` precision, so they read back exactly.
-
-    Args:
-        records: Step records (one per rank per step), StepRecords or mappings.
-        path: Destination file; parent directories are created.
-
-    Returns:
-        The path written.
+    Other keys are ignored, a missing key (or ``None``) is an empty cell; floats are written with
+    ``repr`` precision, so they read back exactly.
     """
     rows = [_as_row(r) for r in records]
 
@@ -135,20 +129,10 @@ def _finite(value: Any, where: str, bad: list[str]) -> Any:
 
 
 def write_summary(summary: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write a run summary as JSON (sorted keys, indent 2), atomically.
+    """Write a run summary as JSON (sorted keys, indent 2), atomically; returns the path.
 
-    NaN and infinities are not valid JSON: they are written as ``null`` and a warning names
-    the keys. Paths become strings, numpy scalars plain numbers, tuples lists.
-
-    Args:
-        summary: JSON-like mapping.
-        path: Destination file; parent directories are created.
-
-    Returns:
-        The path written.
-
-    Raises:
-        TypeError: A value is not JSON-serialisable.
+    NaN and infinities are not JSON: they are written as ``null`` and a warning names the keys.
+    Paths become strings, numpy scalars plain numbers, tuples lists.
     """
     bad: list[str] = []
     clean = _finite(summary, "", bad)
@@ -173,20 +157,8 @@ def plot_worker_throughput(
     path: str | os.PathLike[str],
     title: str = "Per-worker throughput",
 ) -> Path:
-    """Plot per-worker throughput and slices against the step, as one PNG.
-
-    Top panel: samples/s of each worker (one line per worker name). Bottom panel: each
-    worker's slice (a step plot). Both share the step axis; a dashed vertical line marks
-    every step where ``plan_version`` changes (a re-plan took effect).
-
-    Args:
-        records: Step records (see the module docstring); records without a ``step`` are
-            skipped.
-        path: Destination PNG; parent directories are created.
-        title: Figure title.
-
-    Returns:
-        The path written.
+    """Plot each worker's samples/s (top) and slice (bottom) against the step as one PNG, a
+    dashed line at every step where ``plan_version`` changes; returns the path.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -304,22 +276,12 @@ _RULED_HEAD = Box(
 
 
 def format_worker_table(rows: Sequence[Mapping[str, Any]], layout_header: str | None = None) -> str:
-    """Render workers as a fixed-width plain-text table (a :class:`rich.table.Table`).
+    """Render worker rows as a plain-text table (rank, worker, device, samples/s, slice, weight;
+    missing or non-finite values as ``-``), without a trailing newline.
 
-    Columns: rank, worker, device, samples/s (one decimal), slice, weight (three
-    decimals). Missing, ``None`` or non-finite values print as ``-``. Text columns are
-    left-aligned, numbers right-aligned; a dashed rule separates header and rows.
-
-    Args:
-        rows: Dicts with keys ``rank``, ``worker``, ``device``, ``samples_per_s``,
-            ``slice``, ``weight`` (any may be missing), and ``layout`` in a model-parallel run.
-        layout_header: In a model-parallel run the header of the ``layout`` column
-            (``"kernels"``, ``"branches"``) shown instead of the slice: each rank's share of
-            the model (e.g. ``"conv1:120 conv2:360"``, ``"s2+head"``); every rank of a group
-            reads its replica's whole slice, so a per-rank slice would mislead.
-
-    Returns:
-        The table (header, rule, one line per row), without a trailing newline.
+    ``layout_header`` (a model-parallel run: ``"kernels"``, ``"branches"``) shows each rank's
+    share of the model (the rows' ``layout``) instead of the slice: every rank of a group reads
+    its replica's whole slice, so a per-rank slice would mislead.
     """
     table = Table(
         box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0, header_style="", safe_box=True

@@ -102,28 +102,21 @@ def run_predict(
     quiet: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it.
+    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it;
+    returns the summary (also ``predict_summary.json``).
 
     Args:
         job: The job config the checkpoint was trained with (data, model, workers).
         checkpoint: ``model.pt``, a checkpoint directory, or a training output or run
             directory; a local path or a URI (``s3://bucket/runs/NAME``).
-        output_dir: Where ``predictions/`` (Parquet), ``class_map.tif`` (scenes) and
-            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``); a local
-            directory or a URI.
+        output_dir: Where the outputs go (default: ``<job.output_dir>/predict``).
         split: ``train`` / ``val`` / ``test``, or ``scene`` (hyperspectral only).
-        mode: ``proportional`` (default), ``equal`` or ``single``; see
-            :mod:`raytrain_hetero.inference.predict`.
+        mode: ``proportional``, ``equal`` or ``single`` (:mod:`raytrain_hetero.inference.predict`).
         batch_size: Batch of the fastest actor (proportional) or of every actor.
-        speeds: Per-group samples/s to use instead of probing (e.g. from an earlier run).
-        probe_repeats: Timed batches per probe.
-        quiet: Do not print the result lines.
-        overwrite: Write into a non-empty output directory, replacing the files predict
-            writes (``predictions/`` is replaced only if it holds nothing but Parquet parts).
-
-    Returns:
-        The summary (also written as ``predict_summary.json``): samples, wall time,
-        samples/s, the actor plan, per-worker rows and accuracy on labelled samples.
+        speeds: Per-group samples/s to use instead of probing.
+        probe_repeats: Timed batches per probe. quiet: Print nothing.
+        overwrite: Write into a non-empty output directory (``predictions/`` is replaced only
+            if it holds nothing but Parquet parts).
 
     Raises:
         DataError: Missing/unreadable checkpoint or data; checkpoint trained on other bands.

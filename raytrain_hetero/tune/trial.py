@@ -49,18 +49,10 @@ def plain_value(value: Any) -> Any:
 
 
 def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
-    """Samples/s of the whole run and per worker over ``records`` (one per rank per step).
-
-    Both come from the one aggregation of step records
-    (:func:`~raytrain_hetero.core.records.summarize_workers`,
-    :func:`~raytrain_hetero.core.records.run_samples_per_s`).
-
-    Returns:
-        ``{"samples_per_s": float, "workers": {name: {"rank", "slice", "weight",
-        "samples_per_s", "device"}}}``; the global rate is the samples of every step over the
-        sum of each step's slowest wall time, a worker's rate the median of its per-step
-        rates, its slice and weight those of its full steps under the latest plan. A worker
-        seen at several ranks (elastic restarts) is shown at its latest.
+    """The run's samples/s and each worker's ``rank``, ``slice``, ``weight``, ``samples_per_s``
+    and ``device`` over ``records`` (the one aggregation of :mod:`raytrain_hetero.core.records`),
+    as ``{"samples_per_s": float, "workers": {name: {...}}}``; a worker seen at several ranks
+    (elastic restarts) is shown at its latest.
     """
     records = list(records)
     latest: dict[str, Any] = {}
@@ -84,17 +76,11 @@ def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
 class HeteroTuneReportCallback(TuneReportCallback):
     """``TuneReportCallback`` that adds throughput and per-worker slices to every report.
 
-    Runs in the Ray Train controller. On each report it reads the latest step records of
-    every rank from the run's scheduler actor (``recent_records``: a bounded window per rank;
-    the trial's driver drains the full stream) and adds ``samples_per_s`` (the run's, over
-    that window) and ``workers/<name>/{rank, slice, weight, samples_per_s}`` to rank 0's
-    metrics before they go to Tune. Build it inside the Tune
-    trial (it connects to the trial's session on construction).
-
-    Args:
-        controller_mailbox: A :class:`ControllerMailbox` actor; the callback puts the Train
-            controller's handle there on the first report, so the trial can abort the run
-            (releasing its placement group) when Tune stops the trial early.
+    Runs in the Ray Train controller: on each report it reads the latest step records from the
+    run's scheduler actor and adds ``samples_per_s`` and ``workers/<name>/...`` to rank 0's
+    metrics before they go to Tune. Build it inside the Tune trial (it connects to the trial's
+    session). ``controller_mailbox``: a :class:`ControllerMailbox` that gets the Train
+    controller's handle, so the trial can abort the run when Tune stops it early.
     """
 
     def __init__(self, controller_mailbox: Any = None) -> None:
@@ -145,11 +131,8 @@ class ControllerMailbox:
 
 
 def trial_report_callback() -> HeteroTuneReportCallback:
-    """The report callback for the Train run of the current Tune trial (call inside it).
-
-    Also opens this trial's :class:`ControllerMailbox`, so that a trainable wrapped with
-    :func:`abort_train_on_stop` can abort the run when Tune stops the trial. Put the callback
-    in the ``RunConfig.callbacks`` of the trial's HeteroTrainer.
+    """The report callback for the Train run of the current Tune trial (call inside it; put it in
+    the ``RunConfig.callbacks``), with this trial's :class:`ControllerMailbox`.
     """
     global _ACTIVE_MAILBOX
     _ACTIVE_MAILBOX = ControllerMailbox.remote()
@@ -175,11 +158,9 @@ class _AbortTrainOnStop:
 
 
 def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
-    """Make Tune abort ``trainable``'s Train run (see :func:`trial_report_callback`) before it
-    stops the trial, so the run's placement group is freed at once; returns ``trainable``.
-
-    Apply it at module level to a function trainable importable by module path (Tune
-    pickles the trainable; the mixin travels as an attribute of the function).
+    """Make Tune abort ``trainable``'s Train run before it stops the trial, so the run's
+    placement group is freed at once; returns ``trainable``. Apply it at module level to a
+    function trainable importable by module path (the mixin travels as an attribute).
     """
     mark_trainable_mixins(trainable, _AbortTrainOnStop)
     return trainable
