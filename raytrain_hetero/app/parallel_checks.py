@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raytrain_hetero.config.fields import Problem
+from raytrain_hetero.config.fields import Problem, Problems
 from raytrain_hetero.config.problems import closest
 from raytrain_hetero.errors import ConfigError, ModelParallelError
 
@@ -36,32 +36,24 @@ def parallel_setting_problems(job: JobConfig) -> list[Problem]:
     parallel = job.parallel
     if not parallel.model_parallel:
         return []
-    problems: list[Problem] = []
+    problems = Problems()
     mode = parallel.mode
     if mode == "branches":
         model = job.model
         if model.name not in BRANCH_MODELS:
-            problems.append(
-                (
-                    ("parallel", "mode"),
-                    (
-                        f"branch placement needs a model that declares modality branches; "
-                        f"{model.name} does not (models with branches: {', '.join(BRANCH_MODELS)})"
-                    ),
-                    "use model.name: fusion_cnn (dataset multimodal), or parallel.mode: "
-                    "data or conv_split",
-                )
+            problems.add(
+                ("parallel", "mode"),
+                f"branch placement needs a model that declares modality branches; "
+                f"{model.name} does not (models with branches: {', '.join(BRANCH_MODELS)})",
+                "use model.name: fusion_cnn (dataset multimodal), or parallel.mode: "
+                "data or conv_split",
             )
         elif model.modalities is not None and len(model.modalities) < 2:
-            problems.append(
-                (
-                    ("parallel", "mode"),
-                    (
-                        f"model.modalities {list(model.modalities)} builds one branch: there is "
-                        "nothing to place on a second rank"
-                    ),
-                    "use model.modalities: [s1, s2], or parallel.mode: data",
-                )
+            problems.add(
+                ("parallel", "mode"),
+                f"model.modalities {list(model.modalities)} builds one branch: there is "
+                "nothing to place on a second rank",
+                "use model.modalities: [s1, s2], or parallel.mode: data",
             )
     return problems
 

@@ -40,7 +40,7 @@ from raytrain_hetero.config.fields import (
     NonNegFloat,
     PositiveFloat,
     PositiveInt,
-    Problem,
+    Problems,
     absolute,
     check_name,
     invalid,
@@ -309,7 +309,7 @@ class JobConfig(HeteroModel):
     def _tune_space_fits(self) -> JobConfig:
         if self.tune is None:
             return self
-        problems: list[Problem] = []
+        problems = Problems()
         tunable = [f"{s}.{f}" for s in TUNABLE_SECTIONS for f in _section_fields(s)]
         base = self.model_dump(mode="json", exclude={"tune"})
         for key, distribution in self.tune.search_space.items():
@@ -320,30 +320,22 @@ class JobConfig(HeteroModel):
                 guess = (
                     next((t for t in tunable if t.endswith("." + close)), None) if close else None
                 )
-                problems.append(
-                    (
-                        at,
-                        (
-                            f"{key!r} is not a tunable key; tunable keys are those of "
-                            f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width"
-                        ),
-                        f"rename it to {guess!r}"
-                        if guess
-                        else "use a key such as train.lr, "
-                        "train.weight_decay, train.global_batch_size or model.width",
-                    )
+                problems.add(
+                    at,
+                    f"{key!r} is not a tunable key; tunable keys are those of "
+                    f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width",
+                    f"rename it to {guess!r}"
+                    if guess
+                    else "use a key such as train.lr, "
+                    "train.weight_decay, train.global_batch_size or model.width",
                 )
                 continue
             if key == "train.epochs":
-                problems.append(
-                    (
-                        at,
-                        (
-                            "train.epochs cannot be searched: it is every trial's budget (ASHA "
-                            "decides how many epochs a weak trial gets)"
-                        ),
-                        "set train.epochs in the job and remove it from tune.search_space",
-                    )
+                problems.add(
+                    at,
+                    "train.epochs cannot be searched: it is every trial's budget (ASHA "
+                    "decides how many epochs a weak trial gets)",
+                    "set train.epochs in the job and remove it from tune.search_space",
                 )
                 continue
             for value in distribution.candidate_values():
@@ -354,13 +346,11 @@ class JobConfig(HeteroModel):
                     inner = [p for e in exc.errors() for p in describe(e, "", JobConfig)]
                     first = inner[0] if inner else None
                     why = f"{first.path}: {first.message}" if first else str(exc)
-                    problems.append(
-                        (
-                            (*at, distribution.kind),
-                            f"the value {show(value)} makes the job invalid ({why})",
-                            "narrow the range or drop that value"
-                            + (f"; or {first.fix}" if first else ""),
-                        )
+                    problems.add(
+                        (*at, distribution.kind),
+                        f"the value {show(value)} makes the job invalid ({why})",
+                        "narrow the range or drop that value"
+                        + (f"; or {first.fix}" if first else ""),
                     )
         if problems:
             raise multiple(problems)
