@@ -209,12 +209,6 @@ class StorageLocation:
 
         return bool(self._type() != pafs.FileType.NotFound)
 
-    def is_dir(self) -> bool:
-        """Whether a directory (object stores: a non-empty prefix) is there."""
-        import pyarrow.fs as pafs
-
-        return bool(self._type() == pafs.FileType.Directory)
-
     def is_file(self) -> bool:
         """Whether a file (an object) is there."""
         import pyarrow.fs as pafs

@@ -94,13 +94,6 @@ def init_ray(job: JobConfig) -> None:
     )
 
 
-def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
-    """Per-worker figures over the run (summary.json's ``workers``, the printed table), one
-    row per (rank, worker) (:func:`raytrain_hetero.core.records.summarize_workers`).
-    """
-    return [summary.to_dict() for summary in aggregate_workers(records)]
-
-
 def build_trainer(
     job: JobConfig,
     train_loop: Callable[[dict[str, Any]], None],
@@ -319,7 +312,7 @@ def build_summary(
         "val_samples": sizes["val"],
         "bands": sizes["bands"],
         "weighting": job.train.weighting,
-        "workers": summarize_workers(records),
+        "workers": [summary.to_dict() for summary in aggregate_workers(records)],
         "plans": [plan.to_dict() for plan in plans],
         "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
         "parallel": parallel_summary(job, final_metrics),

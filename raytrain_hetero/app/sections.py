@@ -48,36 +48,28 @@ class GenerateConfig(HeteroModel):
     others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
     those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
     file_format.
-    ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
+
+    Attributes:
+        samples_per_class: Images per class (>= 3: every class needs train/val/test).
+        seed: Generator seed.
+        size: Image side in pixels (``None``: the real size; EuroSAT 64, UC Merced 256).
+        height: Hyperspectral scene rows (default 145). width: Its columns (default 145).
+        spectral_bands: Hyperspectral bands (default 200, like Indian Pines).
+        classes: Hyperspectral classes (default 16).
+        file_format: Hyperspectral files: ``mat`` (Indian Pines style), ``tif`` (GeoTIFF) or
+            ``l7irish`` (torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4).
+        cloud_fraction: Multimodal: share of Sentinel-2 patches under cloud (default 0.4).
     """
 
-    samples_per_class: Int = Field(
-        100, ge=3, description="images per class (>= 3: every class needs train/val/test)"
-    )
-    seed: Int = Field(0, ge=0, description="generator seed")
-    size: Int | None = Field(
-        None, ge=16, description="image side in pixels (default: the real size, EuroSAT 64)"
-    )
-    height: Int | None = Field(None, ge=8, description="hyperspectral scene rows (default 145)")
-    width: Int | None = Field(None, ge=8, description="hyperspectral scene columns (default 145)")
-    spectral_bands: Int | None = Field(
-        None, ge=4, description="hyperspectral bands (default 200, like Indian Pines)"
-    )
-    classes: Int | None = Field(
-        None, ge=2, le=255, description="hyperspectral classes (default 16)"
-    )
-    file_format: Literal["mat", "tif", "l7irish"] | None = Field(
-        None,
-        description="hyperspectral files: mat (Indian Pines style), tif (GeoTIFF) or l7irish "
-        "(torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4)",
-    )
-    cloud_fraction: Float | None = Field(
-        None,
-        ge=0,
-        lt=1,
-        allow_inf_nan=False,
-        description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
-    )
+    samples_per_class: Int = Field(100, ge=3)
+    seed: Int = Field(0, ge=0)
+    size: Int | None = Field(None, ge=16)
+    height: Int | None = Field(None, ge=8)
+    width: Int | None = Field(None, ge=8)
+    spectral_bands: Int | None = Field(None, ge=4)
+    classes: Int | None = Field(None, ge=2, le=255)
+    file_format: Literal["mat", "tif", "l7irish"] | None = None
+    cloud_fraction: Float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
 
 
 class HyperspectralConfig(HeteroModel):
@@ -159,6 +151,9 @@ class DataConfig(HeteroModel):
         source: ``files``: every training worker reads its slices itself (DataLoader);
             ``ray_data``: the train split is decoded in Ray Data tasks on any node and the
             stream carved by the plan (:mod:`raytrain_hetero.app.ray_data_source`).
+        datamodule: Lightning datamodule for ``model.task``: ``torchgeo.<Name>DataModule`` or
+            ``raytrain_hetero.SceneSegmentationDataModule`` (``root``: its paths or root).
+        datamodule_args: Its arguments as the class takes them, e.g. ``{bands: [...]}``.
     """
 
     dataset: str = "eurosat"
@@ -172,16 +167,8 @@ class DataConfig(HeteroModel):
     on_bad_file: Literal["error", "skip", "off"] | None = None
     hyperspectral: HyperspectralConfig | None = None
     source: Literal["files", "ray_data"] = "files"
-    datamodule: str | None = Field(
-        None,
-        description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
-        "raytrain_hetero.SceneSegmentationDataModule (data.root: its paths or root)",
-    )
-    datamodule_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="datamodule arguments as the class takes them (data.root becomes its paths "
-        "or root), e.g. {bands: [...]}",
-    )
+    datamodule: str | None = None
+    datamodule_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _datamodule_arguments(self) -> DataConfig:
@@ -354,6 +341,9 @@ class ModelConfig(HeteroModel):
             ``name`` is checked, on the driver and on every Ray worker.
         modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
             ``[s1]`` or ``[s2]`` (single-branch ablations).
+        task: Train this Lightning task (with ``data.datamodule``) instead of ``name``.
+        task_args: The task's init arguments, e.g. ``{model: resnet18, in_channels: 13,
+            num_classes: 10, lr: 0.001}``.
     """
 
     name: str = "small_cnn"
@@ -362,17 +352,8 @@ class ModelConfig(HeteroModel):
     pretrained: bool | str = False
     in_channels: PositiveInt | None = None
     modalities: list[Literal["s1", "s2"]] | None = Field(None, min_length=1, max_length=2)
-    task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = (
-        Field(
-            None,
-            description="train this Lightning task (with data.datamodule) instead of model.name",
-        )
-    )
-    task_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="the task's init arguments, e.g. {model: resnet18, in_channels: 13, "
-        "num_classes: 10, lr: 0.001}",
-    )
+    task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = None
+    task_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
