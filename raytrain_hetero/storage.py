@@ -72,18 +72,15 @@ def is_uri(location: str | os.PathLike[str]) -> bool:
 
 
 class StorageFilesystem(HeteroModel):
-    """How to reach an object store (``ray.storage_filesystem:``); no credentials.
-
-    Applies to every ``s3://`` / ``gs://`` location of a job (``ray.storage_path``,
-    ``output_dir``, ``predict --checkpoint`` and ``--output``). Credentials come from the
-    environment or the instance role; a key that looks like a secret is refused.
+    """How to reach an object store (``ray.storage_filesystem:``), for every ``s3://`` /
+    ``gs://`` location of a job; credentials come from the environment or the instance role, a
+    key that looks like a secret is refused.
 
     Attributes:
-        endpoint_override: Host[:port] or URL of an S3/GCS-compatible server (MinIO, Ceph,
-            a local test server); ``None``: the provider's own endpoint.
+        endpoint_override: Host[:port] or URL of an S3/GCS-compatible server (MinIO, Ceph);
+            ``None``: the provider's own endpoint.
         region: S3 region (GCS: the location of new buckets); ``None``: pyarrow's default
-            (``AWS_DEFAULT_REGION`` / the AWS config). Without a spec, an ``s3://`` URI
-            looks up its bucket's region itself.
+            (without a spec, an ``s3://`` URI looks up its bucket's region itself).
         scheme: Connection scheme to the endpoint, ``https`` (default) or ``http``.
     """
 
@@ -289,15 +286,12 @@ def storage_location(
     location: str | os.PathLike[str] | StorageLocation,
     filesystem: StorageFilesystem | None = None,
 ) -> StorageLocation:
-    """Parse a local path or a URI into a :class:`StorageLocation` (a location stays as is).
-
-    Args:
-        location: A local path (``~`` expanded, made absolute) or a URI pyarrow supports.
-        filesystem: Endpoint / region / scheme for ``s3://`` and ``gs://`` URIs.
+    """Parse a local path (``~`` expanded, made absolute) or a URI pyarrow supports into a
+    :class:`StorageLocation` (a location stays as is); ``filesystem`` configures ``s3://`` and
+    ``gs://`` URIs.
 
     Raises:
-        ConfigError: A URI pyarrow cannot open (unknown scheme, a missing filesystem
-            library), or one that carries credentials.
+        ConfigError: A URI pyarrow cannot open, or one that carries credentials.
     """
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -362,15 +356,9 @@ def _shown(uri: str) -> str:
 
 
 class StagingDir:
-    """A local directory standing in for a remote output location.
-
-    Writers keep writing local files atomically (``atomic.py``); :meth:`publish` then uploads
-    the directory's files to the location. For a local location the directory IS the
-    location and nothing is copied.
-
-    Attributes:
-        location: Where the outputs finally go.
-        local: Where to write them now.
+    """A local directory standing in for a remote output location: writers write local files
+    atomically into ``local``, :meth:`publish` uploads them to ``location``. For a local
+    location the directory IS the location and nothing is copied.
     """
 
     def __init__(self, location: StorageLocation) -> None:
@@ -422,13 +410,10 @@ class RememberedCost:
 class CostModelStore:
     """Cost models measured by earlier runs, one small JSON file per key, kept with the runs.
 
-    Lives at ``<storage>/.raytrain_hetero/cost_models/<key>.json`` beside the run
-    directories, so every run, restart and Tune trial writing to the same storage shares it.
-    The key (chosen by the worker) changes with the model and the worker type, so a changed
-    model or device never finds a stale entry. A cache: an unreadable entry is ignored.
-
-    Args:
-        storage: The runs' storage location (``RunConfig.storage_path``).
+    Lives at ``<storage>/.raytrain_hetero/cost_models/<key>.json``, so every run, restart and Tune
+    trial on the same storage shares it; the key (chosen by the worker) changes with the model
+    and the worker type, so a changed model or device never finds a stale entry. A cache: an
+    unreadable entry is ignored.
     """
 
     def __init__(self, storage: StorageLocation) -> None:

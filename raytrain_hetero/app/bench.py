@@ -42,16 +42,8 @@ SUPPORTED = (
 
 @dataclass(frozen=True)
 class FitFigures:
-    """What one fit of one contender measured.
-
-    Attributes:
-        contender: ``stock`` or ``raytrain_hetero``.
-        repeat: Repeat index (0-based).
-        startup_s: Seconds from ``fit()`` to the start of the first training step.
-        samples_per_s: Samples over the seconds of training steps (validation excluded).
-        wall_s: Seconds of the whole ``fit()``.
-        final_accuracy: Rank 0's validation accuracy after the last epoch.
-        steps: Training steps rank 0 ran.
+    """What one fit of one contender measured (see the module docstring): seconds to the first
+    step, training samples/s, wall seconds, rank 0's final validation accuracy and its steps.
     """
 
     contender: str

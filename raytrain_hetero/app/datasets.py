@@ -90,13 +90,8 @@ def open_configured_datasets(
     *,
     exclude: Sequence[str] | None = None,
 ) -> WorkloadData:
-    """Open the configured dataset's splits (after generation), with its normalisation.
-
-    Args:
-        data: The data section.
-        splits: Splits to open; hyperspectral also accepts ``"scene"`` (every pixel).
-        exclude: Files (multimodal: sample ids) to leave out; ``None`` asks
-            :func:`configured_bad_files` (cached).
+    """Open the configured dataset's splits (after generation), leaving out ``exclude`` (``None``:
+    the unreadable files :func:`configured_bad_files` found).
     """
     return open_datasets(data_source(data), splits, exclude=exclude)
 
@@ -131,14 +126,11 @@ def model_arguments(model: ModelConfig, data: WorkloadData) -> dict[str, Any]:
 def check_model_fits_data(
     model_cfg: ModelConfig, data: WorkloadData, source: str | os.PathLike[str]
 ) -> Any:
-    """Build the configured model once and check its input bands against the data.
-
-    Run on the driver before training, so a band-count mismatch (``model.in_channels``,
-    pretrained weights made for other bands) or unavailable pretrained weights stop the job
-    before any worker starts. Returns the built model.
+    """Build the configured model once on the driver and check its input bands against the
+    data, so a mismatch stops the job before any worker starts; returns the model.
 
     Raises:
-        DataError: Band-count mismatch (naming the data source, both counts and the fix).
+        DataError: Band-count mismatch (naming the source, both counts and the fix).
         ConfigError: The model cannot be built (e.g. pretrained weights not cached).
     """
     from raytrain_hetero.workloads.models import build_model, check_input_channels

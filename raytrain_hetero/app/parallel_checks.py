@@ -65,18 +65,12 @@ def _conv_names(model: nn.Module) -> list[str]:
 
 
 def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_size: int) -> None:
-    """Check the ``parallel`` section against the job's built (CPU) model.
-
-    Args:
-        parallel: The job's parallel section.
-        model: The configured model, built once on the driver (its weights do not matter).
-        world_size: Workers of the job (the group size when ``group_size`` is null).
+    """Check ``parallel`` against the job's model, built once on the driver's CPU.
 
     Raises:
         ConfigError: A ``parallel.layers`` entry that is missing, not a plain ungrouped
-            ``nn.Conv2d``, or narrower than a group; a branch placement of a model without
-            (two or more) declared branches, or a group size other than the number of
-            branches (or one more, the head alone). Each message names the key and the fix.
+            ``nn.Conv2d``, or narrower than a group; a branch placement of a model without two
+            or more declared branches, or a group size that does not fit them.
     """
     from raytrain_hetero.core.branch_placement import check_branch_group
     from raytrain_hetero.parallel.branches import branch_model_of

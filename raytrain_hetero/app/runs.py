@@ -36,13 +36,8 @@ RUN_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 
 @dataclass(frozen=True)
 class RunIdentity:
-    """The Ray Train run a job trains in.
-
-    Attributes:
-        name: ``RunConfig.name``.
-        storage: ``RunConfig.storage_path`` (the run lives in ``storage / name``): a local
-            directory or a :class:`~raytrain_hetero.storage.StorageLocation` (any store).
-        resuming: Whether the run exists and is being continued from its last checkpoint.
+    """The Ray Train run a job trains in: ``RunConfig.name``, its storage (the run lives in
+    ``storage / name``, a local directory or any store) and whether it is being resumed.
     """
 
     name: str
@@ -75,13 +70,8 @@ def unique_run_name(prefix: str) -> str:
 def resolve_run(
     prefix: str, storage: Path | StorageLocation, run_name: str | None, resume: bool
 ) -> RunIdentity:
-    """The run to train in, checked against what ``storage`` already holds.
-
-    Args:
-        prefix: Prefix of a generated name (the job name).
-        storage: Ray Train storage (a local directory or a location on any store).
-        run_name: ``--run-name`` (``None``: a unique generated name).
-        resume: ``--resume``: continue ``run_name`` from its last checkpoint.
+    """The run to train in (``run_name``, else a unique ``<prefix>-...`` name), checked
+    against what ``storage`` already holds.
 
     Raises:
         ConfigError: ``--resume`` without ``--run-name``; an invalid name; a run of that name
@@ -123,14 +113,11 @@ def resolve_run(
 
 
 def check_output_dir(out: Path | StorageLocation, *, overwrite: bool, resume: bool) -> None:
-    """Refuse to write into a non-empty output directory that is not this run's own.
-
-    A resumed run writes into its own output directory again; ``--overwrite`` replaces the
-    files the job writes there (nothing else is deleted).
+    """Refuse to write into a non-empty output directory that is not this run's own (a
+    resumed run writes into its own again; ``overwrite`` replaces the files the job writes).
 
     Raises:
-        ConfigError: ``out`` is a file, or a non-empty directory without ``--overwrite`` or
-            ``--resume``.
+        ConfigError: ``out`` is a file, or a non-empty directory without either flag.
     """
     location = storage_location(out)
     if location.is_file():

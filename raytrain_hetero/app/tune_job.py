@@ -8,6 +8,7 @@ The library side is :mod:`raytrain_hetero.tune`; here, what knows the job: :func
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -203,59 +204,56 @@ def run_tune(
         ),
     )
     started = time.perf_counter()
-    try:
+    # The search's MLflow run ends FAILED if the search or its outputs fail, never RUNNING.
+    with search_run if search_run is not None else contextlib.nullcontext():
         grid = tuner.fit()
-    except BaseException:
-        if search_run is not None:
-            search_run.close(failed=True)
-        raise
-    wall = time.perf_counter() - started
-    rows, histories = trial_rows(grid, search_keys=list(cfg.search_space), epochs=job.train.epochs)
-    write_trials_csv(rows, out / "trials.csv")
-    plot_trials(
-        histories,
-        rows,
-        out / "trials.png",
-        metric=cfg.metric,
-        title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}",
-    )
-    ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
-    if not ok:
+        wall = time.perf_counter() - started
+        rows, histories = trial_rows(
+            grid, search_keys=list(cfg.search_space), epochs=job.train.epochs
+        )
+        write_trials_csv(rows, out / "trials.csv")
+        plot_trials(
+            histories,
+            rows,
+            out / "trials.png",
+            metric=cfg.metric,
+            title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}",
+        )
+        ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
+        if ok:
+            best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
+            summary = {
+                "experiment": experiment,
+                "metric": cfg.metric,
+                "mode": cfg.mode,
+                "scheduler": cfg.scheduler,
+                "max_concurrent_trials": concurrency,
+                "trials": len(rows),
+                "failed_trials": sum(1 for r in rows if r["error"]),
+                "wall_time_s": wall,
+                "best": {
+                    "trial_id": best["trial_id"],
+                    cfg.metric: float(best[cfg.metric]),
+                    "val_accuracy": best["val_accuracy"],
+                    "samples_per_s": best["samples_per_s"],
+                    "epochs": best["epochs"],
+                    "config": {
+                        k.removeprefix("config/"): v
+                        for k, v in best.items()
+                        if k.startswith("config/")
+                    },
+                    "workers": best["_workers"],
+                },
+                "storage": str(storage.join(experiment)),
+            }
+            # NaN (a trial without throughput) is not JSON: written as null, with a warning.
+            write_summary(summary, out / "tune_summary.json")
         if search_run is not None:
             search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
-            search_run.close(failed=True)
-        first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
-        staging.publish()  # trials.csv / trials.png say what went wrong
-        raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
-    best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
-    summary = {
-        "experiment": experiment,
-        "metric": cfg.metric,
-        "mode": cfg.mode,
-        "scheduler": cfg.scheduler,
-        "max_concurrent_trials": concurrency,
-        "trials": len(rows),
-        "failed_trials": sum(1 for r in rows if r["error"]),
-        "wall_time_s": wall,
-        "best": {
-            "trial_id": best["trial_id"],
-            cfg.metric: float(best[cfg.metric]),
-            "val_accuracy": best["val_accuracy"],
-            "samples_per_s": best["samples_per_s"],
-            "epochs": best["epochs"],
-            "config": {
-                k.removeprefix("config/"): v for k, v in best.items() if k.startswith("config/")
-            },
-            "workers": best["_workers"],
-        },
-        "storage": str(storage.join(experiment)),
-    }
-    # NaN (a trial without throughput) is not JSON: written as null, with a warning.
-    write_summary(summary, out / "tune_summary.json")
-    if search_run is not None:
-        search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
-        search_run.close()
-    staging.publish()
+        staging.publish()  # also without a result: trials.csv / trials.png say what went wrong
+        if not ok:
+            first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
+            raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
     return summary
 
 

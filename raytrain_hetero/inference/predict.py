@@ -56,16 +56,9 @@ PREDICT_MODES: tuple[str, ...] = ("proportional", "equal", "single")
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    """What every predictor actor needs to build its model and open its data (picklable).
-
-    Attributes:
-        source: The dataset to read.
-        model_name: :func:`~raytrain_hetero.workloads.models.build_model` name.
-        model_kwargs: Its keyword arguments (as for training).
-        checkpoint: Path of the ``model.pt`` to load, or its location on a remote store
-            (read by every actor through the location's pickled filesystem).
-        split: Dataset split to read (hyperspectral: also ``"scene"``).
-        exclude: Files / sample ids to leave out (as the driver found them).
+    """What every predictor actor needs to build its model and open its data (picklable): the
+    ``source``, the ``build_model`` name and keyword arguments, the ``checkpoint`` (a local path or
+    a remote location every actor reads), the ``split`` and the files or ids to ``exclude``.
     """
 
     source: DataSource
@@ -79,16 +72,9 @@ class PredictorSpec:
 class ModelPredictor:
     """Ray Data ``map_batches`` callable class: one model replica plus its dataset.
 
-    Each call receives a batch ``{"index": int64 array}`` of sample indices, reads and decodes
-    those samples itself (so loading runs on the heterogeneous workers, in parallel), runs
-    the model and returns one row per sample.
-
-    Args:
-        spec: Model, checkpoint and data of the prediction.
-        worker: Name of the worker group (recorded with every prediction).
-        slowdown: EMULATION factor >= 1 (see the module docstring).
-        device: ``"cpu"`` or ``"cuda"``.
-        threads: torch intra-op threads (the actor's CPUs).
+    Each call gets ``{"index": int64 array}`` and reads and decodes those samples itself (so
+    loading runs on the heterogeneous workers, in parallel), then returns one row per sample.
+    ``slowdown`` is the EMULATION factor; ``threads`` the actor's torch threads (its CPUs).
     """
 
     def __init__(
