@@ -213,9 +213,7 @@ def run_bench(
     check_comparable(job)
     if repeats < 1:
         raise ConfigError(f"--repeats is {repeats}; it must be at least 1.")
-    default = job.output_dir
-    default = default / "bench" if isinstance(default, Path) else f"{default.rstrip('/')}/bench"
-    target = job.ray.location(output_dir or default)
+    target = job.ray.location(output_dir or f"{job.output_dir}/bench")
     if "bench.json" in target.list_names() and not overwrite:
         raise ConfigError(
             f"{target} already holds a bench.json. Fix: choose a new --output or pass "
@@ -257,7 +255,6 @@ def run_bench(
         "summary": summary,
     }
     staging = StagingDir(target)
-    staging.local.mkdir(parents=True, exist_ok=True)
     atomic_write_text(staging.local / "bench.json", json.dumps(result, indent=2) + "\n")
     staging.publish()
     print(f"wrote {target}/bench.json")

@@ -27,16 +27,10 @@ STEPS_KEY = "bench/steps"
 class StockEmulation:
     """Emulated slowdown for a stock DDP model, the stretch raytrain_hetero applies to itself.
 
-    A forward pre-hook on the inner module marks the start of the step's compute (after DDP's
-    buffer broadcast; loading is not stretched) and a DDP communication hook sleeps (k - 1) x
-    the compute since then before each gradient bucket's all-reduce, then runs DDP's default
+    A forward pre-hook marks the start of the step's compute (after DDP's buffer broadcast;
+    loading is not stretched); a DDP communication hook sleeps (k - 1) x the compute since then
+    (and ``link_delay_s``, a slow link) before each bucket's all-reduce, then runs DDP's default
     all-reduce (sum, divided by the world size).
-
-    Args:
-        schedule: This worker's factors over the run (base, injections, noise).
-        device: The model's device (the compute clock synchronises CUDA).
-        link_delay_s: ``WorkerSpec.emulated_collective_delay_s``: a slow link, slept before
-            each all-reduce.
     """
 
     def __init__(self, schedule: SlowdownSchedule, device: Any, link_delay_s: float = 0.0) -> None:

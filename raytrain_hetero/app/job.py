@@ -322,13 +322,9 @@ def build_summary(
 
 
 def parallel_summary(job: JobConfig, final_metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """summary.json's ``parallel``: the mode, its groups, the final layout and the traffic.
-
-    From rank 0's last checkpointed report: ``layout`` holds each rank's share of the model
-    (``"features.0:20 features.4:44"``, ``"s2+head"``; ``None`` in data mode), ``resplits``
-    the live re-splits of the last submission, ``bytes_per_step`` what the ranks together
-    sent per step (model-parallel: measured activations and gradients; data: the
-    gradient all-reduce's volume, computed from the model size).
+    """summary.json's ``parallel``: the mode, its groups, and from rank 0's last checkpointed
+    report each rank's share of the model (``layout``; ``None`` in data mode), the live re-splits
+    and what the ranks together sent per step (data mode: the gradient all-reduce's volume).
     """
     return {
         "mode": job.parallel.mode,

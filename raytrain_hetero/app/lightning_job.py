@@ -67,14 +67,12 @@ def build_task(job: JobConfig) -> pl.LightningModule:
 
 
 def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDataModule:
-    """The configured datamodule, set up for ``stage`` if given: ``data.datamodule_args``
-    plus ``data.root`` as the ``paths`` or ``root`` the class (or the dataset it forwards
-    ``**kwargs`` to) takes, ``batch_size`` (its validation loader's) ``train.global_batch_size``
-    and ``num_workers`` ``data.num_workers``, unless ``datamodule_args`` set them.
+    """The configured datamodule (set up for ``stage`` if given): ``data.datamodule_args`` plus,
+    unless they set them, ``data.root`` as the ``paths`` or ``root`` the class takes,
+    ``batch_size`` ``train.global_batch_size`` and ``num_workers`` ``data.num_workers``.
 
     Raises:
-        ConfigError: The datamodule or its dataset failed to build (a wrong ``paths``, an
-            argument the dataset rejects), one line naming the settings.
+        ConfigError: The datamodule or its dataset failed to build (one line naming the settings).
     """
     from raytrain_hetero.workloads.lightning_tasks import location_argument, resolve_datamodule
 
@@ -101,15 +99,13 @@ def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDa
 
 def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     """Driver-side checks of a task job; returns split sizes (and ``bands``) like
-    :func:`~raytrain_hetero.app.job.prepare_dataset`.
-
-    A torchgeo ``GeoDataModule``'s training size is its sampler's draws per epoch (``length``).
+    :func:`~raytrain_hetero.app.job.prepare_dataset` (a ``GeoDataModule``'s training size: its
+    sampler's draws per epoch).
 
     Raises:
-        DataError: Missing data, or a task that cannot take the datamodule's batches
-            (band or class count), naming both.
-        ConfigError: The datamodule, its dataset or the task failed to build (one line
-            naming the settings), or too few training samples for the workers.
+        DataError: Missing data, or a task that cannot take the datamodule's batches.
+        ConfigError: The datamodule, its dataset or the task failed to build, or too few
+            training samples for the workers.
     """
     import torch
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import logging
 import math
@@ -191,12 +192,9 @@ def plot_worker_throughput(
         slices = [_num(r.get("slice")) for r in recs]
         ax_sl.step(steps, slices, where="post", color=line.get_color(), lw=1.2)
 
-    changes = []
-    previous = None
-    for step in sorted(plan_at_step):
-        if previous is not None and plan_at_step[step] != previous:
-            changes.append((step, plan_at_step[step]))
-        previous = plan_at_step[step]
+    changes = [
+        (s, v) for (_, u), (s, v) in itertools.pairwise(sorted(plan_at_step.items())) if v != u
+    ]
     for i, (step, version) in enumerate(changes):
         for ax in (ax_tp, ax_sl):
             ax.axvline(

@@ -28,14 +28,8 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class SettingPaths:
-    """Where each config group sits in the caller's terms (for messages).
-
-    Attributes:
-        workers: The list of worker groups.
-        batch: The :class:`BatchConfig` (its fields are addressed below it).
-        elastic: The :class:`ElasticConfig`.
-        slowdowns: The list of slowdown injections.
-        parallel: The :class:`ParallelConfig`.
+    """Where each config group (worker list, :class:`BatchConfig`, :class:`ElasticConfig`,
+    slowdown list, :class:`ParallelConfig`) sits in the caller's terms, for the messages.
     """
 
     workers: Loc = ("workers",)
@@ -109,16 +103,8 @@ def run_setting_problems(
     paths: SettingPaths = SettingPaths(),
     parallel: ParallelConfig | None = None,
 ) -> list[Problem]:
-    """Every inconsistency between the worker groups and the run's settings.
-
-    Args:
-        workers: The worker groups as given (``count`` not expanded).
-        batch: Batch settings. elastic: Elastic settings. emulation: Injected slowdowns.
-        paths: Where each group sits, for the problems' locations and messages.
-        parallel: The model-parallel layout (None: data parallelism).
-
-    Returns:
-        ``(location, what is wrong, how to fix it)`` per problem; empty if all is well.
+    """Every inconsistency between the worker groups (``count`` not expanded) and the run's
+    settings, as ``(location, what is wrong, how to fix it)`` at ``paths``; empty if all is well.
     """
     problems = _worker_problems(workers, paths)
     names = [w.name for w in expand_worker_specs(workers)]

@@ -184,22 +184,11 @@ def random_faults(
     switch_steps: Sequence[int] = (),
     hang_s: float = 600.0,
 ) -> tuple[FaultSpec, ...]:
-    """``count`` seeded random faults (kind, phase, step, rank) for a soak run; reproducible.
-
-    Args:
-        seed: Seed of the draw.
-        count: Number of faults.
-        steps: Global steps of the run; ``mid_epoch`` faults land before the last one.
-        world_size: Ranks to choose targets from.
-        actions: Actions to draw from (``kill``, ``hang``, ...).
-        phases: Phases to draw from.
-        checkpoint_every: The loop checkpoints after steps s with (s + 1) % this == 0; a
-            ``checkpoint_commit`` fault is drawn among those steps.
-        switch_steps: Steps where the loop switches plans (for ``plan_switch`` faults).
-        hang_s: How long a ``hang`` blocks.
-
-    Returns:
-        The faults, in draw order.
+    """``count`` seeded, reproducible random faults for a soak run: an action of ``actions`` at
+    a phase of ``phases`` on a rank below ``world_size``. ``mid_epoch`` faults land before the
+    last of ``steps``, ``checkpoint_commit`` ones after a checkpointing step (``(s + 1) %
+    checkpoint_every == 0``), ``plan_switch`` ones at ``switch_steps``; a ``hang`` blocks
+    ``hang_s``.
     """
     rng = random.Random(seed)
     checkpoint_steps = [s for s in range(steps) if (s + 1) % checkpoint_every == 0]

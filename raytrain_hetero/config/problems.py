@@ -233,13 +233,9 @@ _EXPECTED: dict[str, str] = {
 def describe(
     err: Mapping[str, Any], source: str, root: Any, prefix: tuple[str | int, ...] = ()
 ) -> list[ConfigProblem]:
-    """Turn one pydantic error dict into one or more :class:`ConfigProblem`.
-
-    Args:
-        err: One entry of ``ValidationError.errors()``.
-        source: The ``<source>`` part of the message (file name, or a class name).
-        root: The model class validated (locations are relative to it).
-        prefix: Where ``root`` sits in the caller's terms (prepended to every path).
+    """Turn one pydantic error dict (of ``ValidationError.errors()``) into
+    :class:`ConfigProblem` s named ``source``; locations are relative to the validated ``root``
+    class, with ``prefix`` (where ``root`` sits in the caller's terms) prepended.
     """
     etype: str = err["type"]
     loc = tuple(err.get("loc", ()))
@@ -331,14 +327,8 @@ def raise_validation_error(
     note: str = "",
     prefix: tuple[str | int, ...] = (),
 ) -> typing.NoReturn:
-    """Raise one :class:`ConfigError` listing every problem of ``exc`` with its fix.
-
-    Args:
-        exc: The pydantic error.
-        root: The model class that was validated.
-        source: The ``<source>`` of each line (default: the class name).
-        note: Extra text for the error's first line.
-        prefix: Where ``root`` sits in the caller's terms (prepended to every path).
+    """Raise one :class:`ConfigError` listing every problem of ``exc`` with its fix (arguments
+    as :func:`describe`; ``source`` defaults to the class name, ``note`` adds to the first line).
     """
     where = source if source is not None else getattr(root, "__name__", str(root))
     problems = [p for e in exc.errors() for p in describe(e, where, root, prefix)]

@@ -38,16 +38,9 @@ def finite(value: Any) -> bool:
 def trial_rows(
     grid: Any, *, search_keys: Iterable[str], epochs: int
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Flatten a Tune ``ResultGrid`` into table rows and per-trial metric histories.
-
-    Args:
-        grid: The ``ResultGrid`` of ``Tuner.fit()``.
-        search_keys: The searched parameters (each becomes a ``config/<key>`` column).
-        epochs: Epochs of a full trial (fewer: the trial was stopped early).
-
-    Returns:
-        Rows (sorted by trial id; ``_workers`` holds each trial's per-worker metrics) and
-        each trial's history of reports.
+    """Flatten a Tune ``ResultGrid`` into rows (sorted by trial id; a ``config/<key>`` column
+    per searched key; ``_workers`` the per-worker metrics; ``epochs`` fewer than a full trial's:
+    stopped early) and each trial's history of reports.
     """
     keys = list(search_keys)
     rows: list[dict[str, Any]] = []
