@@ -46,27 +46,26 @@ class SettingPaths:
 def _slowdown_problems(
     injection: SlowdownInjection, names: Sequence[str], at: Loc
 ) -> list[Problem]:
+    problems = Problems()
     if injection.worker is not None and injection.worker not in names:
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        return [
-            (
-                (*at, "worker"),
-                f"names worker {injection.worker!r}, but the workers are {list(names)}",
-                (
-                    f"name one of {shown} (a group with count > 1 is <name>-0, <name>-1, ...), "
-                    "or give rank instead"
-                ),
-            )
-        ]
-    if injection.rank is not None and not injection.rank < len(names):
-        return [
-            (
-                (*at, "rank"),
-                f"rank {injection.rank} is outside 0..{len(names) - 1}",
-                f"use a rank from 0 to {len(names) - 1}",
-            )
-        ]
-    return []
+        problems.add(
+            (*at, "worker"),
+            f"names worker {injection.worker!r}, but the workers are {list(names)}",
+            f"name one of {_shown(names)} (a group with count > 1 is <name>-0, <name>-1, ...), "
+            "or give rank instead",
+        )
+    elif injection.rank is not None and not injection.rank < len(names):
+        last = len(names) - 1
+        problems.add(
+            (*at, "rank"),
+            f"rank {injection.rank} is outside 0..{last}",
+            f"use a rank from 0 to {last}",
+        )
+    return problems
+
+
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
 
 
 def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> Problems:
@@ -111,12 +110,11 @@ def run_setting_problems(
     n = len(names)
     min_slice_key = paths.key(paths.batch, "min_slice")
     if batch.fixed_shares is not None and len(batch.fixed_shares) != n:
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
         problems.add(
             (*paths.batch, "fixed_shares"),
             f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
             f"expanded); {n} shares are needed",
-            f"give exactly {n} shares, one per worker in this order: {shown}",
+            f"give exactly {n} shares, one per worker in this order: {_shown(names)}",
         )
     if batch.global_batch_size < n * batch.min_slice:
         problems.add(
