@@ -71,15 +71,9 @@ def trial_tracker(
     run_name: str,
     parent_run_id: str | None,
 ) -> RunTracker | None:
-    """The tracker of one Tune trial: its own TensorBoard directory and MLflow run (nested
-    under ``parent_run_id``, tagged with the search), its params the trial's resolved job.
-
-    Args:
-        job: The trial's job (the sampled values merged in).
-        tracking: The search's :func:`resolved_tracking`, as JSON.
-        experiment: The Tune experiment (search) name.
-        run_name: The trial's Train run name.
-        parent_run_id: The search's MLflow run.
+    """The tracker of one Tune trial (``job``: its values merged in): its own TensorBoard
+    directory and MLflow run, nested under the search's ``parent_run_id`` and tagged with the
+    search; ``tracking`` is the search's :func:`resolved_tracking` as JSON.
     """
     config = TrackingConfig.model_validate(tracking)
     if not config.active:

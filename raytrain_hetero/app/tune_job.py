@@ -69,16 +69,10 @@ def run_trial(
     tracking: dict[str, Any] | None = None,
     parent_run_id: str | None = None,
 ) -> None:
-    """Tune function trainable: train ``base_job`` with ``params`` merged over it.
-
-    Args:
-        params: This trial's sampled values (dotted job keys).
-        base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
-        storage_path: Where Ray Train keeps this trial's run (checkpoints), on any store
-            (its filesystem travels with it).
-        tracking: The search's resolved ``tracking`` (JSON): the trial gets its own
-            TensorBoard directory and MLflow run.
-        parent_run_id: The search's MLflow run, the parent of the trial's.
+    """Tune function trainable: train ``base_job`` (the job as JSON) with ``params`` (dotted
+    job keys) merged over it, its Train run kept under ``storage_path`` (on any store); with
+    ``tracking`` (the search's, resolved) the trial gets its own TensorBoard directory and an
+    MLflow run nested under ``parent_run_id``.
     """
     from ray import tune
 
@@ -269,17 +263,8 @@ def format_best(summary: Mapping[str, Any]) -> str:
         ),
         f"best config: {config}",
     ]
-    rows = [
-        {
-            "rank": w.get("rank"),
-            "worker": name,
-            "device": w.get("device"),
-            "samples_per_s": w.get("samples_per_s"),
-            "slice": w.get("slice"),
-            "weight": w.get("weight"),
-        }
-        for name, w in sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
-    ]
+    workers = sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
+    rows = [{**w, "worker": name} for name, w in workers]
     if rows:
         lines.append(format_worker_table(rows))
     return "\n".join(lines)

@@ -89,17 +89,12 @@ class TrackingConfig(HeteroModel):
         """Packages an enabled sink needs that are not importable (``[]``: all there)."""
         from importlib.util import find_spec
 
-        needed = []
-        if self.tensorboard.enabled:
-            needed.append("tensorboard")
-        if self.mlflow.enabled:
-            needed.append("mlflow")
+        enabled = {"tensorboard": self.tensorboard.enabled, "mlflow": self.mlflow.enabled}
         missing = []
-        for name in needed:
+        for name in (name for name, on in enabled.items() if on):
             try:
-                found = find_spec(name) is not None
+                if find_spec(name) is None:
+                    missing.append(name)
             except (ImportError, ValueError):  # a None entry in sys.modules, a broken install
-                found = False
-            if not found:
                 missing.append(name)
         return missing

@@ -88,11 +88,8 @@ def _distributions(
 
 
 def param_space(space: Mapping[str, SearchDistribution | Mapping[str, Any]]) -> dict[str, Any]:
-    """Ray Tune domains for a search space.
-
-    Args:
-        space: Parameter name (kept as is, e.g. dotted ``train.lr``) to one distribution:
-            a :class:`SearchDistribution` or a mapping of its fields (``{kind: values}``).
+    """Ray Tune domains for a search space: parameter name (kept as is, e.g. dotted ``train.lr``)
+    to a :class:`SearchDistribution` or a mapping of its fields.
 
     Raises:
         ConfigError: A mapping is not a valid distribution.

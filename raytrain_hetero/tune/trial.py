@@ -140,13 +140,8 @@ def trial_report_callback() -> HeteroTuneReportCallback:
 
 
 class _AbortTrainOnStop:
-    """Mixin for Tune's function trainable (see ``mark_trainable_mixins``): when Tune stops
-    the trial (ASHA, time budget), abort the trial's Train run first.
-
-    Tune ends a stopped trial's actor, and with it the Train controller; a controller that
-    dies this way leaves its placement group to Ray Train's cleaner actor, which needs the
-    dashboard's state API and an unambiguous cluster address. Aborting through the
-    controller removes the placement group at once, so the next trial gets the workers.
+    """Mixin for Tune's function trainable (``mark_trainable_mixins``): when Tune stops the
+    trial (ASHA, time budget), abort its Train run first (why: the module docstring).
     """
 
     def cleanup(self) -> None:
