@@ -2,17 +2,11 @@
 
 Every global batch is carved into per-worker slices sized by measured worker speed, and each
 worker's gradient is weighted by the samples it processed, so the synchronised update is
-exactly the single-device update for that global batch.
-
-Driver side: :class:`HeteroTrainer`, :class:`WorkerSpec` and the setting groups
-(:class:`BatchConfig`, :class:`SchedulerConfig`, ...; see :mod:`raytrain_hetero.config`). Inside the train loop:
-:func:`prepare_model`, :func:`prepare_optimizer`, :func:`prepare_data_loader` (or, for
-``HeteroTrainer(datasets=...)`` Ray Data pipelines, :func:`get_dataset_shard`), :func:`report`, :func:`get_device`;
-model parallelism (``HeteroTrainer(parallel=ParallelConfig(...))``): :func:`prepare_model_parallel`.
-Lightning (torchgeo's tasks): ``raytrain_hetero.lightning`` (``HeteroDDPStrategy``,
-``HeteroLightningEnvironment``, ``HeteroReportCallback``, ``prepare_trainer``, ``fit``).
-Every public name is imported lazily: ``import raytrain_hetero`` (and ``raytrain_hetero.core``)
-loads no config library, no Ray and no torch.
+exactly the single-device update for that global batch. Driver side: :class:`HeteroTrainer`
+and the config objects (:mod:`raytrain_hetero.config`); in the train loop the ``prepare_*``
+functions, :func:`report`, :func:`get_device`; Lightning: ``raytrain_hetero.lightning``. Every
+public name is imported lazily: ``import raytrain_hetero`` loads no config library, no Ray and
+no torch.
 """
 
 from __future__ import annotations

@@ -28,15 +28,8 @@ __all__ = [
 def atomic_write(
     path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool = False
 ) -> Path:
-    """Call ``write(fh)`` on a temporary file next to ``path``, then move it over ``path``.
-
-    Args:
-        path: Destination; its parent directories are created.
-        write: Writes the whole content to the open file it is given.
-        binary: Open the temporary file in binary mode (text mode is UTF-8, ``newline=""``).
-
-    Returns:
-        The destination path.
+    """Call ``write(fh)`` on a temporary file next to ``path`` (parents created; text mode is
+    UTF-8 with ``newline=""``), then move it over ``path``; returns ``path``.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -73,15 +66,10 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any, *, indent: int | 
 
 
 def move_into_place(staged: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """Publish a finished file or directory written elsewhere (e.g. by a library that writes
-    only to a path of its own, such as Ray Data's Parquet writer) under ``path``.
-
-    ``staged`` must be on the same filesystem (write it next to ``path``); the move is one
-    :func:`os.replace`, so readers see the old ``path`` or the complete new one. A directory
-    ``path`` must be absent or empty (nothing is deleted here).
-
-    Returns:
-        The destination path.
+    """Publish a finished file or directory written elsewhere on the same filesystem (e.g. by
+    Ray Data's Parquet writer, which writes only to a path of its own) under ``path`` with one
+    :func:`os.replace`: readers see the old ``path`` or the complete new one. A directory ``path``
+    must be absent or empty (nothing is deleted here).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,18 +1,11 @@
 """The one storage mechanism: where runs, checkpoints and outputs live, local or in the cloud.
 
-A location is a local path (made absolute, as before) or a URI that
-:func:`pyarrow.fs.FileSystem.from_uri` understands (``s3://bucket/runs``, ``gs://...``,
-``abfs://...``, ``hdfs://...``). :func:`storage_location` parses one into a
-:class:`StorageLocation`: the pyarrow filesystem plus the path on it. Ray Train gets the pair
-(``RunConfig(storage_path=location.path, storage_filesystem=location.filesystem)``); the jobs
-list, read, download and upload through the same filesystem, so every node and every Ray
-worker (the filesystem is pickled with the location) reaches the same store.
-
-An optional :class:`StorageFilesystem` (``ray.storage_filesystem:`` in a job file) sets what a
-URI cannot say well: a custom endpoint (MinIO, a local S3-compatible server), the region and
-the connection scheme. Credentials never come from a config: pyarrow reads them from the
-environment (``AWS_ACCESS_KEY_ID``..., ``GOOGLE_APPLICATION_CREDENTIALS``) or the instance
-role / workload identity, and a config key or URI that carries a secret is refused.
+A location is a local path or a URI :func:`pyarrow.fs.FileSystem.from_uri` understands
+(``s3://``, ``gs://``, ``abfs://``, ``hdfs://``); :class:`StorageLocation` holds the pyarrow
+filesystem and the path on it, pickled to every node and Ray worker with the location, so all
+reach the same store. :class:`StorageFilesystem` (``ray.storage_filesystem:``) sets what a URI
+cannot say well (endpoint, region, scheme). Credentials never come from a config: pyarrow reads
+them from the environment or the instance role, and a key or URI carrying a secret is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from raytrain_hetero.atomic import atomic_write_json
 from raytrain_hetero.config.base import HeteroModel
@@ -79,28 +72,21 @@ def is_uri(location: str | os.PathLike[str]) -> bool:
 
 
 class StorageFilesystem(HeteroModel):
-    """How to reach an object store (``ray.storage_filesystem:``); no credentials.
-
-    Applies to every ``s3://`` / ``gs://`` location of a job (``ray.storage_path``,
-    ``output_dir``, ``predict --checkpoint`` and ``--output``). Credentials come from the
-    environment or the instance role; a key that looks like a secret is refused.
+    """How to reach an object store (``ray.storage_filesystem:``), for every ``s3://`` /
+    ``gs://`` location of a job; credentials come from the environment or the instance role, a
+    key that looks like a secret is refused.
 
     Attributes:
-        endpoint_override: Host[:port] or URL of an S3/GCS-compatible server (MinIO, Ceph,
-            a local test server); ``None``: the provider's own endpoint.
+        endpoint_override: Host[:port] or URL of an S3/GCS-compatible server (MinIO, Ceph);
+            ``None``: the provider's own endpoint.
         region: S3 region (GCS: the location of new buckets); ``None``: pyarrow's default
-            (``AWS_DEFAULT_REGION`` / the AWS config). Without a spec, an ``s3://`` URI
-            looks up its bucket's region itself.
+            (without a spec, an ``s3://`` URI looks up its bucket's region itself).
         scheme: Connection scheme to the endpoint, ``https`` (default) or ``http``.
     """
 
-    endpoint_override: str | None = Field(
-        None, description="host[:port] or URL of an S3/GCS-compatible server"
-    )
-    region: str | None = Field(None, description="S3 region (GCS: location of new buckets)")
-    scheme: Literal["https", "http"] | None = Field(
-        None, description="connection scheme to the endpoint (default https)"
-    )
+    endpoint_override: str | None = None
+    region: str | None = None
+    scheme: Literal["https", "http"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -220,12 +206,6 @@ class StorageLocation:
 
         return bool(self._type() != pafs.FileType.NotFound)
 
-    def is_dir(self) -> bool:
-        """Whether a directory (object stores: a non-empty prefix) is there."""
-        import pyarrow.fs as pafs
-
-        return bool(self._type() == pafs.FileType.Directory)
-
     def is_file(self) -> bool:
         """Whether a file (an object) is there."""
         import pyarrow.fs as pafs
@@ -303,21 +283,21 @@ class StorageLocation:
 
 
 def storage_location(
-    location: str | os.PathLike[str], filesystem: StorageFilesystem | None = None
+    location: str | os.PathLike[str] | StorageLocation,
+    filesystem: StorageFilesystem | None = None,
 ) -> StorageLocation:
-    """Parse a local path or a URI into a :class:`StorageLocation`.
-
-    Args:
-        location: A local path (``~`` expanded, made absolute) or a URI pyarrow supports.
-        filesystem: Endpoint / region / scheme for ``s3://`` and ``gs://`` URIs.
+    """Parse a local path (``~`` expanded, made absolute) or a URI pyarrow supports into a
+    :class:`StorageLocation` (a location stays as is); ``filesystem`` configures ``s3://`` and
+    ``gs://`` URIs.
 
     Raises:
-        ConfigError: A URI pyarrow cannot open (unknown scheme, a missing filesystem
-            library), or one that carries credentials.
+        ConfigError: A URI pyarrow cannot open, or one that carries credentials.
     """
     import pyarrow as pa
     import pyarrow.fs as pafs
 
+    if isinstance(location, StorageLocation):
+        return location
     if not is_uri(location):
         path = Path(location).expanduser().absolute()
         return StorageLocation(str(path), pafs.LocalFileSystem(), str(path), remote=False)
@@ -376,15 +356,9 @@ def _shown(uri: str) -> str:
 
 
 class StagingDir:
-    """A local directory standing in for a remote output location.
-
-    Writers keep writing local files atomically (``atomic.py``); :meth:`publish` then uploads
-    the directory's files to the location. For a local location the directory IS the
-    location and nothing is copied.
-
-    Attributes:
-        location: Where the outputs finally go.
-        local: Where to write them now.
+    """A local directory standing in for a remote output location: writers write local files
+    atomically into ``local``, :meth:`publish` uploads them to ``location``. For a local
+    location the directory IS the location and nothing is copied.
     """
 
     def __init__(self, location: StorageLocation) -> None:
@@ -408,10 +382,12 @@ class StagingDir:
         return source.download(self.local / name)
 
     def publish(self) -> None:
-        """Upload what was written to a remote location (local: nothing to do)."""
+        """Upload what was written to a remote location, then remove the staging directory
+        (local: nothing to do)."""
         if self.location.remote:
             self.location.upload(self.local)
             logger.info("outputs uploaded to %s", self.location)
+            self.cleanup()
 
     def cleanup(self) -> None:
         """Remove the staging directory of a remote location (it was created here)."""
@@ -434,13 +410,10 @@ class RememberedCost:
 class CostModelStore:
     """Cost models measured by earlier runs, one small JSON file per key, kept with the runs.
 
-    Lives at ``<storage>/.raytrain_hetero/cost_models/<key>.json`` beside the run
-    directories, so every run, restart and Tune trial writing to the same storage shares it.
-    The key (chosen by the worker) changes with the model and the worker type, so a changed
-    model or device never finds a stale entry. A cache: an unreadable entry is ignored.
-
-    Args:
-        storage: The runs' storage location (``RunConfig.storage_path``).
+    Lives at ``<storage>/.raytrain_hetero/cost_models/<key>.json``, so every run, restart and Tune
+    trial on the same storage shares it; the key (chosen by the worker) changes with the model
+    and the worker type, so a changed model or device never finds a stale entry. A cache: an
+    unreadable entry is ignored.
     """
 
     def __init__(self, storage: StorageLocation) -> None:

@@ -1,22 +1,13 @@
 """``raytrain-hetero bench --config JOB.yaml``: stock Ray Train vs raytrain_hetero on your job.
 
-Both contenders train the same job (the YAML's dataset, model, optimiser, workers, epochs and
-emulated slowdowns) in one Ray session on the same cluster, alternating (with ``--repeats``:
-B A, A B, ...; the first fit of a session runs slow, so it falls on raytrain_hetero):
-
-* ``stock``: ``ray.train.torch.TorchTrainer`` with plain DDP and a ``DistributedSampler``,
-  an equal ``B / N`` per worker (:mod:`raytrain_hetero.app.bench_stock`);
-* ``raytrain_hetero``: the job as ``raytrain-hetero train`` runs it (probe, carved slices,
-  count-weighted gradients, live re-planning as configured), without tracking or outputs.
-
-Figures, the same rule for both: **start-up** from ``fit()`` to the start of the first step
-(worker start, data, model and, for raytrain_hetero, probing); **samples/s** over training
-steps only (per epoch, rank 0's first step start to last step end; validation between epochs
-excluded); **wall** the whole ``fit()``; **final accuracy** rank 0's validation after the last
-epoch. Medians over repeats, and each over stock's. Only ``bench.json`` is written.
-
-The project's own scenario suite (emulated clusters, efficiency, time to accuracy, drift,
-joins, plots) is ``python -m benchmarks`` in the repository, not part of this package.
+Both contenders train the same job in one Ray session on the same cluster, alternating (B A,
+A B, ...; the first fit of a session runs slow, so it falls on raytrain_hetero): ``stock`` is
+``TorchTrainer`` with plain DDP and an equal ``B / N`` per worker
+(:mod:`raytrain_hetero.app.bench_stock`), ``raytrain_hetero`` the job as ``train`` runs it,
+without tracking or outputs. The same rules for both: **start-up** from ``fit()`` to the first
+step; **samples/s** over training steps only (validation excluded); **wall** the whole
+``fit()``; **final accuracy** after the last epoch. Medians over repeats, each over stock's;
+only ``bench.json`` is written. The project's scenario suite is ``python -m benchmarks``.
 """
 
 from __future__ import annotations
@@ -51,16 +42,8 @@ SUPPORTED = (
 
 @dataclass(frozen=True)
 class FitFigures:
-    """What one fit of one contender measured.
-
-    Attributes:
-        contender: ``stock`` or ``raytrain_hetero``.
-        repeat: Repeat index (0-based).
-        startup_s: Seconds from ``fit()`` to the start of the first training step.
-        samples_per_s: Samples over the seconds of training steps (validation excluded).
-        wall_s: Seconds of the whole ``fit()``.
-        final_accuracy: Rank 0's validation accuracy after the last epoch.
-        steps: Training steps rank 0 ran.
+    """What one fit of one contender measured (see the module docstring): seconds to the first
+    step, training samples/s, wall seconds, rank 0's final validation accuracy and its steps.
     """
 
     contender: str
@@ -230,9 +213,7 @@ def run_bench(
     check_comparable(job)
     if repeats < 1:
         raise ConfigError(f"--repeats is {repeats}; it must be at least 1.")
-    default = job.output_dir
-    default = default / "bench" if isinstance(default, Path) else f"{default.rstrip('/')}/bench"
-    target = job.ray.location(output_dir or default)
+    target = job.ray.location(output_dir or f"{job.output_dir}/bench")
     if "bench.json" in target.list_names() and not overwrite:
         raise ConfigError(
             f"{target} already holds a bench.json. Fix: choose a new --output or pass "
@@ -274,9 +255,7 @@ def run_bench(
         "summary": summary,
     }
     staging = StagingDir(target)
-    staging.local.mkdir(parents=True, exist_ok=True)
     atomic_write_text(staging.local / "bench.json", json.dumps(result, indent=2) + "\n")
     staging.publish()
-    staging.cleanup()
     print(f"wrote {target}/bench.json")
     return result

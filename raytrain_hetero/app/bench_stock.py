@@ -1,14 +1,11 @@
 """The stock contender of ``raytrain-hetero bench``: the job as a Ray Train user writes it today.
 
-:func:`stock_loop` runs on every worker of a plain ``ray.train.torch.TorchTrainer``: the job's
-dataset, model (same seed), SGD settings and epochs, through ``ray.train.torch.prepare_model``
-(DDP, its default gradient averaging, per-rank BatchNorm: torch's ``SyncBatchNorm`` refuses CPU
-tensors) and ``prepare_data_loader`` (a ``DistributedSampler``: an equal ``B / N`` per worker),
-``set_epoch`` each epoch, rank 0 validating after each epoch as the job's loop does.
-
-EMULATED heterogeneity (``emulated_slowdown``, ``emulation:``) applies to stock exactly as to
-raytrain_hetero, through the one emulator (:class:`StockEmulation` below): otherwise a CPU-only
-comparison would pit emulated slow workers against unslowed ones.
+:func:`stock_loop` runs the job's data, model (same seed), SGD and epochs on a plain
+``TorchTrainer`` through ``prepare_model`` (DDP averaging, per-rank BatchNorm) and
+``prepare_data_loader`` (a ``DistributedSampler``: equal ``B / N``). EMULATED heterogeneity
+applies to stock exactly as to raytrain_hetero, through the one emulator
+(:class:`StockEmulation`); otherwise a CPU-only comparison would pit emulated slow workers
+against unslowed ones.
 """
 
 from __future__ import annotations
@@ -30,16 +27,10 @@ STEPS_KEY = "bench/steps"
 class StockEmulation:
     """Emulated slowdown for a stock DDP model, the stretch raytrain_hetero applies to itself.
 
-    A forward pre-hook on the inner module marks the start of the step's compute (after DDP's
-    buffer broadcast; loading is not stretched) and a DDP communication hook sleeps (k - 1) x
-    the compute since then before each gradient bucket's all-reduce, then runs DDP's default
+    A forward pre-hook marks the start of the step's compute (after DDP's buffer broadcast;
+    loading is not stretched); a DDP communication hook sleeps (k - 1) x the compute since then
+    (and ``link_delay_s``, a slow link) before each bucket's all-reduce, then runs DDP's default
     all-reduce (sum, divided by the world size).
-
-    Args:
-        schedule: This worker's factors over the run (base, injections, noise).
-        device: The model's device (the compute clock synchronises CUDA).
-        link_delay_s: ``WorkerSpec.emulated_collective_delay_s``: a slow link, slept before
-            each all-reduce.
     """
 
     def __init__(self, schedule: SlowdownSchedule, device: Any, link_delay_s: float = 0.0) -> None:
@@ -117,9 +108,8 @@ def stock_loop(config: dict[str, Any]) -> None:
     from torch.utils.data import DataLoader
 
     from raytrain_hetero.app.config import validate_config
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
+    from raytrain_hetero.app.datasets import open_worker_data
     from raytrain_hetero.worker.emulation import SlowdownSchedule
-    from raytrain_hetero.workloads import build_model
     from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
     job = validate_config(config["job"], source="job config on a worker")
@@ -132,13 +122,7 @@ def stock_loop(config: dict[str, Any]) -> None:
         torch.cuda.set_device(device)
     torch.set_num_threads(max(1, int(spec.resources.get("CPU", 1))))
     torch.manual_seed(job.train.seed)
-    workload = open_configured_datasets(job.data, ("train", "val"))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
+    _, datasets, model = open_worker_data(job, ("train", "val"))
     model = ray.train.torch.prepare_model(model, move_to_device=device)
     emulation = StockEmulation(
         SlowdownSchedule(

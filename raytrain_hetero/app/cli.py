@@ -11,10 +11,16 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from raytrain_hetero.errors import HeteroError
 
 logger = logging.getLogger(__name__)
+
+_OVERWRITE_HELP = (
+    "write into a non-empty output directory, replacing the files this command writes "
+    "(nothing else there is deleted); without it a non-empty one is refused"
+)
 
 
 def _path_or_uri(value: str) -> Path | str:
@@ -25,15 +31,19 @@ def _path_or_uri(value: str) -> Path | str:
     return value if is_uri(value) else Path(value)
 
 
-def _add_job_arguments(
-    command: argparse.ArgumentParser,
+def _job_command(
+    sub: Any,
+    name: str,
+    help: str,
     *,
     config_help: str = "job config YAML",
     set_example: str = "",
     output_help: str | None = None,
-) -> None:
-    """The job arguments every job command takes: the config (positional or ``--config``),
-    repeatable ``--set KEY=VALUE`` overrides and, where given, ``--output``."""
+    overwrite_help: str | None = _OVERWRITE_HELP,
+) -> argparse.ArgumentParser:
+    """A subcommand taking a job: the config (positional or ``--config``), repeatable
+    ``--set KEY=VALUE`` overrides and, where given, ``--output`` and ``--overwrite``."""
+    command: argparse.ArgumentParser = sub.add_parser(name, help=help)
     command.add_argument("config_path", nargs="?", type=Path, help=config_help)
     command.add_argument("--config", dest="config_flag", type=Path, help=config_help)
     if output_help is not None:
@@ -47,15 +57,9 @@ def _add_job_arguments(
         metavar="KEY=VALUE",
         help=f"override a config key{example} (repeatable)",
     )
-
-
-def _add_overwrite_argument(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="write into a non-empty output directory, replacing the files this command "
-        "writes (nothing else there is deleted); without it a non-empty one is refused",
-    )
+    if output_help is not None and overwrite_help is not None:
+        command.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    return command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,12 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="WARNING", help="Python log level (default WARNING)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    default_output = "output directory (default: output_dir from the config)"
 
-    train = sub.add_parser("train", help="train a model from a YAML job config")
-    _add_job_arguments(
-        train,
+    train = _job_command(
+        sub,
+        "train",
+        "train a model from a YAML job config",
         set_example="train.epochs=1",
-        output_help="output directory (default: output_dir from the config)",
+        output_help=default_output,
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar or table")
     train.add_argument(
@@ -87,31 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run --run-name from its last checkpoint (same storage)",
     )
-    _add_overwrite_argument(train)
-
-    probe = sub.add_parser(
-        "probe", help="measure the workers a config would start; print their speeds and the plan"
+    _job_command(
+        sub, "probe", "measure the workers a config would start; print their speeds and the plan"
     )
-    _add_job_arguments(probe)
-
-    tune = sub.add_parser(
-        "tune", help="hyperparameter search (Ray Tune, ASHA) over the config's tune: section"
-    )
-    _add_job_arguments(
-        tune,
+    tune = _job_command(
+        sub,
+        "tune",
+        "hyperparameter search (Ray Tune, ASHA) over the config's tune: section",
         config_help="job config YAML with tune:",
         set_example="tune.num_samples=2",
-        output_help="output directory (default: output_dir from the config)",
+        output_help=default_output,
     )
     tune.add_argument("--quiet", action="store_true", help="no Tune progress tables")
-    _add_overwrite_argument(tune)
 
-    predict = sub.add_parser(
+    predict = _job_command(
+        sub,
         "predict",
-        help="distributed inference with a trained checkpoint (Ray Data actor pools, batch "
+        "distributed inference with a trained checkpoint (Ray Data actor pools, batch "
         "sizes proportional to measured actor speed)",
+        output_help="output directory (default: <output_dir>/predict)",
     )
-    _add_job_arguments(predict, output_help="output directory (default: <output_dir>/predict)")
     predict.add_argument(
         "--checkpoint",
         type=_path_or_uri,
@@ -135,26 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--batch-size", type=int, default=128, help="batch size of the fastest actor (default 128)"
     )
-    _add_overwrite_argument(predict)
-
-    bench = sub.add_parser(
+    bench = _job_command(
+        sub,
         "bench",
-        help="compare stock Ray Train (TorchTrainer, DDP, equal split) with raytrain_hetero "
+        "compare stock Ray Train (TorchTrainer, DDP, equal split) with raytrain_hetero "
         "on this job and cluster: start-up, samples/s, wall time, final accuracy",
-    )
-    _add_job_arguments(
-        bench,
         set_example="train.epochs=1",
         output_help="directory for bench.json (default: <output_dir>/bench)",
+        overwrite_help="replace a bench.json already in --output",
     )
     bench.add_argument(
         "--repeats",
         type=int,
         default=1,
         help="fits per contender, alternating; the table shows medians (default 1)",
-    )
-    bench.add_argument(
-        "--overwrite", action="store_true", help="replace a bench.json already in --output"
     )
 
     from raytrain_hetero.sim.simulator import add_arguments as add_sim_arguments
@@ -167,7 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+def _load_job(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
+    """The job of a job command: its config file with the ``--set`` overrides merged."""
+    from raytrain_hetero.app.config import load_config, parse_overrides
+
     path = args.config_flag or args.config_path
     if path is None:
         parser.error(
@@ -175,7 +173,59 @@ def _config_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> P
         )
     if args.config_flag and args.config_path and args.config_flag != args.config_path:
         parser.error("give the config once, either positionally or with --config")
-    return path
+    return load_config(path, parse_overrides(args.overrides))
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run the parsed command; its exit status."""
+    if args.command == "sim":
+        from raytrain_hetero.sim.simulator import run_from_args as run_sim
+
+        return run_sim(args)
+    job = _load_job(args, parser)
+    if args.command == "train":
+        from raytrain_hetero.app.job import run_job
+
+        run_job(
+            job,
+            output_dir=args.output,
+            progress=not args.no_progress,
+            run_name=args.run_name,
+            resume=args.resume,
+            overwrite=args.overwrite,
+        )
+    elif args.command == "probe":
+        from raytrain_hetero.app.probe_job import run_probe
+
+        run_probe(job)
+    elif args.command == "tune":
+        from raytrain_hetero.app.tune_job import format_best, run_tune
+
+        summary = run_tune(
+            job, output_dir=args.output, verbose=0 if args.quiet else 1, overwrite=args.overwrite
+        )
+        print(format_best(summary))
+        print(
+            f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
+            f"results: {job.ray.location(args.output or job.output_dir)}/trials.csv, trials.png"
+        )
+    elif args.command == "predict":
+        from raytrain_hetero.app.predict import run_predict
+
+        run_predict(
+            job,
+            args.checkpoint,
+            output_dir=args.output,
+            split=args.split,
+            mode=args.mode,
+            batch_size=args.batch_size,
+            overwrite=args.overwrite,
+        )
+    elif args.command == "bench":
+        from raytrain_hetero.app.bench import run_bench
+
+        run_bench(job, output_dir=args.output, repeats=args.repeats, overwrite=args.overwrite)
+    return 0
 
 
 def _report_error(exc: HeteroError) -> int:
@@ -193,71 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        if args.command == "train":
-            from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.app.job import run_job
-
-            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_job(
-                job,
-                output_dir=args.output,
-                progress=not args.no_progress,
-                run_name=args.run_name,
-                resume=args.resume,
-                overwrite=args.overwrite,
-            )
-            return 0
-        if args.command == "probe":
-            from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.app.probe_job import run_probe
-
-            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_probe(job)
-            return 0
-        if args.command == "tune":
-            from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.app.tune_job import format_best, run_tune
-
-            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            summary = run_tune(
-                job,
-                output_dir=args.output,
-                verbose=0 if args.quiet else 1,
-                overwrite=args.overwrite,
-            )
-            print(format_best(summary))
-            print(
-                f"trials: {summary['trials']} ({summary['failed_trials']} failed); "
-                f"results: {job.ray.location(args.output or job.output_dir)}/trials.csv, "
-                "trials.png"
-            )
-            return 0
-        if args.command == "predict":
-            from raytrain_hetero.app.config import load_config, parse_overrides
-            from raytrain_hetero.app.predict import run_predict
-
-            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_predict(
-                job,
-                args.checkpoint,
-                output_dir=args.output,
-                split=args.split,
-                mode=args.mode,
-                batch_size=args.batch_size,
-                overwrite=args.overwrite,
-            )
-            return 0
-        if args.command == "bench":
-            from raytrain_hetero.app.bench import run_bench
-            from raytrain_hetero.app.config import load_config, parse_overrides
-
-            job = load_config(_config_path(args, parser), parse_overrides(args.overrides))
-            run_bench(job, output_dir=args.output, repeats=args.repeats, overwrite=args.overwrite)
-            return 0
-        if args.command == "sim":
-            from raytrain_hetero.sim.simulator import run_from_args as run_sim
-
-            return run_sim(args)
+        return _run(args, parser)
     except HeteroError as exc:
         return _report_error(exc)
     except KeyboardInterrupt:
@@ -277,7 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if ray.is_initialized():
             ray.shutdown()
-    return 1
 
 
 if __name__ == "__main__":

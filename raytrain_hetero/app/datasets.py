@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from raytrain_hetero.app.config import DataConfig, ModelConfig
+from raytrain_hetero.app.config import DataConfig, JobConfig, ModelConfig
 from raytrain_hetero.config.problems import construct
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.data import (
@@ -42,6 +42,7 @@ __all__ = [
     "generate_configured_dataset",
     "model_arguments",
     "open_configured_datasets",
+    "open_worker_data",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,15 +91,26 @@ def open_configured_datasets(
     *,
     exclude: Sequence[str] | None = None,
 ) -> WorkloadData:
-    """Open the configured dataset's splits (after generation), with its normalisation.
-
-    Args:
-        data: The data section.
-        splits: Splits to open; hyperspectral also accepts ``"scene"`` (every pixel).
-        exclude: Files (multimodal: sample ids) to leave out; ``None`` asks
-            :func:`configured_bad_files` (cached).
+    """Open the configured dataset's splits (after generation), leaving out ``exclude`` (``None``:
+    the unreadable files :func:`configured_bad_files` found).
     """
     return open_datasets(data_source(data), splits, exclude=exclude)
+
+
+def open_worker_data(
+    job: JobConfig, splits: Sequence[str]
+) -> tuple[WorkloadData, dict[str, Any], Any]:
+    """On a worker: the job's splits (with ``data.cache``, decoded once into memory) and its
+    model, built; returns ``(workload, datasets, model)``."""
+    from raytrain_hetero.workloads.models import build_model
+
+    workload = open_configured_datasets(job.data, splits)
+    datasets = workload.datasets
+    if job.data.cache:
+        from raytrain_hetero.workloads.cache import InMemoryDataset
+
+        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+    return workload, datasets, build_model(job.model.name, **model_arguments(job.model, workload))
 
 
 def model_arguments(model: ModelConfig, data: WorkloadData) -> dict[str, Any]:
@@ -115,14 +127,11 @@ def model_arguments(model: ModelConfig, data: WorkloadData) -> dict[str, Any]:
 def check_model_fits_data(
     model_cfg: ModelConfig, data: WorkloadData, source: str | os.PathLike[str]
 ) -> Any:
-    """Build the configured model once and check its input bands against the data.
-
-    Run on the driver before training, so a band-count mismatch (``model.in_channels``,
-    pretrained weights made for other bands) or unavailable pretrained weights stop the job
-    before any worker starts. Returns the built model.
+    """Build the configured model once on the driver and check its input bands against the
+    data, so a mismatch stops the job before any worker starts; returns the model.
 
     Raises:
-        DataError: Band-count mismatch (naming the data source, both counts and the fix).
+        DataError: Band-count mismatch (naming the source, both counts and the fix).
         ConfigError: The model cannot be built (e.g. pretrained weights not cached, a
             registered builder that rejects the settings), one line naming them.
     """

@@ -17,12 +17,9 @@ logger = logging.getLogger(__name__)
 def check_data_root(cfg: DataConfig) -> None:
     """Fail early, on the driver, if the data root cannot work.
 
-    Args:
-        cfg: The data section.
-
     Raises:
-        DataError: ``root`` is missing and ``generate`` is not set, or ``root`` exists but
-            is not a directory. The message names the absolute path and the fix.
+        DataError: ``root`` is missing and ``generate`` is not set, or ``root`` is not a
+            directory; the message names the absolute path and the fix.
     """
     root = absolute(cfg.root)
     what = dataset_adapter(cfg.dataset).title

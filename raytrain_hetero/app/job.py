@@ -1,14 +1,10 @@
-"""The main job: train a torchgeo classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
+"""The main job: train a classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
 
-Driver side (:func:`run_job`): prepares (or generates, cached) the dataset, checks it against
-the model before any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with
-a live progress bar and per-worker table (:mod:`raytrain_hetero.app.progress`), and writes
-``metrics.csv``, ``summary.json`` and ``throughput.png`` into the output directory (and, with
-``tracking:``, to TensorBoard and MLflow: :mod:`raytrain_hetero.app.tracking`). The probe-only
-command is :mod:`raytrain_hetero.app.probe_job`.
-
-Worker side: :func:`~raytrain_hetero.app.train_loop.classification_loop`, the train loop every
-Ray worker runs (re-exported here).
+:func:`run_job` prepares (or generates) the dataset and checks it against the model before
+any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with a live
+progress view, and writes ``metrics.csv``, ``summary.json`` and ``throughput.png`` (and,
+with ``tracking:``, TensorBoard and MLflow). Workers run
+:func:`~raytrain_hetero.app.train_loop.classification_loop`.
 """
 
 from __future__ import annotations
@@ -40,19 +36,14 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
-    """Generate the dataset if configured (cached), then check it against the model.
-
-    A ``model.task`` job is checked by
-    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data` instead.
-    Everything that can be checked before a worker starts is checked here: the root, every
-    file's readability (``data.on_bad_file``), the band count against the model
-    (``model.in_channels``, pretrained weights) and the model itself (built once).
-
-    Returns:
-        Split sizes and the band count.
+    """Generate the dataset if configured (cached), then check everything that can be checked
+    before a worker starts: the root, every file's readability (``data.on_bad_file``), the band
+    count against the model and the model itself (built once). A ``model.task`` job goes to
+    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data`. Returns split sizes and
+    the band count.
 
     Raises:
-        DataError: Missing root (naming the path), unreadable files, a band-count mismatch.
+        DataError: Missing root, unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
     if job.model.task is not None:  # a Lightning task (torchgeo's) with its datamodule
@@ -108,16 +99,6 @@ def init_ray(job: JobConfig) -> None:
     )
 
 
-def summarize_workers(records: list[StepRecord]) -> list[dict[str, Any]]:
-    """Per-worker figures over the run (summary.json's ``workers``, the printed table).
-
-    One row per (rank, worker) from :func:`raytrain_hetero.core.records.summarize_workers`:
-    median samples/s, the full-step slice and weight of the last plan, mean slice, median
-    compute/busy/wall seconds and step counts.
-    """
-    return [summary.to_dict() for summary in aggregate_workers(records)]
-
-
 def build_trainer(
     job: JobConfig,
     train_loop: Callable[[dict[str, Any]], None],
@@ -125,17 +106,9 @@ def build_trainer(
     *,
     probe_only: bool = False,
 ) -> HeteroTrainer:
-    """The job's HeteroTrainer, built from its sections (the library's config objects).
-
-    The loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections (data,
-    model, optimiser) itself.
-
-    Args:
-        job: The job.
-        train_loop: The per-worker loop.
-        run_config: Ray Train RunConfig (name, storage, checkpoints, callbacks).
-        probe_only: For ``raytrain-hetero probe``: a fixed group (no elasticity), no
-            live re-planning and no experiment tracking.
+    """The job's HeteroTrainer, built from its sections (the library's config objects); the
+    loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections itself.
+    ``probe_only`` (``raytrain-hetero probe``): a fixed group, no live re-planning, no tracking.
     """
     from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
@@ -205,17 +178,15 @@ def run_job(
 
     Args:
         job: The job.
-        output_dir: Where outputs go (default ``job.output_dir``): a local directory or a
-            URI (written locally, then uploaded through ``ray.storage_filesystem``).
+        output_dir: Where outputs go (default ``job.output_dir``): a local directory or a URI.
         progress: Show the progress bar and worker table.
         run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
         resume: Continue the run ``run_name`` from its last checkpoint.
         overwrite: Write into a non-empty output directory (replacing the job's files).
 
     Raises:
-        ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a
-            run name clash (:func:`~raytrain_hetero.app.runs.resolve_run`); nothing is
-            written then.
+        ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a run
+            name clash (:func:`~raytrain_hetero.app.runs.resolve_run`); nothing is written then.
     """
     from raytrain_hetero.app.outputs import (
         format_worker_table,
@@ -295,7 +266,6 @@ def run_job(
         if tracker is not None:
             tracker.log_artifacts(out / name for name in JOB_ARTIFACTS)
     staging.publish()
-    staging.cleanup()
     if progress:
         rows = summary["workers"]
         if header and summary["parallel"].get("layout"):
@@ -347,7 +317,7 @@ def build_summary(
         "val_samples": sizes["val"],
         "bands": sizes["bands"],
         "weighting": job.train.weighting,
-        "workers": summarize_workers(records),
+        "workers": [summary.to_dict() for summary in aggregate_workers(records)],
         "plans": [plan.to_dict() for plan in plans],
         "emulated_slowdowns": {w.name: w.emulated_slowdown for w in job.expanded_workers()},
         "parallel": parallel_summary(job, final_metrics),
@@ -357,13 +327,9 @@ def build_summary(
 
 
 def parallel_summary(job: JobConfig, final_metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """summary.json's ``parallel``: the mode, its groups, the final layout and the traffic.
-
-    From rank 0's last checkpointed report: ``layout`` holds each rank's share of the model
-    (``"features.0:20 features.4:44"``, ``"s2+head"``; ``None`` in data mode), ``resplits``
-    the live re-splits of the last submission, ``bytes_per_step`` what the ranks together
-    sent per step (model-parallel: measured activations and gradients; data: the
-    gradient all-reduce's volume, computed from the model size).
+    """summary.json's ``parallel``: the mode, its groups, and from rank 0's last checkpointed
+    report each rank's share of the model (``layout``; ``None`` in data mode), the live re-splits
+    and what the ranks together sent per step (data mode: the gradient all-reduce's volume).
     """
     return {
         "mode": job.parallel.mode,

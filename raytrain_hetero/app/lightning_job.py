@@ -1,19 +1,11 @@
 """The job's Lightning path: ``model.task`` + ``data.datamodule`` trained on HeteroTrainer.
 
-A job whose ``model.task`` is set (``torchgeo.ClassificationTask``,
-``torchgeo.SemanticSegmentationTask``) runs :func:`lightning_loop` on every worker instead of
-the classification loop: the task built from ``model.task_args``, the datamodule from
-``data.datamodule`` + ``data.datamodule_args`` (``data.root`` passed as the ``paths`` or
-``root`` the class takes), trained by a
-Lightning Trainer prepared with :mod:`raytrain_hetero.worker.lightning` (carved slices,
-count-weighted gradients, exact BatchNorm, live re-planning, checkpoints with the cursor).
-The task's own optimiser and learning rate apply (``task_args.lr``); ``train.epochs``,
-``train.global_batch_size``, ``train.seed`` and the workers are the job's.
-
-On the driver, :func:`prepare_lightning_data` generates the data (``data.generate``), builds
-the datamodule and the task once and runs one validation batch through the task, so a wrong
-band or class count fails before any worker starts. :func:`run_task_predict` writes a GeoTIFF
-class map of a segmentation scene with the scene's CRS and transform.
+:func:`lightning_loop` builds the task from ``model.task_args`` and the datamodule from
+``data.datamodule_args`` (``data.root`` as the ``paths`` or ``root`` the class takes) and trains
+them with a Trainer prepared by :mod:`raytrain_hetero.worker.lightning`; the task's own
+optimiser applies, epochs, batch, seed and workers are the job's. On the driver,
+:func:`prepare_lightning_data` runs one validation batch through the task, so a wrong band or
+class count fails before any worker starts. :func:`run_task_predict` writes GeoTIFF class maps.
 """
 
 from __future__ import annotations
@@ -64,14 +56,12 @@ def build_task(job: JobConfig) -> pl.LightningModule:
 
 
 def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDataModule:
-    """The configured datamodule, set up for ``stage`` if given: ``data.datamodule_args``
-    plus ``data.root`` as the ``paths`` or ``root`` the class (or the dataset it forwards
-    ``**kwargs`` to) takes, ``batch_size`` (its validation loader's) ``train.global_batch_size``
-    and ``num_workers`` ``data.num_workers``, unless ``datamodule_args`` set them.
+    """The configured datamodule (set up for ``stage`` if given): ``data.datamodule_args`` plus,
+    unless they set them, ``data.root`` as the ``paths`` or ``root`` the class takes,
+    ``batch_size`` ``train.global_batch_size`` and ``num_workers`` ``data.num_workers``.
 
     Raises:
-        ConfigError: The datamodule or its dataset failed to build (a wrong ``paths``, an
-            argument the dataset rejects), one line naming the settings.
+        ConfigError: The datamodule or its dataset failed to build (one line naming the settings).
     """
     from raytrain_hetero.workloads.lightning_tasks import location_argument, resolve_datamodule
 
@@ -98,15 +88,13 @@ def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDa
 
 def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     """Driver-side checks of a task job; returns split sizes (and ``bands``) like
-    :func:`~raytrain_hetero.app.job.prepare_dataset`.
-
-    A torchgeo ``GeoDataModule``'s training size is its sampler's draws per epoch (``length``).
+    :func:`~raytrain_hetero.app.job.prepare_dataset` (a ``GeoDataModule``'s training size: its
+    sampler's draws per epoch).
 
     Raises:
-        DataError: Missing data, or a task that cannot take the datamodule's batches
-            (band or class count), naming both.
-        ConfigError: The datamodule, its dataset or the task failed to build (one line
-            naming the settings), or too few training samples for the workers.
+        DataError: Missing data, or a task that cannot take the datamodule's batches.
+        ConfigError: The datamodule, its dataset or the task failed to build, or too few
+            training samples for the workers.
     """
     import torch
 
@@ -206,26 +194,6 @@ def lightning_loop(config: dict[str, Any]) -> None:
     rhl.fit(rhl.prepare_trainer(trainer), task, datamodule=datamodule)
 
 
-def find_lightning_checkpoint(path: str | Path) -> Path:
-    """``checkpoint.ckpt`` itself, a checkpoint directory holding one, or the newest
-    ``checkpoint_*/checkpoint.ckpt`` under a run or output directory."""
-    from raytrain_hetero.worker.lightning import CHECKPOINT_NAME
-
-    p = Path(path).expanduser()
-    if p.is_file():
-        return p
-    if (p / CHECKPOINT_NAME).is_file():
-        return p / CHECKPOINT_NAME
-    if p.is_dir():
-        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_NAME}"), key=lambda f: f.stat().st_mtime)
-        if found:
-            return found[-1]
-    raise DataError(
-        f"no Lightning checkpoint at {p}: expected {CHECKPOINT_NAME}, a checkpoint directory "
-        f"holding one, or a training output directory. Fix: pass --checkpoint <output dir>."
-    )
-
-
 def run_task_predict(
     job: JobConfig,
     checkpoint: str | Path,
@@ -255,7 +223,10 @@ def run_task_predict(
         )
     out = Path(output_dir or (Path(job.output_dir) / "predict")).resolve()
     check_output_dir(out, overwrite=overwrite, resume=False)
-    file = find_lightning_checkpoint(checkpoint)
+    from raytrain_hetero.inference.checkpoints import find_checkpoint_file
+    from raytrain_hetero.worker.lightning import CHECKPOINT_NAME
+
+    file = find_checkpoint_file(Path(checkpoint), CHECKPOINT_NAME)
     task = resolve_task(job.model.task).load_from_checkpoint(file, map_location="cpu")
     patch = int(job.data.datamodule_args.get("patch_size", 32))
     scenes = sorted(p for p in Path(job.data.root).glob("*.tif") if not p.stem.endswith("_gt"))

@@ -30,15 +30,9 @@ logger = logging.getLogger(__name__)
 
 
 def validate_config(data: Mapping[str, Any], source: str = "<config>", note: str = "") -> JobConfig:
-    """Validate a plain mapping into a :class:`JobConfig`, with :func:`load_config`'s errors.
+    """Validate a plain mapping (overrides already merged) into a :class:`JobConfig`.
 
-    Args:
-        data: The parsed configuration (e.g. from YAML), overrides already merged.
-        source: Name used as the ``<file>`` part of problem messages.
-        note: Extra text for the error's first line (e.g. which overrides were applied).
-
-    Returns:
-        The validated, frozen job configuration.
+    ``source`` names the ``<file>`` of each problem, ``note`` adds to the error's first line.
 
     Raises:
         ConfigError: One error listing every problem found.
@@ -90,19 +84,12 @@ def _yaml_error_text(exc: yaml.YAMLError) -> str:
 def load_config(
     path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None
 ) -> JobConfig:
-    """Read a YAML job file, merge ``overrides`` over it, validate it.
-
-    Args:
-        path: The YAML file.
-        overrides: Nested mapping merged over the file's content before validation (see
-            :func:`parse_overrides`); list items are addressed by index keys (``"0"``).
-
-    Returns:
-        The validated, frozen job configuration.
+    """Read a YAML job file, merge ``overrides`` (a nested mapping, see
+    :func:`parse_overrides`; list items by index keys) over it, validate it.
 
     Raises:
-        ConfigError: The file is missing, unreadable, not YAML or not a mapping, or any
-            value is invalid; the message lists every problem with its fix.
+        ConfigError: The file is missing, unreadable, not YAML or not a mapping, or any value
+            is invalid; the message lists every problem with its fix.
     """
     source = str(path)
     p = Path(path)
@@ -131,14 +118,8 @@ def load_config(
         )
     if data is None:
         file_problem(source, "is empty", "add at least data: and workers: sections")
-    if not isinstance(data, Mapping):
-        file_problem(
-            source,
-            f"the top level must be a mapping (key: value), got {show(data)}",
-            "start the file with keys such as name:, data:, workers:",
-        )
     note = ""
-    if overrides:
+    if overrides and isinstance(data, Mapping):
         data = merge_overrides(data, overrides, source=source)
         note = " (after overrides: " + ", ".join(_flat_keys(overrides)) + ")"
     cfg = validate_config(data, source=source, note=note)

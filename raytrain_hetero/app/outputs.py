@@ -1,13 +1,9 @@
 """Run outputs: per-step metrics CSV, summary JSON, throughput plot and a text table.
 
-Pure Python plus rich (the table) and matplotlib (through its Agg canvas directly: no pyplot,
-no display, no change to the process-wide backend); no Ray, no torch. Every file is written through
-:func:`raytrain_hetero.atomic.atomic_write`, so a reader never sees a half-written output.
-
-A *step record* is a :class:`~raytrain_hetero.core.records.StepRecord`, one per rank per
-step; the metrics CSV has one column per StepRecord field (:data:`METRICS_COLUMNS`, derived
-from the dataclass, so the two cannot drift apart). The writers also take plain mappings with
-those keys (a missing key gives an empty cell).
+No Ray, no torch; matplotlib through its Agg canvas (no pyplot, no process-wide backend
+change). Every file goes through :func:`raytrain_hetero.atomic.atomic_write`. The metrics CSV
+has one column per :class:`~raytrain_hetero.core.records.StepRecord` field
+(:data:`METRICS_COLUMNS`, derived from the dataclass, so the two cannot drift apart).
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import logging
 import math
@@ -61,17 +58,11 @@ def _as_row(record: StepRecord | Mapping[str, Any]) -> Mapping[str, Any]:
 def write_metrics_csv(
     records: Iterable[StepRecord | Mapping[str, Any]], path: str | os.PathLike[str]
 ) -> Path:
-    """Write step records as CSV with exactly :data:`METRICS_COLUMNS`, in that order.
+    """Write step records (StepRecords or mappings) as CSV with exactly :data:`METRICS_COLUMNS`;
+    returns the path.
 
-    Keys outside :data:`METRICS_COLUMNS` are ignored; a missing key (or ``None``) gives an
-    empty cell. Floats are written with ``repr`` precision, so they read back exactly.
-
-    Args:
-        records: Step records (one per rank per step), StepRecords or mappings.
-        path: Destination file; parent directories are created.
-
-    Returns:
-        The path written.
+    Other keys are ignored, a missing key (or ``None``) is an empty cell; floats are written with
+    ``repr`` precision, so they read back exactly.
     """
     rows = [_as_row(r) for r in records]
 
@@ -139,20 +130,10 @@ def _finite(value: Any, where: str, bad: list[str]) -> Any:
 
 
 def write_summary(summary: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write a run summary as JSON (sorted keys, indent 2), atomically.
+    """Write a run summary as JSON (sorted keys, indent 2), atomically; returns the path.
 
-    NaN and infinities are not valid JSON: they are written as ``null`` and a warning names
-    the keys. Paths become strings, numpy scalars plain numbers, tuples lists.
-
-    Args:
-        summary: JSON-like mapping.
-        path: Destination file; parent directories are created.
-
-    Returns:
-        The path written.
-
-    Raises:
-        TypeError: A value is not JSON-serialisable.
+    NaN and infinities are not JSON: they are written as ``null`` and a warning names the keys.
+    Paths become strings, numpy scalars plain numbers, tuples lists.
     """
     bad: list[str] = []
     clean = _finite(summary, "", bad)
@@ -177,20 +158,8 @@ def plot_worker_throughput(
     path: str | os.PathLike[str],
     title: str = "Per-worker throughput",
 ) -> Path:
-    """Plot per-worker throughput and slices against the step, as one PNG.
-
-    Top panel: samples/s of each worker (one line per worker name). Bottom panel: each
-    worker's slice (a step plot). Both share the step axis; a dashed vertical line marks
-    every step where ``plan_version`` changes (a re-plan took effect).
-
-    Args:
-        records: Step records (see the module docstring); records without a ``step`` are
-            skipped.
-        path: Destination PNG; parent directories are created.
-        title: Figure title.
-
-    Returns:
-        The path written.
+    """Plot each worker's samples/s (top) and slice (bottom) against the step as one PNG, a
+    dashed line at every step where ``plan_version`` changes; returns the path.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -223,12 +192,9 @@ def plot_worker_throughput(
         slices = [_num(r.get("slice")) for r in recs]
         ax_sl.step(steps, slices, where="post", color=line.get_color(), lw=1.2)
 
-    changes = []
-    previous = None
-    for step in sorted(plan_at_step):
-        if previous is not None and plan_at_step[step] != previous:
-            changes.append((step, plan_at_step[step]))
-        previous = plan_at_step[step]
+    changes = [
+        (s, v) for (_, u), (s, v) in itertools.pairwise(sorted(plan_at_step.items())) if v != u
+    ]
     for i, (step, version) in enumerate(changes):
         for ax in (ax_tp, ax_sl):
             ax.axvline(
@@ -263,12 +229,7 @@ def plot_worker_throughput(
         logger.warning("plot_worker_throughput: no step records; writing an empty plot")
         ax_tp.text(0.5, 0.5, "no step records", ha="center", va="center", transform=ax_tp.transAxes)
 
-    def write(fh: IO[bytes]) -> None:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        fh.write(buf.getvalue())
-
-    out = atomic_write(path, write, binary=True)
+    out = atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)
     logger.debug("wrote throughput plot %s (%d workers)", out, len(by_worker))
     return out
 
@@ -287,24 +248,22 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 
 def _cell(key: str, value: Any) -> str:
+    formats = {"samples_per_s": "{:.1f}", "weight": "{:.3f}", "rank": "{:g}", "slice": "{:g}"}
     if value is None:
         return "-"
     try:
-        if key == "samples_per_s":
-            v = float(value)
-            return f"{v:.1f}" if math.isfinite(v) else "-"
-        if key == "weight":
-            v = float(value)
-            return f"{v:.3f}" if math.isfinite(v) else "-"
-        if key in ("rank", "slice"):
-            v = float(value)
-            if not math.isfinite(v):
-                return "-"
-            return str(int(v)) if v == int(v) else f"{v:g}"
+        number = float(value) if key in formats else None
     except (TypeError, ValueError):
+        number = None
+    if number is None:
         return str(value) or "-"
-    text = str(value)
-    return text if text else "-"
+    if not math.isfinite(number):
+        return "-"
+    return (
+        str(int(number))
+        if key in ("rank", "slice") and number.is_integer()
+        else formats[key].format(number)
+    )
 
 
 # Header, a dashed rule under every column (spaces between columns), rows; nothing else.
@@ -315,22 +274,12 @@ _RULED_HEAD = Box(
 
 
 def format_worker_table(rows: Sequence[Mapping[str, Any]], layout_header: str | None = None) -> str:
-    """Render workers as a fixed-width plain-text table (a :class:`rich.table.Table`).
+    """Render worker rows as a plain-text table (rank, worker, device, samples/s, slice, weight;
+    missing or non-finite values as ``-``), without a trailing newline.
 
-    Columns: rank, worker, device, samples/s (one decimal), slice, weight (three
-    decimals). Missing, ``None`` or non-finite values print as ``-``. Text columns are
-    left-aligned, numbers right-aligned; a dashed rule separates header and rows.
-
-    Args:
-        rows: Dicts with keys ``rank``, ``worker``, ``device``, ``samples_per_s``,
-            ``slice``, ``weight`` (any may be missing), and ``layout`` in a model-parallel run.
-        layout_header: In a model-parallel run the header of the ``layout`` column
-            (``"kernels"``, ``"branches"``) shown instead of the slice: each rank's share of
-            the model (e.g. ``"conv1:120 conv2:360"``, ``"s2+head"``); every rank of a group
-            reads its replica's whole slice, so a per-rank slice would mislead.
-
-    Returns:
-        The table (header, rule, one line per row), without a trailing newline.
+    ``layout_header`` (a model-parallel run: ``"kernels"``, ``"branches"``) shows each rank's
+    share of the model (the rows' ``layout``) instead of the slice: every rank of a group reads
+    its replica's whole slice, so a per-rank slice would mislead.
     """
     table = Table(
         box=_RULED_HEAD, show_edge=False, pad_edge=False, padding=0, header_style="", safe_box=True

@@ -1,22 +1,16 @@
-"""Checks of a job's ``parallel:`` section against the rest of the job and against its model.
+"""Checks of a job's ``parallel:`` section against its model, before any worker starts.
 
-Two stages, both before any Ray worker starts:
-
-* :func:`parallel_setting_problems` (at YAML load time, pure): branch placement against the
-  configured model (the group layout against the worker counts and the weighting is
-  :func:`~raytrain_hetero.config.run_setting_problems`'s, shared with ``HeteroTrainer``).
-* :func:`check_parallel_fits_model` (on the driver, once the data fixed the band count): the
-  model is built on the CPU and every ``parallel.layers`` entry must name a plain,
-  ungrouped ``nn.Conv2d`` with at least as many kernels as a group has ranks; a branch
-  placement needs a model that declares two or more branches, and one rank per branch in a
-  group (or one more for the head alone).
+:func:`parallel_setting_problems` (YAML load time, pure): branch placement against the model
+name (the layout against the workers is :func:`~raytrain_hetero.config.run_setting_problems`'s).
+:func:`check_parallel_fits_model` (driver, once the data fixed the band count): the built
+model's split layers and declared branches against the group size.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raytrain_hetero.config.fields import Problem
+from raytrain_hetero.config.fields import Problem, Problems
 from raytrain_hetero.config.problems import closest
 from raytrain_hetero.errors import ConfigError, ModelParallelError
 
@@ -42,32 +36,24 @@ def parallel_setting_problems(job: JobConfig) -> list[Problem]:
     parallel = job.parallel
     if not parallel.model_parallel:
         return []
-    problems: list[Problem] = []
+    problems = Problems()
     mode = parallel.mode
     if mode == "branches":
         model = job.model
         if model.name not in BRANCH_MODELS:
-            problems.append(
-                (
-                    ("parallel", "mode"),
-                    (
-                        f"branch placement needs a model that declares modality branches; "
-                        f"{model.name} does not (models with branches: {', '.join(BRANCH_MODELS)})"
-                    ),
-                    "use model.name: fusion_cnn (dataset multimodal), or parallel.mode: "
-                    "data or conv_split",
-                )
+            problems.add(
+                ("parallel", "mode"),
+                f"branch placement needs a model that declares modality branches; "
+                f"{model.name} does not (models with branches: {', '.join(BRANCH_MODELS)})",
+                "use model.name: fusion_cnn (dataset multimodal), or parallel.mode: "
+                "data or conv_split",
             )
         elif model.modalities is not None and len(model.modalities) < 2:
-            problems.append(
-                (
-                    ("parallel", "mode"),
-                    (
-                        f"model.modalities {list(model.modalities)} builds one branch: there is "
-                        "nothing to place on a second rank"
-                    ),
-                    "use model.modalities: [s1, s2], or parallel.mode: data",
-                )
+            problems.add(
+                ("parallel", "mode"),
+                f"model.modalities {list(model.modalities)} builds one branch: there is "
+                "nothing to place on a second rank",
+                "use model.modalities: [s1, s2], or parallel.mode: data",
             )
     return problems
 
@@ -79,18 +65,12 @@ def _conv_names(model: nn.Module) -> list[str]:
 
 
 def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_size: int) -> None:
-    """Check the ``parallel`` section against the job's built (CPU) model.
-
-    Args:
-        parallel: The job's parallel section.
-        model: The configured model, built once on the driver (its weights do not matter).
-        world_size: Workers of the job (the group size when ``group_size`` is null).
+    """Check ``parallel`` against the job's model, built once on the driver's CPU.
 
     Raises:
         ConfigError: A ``parallel.layers`` entry that is missing, not a plain ungrouped
-            ``nn.Conv2d``, or narrower than a group; a branch placement of a model without
-            (two or more) declared branches, or a group size other than the number of
-            branches (or one more, the head alone). Each message names the key and the fix.
+            ``nn.Conv2d``, or narrower than a group; a branch placement of a model without two
+            or more declared branches, or a group size that does not fit them.
     """
     from raytrain_hetero.core.branch_placement import check_branch_group
     from raytrain_hetero.parallel.branches import branch_model_of

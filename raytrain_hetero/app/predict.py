@@ -1,20 +1,15 @@
 """``raytrain-hetero predict``: classify a split of a job's dataset with a trained checkpoint.
 
-Reads the :class:`~raytrain_hetero.app.config.JobConfig` the checkpoint was trained with,
-checks everything checkable on the driver (data root, unreadable files, checkpoint against
-model and data) before any actor starts, then runs the library's actor pools
-(:mod:`raytrain_hetero.inference.predict`: measure, size, run) and writes the outputs:
-``predictions/`` (Parquet, one row per sample), ``predict_summary.json`` and, for a
-hyperspectral scene, ``class_map.tif``; the files are written atomically. The checkpoint
-and the output directory may be local paths or URIs (``s3://...``, through the job's
-``ray.storage_filesystem``): a remote checkpoint is read by every actor from the store, remote
-outputs are written locally first, then uploaded.
+Everything checkable (data root, unreadable files, checkpoint against model and data) is
+checked on the driver before any actor starts; then the library's actor pools
+(:mod:`raytrain_hetero.inference.predict`) run and ``predictions/`` (Parquet),
+``predict_summary.json`` and, for a scene, ``class_map.tif`` are written atomically. The
+checkpoint and the output may be local paths or URIs (through ``ray.storage_filesystem``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -23,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.app.config import JobConfig, check_data_root
+from raytrain_hetero.app.outputs import write_summary
 from raytrain_hetero.app.runs import check_output_dir
-from raytrain_hetero.atomic import atomic_write_json, move_into_place
+from raytrain_hetero.atomic import move_into_place
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.inference.checkpoints import (
     check_meta_fits,
@@ -106,28 +102,21 @@ def run_predict(
     quiet: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it.
+    """Predict a split (default ``test``; a hyperspectral scene: every pixel) and write it;
+    returns the summary (also ``predict_summary.json``).
 
     Args:
         job: The job config the checkpoint was trained with (data, model, workers).
         checkpoint: ``model.pt``, a checkpoint directory, or a training output or run
             directory; a local path or a URI (``s3://bucket/runs/NAME``).
-        output_dir: Where ``predictions/`` (Parquet), ``class_map.tif`` (scenes) and
-            ``predict_summary.json`` go (default: ``<job.output_dir>/predict``); a local
-            directory or a URI.
+        output_dir: Where the outputs go (default: ``<job.output_dir>/predict``).
         split: ``train`` / ``val`` / ``test``, or ``scene`` (hyperspectral only).
-        mode: ``proportional`` (default), ``equal`` or ``single``; see
-            :mod:`raytrain_hetero.inference.predict`.
+        mode: ``proportional``, ``equal`` or ``single`` (:mod:`raytrain_hetero.inference.predict`).
         batch_size: Batch of the fastest actor (proportional) or of every actor.
-        speeds: Per-group samples/s to use instead of probing (e.g. from an earlier run).
-        probe_repeats: Timed batches per probe.
-        quiet: Do not print the result lines.
-        overwrite: Write into a non-empty output directory, replacing the files predict
-            writes (``predictions/`` is replaced only if it holds nothing but Parquet parts).
-
-    Returns:
-        The summary (also written as ``predict_summary.json``): samples, wall time,
-        samples/s, the actor plan, per-worker rows and accuracy on labelled samples.
+        speeds: Per-group samples/s to use instead of probing.
+        probe_repeats: Timed batches per probe. quiet: Print nothing.
+        overwrite: Write into a non-empty output directory (``predictions/`` is replaced only
+            if it holds nothing but Parquet parts).
 
     Raises:
         DataError: Missing/unreadable checkpoint or data; checkpoint trained on other bands.
@@ -168,8 +157,7 @@ def run_predict(
     target = job.ray.location(output_dir or f"{job.output_dir}/predict")
     check_output_dir(target, overwrite=overwrite, resume=False)
     _check_replaceable(target.join("predictions"))
-    source = checkpoint if isinstance(checkpoint, StorageLocation) else job.ray.location(checkpoint)
-    checkpoint_file = find_checkpoint_file(source)
+    checkpoint_file = find_checkpoint_file(job.ray.location(checkpoint))
     # Written to a local directory (for a URI: a fresh one), then published.
     outputs = StagingDir(target)
     out = outputs.local
@@ -212,11 +200,10 @@ def run_predict(
         class_map = scene_class_map(workload, table)
         written = write_class_map(class_map, out / "class_map.tif", profile=workload.scene.profile)
         summary["class_map"] = str(target.join(written.name) if target.remote else written)
-    atomic_write_json(out / "predict_summary.json", _json_ready(summary))
+    write_summary(summary, out / "predict_summary.json")  # NaN (no labelled sample): null
     if target.remote:
         _remove_parquet_parts(target.join("predictions"))
         outputs.publish()
-        outputs.cleanup()
     if not quiet:
         print(format_summary(summary))
         print(f"outputs: {target}")
@@ -225,11 +212,7 @@ def run_predict(
 
 def _check_replaceable(predictions_dir: Path | StorageLocation) -> None:
     """Refuse a ``predictions/`` that holds anything predict does not write."""
-    location = (
-        predictions_dir
-        if isinstance(predictions_dir, StorageLocation)
-        else storage_location(predictions_dir)
-    )
+    location = storage_location(predictions_dir)
     foreign = [
         name
         for name in location.list_names()
@@ -244,25 +227,10 @@ def _check_replaceable(predictions_dir: Path | StorageLocation) -> None:
 
 def _remove_parquet_parts(predictions_dir: Path | StorageLocation) -> None:
     """Delete the Parquet parts of an earlier prediction, then the (now empty) directory."""
-    location = (
-        predictions_dir
-        if isinstance(predictions_dir, StorageLocation)
-        else storage_location(predictions_dir)
-    )
+    location = storage_location(predictions_dir)
     if not location.exists():
         return
     _check_replaceable(location)
     for name in location.list_names():
         location.filesystem.delete_file(location.join(name).path)
     location.filesystem.delete_dir(location.path)
-
-
-def _json_ready(value: Any) -> Any:
-    """NaN (no labelled sample, an idle pool) is not JSON: written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_ready(v) for v in value]
-    return value

@@ -19,18 +19,11 @@ from raytrain_hetero.errors import ConfigError
 def probe_loop(config: dict[str, Any]) -> None:
     """Per-worker loop of ``raytrain-hetero probe``: probe, calibrate, agree a plan, report it."""
     import raytrain_hetero as rh
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
-    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.app.datasets import open_worker_data
 
     job = validate_config(config["job"], source="job config on a worker")
-    workload = open_configured_datasets(job.data, ("train",))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    # Prepared for its side effect: the probe times this model on each worker.
-    rh.prepare_model(build_model(job.model.name, **model_arguments(job.model, workload)))
+    _, datasets, model = open_worker_data(job, ("train",))
+    rh.prepare_model(model)  # for its side effect: the probe times this model on each worker
     loader = rh.prepare_data_loader(datasets["train"], num_workers=job.data.num_workers)
     loader.ensure_plan()
     import ray.train

@@ -1,15 +1,10 @@
 """Run identity and output directories of the CLI jobs: what to name a run, when to resume it,
-and when an output directory may be written into.
+and when an output directory may be written into (local or on any store).
 
-Storage and outputs may be local directories or object-store prefixes
-(:class:`~raytrain_hetero.storage.StorageLocation`): the checks list and test them through
-the location's filesystem, so resume by name works the same on ``s3://``.
-
-Ray Train V2 restores a run by name: a ``RunConfig(name, storage_path)`` whose run folder
-holds a checkpoint-manager snapshot starts from that run's latest checkpoint. So a name is
-an identity: ``--run-name NAME --resume`` continues a run on purpose, a fresh run never
-reuses a name by accident (timestamp plus a random suffix), and an existing name without
-``--resume`` is refused rather than silently continued.
+Ray Train V2 restores a run by name (``RunConfig(name, storage_path)`` whose folder holds a
+checkpoint snapshot), so a name is an identity: ``--run-name NAME --resume`` continues a run
+on purpose, a fresh run gets a unique name, and an existing name without ``--resume`` is
+refused rather than silently continued.
 """
 
 from __future__ import annotations
@@ -41,13 +36,8 @@ RUN_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 
 @dataclass(frozen=True)
 class RunIdentity:
-    """The Ray Train run a job trains in.
-
-    Attributes:
-        name: ``RunConfig.name``.
-        storage: ``RunConfig.storage_path`` (the run lives in ``storage / name``): a local
-            directory or a :class:`~raytrain_hetero.storage.StorageLocation` (any store).
-        resuming: Whether the run exists and is being continued from its last checkpoint.
+    """The Ray Train run a job trains in: ``RunConfig.name``, its storage (the run lives in
+    ``storage / name``, a local directory or any store) and whether it is being resumed.
     """
 
     name: str
@@ -57,8 +47,6 @@ class RunIdentity:
     @property
     def storage_location(self) -> StorageLocation:
         """``storage`` as a location (a local path: the local filesystem)."""
-        if isinstance(self.storage, StorageLocation):
-            return self.storage
         return storage_location(self.storage)
 
     @property
@@ -82,13 +70,8 @@ def unique_run_name(prefix: str) -> str:
 def resolve_run(
     prefix: str, storage: Path | StorageLocation, run_name: str | None, resume: bool
 ) -> RunIdentity:
-    """The run to train in, checked against what ``storage`` already holds.
-
-    Args:
-        prefix: Prefix of a generated name (the job name).
-        storage: Ray Train storage (a local directory or a location on any store).
-        run_name: ``--run-name`` (``None``: a unique generated name).
-        resume: ``--resume``: continue ``run_name`` from its last checkpoint.
+    """The run to train in (``run_name``, else a unique ``<prefix>-...`` name), checked
+    against what ``storage`` already holds.
 
     Raises:
         ConfigError: ``--resume`` without ``--run-name``; an invalid name; a run of that name
@@ -130,16 +113,13 @@ def resolve_run(
 
 
 def check_output_dir(out: Path | StorageLocation, *, overwrite: bool, resume: bool) -> None:
-    """Refuse to write into a non-empty output directory that is not this run's own.
-
-    A resumed run writes into its own output directory again; ``--overwrite`` replaces the
-    files the job writes there (nothing else is deleted).
+    """Refuse to write into a non-empty output directory that is not this run's own (a
+    resumed run writes into its own again; ``overwrite`` replaces the files the job writes).
 
     Raises:
-        ConfigError: ``out`` is a file, or a non-empty directory without ``--overwrite`` or
-            ``--resume``.
+        ConfigError: ``out`` is a file, or a non-empty directory without either flag.
     """
-    location = out if isinstance(out, StorageLocation) else storage_location(out)
+    location = storage_location(out)
     if location.is_file():
         raise ConfigError(f"output {out} is a file. Fix: give a directory as --output.")
     if overwrite or resume:

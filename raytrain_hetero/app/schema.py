@@ -1,23 +1,17 @@
 """The YAML job schema: :class:`JobConfig`, composed of the library's config objects.
 
-A job is one YAML file (see ``examples/configs/eurosat_local.yaml``) that validates into a
-:class:`JobConfig`. Its run sections ARE the library's config classes (``probe:``
-:class:`~raytrain_hetero.config.ProbeConfig`, ``workers:`` a list of
-:class:`~raytrain_hetero.config.WorkerSpec`, ``scheduler:``, ``elastic:``, ``emulation:``,
-``backend:``, ``parallel:`` :class:`~raytrain_hetero.config.ParallelConfig`, ``tracking:``
-:class:`~raytrain_hetero.config.TrackingConfig`, and ``train:``
+The run sections ARE the library's classes (``probe:``, ``workers:``, ``scheduler:``,
+``elastic:``, ``emulation:``, ``backend:``, ``guard:``, ``parallel:``, ``tracking:``; ``train:``
 extends :class:`~raytrain_hetero.config.BatchConfig` with the optimiser), so defaults and
-checks are the library's; cross-section checks are the library's one
-:func:`~raytrain_hetero.config.run_setting_problems` plus the parallel layout against the
-workers and the model (:mod:`raytrain_hetero.app.parallel_checks`). YAML-only sections: ``data``,
-``model`` (:mod:`raytrain_hetero.app.sections`), the optimiser keys of ``train``, ``ray``,
-``tune``, ``output_dir``. Every model is frozen and rejects unknown keys.
+checks are the library's, cross-section checks too
+(:func:`~raytrain_hetero.config.run_setting_problems`). YAML-only: ``data``, ``model``
+(:mod:`raytrain_hetero.app.sections`), ``ray``, ``tune``, ``output_dir``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -46,7 +40,7 @@ from raytrain_hetero.config.fields import (
     NonNegFloat,
     PositiveFloat,
     PositiveInt,
-    Problem,
+    Problems,
     absolute,
     check_name,
     invalid,
@@ -61,6 +55,7 @@ from raytrain_hetero.storage import (
     is_uri,
     storage_location,
 )
+from raytrain_hetero.tune.search import SearchDistribution
 
 __all__ = [
     "TUNABLE_SECTIONS",
@@ -91,29 +86,19 @@ class TrainConfig(BatchConfig):
         global_batch_size: As BatchConfig; a job defaults it to 192.
         lr: SGD learning rate. momentum: SGD momentum. weight_decay: L2 penalty.
         max_failures: Ray Train ``FailureConfig.max_failures`` of the run (and of each Tune
-            trial); ``None``: 3 for elastic runs, 1 otherwise
-            (:meth:`JobConfig.resolved_max_failures`).
+            trial); ``None``: 3 for elastic runs (losing a node is expected there), 1
+            otherwise (one restart rides out a crashed worker; a deterministic error such as
+            a corrupt file stops after two tries) (:meth:`JobConfig.resolved_max_failures`).
     """
 
-    epochs: PositiveInt = Field(3, description="passes over the training split")
+    epochs: PositiveInt = 3
     # The only YAML default on top of the library: a job file may leave the batch size out.
-    global_batch_size: PositiveInt = Field(192, description="samples per step over all workers")
-    lr: PositiveFloat = Field(0.05, description="learning rate")
-    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False, description="SGD momentum")
-    weight_decay: NonNegFloat = Field(5e-4, description="L2 weight decay")
+    global_batch_size: PositiveInt = 192
+    lr: PositiveFloat = 0.05
+    momentum: Float = Field(0.9, ge=0, lt=1, allow_inf_nan=False)
+    weight_decay: NonNegFloat = 5e-4
     # Ray's default (0) ends a run at the first worker death or lost node, elastic or not.
-    max_failures: Int | None = Field(
-        None,
-        ge=0,
-        le=1000,
-        description=(
-            "worker-group failures (worker death, lost node, collective timeout) Ray Train "
-            "recovers from, each time from the last checkpoint; null: 3 for elastic runs "
-            "(elastic.min_workers set: losing a node is expected there), 1 otherwise (one "
-            "restart rides out a crashed worker; a deterministic error such as a corrupt file "
-            "stops after two tries instead of many)"
-        ),
-    )
+    max_failures: Int | None = Field(None, ge=0, le=1000)
 
     def batch(self) -> BatchConfig:
         """The library's BatchConfig of this section (the optimiser and retry keys left
@@ -137,15 +122,11 @@ class RayConfig(HeteroModel):
             environment or the instance role, never from here.
     """
 
-    address: str | None = Field(None, description="cluster address; null = embedded local Ray")
-    num_cpus: PositiveInt | None = Field(None, description="CPUs of the embedded local Ray")
-    dashboard_host: str = Field("127.0.0.1", description="dashboard bind address")
-    storage_path: Path | str | None = Field(
-        None, description="Ray Train storage: a local directory or a URI (s3://bucket/runs)"
-    )
-    storage_filesystem: StorageFilesystem | None = Field(
-        None, description="endpoint_override, region, scheme of s3:// and gs:// locations"
-    )
+    address: str | None = None
+    num_cpus: PositiveInt | None = None
+    dashboard_host: str = "127.0.0.1"
+    storage_path: Path | str | None = None
+    storage_filesystem: StorageFilesystem | None = None
 
     @field_validator("address")
     @classmethod
@@ -195,61 +176,6 @@ def local_or_uri(value: Path | str, *, absolute_path: bool = False) -> Path | st
 #: decide placement and data layout, which every trial must share).
 TUNABLE_SECTIONS: tuple[str, ...] = ("train", "model", "probe")
 
-_DISTRIBUTION_KINDS: tuple[str, ...] = ("choice", "grid", "uniform", "loguniform", "randint")
-
-
-class SearchDistribution(HeteroModel):
-    """How one hyperparameter is drawn; exactly one key is set.
-
-    Attributes:
-        choice: Draw one of these values at random per trial.
-        grid: Try every value (each grid point runs ``num_samples`` times).
-        uniform: ``[low, high]``: a float drawn uniformly.
-        loguniform: ``[low, high]`` with ``0 < low``: a float drawn uniformly in log space.
-        randint: ``[low, high]``: an integer drawn uniformly, both ends included.
-    """
-
-    choice: list[Any] | None = Field(None, min_length=1, description="values to draw from")
-    grid: list[Any] | None = Field(None, min_length=1, description="values to try each")
-    uniform: list[Float] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a uniform float"
-    )
-    loguniform: list[PositiveFloat] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of a log-uniform float"
-    )
-    randint: list[Int] | None = Field(
-        None, min_length=2, max_length=2, description="[low, high] of an integer, inclusive"
-    )
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> SearchDistribution:
-        given = [kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None]
-        if len(given) != 1:
-            raise invalid(
-                f"a distribution needs exactly one of {', '.join(_DISTRIBUTION_KINDS)}; "
-                f"got {', '.join(given) if given else 'none'}",
-                "write e.g. {loguniform: [0.01, 0.2]} or {choice: [16, 32]}",
-            )
-        kind = given[0]
-        if kind in ("uniform", "loguniform", "randint"):
-            low, high = getattr(self, kind)
-            if not low < high:
-                raise invalid(
-                    f"{kind} needs low < high, got [{low}, {high}]",
-                    "write the smaller bound first, or use choice: [value] for a constant",
-                    (kind,),
-                )
-        return self
-
-    @property
-    def kind(self) -> str:
-        """Which distribution this is (``"choice"``, ``"loguniform"``, ...)."""
-        return next(kind for kind in _DISTRIBUTION_KINDS if getattr(self, kind) is not None)
-
-    def candidate_values(self) -> list[Any]:
-        """Values worth checking against the job: every listed value, or both bounds."""
-        return list(getattr(self, self.kind))
-
 
 class TuneConfig(HeteroModel):
     """A hyperparameter search over the job (``raytrain-hetero tune``).
@@ -275,23 +201,15 @@ class TuneConfig(HeteroModel):
     search_space: dict[str, SearchDistribution] = Field(
         min_length=1, description="dotted job keys and distributions, e.g. train.lr"
     )
-    num_samples: PositiveInt = Field(4, description="trials (per grid point)")
-    metric: Literal["val_accuracy", "samples_per_s"] = Field(
-        "val_accuracy", description="metric to optimise"
-    )
-    mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
-    scheduler: Literal["asha", "fifo"] = Field(
-        "asha", description="asha (early stopping) or fifo (run every trial to the end)"
-    )
-    grace_period: PositiveInt = Field(1, description="epochs before ASHA may stop a trial")
-    reduction_factor: Float = Field(
-        2.0, gt=1, allow_inf_nan=False, description="ASHA keeps 1/reduction_factor per rung"
-    )
-    max_concurrent_trials: PositiveInt | None = Field(
-        None, description="trials at once; null = as many as the cluster holds"
-    )
-    trial_cpus: NonNegFloat = Field(0.25, description="CPUs reserved by each trial's driver")
-    seed: Int | None = Field(0, ge=0, description="seed of the search; null = random")
+    num_samples: PositiveInt = 4
+    metric: Literal["val_accuracy", "samples_per_s"] = "val_accuracy"
+    mode: Literal["max", "min"] = "max"
+    scheduler: Literal["asha", "fifo"] = "asha"
+    grace_period: PositiveInt = 1
+    reduction_factor: Float = Field(2.0, gt=1, allow_inf_nan=False)
+    max_concurrent_trials: PositiveInt | None = None
+    trial_cpus: NonNegFloat = 0.25
+    seed: Int | None = Field(0, ge=0)
 
 
 def _section_fields(section: str) -> list[str]:
@@ -303,47 +221,35 @@ def _section_fields(section: str) -> list[str]:
 
 
 class JobConfig(HeteroModel):
-    """A complete training job; the root of the YAML file."""
+    """A complete training job; the root of the YAML file.
 
-    name: str = Field("raytrain-hetero", description="job name (used for Ray run names)")
+    Every section but ``data`` and ``workers`` may be left out (its class's defaults).
+
+    Attributes:
+        name: Job name (the prefix of Ray run names).
+        output_dir: Where metrics and plots go: a local directory or a URI
+            (``s3://bucket/out``).
+        tune: The hyperparameter search of ``raytrain-hetero tune``.
+    """
+
+    name: str = "raytrain-hetero"
     data: DataConfig = Field(description="dataset settings (needs at least root)")
-    model: ModelConfig = Field(default_factory=ModelConfig, description="network")
-    train: TrainConfig = Field(
-        default_factory=TrainConfig, description="batch carving and optimisation"
-    )
-    probe: ProbeConfig = Field(default_factory=ProbeConfig, description="throughput probing")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
     workers: list[WorkerSpec] = Field(
         min_length=1, description="worker groups, e.g. [{name: fast}, {name: slow}]"
     )
-    ray: RayConfig = Field(default_factory=RayConfig, description="Ray connection")
-    scheduler: SchedulerConfig = Field(
-        default_factory=SchedulerConfig, description="live re-planning (policy, plan sync)"
-    )
-    elastic: ElasticConfig = Field(
-        default_factory=ElasticConfig, description="elastic scaling (min workers)"
-    )
-    emulation: EmulationConfig = Field(
-        default_factory=EmulationConfig, description="EMULATION: injected slowdowns"
-    )
-    backend: BackendConfig = Field(
-        default_factory=BackendConfig, description="torch process group (backend, timeout)"
-    )
-    guard: GuardConfig = Field(default_factory=GuardConfig, description="non-finite step guard")
-    parallel: ParallelConfig = Field(
-        default_factory=ParallelConfig,
-        description="model parallelism: mode data | conv_split | branches, layers, group_size",
-    )
-    tracking: TrackingConfig = Field(
-        default_factory=TrackingConfig,
-        description="experiment tracking: tensorboard {enabled, log_dir}, mlflow {enabled, ...}",
-    )
-    output_dir: Path | str = Field(
-        Path("outputs/run"),
-        description="where metrics and plots go: a local directory or a URI (s3://bucket/out)",
-    )
-    tune: TuneConfig | None = Field(
-        None, description="hyperparameter search for raytrain-hetero tune"
-    )
+    ray: RayConfig = Field(default_factory=RayConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
+    emulation: EmulationConfig = Field(default_factory=EmulationConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    output_dir: Path | str = Path("outputs/run")
+    tune: TuneConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -403,7 +309,7 @@ class JobConfig(HeteroModel):
     def _tune_space_fits(self) -> JobConfig:
         if self.tune is None:
             return self
-        problems: list[Problem] = []
+        problems = Problems()
         tunable = [f"{s}.{f}" for s in TUNABLE_SECTIONS for f in _section_fields(s)]
         base = self.model_dump(mode="json", exclude={"tune"})
         for key, distribution in self.tune.search_space.items():
@@ -414,30 +320,22 @@ class JobConfig(HeteroModel):
                 guess = (
                     next((t for t in tunable if t.endswith("." + close)), None) if close else None
                 )
-                problems.append(
-                    (
-                        at,
-                        (
-                            f"{key!r} is not a tunable key; tunable keys are those of "
-                            f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width"
-                        ),
-                        f"rename it to {guess!r}"
-                        if guess
-                        else "use a key such as train.lr, "
-                        "train.weight_decay, train.global_batch_size or model.width",
-                    )
+                problems.add(
+                    at,
+                    f"{key!r} is not a tunable key; tunable keys are those of "
+                    f"{', '.join(TUNABLE_SECTIONS)}, e.g. train.lr, model.width",
+                    f"rename it to {guess!r}"
+                    if guess
+                    else "use a key such as train.lr, "
+                    "train.weight_decay, train.global_batch_size or model.width",
                 )
                 continue
             if key == "train.epochs":
-                problems.append(
-                    (
-                        at,
-                        (
-                            "train.epochs cannot be searched: it is every trial's budget (ASHA "
-                            "decides how many epochs a weak trial gets)"
-                        ),
-                        "set train.epochs in the job and remove it from tune.search_space",
-                    )
+                problems.add(
+                    at,
+                    "train.epochs cannot be searched: it is every trial's budget (ASHA "
+                    "decides how many epochs a weak trial gets)",
+                    "set train.epochs in the job and remove it from tune.search_space",
                 )
                 continue
             for value in distribution.candidate_values():
@@ -448,13 +346,11 @@ class JobConfig(HeteroModel):
                     inner = [p for e in exc.errors() for p in describe(e, "", JobConfig)]
                     first = inner[0] if inner else None
                     why = f"{first.path}: {first.message}" if first else str(exc)
-                    problems.append(
-                        (
-                            (*at, distribution.kind),
-                            f"the value {show(value)} makes the job invalid ({why})",
-                            "narrow the range or drop that value"
-                            + (f"; or {first.fix}" if first else ""),
-                        )
+                    problems.add(
+                        (*at, distribution.kind),
+                        f"the value {show(value)} makes the job invalid ({why})",
+                        "narrow the range or drop that value"
+                        + (f"; or {first.fix}" if first else ""),
                     )
         if problems:
             raise multiple(problems)

@@ -33,15 +33,11 @@ from raytrain_hetero.workloads.registry import (
 )
 
 __all__ = [
-    "EUROSAT_BAND_NAMES",
     "DataConfig",
     "GenerateConfig",
     "HyperspectralConfig",
     "ModelConfig",
 ]
-
-#: Sentinel-2 band names as torchgeo's ``EuroSAT`` names them (its ``all_band_names``).
-EUROSAT_BAND_NAMES: tuple[str, ...] = EUROSAT_BANDS
 
 
 class GenerateConfig(HeteroModel):
@@ -52,36 +48,28 @@ class GenerateConfig(HeteroModel):
     others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
     those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
     file_format.
-    ``size`` left unset means the dataset's real size (EuroSAT 64, UC Merced 256, So2Sat 32).
+
+    Attributes:
+        samples_per_class: Images per class (>= 3: every class needs train/val/test).
+        seed: Generator seed.
+        size: Image side in pixels (``None``: the real size; EuroSAT 64, UC Merced 256).
+        height: Hyperspectral scene rows (default 145). width: Its columns (default 145).
+        spectral_bands: Hyperspectral bands (default 200, like Indian Pines).
+        classes: Hyperspectral classes (default 16).
+        file_format: Hyperspectral files: ``mat`` (Indian Pines style), ``tif`` (GeoTIFF) or
+            ``l7irish`` (torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4).
+        cloud_fraction: Multimodal: share of Sentinel-2 patches under cloud (default 0.4).
     """
 
-    samples_per_class: Int = Field(
-        100, ge=3, description="images per class (>= 3: every class needs train/val/test)"
-    )
-    seed: Int = Field(0, ge=0, description="generator seed")
-    size: Int | None = Field(
-        None, ge=16, description="image side in pixels (default: the real size, EuroSAT 64)"
-    )
-    height: Int | None = Field(None, ge=8, description="hyperspectral scene rows (default 145)")
-    width: Int | None = Field(None, ge=8, description="hyperspectral scene columns (default 145)")
-    spectral_bands: Int | None = Field(
-        None, ge=4, description="hyperspectral bands (default 200, like Indian Pines)"
-    )
-    classes: Int | None = Field(
-        None, ge=2, le=255, description="hyperspectral classes (default 16)"
-    )
-    file_format: Literal["mat", "tif", "l7irish"] | None = Field(
-        None,
-        description="hyperspectral files: mat (Indian Pines style), tif (GeoTIFF) or l7irish "
-        "(torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4)",
-    )
-    cloud_fraction: Float | None = Field(
-        None,
-        ge=0,
-        lt=1,
-        allow_inf_nan=False,
-        description="multimodal: share of Sentinel-2 patches under cloud (default 0.4)",
-    )
+    samples_per_class: Int = Field(100, ge=3)
+    seed: Int = Field(0, ge=0)
+    size: Int | None = Field(None, ge=16)
+    height: Int | None = Field(None, ge=8)
+    width: Int | None = Field(None, ge=8)
+    spectral_bands: Int | None = Field(None, ge=4)
+    classes: Int | None = Field(None, ge=2, le=255)
+    file_format: Literal["mat", "tif", "l7irish"] | None = None
+    cloud_fraction: Float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
 
 
 class HyperspectralConfig(HeteroModel):
@@ -101,17 +89,15 @@ class HyperspectralConfig(HeteroModel):
         fractions: Train/val/test fractions of the labelled pixels.
     """
 
-    image: str | None = Field(None, description="cube file, e.g. Indian_pines_corrected.mat")
-    labels: str | None = Field(None, description="label file, e.g. Indian_pines_gt.mat")
-    image_key: str | None = Field(None, description=".mat variable of the cube")
-    label_key: str | None = Field(None, description=".mat variable of the labels")
-    patch_size: PositiveInt = Field(9, description="patch side k (odd)")
-    split: Literal["block", "random"] = Field("block", description="block or random")
-    block_size: PositiveInt = Field(16, description="split block side in pixels")
-    guard: bool = Field(True, description="keep every patch inside its own split's blocks")
-    fractions: list[NonNegFloat] = Field(
-        default_factory=lambda: [0.6, 0.2, 0.2], description="train/val/test fractions"
-    )
+    image: str | None = None
+    labels: str | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    patch_size: PositiveInt = 9
+    split: Literal["block", "random"] = "block"
+    block_size: PositiveInt = 16
+    guard: bool = True
+    fractions: list[NonNegFloat] = Field(default_factory=lambda: [0.6, 0.2, 0.2])
 
     @field_validator("patch_size")
     @classmethod
@@ -165,55 +151,24 @@ class DataConfig(HeteroModel):
         source: ``files``: every training worker reads its slices itself (DataLoader);
             ``ray_data``: the train split is decoded in Ray Data tasks on any node and the
             stream carved by the plan (:mod:`raytrain_hetero.app.ray_data_source`).
+        datamodule: Lightning datamodule for ``model.task``: ``torchgeo.<Name>DataModule`` or
+            ``raytrain_hetero.SceneSegmentationDataModule`` (``root``: its paths or root).
+        datamodule_args: Its arguments as the class takes them, e.g. ``{bands: [...]}``.
     """
 
-    dataset: str = Field(
-        "eurosat",
-        description="registered dataset name: eurosat, uc_merced, hyperspectral, multimodal, "
-        "or one added with raytrain_hetero.workloads.register_dataset",
-    )
-    modules: list[str] = Field(
-        default_factory=list,
-        description="modules that register datasets (register_dataset), imported first on "
-        "the driver and on every worker",
-    )
+    dataset: str = "eurosat"
+    modules: list[str] = Field(default_factory=list)
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
-    bands: Literal["all", "rgb"] | list[str] = Field(
-        "all", description="'all', 'rgb' or a list of band names such as [B04, B03, B02]"
-    )
-    generate: GenerateConfig | None = Field(
-        None, description="generate synthetic data at root if absent ({} for defaults)"
-    )
-    num_workers: Int = Field(0, ge=0, description="DataLoader worker processes per worker")
-    cache: bool = Field(
-        False, description="keep decoded samples in memory in every worker (small datasets)"
-    )
-    image_size: Int | None = Field(
-        None, ge=8, description="uc_merced: resize images to this side (default 256)"
-    )
-    on_bad_file: Literal["error", "skip", "off"] | None = Field(
-        None,
-        description="corrupt files: error (list them), skip (leave them out) or off (no "
-        "up-front check); default error",
-    )
-    hyperspectral: HyperspectralConfig | None = Field(
-        None, description="hyperspectral scene files, patch size and split"
-    )
-    source: Literal["files", "ray_data"] = Field(
-        "files",
-        description="files: each worker reads its slices; ray_data: decoded in Ray Data tasks "
-        "on any node, the stream carved by the plan (docs/ray_data.md)",
-    )
-    datamodule: str | None = Field(
-        None,
-        description="Lightning datamodule for model.task: torchgeo.<Name>DataModule or "
-        "raytrain_hetero.SceneSegmentationDataModule (data.root: its paths or root)",
-    )
-    datamodule_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="datamodule arguments as the class takes them (data.root becomes its paths "
-        "or root), e.g. {bands: [...]}",
-    )
+    bands: Literal["all", "rgb"] | list[str] = "all"
+    generate: GenerateConfig | None = None
+    num_workers: Int = Field(0, ge=0)
+    cache: bool = False
+    image_size: Int | None = Field(None, ge=8)
+    on_bad_file: Literal["error", "skip", "off"] | None = None
+    hyperspectral: HyperspectralConfig | None = None
+    source: Literal["files", "ray_data"] = "files"
+    datamodule: str | None = None
+    datamodule_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _datamodule_arguments(self) -> DataConfig:
@@ -305,14 +260,12 @@ class DataConfig(HeteroModel):
         if isinstance(value, (list, tuple)):
             if not value:
                 raise invalid("bands is an empty list", "list at least one band, or use all")
-            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BAND_NAMES]
+            bad = [b for b in value if not isinstance(b, str) or b not in EUROSAT_BANDS]
             if bad:
-                hints = [
-                    f"{b!r} -> {c!r}" for b in bad if (c := closest(str(b), EUROSAT_BAND_NAMES))
-                ]
+                hints = [f"{b!r} -> {c!r}" for b in bad if (c := closest(str(b), EUROSAT_BANDS))]
                 raise invalid(
                     f"unknown band name(s) {', '.join(repr(b) for b in bad)}; valid names: "
-                    + ", ".join(EUROSAT_BAND_NAMES),
+                    + ", ".join(EUROSAT_BANDS),
                     ("rename " + "; ".join(hints)) if hints else "use names from that list",
                 )
             dupes = sorted({b for b in value if list(value).count(b) > 1})
@@ -388,41 +341,19 @@ class ModelConfig(HeteroModel):
             ``name`` is checked, on the driver and on every Ray worker.
         modalities: fusion_cnn: branches to build, ``[s1, s2]`` (fusion, the default),
             ``[s1]`` or ``[s2]`` (single-branch ablations).
+        task: Train this Lightning task (with ``data.datamodule``) instead of ``name``.
+        task_args: The task's init arguments, e.g. ``{model: resnet18, in_channels: 13,
+            num_classes: 10, lr: 0.001}``.
     """
 
-    name: str = Field(
-        "small_cnn",
-        description="architecture: small_cnn, resnet18, resnet50, cnn3d, fusion_cnn, "
-        "marques_cnn, or one added with raytrain_hetero.workloads.registry.register_model",
-    )
-    modules: list[str] = Field(
-        default_factory=list,
-        description="modules that register models (register_model), imported first on the "
-        "driver and on every worker",
-    )
-    width: PositiveInt = Field(
-        32, description="base channel width (small_cnn, cnn3d, fusion_cnn; marques_cnn: conv1)"
-    )
-    pretrained: bool | str = Field(
-        False, description="false, or torchgeo weights name for resnet18/50 (local cache only)"
-    )
-    in_channels: PositiveInt | None = Field(
-        None, description="bands the model takes (checked against the data); null: the data's"
-    )
-    modalities: list[Literal["s1", "s2"]] | None = Field(
-        None, min_length=1, max_length=2, description="fusion_cnn branches: [s1, s2], [s1] or [s2]"
-    )
-    task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = (
-        Field(
-            None,
-            description="train this Lightning task (with data.datamodule) instead of model.name",
-        )
-    )
-    task_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="the task's init arguments, e.g. {model: resnet18, in_channels: 13, "
-        "num_classes: 10, lr: 0.001}",
-    )
+    name: str = "small_cnn"
+    modules: list[str] = Field(default_factory=list)
+    width: PositiveInt = 32
+    pretrained: bool | str = False
+    in_channels: PositiveInt | None = None
+    modalities: list[Literal["s1", "s2"]] | None = Field(None, min_length=1, max_length=2)
+    task: Literal["torchgeo.ClassificationTask", "torchgeo.SemanticSegmentationTask"] | None = None
+    task_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod

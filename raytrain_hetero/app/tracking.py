@@ -1,12 +1,9 @@
-"""The YAML job's side of experiment tracking (``tracking:``): which tracker a job or a Tune
-trial opens, with what params, and which of its output files become artifacts.
+"""The YAML job's side of experiment tracking (``tracking:``): which
+:class:`~raytrain_hetero.driver.tracking.RunTracker` a job, a Tune search or a trial opens.
 
-The tracker itself is the library's :class:`~raytrain_hetero.driver.tracking.RunTracker`;
-here it gets the job's defaults: TensorBoard under ``<output_dir>/tensorboard``, the MLflow
-experiment named after the job, the resolved job (every section, as the YAML keys) as params.
-A Tune search opens one parent MLflow run (:func:`search_tracker`, artifacts ``trials.csv``,
-``trials.png``, ``tune_summary.json``) and each trial its own run nested under it with its own
-TensorBoard directory ``<log_dir>/<search>/<trial run>`` (:func:`trial_tracker`).
+Defaults: TensorBoard under ``<output_dir>/tensorboard``, the MLflow experiment named after
+the job, the resolved job as params; a search opens one parent MLflow run, each trial its own
+run nested under it and its own TensorBoard directory ``<log_dir>/<search>/<trial run>``.
 """
 
 from __future__ import annotations
@@ -54,13 +51,7 @@ def job_tracker(
     run (``--resume``) continues its MLflow run and TensorBoard directory."""
     if not job.tracking.active:
         return None
-    return RunTracker(
-        resolved_tracking(job, output_dir),
-        run_name=run_name,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
-        resume=resume,
-    )
+    return _tracker(job, resolved_tracking(job, output_dir), run_name, resume=resume)
 
 
 def search_tracker(job: JobConfig, output_dir: Path, experiment: str) -> RunTracker | None:
@@ -69,13 +60,7 @@ def search_tracker(job: JobConfig, output_dir: Path, experiment: str) -> RunTrac
     if not job.tracking.mlflow.enabled:
         return None
     tracking = job.tracking.model_copy(update={"tensorboard": TensorBoardConfig()})
-    return RunTracker(
-        tracking,
-        run_name=experiment,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
-        tags={SEARCH_TAG: experiment},
-    )
+    return _tracker(job, tracking, experiment, tags={SEARCH_TAG: experiment})
 
 
 def trial_tracker(
@@ -86,25 +71,30 @@ def trial_tracker(
     run_name: str,
     parent_run_id: str | None,
 ) -> RunTracker | None:
-    """The tracker of one Tune trial: its own TensorBoard directory and MLflow run (nested
-    under ``parent_run_id``, tagged with the search), its params the trial's resolved job.
-
-    Args:
-        job: The trial's job (the sampled values merged in).
-        tracking: The search's :func:`resolved_tracking`, as JSON.
-        experiment: The Tune experiment (search) name.
-        run_name: The trial's Train run name.
-        parent_run_id: The search's MLflow run.
+    """The tracker of one Tune trial (``job``: its values merged in): its own TensorBoard
+    directory and MLflow run, nested under the search's ``parent_run_id`` and tagged with the
+    search; ``tracking`` is the search's :func:`resolved_tracking` as JSON.
     """
     config = TrackingConfig.model_validate(tracking)
     if not config.active:
         return None
-    return RunTracker(
+    return _tracker(
+        job,
         config,
-        run_name=run_name,
-        params=job.model_dump(mode="json"),
-        default_experiment=job.name,
+        run_name,
         tensorboard_subdir=f"{experiment}/{run_name}",
         tags={SEARCH_TAG: experiment},
         parent_run_id=parent_run_id,
+    )
+
+
+def _tracker(job: JobConfig, tracking: TrackingConfig, run_name: str, **options: Any) -> RunTracker:
+    """A tracker of ``job`` (its params the resolved job, its default experiment the job's
+    name)."""
+    return RunTracker(
+        tracking,
+        run_name=run_name,
+        params=job.model_dump(mode="json"),
+        default_experiment=job.name,
+        **options,
     )

@@ -1,17 +1,11 @@
 """The job's train loop, run by every Ray worker (:func:`classification_loop`).
 
-One loop for the three ``parallel.mode`` values; what differs per mode sits in a small runner:
-
-* :class:`DataParallelRunner` (``data``): the whole model on every rank
-  (``rh.prepare_model``), carved slices, count-weighted gradient sync.
-* :class:`ModelParallelRunner` (``conv_split``, ``branches``): ``rh.prepare_model_parallel``;
-  every rank of a group reads its replica's slice, ``pm.train_step`` runs the split or
-  pipelined step; at each epoch start ``pm.maybe_resplit`` re-probes and may move kernels.
-
-Checkpoints hold the FULL (unsplit) model and optimizer state in every mode, in the same
-format (``model.pt``: ``{"model", "optimizer", "meta"}``, the optimizer state torch's
-index-keyed state over ``model.parameters()``), so any mode and any world size resumes any
-checkpoint and ``raytrain-hetero predict`` loads it unchanged.
+One loop for the three ``parallel.mode`` values; what differs sits in a runner:
+:class:`DataParallelRunner` (``data``) or :class:`ModelParallelRunner` (``conv_split``,
+``branches``: a group reads its replica's slice; each epoch start may re-split). Checkpoints
+hold the FULL (unsplit) model and optimizer state in one format (``model.pt``:
+``{"model", "optimizer", "meta"}``), so any mode and world size resumes any checkpoint and
+``raytrain-hetero predict`` loads it unchanged.
 """
 
 from __future__ import annotations
@@ -230,8 +224,7 @@ def classification_loop(config: dict[str, Any]) -> None:
     import torch
 
     import raytrain_hetero as rh
-    from raytrain_hetero.app.datasets import model_arguments, open_configured_datasets
-    from raytrain_hetero.workloads import build_model
+    from raytrain_hetero.app.datasets import open_worker_data
     from raytrain_hetero.workloads.evaluation import correct_counts
 
     # validate_config turns validation errors into a ConfigError, which pickles back to the
@@ -244,13 +237,7 @@ def classification_loop(config: dict[str, Any]) -> None:
         return
     torch.manual_seed(job.train.seed)
     # Any data.dataset; unreadable files the driver found are left out (cached list).
-    workload = open_configured_datasets(job.data, ("train", "val"))
-    datasets = workload.datasets
-    if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
-    model = build_model(job.model.name, **model_arguments(job.model, workload))
+    workload, datasets, model = open_worker_data(job, ("train", "val"))
     runner: DataParallelRunner | ModelParallelRunner
     if job.parallel.model_parallel:
         runner = ModelParallelRunner(job, model, _example_input(datasets["train"]))

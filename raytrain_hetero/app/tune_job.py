@@ -1,21 +1,14 @@
 """Hyperparameter search over a YAML job with Ray Tune (``raytrain-hetero tune``).
 
-The library side (report callback, clean stop of a stopped trial's Train run, trial packing,
-result rows and plot) is :mod:`raytrain_hetero.tune`; this module adds what knows the job:
-:func:`trial_job` merges a trial's sampled values over the job, :func:`run_trial` (the Tune
-function trainable, importable by module path) builds the job's
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with the Tune report callback, and
-:func:`run_tune` runs the search of ``job.tune`` and writes its outputs.
-
-Outputs of :func:`run_tune` (in the output directory): ``trials.csv`` (one row per trial),
-``trials.png`` (metric per epoch and per-worker throughput of every trial) and
-``tune_summary.json`` (the best trial and its config). With ``tracking:`` every trial also
-gets its own TensorBoard directory and MLflow run, nested under one MLflow run of the search
-(:mod:`raytrain_hetero.app.tracking`).
+The library side is :mod:`raytrain_hetero.tune`; here, what knows the job: :func:`trial_job`
+(a trial's values merged over the job), :func:`run_trial` (the Tune function trainable) and
+:func:`run_tune`, which writes ``trials.csv``, ``trials.png`` and ``tune_summary.json``
+(with ``tracking:``, one MLflow run per trial nested under the search's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -24,7 +17,6 @@ from typing import Any
 
 from raytrain_hetero.app.config import (
     JobConfig,
-    SearchDistribution,
     dotted_to_nested,
     merge_overrides,
     validate_config,
@@ -32,9 +24,9 @@ from raytrain_hetero.app.config import (
 from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.storage import StagingDir, StorageLocation
-from raytrain_hetero.tune import search as tune_search
 from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
 from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
+from raytrain_hetero.tune.search import grid_size, param_space, trial_scheduler
 from raytrain_hetero.tune.trial import (
     abort_train_on_stop,
     plain_value,
@@ -61,20 +53,11 @@ def trial_job(base: JobConfig, params: Mapping[str, Any]) -> JobConfig:
     return validate_config(merged, source="trial config", note=f" (trial values: {shown})")
 
 
-def _plain_space(space: Mapping[str, SearchDistribution]) -> dict[str, dict[str, Any]]:
-    return {key: dist.model_dump(exclude_none=True) for key, dist in space.items()}
-
-
-def param_space(space: Mapping[str, SearchDistribution]) -> dict[str, Any]:
-    """Ray Tune domains for a validated search space (keys stay dotted, e.g. ``train.lr``)."""
-    return tune_search.param_space(_plain_space(space))
-
-
 def trial_count(job: JobConfig) -> int:
     """Trials the search runs: samples times the grid's size."""
     if job.tune is None:
         return 0
-    return job.tune.num_samples * tune_search.grid_size(_plain_space(job.tune.search_space))
+    return job.tune.num_samples * grid_size(job.tune.search_space)
 
 
 @abort_train_on_stop
@@ -86,16 +69,10 @@ def run_trial(
     tracking: dict[str, Any] | None = None,
     parent_run_id: str | None = None,
 ) -> None:
-    """Tune function trainable: train ``base_job`` with ``params`` merged over it.
-
-    Args:
-        params: This trial's sampled values (dotted job keys).
-        base_job: The job as JSON-able dict (``JobConfig.model_dump(mode="json")``).
-        storage_path: Where Ray Train keeps this trial's run (checkpoints), on any store
-            (its filesystem travels with it).
-        tracking: The search's resolved ``tracking`` (JSON): the trial gets its own
-            TensorBoard directory and MLflow run.
-        parent_run_id: The search's MLflow run, the parent of the trial's.
+    """Tune function trainable: train ``base_job`` (the job as JSON) with ``params`` (dotted
+    job keys) merged over it, its Train run kept under ``storage_path`` (on any store); with
+    ``tracking`` (the search's, resolved) the trial gets its own TensorBoard directory and an
+    MLflow run nested under ``parent_run_id``.
     """
     from ray import tune
 
@@ -161,11 +138,10 @@ def run_tune(
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.job import init_ray, prepare_dataset
     from raytrain_hetero.app.outputs import write_summary
     from raytrain_hetero.app.runs import check_output_dir, unique_run_name
     from raytrain_hetero.app.tracking import SEARCH_ARTIFACTS, resolved_tracking, search_tracker
-    from raytrain_hetero.driver.session import init_ray
 
     if job.tune is None:
         raise ConfigError(
@@ -176,11 +152,7 @@ def run_tune(
     target = job.ray.location(output_dir or job.output_dir)
     check_output_dir(target, overwrite=overwrite, resume=False)
     prepare_dataset(job)
-    init_ray(
-        address=job.ray.address,
-        num_cpus=job.ray.num_cpus,
-        dashboard_host=job.ray.dashboard_host,
-    )
+    init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
     out = staging.local
@@ -208,7 +180,7 @@ def run_tune(
         tune_config=tune.TuneConfig(
             metric=cfg.metric,
             mode=cfg.mode,
-            scheduler=tune_search.trial_scheduler(
+            scheduler=trial_scheduler(
                 cfg.scheduler,
                 max_epochs=job.train.epochs,
                 grace_period=cfg.grace_period,
@@ -226,60 +198,56 @@ def run_tune(
         ),
     )
     started = time.perf_counter()
-    try:
+    # The search's MLflow run ends FAILED if the search or its outputs fail, never RUNNING.
+    with search_run if search_run is not None else contextlib.nullcontext():
         grid = tuner.fit()
-    except BaseException:
-        if search_run is not None:
-            search_run.close(failed=True)
-        raise
-    wall = time.perf_counter() - started
-    rows, histories = trial_rows(grid, search_keys=list(cfg.search_space), epochs=job.train.epochs)
-    write_trials_csv(rows, out / "trials.csv")
-    plot_trials(
-        histories,
-        rows,
-        out / "trials.png",
-        metric=cfg.metric,
-        title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}",
-    )
-    ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
-    if not ok:
+        wall = time.perf_counter() - started
+        rows, histories = trial_rows(
+            grid, search_keys=list(cfg.search_space), epochs=job.train.epochs
+        )
+        write_trials_csv(rows, out / "trials.csv")
+        plot_trials(
+            histories,
+            rows,
+            out / "trials.png",
+            metric=cfg.metric,
+            title=f"{job.name}: {len(rows)} trial(s), {cfg.scheduler}",
+        )
+        ok = [r for r in rows if not r["error"] and finite(r.get(cfg.metric))]
+        if ok:
+            best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
+            summary = {
+                "experiment": experiment,
+                "metric": cfg.metric,
+                "mode": cfg.mode,
+                "scheduler": cfg.scheduler,
+                "max_concurrent_trials": concurrency,
+                "trials": len(rows),
+                "failed_trials": sum(1 for r in rows if r["error"]),
+                "wall_time_s": wall,
+                "best": {
+                    "trial_id": best["trial_id"],
+                    cfg.metric: float(best[cfg.metric]),
+                    "val_accuracy": best["val_accuracy"],
+                    "samples_per_s": best["samples_per_s"],
+                    "epochs": best["epochs"],
+                    "config": {
+                        k.removeprefix("config/"): v
+                        for k, v in best.items()
+                        if k.startswith("config/")
+                    },
+                    "workers": best["_workers"],
+                },
+                "storage": str(storage.join(experiment)),
+            }
+            # NaN (a trial without throughput) is not JSON: written as null, with a warning.
+            write_summary(summary, out / "tune_summary.json")
         if search_run is not None:
             search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
-            search_run.close(failed=True)
-        first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
-        staging.publish()  # trials.csv / trials.png say what went wrong
-        raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
-    best = (max if cfg.mode == "max" else min)(ok, key=lambda r: float(r[cfg.metric]))
-    summary = {
-        "experiment": experiment,
-        "metric": cfg.metric,
-        "mode": cfg.mode,
-        "scheduler": cfg.scheduler,
-        "max_concurrent_trials": concurrency,
-        "trials": len(rows),
-        "failed_trials": sum(1 for r in rows if r["error"]),
-        "wall_time_s": wall,
-        "best": {
-            "trial_id": best["trial_id"],
-            cfg.metric: float(best[cfg.metric]),
-            "val_accuracy": best["val_accuracy"],
-            "samples_per_s": best["samples_per_s"],
-            "epochs": best["epochs"],
-            "config": {
-                k.removeprefix("config/"): v for k, v in best.items() if k.startswith("config/")
-            },
-            "workers": best["_workers"],
-        },
-        "storage": str(storage.join(experiment)),
-    }
-    # NaN (a trial without throughput) is not JSON: written as null, with a warning.
-    write_summary(summary, out / "tune_summary.json")
-    if search_run is not None:
-        search_run.log_artifacts(out / name for name in SEARCH_ARTIFACTS)
-        search_run.close()
-    staging.publish()
-    staging.cleanup()
+        staging.publish()  # also without a result: trials.csv / trials.png say what went wrong
+        if not ok:
+            first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
+            raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
     return summary
 
 
@@ -295,17 +263,8 @@ def format_best(summary: Mapping[str, Any]) -> str:
         ),
         f"best config: {config}",
     ]
-    rows = [
-        {
-            "rank": w.get("rank"),
-            "worker": name,
-            "device": w.get("device"),
-            "samples_per_s": w.get("samples_per_s"),
-            "slice": w.get("slice"),
-            "weight": w.get("weight"),
-        }
-        for name, w in sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
-    ]
+    workers = sorted(best["workers"].items(), key=lambda item: item[1].get("rank", 0))
+    rows = [{**w, "worker": name} for name, w in workers]
     if rows:
         lines.append(format_worker_table(rows))
     return "\n".join(lines)

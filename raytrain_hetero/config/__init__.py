@@ -1,16 +1,9 @@
 """Library configuration objects: frozen, validated once, shared by every layer.
 
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` takes these objects, the worker side
-reads them, and the YAML job schema (:mod:`raytrain_hetero.app.config`) uses them as its
-section types, so each setting, its default and its check are written once, here. Every model
-is frozen and rejects unknown keys; built from Python with bad values it raises one
-:class:`~raytrain_hetero.errors.ConfigError` naming each field and its fix.
-
-Modules: ``fields`` (field types, error vocabulary), ``problems`` (pydantic errors ->
-ConfigError), ``base`` (:class:`HeteroModel`), ``specs`` (workers, probing, slowdowns),
-``groups`` (batch, scheduler, elastic, emulation, backend), ``checks`` (cross-object checks),
-``parallel`` (model-parallel layout), ``tracking`` (TensorBoard, MLflow), ``faults`` (FAULT
-INJECTION, test/ops tooling).
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` takes them, the workers read them and
+the YAML job (:mod:`raytrain_hetero.app.config`) uses them as its sections, so each setting,
+its default and its check are written once, here. Built from Python with bad values a model
+raises one :class:`~raytrain_hetero.errors.ConfigError` naming each field and its fix.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raytrain_hetero.config.fields import Problem
+from raytrain_hetero.config.fields import Problem, Problems
 from raytrain_hetero.config.groups import BatchConfig, ElasticConfig, EmulationConfig
 from raytrain_hetero.config.parallel import ParallelConfig
-from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
+from raytrain_hetero.config.problems import loc_path, raise_if_any
 from raytrain_hetero.config.specs import (
     SlowdownInjection,
     WorkerSpec,
@@ -28,14 +28,8 @@ Loc = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class SettingPaths:
-    """Where each config group sits in the caller's terms (for messages).
-
-    Attributes:
-        workers: The list of worker groups.
-        batch: The :class:`BatchConfig` (its fields are addressed below it).
-        elastic: The :class:`ElasticConfig`.
-        slowdowns: The list of slowdown injections.
-        parallel: The :class:`ParallelConfig`.
+    """Where each config group (worker list, :class:`BatchConfig`, :class:`ElasticConfig`,
+    slowdown list, :class:`ParallelConfig`) sits in the caller's terms, for the messages.
     """
 
     workers: Loc = ("workers",)
@@ -52,43 +46,38 @@ class SettingPaths:
 def _slowdown_problems(
     injection: SlowdownInjection, names: Sequence[str], at: Loc
 ) -> list[Problem]:
+    problems = Problems()
     if injection.worker is not None and injection.worker not in names:
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        return [
-            (
-                (*at, "worker"),
-                f"names worker {injection.worker!r}, but the workers are {list(names)}",
-                (
-                    f"name one of {shown} (a group with count > 1 is <name>-0, <name>-1, ...), "
-                    "or give rank instead"
-                ),
-            )
-        ]
-    if injection.rank is not None and not injection.rank < len(names):
-        return [
-            (
-                (*at, "rank"),
-                f"rank {injection.rank} is outside 0..{len(names) - 1}",
-                f"use a rank from 0 to {len(names) - 1}",
-            )
-        ]
-    return []
+        problems.add(
+            (*at, "worker"),
+            f"names worker {injection.worker!r}, but the workers are {list(names)}",
+            f"name one of {_shown(names)} (a group with count > 1 is <name>-0, <name>-1, ...), "
+            "or give rank instead",
+        )
+    elif injection.rank is not None and not injection.rank < len(names):
+        last = len(names) - 1
+        problems.add(
+            (*at, "rank"),
+            f"rank {injection.rank} is outside 0..{last}",
+            f"use a rank from 0 to {last}",
+        )
+    return problems
 
 
-def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> list[Problem]:
-    problems: list[Problem] = []
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+
+
+def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> Problems:
+    problems = Problems()
     first_index: dict[str, int] = {}
     for i, spec in enumerate(workers):
         if spec.name in first_index:
-            problems.append(
-                (
-                    (*paths.workers, i, "name"),
-                    (
-                        f"duplicate worker name {spec.name!r} "
-                        f"(also {loc_path((*paths.workers, first_index[spec.name]))})"
-                    ),
-                    "give every worker group a unique name",
-                )
+            problems.add(
+                (*paths.workers, i, "name"),
+                f"duplicate worker name {spec.name!r} "
+                f"(also {loc_path((*paths.workers, first_index[spec.name]))})",
+                "give every worker group a unique name",
             )
         else:
             first_index[spec.name] = i
@@ -96,15 +85,11 @@ def _worker_problems(workers: Sequence[WorkerSpec], paths: SettingPaths) -> list
         expanded = [w.name for w in expand_worker_specs(workers)]
         clashes = sorted({n for n in expanded if expanded.count(n) > 1})
         if clashes:
-            problems.append(
-                (
-                    paths.workers,
-                    (
-                        f"expanded worker names clash: {', '.join(clashes)} (a group with count > 1 "
-                        "is expanded to <name>-0, <name>-1, ...)"
-                    ),
-                    "rename the group whose name looks like another group's expanded name",
-                )
+            problems.add(
+                paths.workers,
+                f"expanded worker names clash: {', '.join(clashes)} (a group with count > 1 "
+                "is expanded to <name>-0, <name>-1, ...)",
+                "rename the group whose name looks like another group's expanded name",
             )
     return problems
 
@@ -117,55 +102,34 @@ def run_setting_problems(
     paths: SettingPaths = SettingPaths(),
     parallel: ParallelConfig | None = None,
 ) -> list[Problem]:
-    """Every inconsistency between the worker groups and the run's settings.
-
-    Args:
-        workers: The worker groups as given (``count`` not expanded).
-        batch: Batch settings. elastic: Elastic settings. emulation: Injected slowdowns.
-        paths: Where each group sits, for the problems' locations and messages.
-        parallel: The model-parallel layout (None: data parallelism).
-
-    Returns:
-        ``(location, what is wrong, how to fix it)`` per problem; empty if all is well.
+    """Every inconsistency between the worker groups (``count`` not expanded) and the run's
+    settings, as ``(location, what is wrong, how to fix it)`` at ``paths``; empty if all is well.
     """
     problems = _worker_problems(workers, paths)
     names = [w.name for w in expand_worker_specs(workers)]
     n = len(names)
     min_slice_key = paths.key(paths.batch, "min_slice")
     if batch.fixed_shares is not None and len(batch.fixed_shares) != n:
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        problems.append(
-            (
-                (*paths.batch, "fixed_shares"),
-                (
-                    f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
-                    f"expanded); {n} shares are needed"
-                ),
-                f"give exactly {n} shares, one per worker in this order: {shown}",
-            )
+        problems.add(
+            (*paths.batch, "fixed_shares"),
+            f"has {len(batch.fixed_shares)} entries but there are {n} workers (counts "
+            f"expanded); {n} shares are needed",
+            f"give exactly {n} shares, one per worker in this order: {_shown(names)}",
         )
     if batch.global_batch_size < n * batch.min_slice:
-        problems.append(
-            (
-                (*paths.batch, "global_batch_size"),
-                (
-                    f"{batch.global_batch_size} is too small: {n} workers x min_slice "
-                    f"{batch.min_slice} need at least {n * batch.min_slice} samples per step"
-                ),
-                f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
-            )
+        problems.add(
+            (*paths.batch, "global_batch_size"),
+            f"{batch.global_batch_size} is too small: {n} workers x min_slice "
+            f"{batch.min_slice} need at least {n * batch.min_slice} samples per step",
+            f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
         )
     for i, spec in enumerate(workers):
         if spec.max_batch is not None and spec.max_batch < batch.min_slice:
-            problems.append(
-                (
-                    (*paths.workers, i, "max_batch"),
-                    (
-                        f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
-                        "fits this worker"
-                    ),
-                    f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
-                )
+            problems.add(
+                (*paths.workers, i, "max_batch"),
+                f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
+                "fits this worker",
+                f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
             )
         if (
             batch.memory_cap_mode == "slice"
@@ -173,16 +137,12 @@ def run_setting_problems(
             and spec.max_micro_batch < batch.min_slice
         ):
             mode_key = paths.key(paths.batch, "memory_cap_mode")
-            problems.append(
-                (
-                    (*paths.workers, i, "max_micro_batch"),
-                    (
-                        f"{spec.max_micro_batch} is below {min_slice_key} {batch.min_slice}; "
-                        f"with {mode_key} slice it caps the slice, so no slice fits this worker"
-                    ),
-                    f"raise max_micro_batch to >= {batch.min_slice}, lower {min_slice_key}, "
-                    f"or set {mode_key}: accumulate",
-                )
+            problems.add(
+                (*paths.workers, i, "max_micro_batch"),
+                f"{spec.max_micro_batch} is below {min_slice_key} {batch.min_slice}; "
+                f"with {mode_key} slice it caps the slice, so no slice fits this worker",
+                f"raise max_micro_batch to >= {batch.min_slice}, lower {min_slice_key}, "
+                f"or set {mode_key}: accumulate",
             )
     slice_caps = [_slice_cap(w, batch) for w in workers]
     if all(c is not None for c in slice_caps):
@@ -191,26 +151,18 @@ def run_setting_problems(
         if batch.memory_cap_mode == "slice" and any(w.max_micro_batch for w in workers):
             cap_name = "the smaller of max_batch and max_micro_batch"
         if capacity < batch.global_batch_size:
-            problems.append(
-                (
-                    (*paths.batch, "global_batch_size"),
-                    (
-                        f"{batch.global_batch_size} exceeds what all workers can hold per step "
-                        f"(sum of count x {cap_name} = {capacity})"
-                    ),
-                    (
-                        f"lower global_batch_size to <= {capacity}, raise some max_batch or "
-                        "max_micro_batch, or remove a cap"
-                    ),
-                )
+            problems.add(
+                (*paths.batch, "global_batch_size"),
+                f"{batch.global_batch_size} exceeds what all workers can hold per step "
+                f"(sum of count x {cap_name} = {capacity})",
+                f"lower global_batch_size to <= {capacity}, raise some max_batch or "
+                "max_micro_batch, or remove a cap",
             )
     if elastic.min_workers is not None and elastic.min_workers > n:
-        problems.append(
-            (
-                (*paths.elastic, "min_workers"),
-                f"{elastic.min_workers} is more than the {n} worker slots (counts expanded)",
-                f"set min_workers between 1 and {n}, or add worker slots",
-            )
+        problems.add(
+            (*paths.elastic, "min_workers"),
+            f"{elastic.min_workers} is more than the {n} worker slots (counts expanded)",
+            f"set min_workers between 1 and {n}, or add worker slots",
         )
     for i, injection in enumerate(emulation.slowdowns):
         problems.extend(_slowdown_problems(injection, names, (*paths.slowdowns, i)))
@@ -229,17 +181,13 @@ def _parallel_problems(
     """The model-parallel layout against every world size the run can reach, and weighting."""
     if not parallel.model_parallel:
         return []
-    problems: list[Problem] = []
+    problems = Problems()
     if batch.weighting != "proportional":
-        problems.append(
-            (
-                (*paths.batch, "weighting"),
-                (
-                    f"{batch.weighting!r} with parallel.mode {parallel.mode!r}: model-parallel "
-                    "replicas are weighted by the samples they process (exact)"
-                ),
-                "set weighting: proportional, or parallel.mode: data",
-            )
+        problems.add(
+            (*paths.batch, "weighting"),
+            f"{batch.weighting!r} with parallel.mode {parallel.mode!r}: model-parallel "
+            "replicas are weighted by the samples they process (exact)",
+            "set weighting: proportional, or parallel.mode: data",
         )
     worlds = [workers] if min_workers is None else list(range(min_workers, workers + 1))
     bad = []
@@ -251,41 +199,30 @@ def _parallel_problems(
     elastic_key = paths.key(paths.elastic, "min_workers")
     size = parallel.group_size
     if bad and size is None:
-        problems.append(
-            (
-                (*paths.parallel, "mode"),
-                (
-                    f"{parallel.mode} splits the model over all workers, but the run may have "
-                    f"{min(bad)}"
-                ),
-                "give it >= 2 workers"
-                + (f" and set {elastic_key} >= 2" if min_workers is not None else ""),
-            )
+        problems.add(
+            (*paths.parallel, "mode"),
+            f"{parallel.mode} splits the model over all workers, but the run may have {min(bad)}",
+            "give it >= 2 workers"
+            + (f" and set {elastic_key} >= 2" if min_workers is not None else ""),
         )
     elif bad:
-        problems.append(
-            (
-                (*paths.parallel, "group_size"),
-                (
-                    f"group_size {size} does not divide "
-                    + (
-                        f"the elastic world sizes {bad} ({elastic_key} {min_workers} to "
-                        f"{workers} worker slots)"
-                        if min_workers is not None
-                        else f"the {workers} worker(s)"
-                    )
-                    + f": every {parallel.mode} group needs {size} ranks"
-                ),
-                (
-                    f"use a multiple of {size} workers"
-                    + (
-                        f", set {elastic_key} so every possible count is a multiple"
-                        if min_workers is not None
-                        else ""
-                    )
-                    + ", or change group_size"
-                ),
+        problems.add(
+            (*paths.parallel, "group_size"),
+            f"group_size {size} does not divide "
+            + (
+                f"the elastic world sizes {bad} ({elastic_key} {min_workers} to "
+                f"{workers} worker slots)"
+                if min_workers is not None
+                else f"the {workers} worker(s)"
             )
+            + f": every {parallel.mode} group needs {size} ranks",
+            f"use a multiple of {size} workers"
+            + (
+                f", set {elastic_key} so every possible count is a multiple"
+                if min_workers is not None
+                else ""
+            )
+            + ", or change group_size",
         )
     return problems
 
@@ -303,9 +240,9 @@ def check_run_settings(
     Raises:
         ConfigError: Listing every problem with its fix.
     """
-    problems = run_setting_problems(workers, batch, elastic, emulation, parallel=parallel)
-    if problems:
-        raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
+    raise_if_any(
+        run_setting_problems(workers, batch, elastic, emulation, parallel=parallel), source
+    )
 
 
 def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) -> SlowdownInjection:
@@ -314,11 +251,8 @@ def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) ->
     Raises:
         ConfigError: It names an unknown worker or a rank outside the world.
     """
-    problems = _slowdown_problems(injection, [s.name for s in slots], ("slowdown",))
-    if problems:
-        raise_problems(
-            [ConfigProblem("inject_slowdown", loc_path(at), m, f) for at, m, f in problems]
-        )
+    names = [s.name for s in slots]
+    raise_if_any(_slowdown_problems(injection, names, ("slowdown",)), "inject_slowdown")
     return injection
 
 

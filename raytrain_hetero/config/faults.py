@@ -1,18 +1,16 @@
 """FAULT INJECTION (test and ops tooling): which faults to inject into a run, and where.
 
-Off by default and never active unless a :class:`FaultInjectionConfig` with faults is passed
-to :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (``faults=``). It is deliberately not
-a YAML key of the job: it exists to prove the fault tolerance (``tests/integration/
-test_faults.py``, ``benchmarks/soak.py``), not to be left on in a configuration file.
-
-A fault is (phase, step, target, action); each fires at most once per run, even though the
-worker group restarts (see :mod:`raytrain_hetero.worker.faults`). :func:`random_faults` draws
-a seeded, reproducible set of faults for soak runs.
+Active only when a :class:`FaultInjectionConfig` with faults is passed to
+:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (``faults=``); deliberately not a YAML
+key: it proves the fault tolerance (tests, ``benchmarks/soak.py``) and must not be left on in
+a job file. Each fault fires at most once per run, although the worker group restarts
+(:mod:`raytrain_hetero.worker.faults`).
 """
 
 from __future__ import annotations
 
 import random
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -22,7 +20,7 @@ from pydantic import Field, model_validator
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.checks import _slowdown_problems
 from raytrain_hetero.config.fields import Int, PositiveFloat, invalid
-from raytrain_hetero.config.problems import ConfigProblem, loc_path, raise_problems
+from raytrain_hetero.config.problems import raise_if_any
 from raytrain_hetero.config.specs import WorkerSpec
 
 __all__ = [
@@ -39,10 +37,10 @@ Phase = Literal["probe", "calibration", "plan_switch", "mid_epoch", "checkpoint_
 Action = Literal["kill", "hang", "nan", "kill_scheduler", "corrupt_state"]
 
 #: Every phase, in the order a worker group meets them.
-PHASES: tuple[str, ...] = ("probe", "calibration", "plan_switch", "mid_epoch", "checkpoint_commit")
+PHASES: tuple[str, ...] = typing.get_args(Phase)
 #: Phases that happen at a training step (a fault there may name the step).
 STEP_PHASES: tuple[str, ...] = ("plan_switch", "mid_epoch", "checkpoint_commit")
-ACTIONS: tuple[str, ...] = ("kill", "hang", "nan", "kill_scheduler", "corrupt_state")
+ACTIONS: tuple[str, ...] = typing.get_args(Action)
 
 
 class FaultSpec(HeteroModel):
@@ -82,10 +80,10 @@ class FaultSpec(HeteroModel):
 
     phase: Phase = Field(description="where the fault fires")
     action: Action = Field(description="what the targeted rank does there")
-    step: Int | None = Field(None, ge=0, description="global step (step phases; null: first)")
-    worker: str | None = Field(None, description="target WorkerSpec name")
-    rank: Int | None = Field(None, ge=0, description="target world rank")
-    hang_s: PositiveFloat = Field(600.0, description="seconds a hang blocks")
+    step: Int | None = Field(None, ge=0)
+    worker: str | None = None
+    rank: Int | None = Field(None, ge=0)
+    hang_s: PositiveFloat = 600.0
 
     @model_validator(mode="after")
     def _consistent(self) -> FaultSpec:
@@ -135,8 +133,8 @@ class FaultInjectionConfig(HeteroModel):
             not empty; use a fresh directory per run.
     """
 
-    faults: tuple[FaultSpec, ...] = Field((), description="faults to inject, each once per run")
-    marker_dir: Path | None = Field(None, description="where fired faults are recorded")
+    faults: tuple[FaultSpec, ...] = ()
+    marker_dir: Path | None = None
 
     @model_validator(mode="after")
     def _marker_dir_given(self) -> FaultInjectionConfig:
@@ -164,14 +162,13 @@ def check_fault_targets(
         ConfigError: A fault names an unknown worker or a rank outside the world.
     """
     names = [s.name for s in slots]
+    # The same target rule as an emulated slowdown's (worker name or rank).
     problems = [
-        ConfigProblem("HeteroTrainer", loc_path(at), message, fix)
+        problem
         for i, fault in enumerate(config.faults)
-        # The same target rule as an emulated slowdown's (worker name or rank).
-        for at, message, fix in _slowdown_problems(fault, names, ("faults", "faults", i))  # type: ignore[arg-type]
+        for problem in _slowdown_problems(fault, names, ("faults", "faults", i))  # type: ignore[arg-type]
     ]
-    if problems:
-        raise_problems(problems)
+    raise_if_any(problems, "HeteroTrainer")
     return config
 
 
@@ -187,22 +184,11 @@ def random_faults(
     switch_steps: Sequence[int] = (),
     hang_s: float = 600.0,
 ) -> tuple[FaultSpec, ...]:
-    """``count`` seeded random faults (kind, phase, step, rank) for a soak run; reproducible.
-
-    Args:
-        seed: Seed of the draw.
-        count: Number of faults.
-        steps: Global steps of the run; ``mid_epoch`` faults land before the last one.
-        world_size: Ranks to choose targets from.
-        actions: Actions to draw from (``kill``, ``hang``, ...).
-        phases: Phases to draw from.
-        checkpoint_every: The loop checkpoints after steps s with (s + 1) % this == 0; a
-            ``checkpoint_commit`` fault is drawn among those steps.
-        switch_steps: Steps where the loop switches plans (for ``plan_switch`` faults).
-        hang_s: How long a ``hang`` blocks.
-
-    Returns:
-        The faults, in draw order.
+    """``count`` seeded, reproducible random faults for a soak run: an action of ``actions`` at
+    a phase of ``phases`` on a rank below ``world_size``. ``mid_epoch`` faults land before the
+    last of ``steps``, ``checkpoint_commit`` ones after a checkpointing step (``(s + 1) %
+    checkpoint_every == 0``), ``plan_switch`` ones at ``switch_steps``; a ``hang`` blocks
+    ``hang_s``.
     """
     rng = random.Random(seed)
     checkpoint_steps = [s for s in range(steps) if (s + 1) % checkpoint_every == 0]

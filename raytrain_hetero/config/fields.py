@@ -23,6 +23,8 @@ __all__ = [
     "NonNegFloat",
     "PositiveFloat",
     "PositiveInt",
+    "Problem",
+    "Problems",
     "absolute",
     "check_name",
     "invalid",
@@ -38,6 +40,14 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 #: One problem found by a cross-field check: (location, what is wrong, how to fix it).
 Problem = tuple[tuple[str | int, ...], str, str]
+
+
+class Problems(list[Problem]):
+    """The problems a cross-field check found, in order."""
+
+    def add(self, at: tuple[str | int, ...], message: str, fix: str) -> None:
+        """Record that ``at`` is wrong (``message``) and how to fix it."""
+        self.append((at, message, fix))
 
 
 def invalid(message: str, fix: str, at: tuple[str | int, ...] = ()) -> PydanticCustomError:

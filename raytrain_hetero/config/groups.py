@@ -1,11 +1,6 @@
-"""Run-wide setting groups of :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`.
-
-Grouped like Ray's ``ScalingConfig``/``RunConfig``: what each step's batch is and how it is
-carved (:class:`BatchConfig`), live re-planning (:class:`SchedulerConfig`), elastic sizing
-(:class:`ElasticConfig`), emulated slowdowns (:class:`EmulationConfig`), the torch process
-group (:class:`BackendConfig`) and the step guard (:class:`GuardConfig`). The YAML job uses these same classes as its sections, so each
-setting, its default and its check are written once, here (the re-planning policy's knobs
-once, in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
+"""Run-wide setting groups of :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`,
+grouped like Ray's ``ScalingConfig``/``RunConfig`` (the re-planning policy's knobs live once,
+in :class:`~raytrain_hetero.core.policy.PolicyConfig`).
 """
 
 from __future__ import annotations
@@ -66,28 +61,13 @@ class BatchConfig(HeteroModel):
     """
 
     global_batch_size: PositiveInt = Field(description="samples per step over all workers")
-    min_slice: PositiveInt = Field(1, description="smallest per-step slice of any worker")
-    weighting: Literal["proportional", "uniform"] = Field(
-        "proportional", description="gradient weighting: proportional (exact) or uniform (HDP)"
-    )
-    batchnorm: Literal["exact", "local"] = Field(
-        "exact", description="BatchNorm statistics: exact (global batch) or local (per slice)"
-    )
-    max_memory_fraction: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        allow_inf_nan=False,
-        description="fraction of worker memory one pass may use (null: no memory cap)",
-    )
-    memory_cap_mode: Literal["accumulate", "slice"] = Field(
-        "accumulate",
-        description="slice above the per-pass cap: accumulate (micro-batches) or slice (capped)",
-    )
-    fixed_shares: tuple[PositiveFloat, ...] | None = Field(
-        None, min_length=1, description="one share per worker, in expanded order; skips probing"
-    )
-    seed: Int = Field(0, ge=0, description="seed of init and shuffles")
+    min_slice: PositiveInt = 1
+    weighting: Literal["proportional", "uniform"] = "proportional"
+    batchnorm: Literal["exact", "local"] = "exact"
+    max_memory_fraction: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    memory_cap_mode: Literal["accumulate", "slice"] = "accumulate"
+    fixed_shares: tuple[PositiveFloat, ...] | None = Field(None, min_length=1)
+    seed: Int = Field(0, ge=0)
 
 
 def _policy_values(value: Any) -> Any:
@@ -115,14 +95,10 @@ class SchedulerConfig(HeteroModel):
             ``None``: every ``plan_sync_every`` steps (every step when plan sync is off).
     """
 
-    live: bool | None = Field(None, description="re-plan live (null: unless fixed_shares)")
-    policy: PolicyConfig = Field(
-        default_factory=PolicyConfig, description="re-planning policy (PolicyConfig fields)"
-    )
-    plan_sync_every: Int = Field(5, ge=0, description="steps between plan agreements (0: off)")
-    flush_every: PositiveInt | None = Field(
-        None, description="steps between measurement pushes (null: plan_sync_every)"
-    )
+    live: bool | None = None
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    plan_sync_every: Int = Field(5, ge=0)
+    flush_every: PositiveInt | None = None
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -147,10 +123,8 @@ class ElasticConfig(HeteroModel):
         resize_monitor_interval_s: How often Ray Train looks for room to grow.
     """
 
-    min_workers: PositiveInt | None = Field(None, description="smallest worker group (None: fixed)")
-    resize_monitor_interval_s: PositiveFloat = Field(
-        5.0, description="seconds between resize checks"
-    )
+    min_workers: PositiveInt | None = None
+    resize_monitor_interval_s: PositiveFloat = 5.0
 
 
 class EmulationConfig(HeteroModel):
@@ -165,14 +139,8 @@ class EmulationConfig(HeteroModel):
             slows down), so give base slowdowns >= ``1 / (1 - noise)`` for symmetric noise.
     """
 
-    slowdowns: tuple[SlowdownInjection, ...] = Field(
-        (), description="emulated slowdown injections, e.g. [{factor: 3, worker: fast}]"
-    )
-    noise: NonNegFloat = Field(
-        0.0,
-        lt=1.0,
-        description="EMULATION: per-step factor noise, uniform in [1-noise, 1+noise] (0: off)",
-    )
+    slowdowns: tuple[SlowdownInjection, ...] = ()
+    noise: NonNegFloat = Field(0.0, lt=1.0)
 
 
 class BackendConfig(HeteroModel):
@@ -185,12 +153,8 @@ class BackendConfig(HeteroModel):
             Ray Train restarts (``RunConfig(failure_config=...)``).
     """
 
-    torch_backend: Literal["gloo", "nccl"] | None = Field(
-        None, description="gloo or nccl (null: nccl iff all workers are on CUDA)"
-    )
-    collective_timeout_s: PositiveInt = Field(
-        1800, description="seconds a rank may wait in a collective before the group fails"
-    )
+    torch_backend: Literal["gloo", "nccl"] | None = None
+    collective_timeout_s: PositiveInt = 1800
 
 
 class GuardConfig(HeteroModel):
@@ -204,6 +168,4 @@ class GuardConfig(HeteroModel):
             with :class:`~raytrain_hetero.errors.NonFiniteStepError` naming the step and rank.
     """
 
-    max_consecutive_nonfinite: PositiveInt = Field(
-        3, description="consecutive non-finite (skipped) steps after which the run stops"
-    )
+    max_consecutive_nonfinite: PositiveInt = 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.fields import PositiveInt, invalid
@@ -36,14 +36,10 @@ class ParallelConfig(HeteroModel):
         micro_batches: ``branches`` only: micro-batches per step (pipelining depth).
     """
 
-    mode: ParallelMode = Field("data", description="data | conv_split | branches")
-    layers: tuple[str, ...] = Field(
-        (), description="conv_split: names of the Conv2d layers to split"
-    )
-    group_size: PositiveInt | None = Field(
-        None, description="ranks per model-parallel group; null = all ranks"
-    )
-    micro_batches: PositiveInt = Field(2, description="branches: micro-batches per step")
+    mode: ParallelMode = "data"
+    layers: tuple[str, ...] = ()
+    group_size: PositiveInt | None = None
+    micro_batches: PositiveInt = 2
 
     @model_validator(mode="after")
     def _consistent(self) -> ParallelConfig:

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
-from raytrain_hetero.config.fields import BOOL_AS_NUMBER, INVALID, MULTI
+from raytrain_hetero.config.fields import BOOL_AS_NUMBER, INVALID, MULTI, Problem
 from raytrain_hetero.errors import ConfigError, HeteroError
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "describe",
     "file_problem",
     "loc_path",
+    "raise_if_any",
     "raise_problems",
     "raise_validation_error",
     "show",
@@ -70,6 +71,12 @@ def raise_problems(problems: list[ConfigProblem], note: str = "") -> typing.NoRe
     err = ConfigError(text)
     err.problems = tuple(problems)  # type: ignore[attr-defined]  # survives pickling
     raise err from None
+
+
+def raise_if_any(problems: list[Problem], source: str) -> None:
+    """Raise one :class:`ConfigError` listing ``(location, message, fix)`` problems, if any."""
+    if problems:
+        raise_problems([ConfigProblem(source, loc_path(at), m, f) for at, m, f in problems])
 
 
 def file_problem(source: str, message: str, fix: str) -> typing.NoReturn:
@@ -242,13 +249,9 @@ _EXPECTED: dict[str, str] = {
 def describe(
     err: Mapping[str, Any], source: str, root: Any, prefix: tuple[str | int, ...] = ()
 ) -> list[ConfigProblem]:
-    """Turn one pydantic error dict into one or more :class:`ConfigProblem`.
-
-    Args:
-        err: One entry of ``ValidationError.errors()``.
-        source: The ``<source>`` part of the message (file name, or a class name).
-        root: The model class validated (locations are relative to it).
-        prefix: Where ``root`` sits in the caller's terms (prepended to every path).
+    """Turn one pydantic error dict (of ``ValidationError.errors()``) into
+    :class:`ConfigProblem` s named ``source``; locations are relative to the validated ``root``
+    class, with ``prefix`` (where ``root`` sits in the caller's terms) prepended.
     """
     etype: str = err["type"]
     loc = tuple(err.get("loc", ()))
@@ -340,14 +343,8 @@ def raise_validation_error(
     note: str = "",
     prefix: tuple[str | int, ...] = (),
 ) -> typing.NoReturn:
-    """Raise one :class:`ConfigError` listing every problem of ``exc`` with its fix.
-
-    Args:
-        exc: The pydantic error.
-        root: The model class that was validated.
-        source: The ``<source>`` of each line (default: the class name).
-        note: Extra text for the error's first line.
-        prefix: Where ``root`` sits in the caller's terms (prepended to every path).
+    """Raise one :class:`ConfigError` listing every problem of ``exc`` with its fix (arguments
+    as :func:`describe`; ``source`` defaults to the class name, ``note`` adds to the first line).
     """
     where = source if source is not None else getattr(root, "__name__", str(root))
     problems = [p for e in exc.errors() for p in describe(e, where, root, prefix)]

@@ -53,31 +53,14 @@ class WorkerSpec(HeteroModel):
     """
 
     name: str = Field(description="worker group name")
-    count: PositiveInt = Field(1, description="number of identical workers in the group")
-    resources: dict[str, NonNegFloat] = Field(
-        default_factory=lambda: {"CPU": 1.0},
-        description="Ray resources per worker, e.g. {CPU: 1} or {CPU: 4, GPU: 1}",
-    )
-    label_selector: dict[str, str] | None = Field(
-        None, description="Ray node labels the worker must land on, e.g. {zone: a}"
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="compute device; auto = cuda iff resources has GPU > 0"
-    )
-    max_batch: PositiveInt | None = Field(None, description="per-step slice cap (memory)")
-    max_micro_batch: PositiveInt | None = Field(
-        None, description="samples per forward+backward pass (memory); larger slices are split"
-    )
-    emulated_slowdown: Float = Field(
-        1.0,
-        ge=1.0,
-        allow_inf_nan=False,
-        description="EMULATION: stretch this worker's compute time by this factor",
-    )
-    emulated_collective_delay_s: NonNegFloat = Field(
-        0.0,
-        description="EMULATION: seconds this worker sleeps before each gradient all-reduce",
-    )
+    count: PositiveInt = 1
+    resources: dict[str, NonNegFloat] = Field(default_factory=lambda: {"CPU": 1.0})
+    label_selector: dict[str, str] | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    max_batch: PositiveInt | None = None
+    max_micro_batch: PositiveInt | None = None
+    emulated_slowdown: Float = Field(1.0, ge=1.0, allow_inf_nan=False)
+    emulated_collective_delay_s: NonNegFloat = 0.0
 
     @field_validator("name")
     @classmethod
@@ -184,24 +167,16 @@ class ProbeConfig(HeteroModel):
             restart; decided once per run, an excluded worker is not retried).
     """
 
-    mode: Literal["passive", "probe"] = Field(
-        "passive", description="passive: train from step 0, measure live; probe: probe first"
-    )
-    passive_steps: PositiveInt = Field(3, description="timed steps before the measured plan")
-    remember: bool = Field(True, description="store cost models with the run's storage")
-    batch_sizes: list[PositiveInt] | None = Field(
-        None, description="probe batch sizes, >= 2 distinct (None: automatic)"
-    )
-    warmup: Int = Field(2, ge=0, description="untimed warm-up iterations")
-    repeats: PositiveInt = Field(3, description="timed iterations per batch size")
-    calibration_steps: Int = Field(3, ge=0, description="measured calibration steps per round")
-    calibration_rounds: Int = Field(2, ge=0, description="calibrate-and-replan rounds")
-    reuse_on_restart: bool = Field(
-        True, description="after a restart, probe only slots the previous group did not measure"
-    )
-    admission: Literal["all", "auto"] = Field(
-        "all", description="all: train on every worker; auto: leave out workers that slow the group"
-    )
+    mode: Literal["passive", "probe"] = "passive"
+    passive_steps: PositiveInt = 3
+    remember: bool = True
+    batch_sizes: list[PositiveInt] | None = None
+    warmup: Int = Field(2, ge=0)
+    repeats: PositiveInt = 3
+    calibration_steps: Int = Field(3, ge=0)
+    calibration_rounds: Int = Field(2, ge=0)
+    reuse_on_restart: bool = True
+    admission: Literal["all", "auto"] = "all"
 
     @field_validator("batch_sizes")
     @classmethod
@@ -225,9 +200,9 @@ class SlowdownInjection(HeteroModel):
     """
 
     factor: Float = Field(ge=1.0, allow_inf_nan=False, description="slowdown factor >= 1")
-    worker: str | None = Field(None, description="worker name (exactly one of worker/rank)")
-    rank: Int | None = Field(None, ge=0, description="world rank (exactly one of worker/rank)")
-    from_step: Int = Field(0, ge=0, description="first global step it applies to")
+    worker: str | None = None
+    rank: Int | None = Field(None, ge=0)
+    from_step: Int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _one_target(self) -> SlowdownInjection:

@@ -1,11 +1,8 @@
-"""Experiment tracking: where a run's metrics go besides ``metrics.csv`` (TensorBoard, MLflow).
+"""Experiment tracking besides ``metrics.csv``: TensorBoard and MLflow (both off by default).
 
-:class:`TrackingConfig` is the ``tracking=`` argument of
-:class:`~raytrain_hetero.driver.trainer.HeteroTrainer` and the YAML job's ``tracking:``
-section. Both sinks are off by default; each needs its optional package
-(``pip install 'raytrain_hetero[tracking]'``). The driver writes them
-(:mod:`raytrain_hetero.driver.tracking`) from the step records and plans it already drains
-and the epoch metrics the workers report to Ray Train.
+:class:`TrackingConfig` is ``HeteroTrainer(tracking=...)`` and the YAML ``tracking:``; each sink
+needs its optional package (``pip install 'raytrain_hetero[tracking]'``); the driver writes
+them (:mod:`raytrain_hetero.driver.tracking`).
 """
 
 from __future__ import annotations
@@ -30,10 +27,8 @@ class TensorBoardConfig(HeteroModel):
             directory (``HeteroTrainer``).
     """
 
-    enabled: bool = Field(False, description="write TensorBoard event files")
-    log_dir: Path | None = Field(
-        None, description="parent of the per-run directories (null: <output_dir>/tensorboard)"
-    )
+    enabled: bool = False
+    log_dir: Path | None = None
 
 
 class MLflowConfig(HeteroModel):
@@ -53,13 +48,11 @@ class MLflowConfig(HeteroModel):
             path); ``None``: the tracking server's default.
     """
 
-    enabled: bool = Field(False, description="log params, metrics and plots to MLflow")
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI (null: MLflow's)")
-    experiment_name: str | None = Field(None, description="MLflow experiment (null: job name)")
-    run_name: str | None = Field(None, description="MLflow run name (null: the Ray run name)")
-    artifact_location: str | None = Field(
-        None, description="artifact root of a new experiment (null: the server's default)"
-    )
+    enabled: bool = False
+    tracking_uri: str | None = None
+    experiment_name: str | None = None
+    run_name: str | None = None
+    artifact_location: str | None = None
 
 
 class TrackingConfig(HeteroModel):
@@ -70,10 +63,8 @@ class TrackingConfig(HeteroModel):
         mlflow: MLflow runs (:class:`MLflowConfig`).
     """
 
-    tensorboard: TensorBoardConfig = Field(
-        default_factory=TensorBoardConfig, description="TensorBoard event files"
-    )
-    mlflow: MLflowConfig = Field(default_factory=MLflowConfig, description="MLflow runs")
+    tensorboard: TensorBoardConfig = Field(default_factory=TensorBoardConfig)
+    mlflow: MLflowConfig = Field(default_factory=MLflowConfig)
 
     @property
     def active(self) -> bool:
@@ -98,17 +89,12 @@ class TrackingConfig(HeteroModel):
         """Packages an enabled sink needs that are not importable (``[]``: all there)."""
         from importlib.util import find_spec
 
-        needed = []
-        if self.tensorboard.enabled:
-            needed.append("tensorboard")
-        if self.mlflow.enabled:
-            needed.append("mlflow")
+        enabled = {"tensorboard": self.tensorboard.enabled, "mlflow": self.mlflow.enabled}
         missing = []
-        for name in needed:
+        for name in (name for name, on in enabled.items() if on):
             try:
-                found = find_spec(name) is not None
+                if find_spec(name) is None:
+                    missing.append(name)
             except (ImportError, ValueError):  # a None entry in sys.modules, a broken install
-                found = False
-            if not found:
                 missing.append(name)
         return missing

@@ -26,7 +26,6 @@ __all__ = [
     "check_state_fits",
     "find_checkpoint_file",
     "load_checkpoint",
-    "load_checkpoint_state",
 ]
 
 logger = logging.getLogger(__name__)
@@ -34,9 +33,12 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_FILE = "model.pt"
 
 
-def find_checkpoint_file(path: CheckpointSource) -> Path | StorageLocation:
-    """Resolve ``path`` to a ``model.pt``: the file itself, a checkpoint directory holding
-    one, or a run/output directory (the newest ``checkpoint_*/model.pt`` below it).
+def find_checkpoint_file(
+    path: CheckpointSource, name: str = CHECKPOINT_FILE
+) -> Path | StorageLocation:
+    """Resolve ``path`` to a checkpoint file ``name`` (``model.pt``; a Lightning job's
+    ``checkpoint.ckpt``): the file itself, a checkpoint directory holding one, or a run/output
+    directory (the newest ``checkpoint_*/<name>`` below it).
 
     Returns:
         A local path, or for a remote location the location of the file.
@@ -44,60 +46,37 @@ def find_checkpoint_file(path: CheckpointSource) -> Path | StorageLocation:
     Raises:
         DataError: Nothing usable at ``path`` (the message says what was looked for).
     """
-    if isinstance(path, StorageLocation):
-        if path.remote:
-            return _find_remote_checkpoint(path)
+    if isinstance(path, StorageLocation) and not path.remote:
         path = path.local_path
-    p = Path(path).expanduser()
-    if p.is_file():
-        return p
-    if (p / CHECKPOINT_FILE).is_file():
-        return p / CHECKPOINT_FILE
-    if p.is_dir():
-        found = sorted(p.rglob(f"checkpoint_*/{CHECKPOINT_FILE}"), key=lambda f: f.stat().st_mtime)
-        if found:
-            logger.info("using the newest checkpoint under %s: %s", p, found[-1])
-            return found[-1]
-    raise DataError(
-        f"no checkpoint at {p}: expected a {CHECKPOINT_FILE} file, a checkpoint directory "
-        f"holding one, or a training output directory with checkpoint_*/{CHECKPOINT_FILE}. "
-        "Fix: pass --checkpoint pointing at one (raytrain-hetero train writes them under "
-        "<output>/ray_results/)."
-    )
-
-
-def _find_remote_checkpoint(location: StorageLocation) -> StorageLocation:
-    if location.is_file():
-        return location
-    inside = location.join(CHECKPOINT_FILE)
-    if inside.is_file():
-        return inside
-    found = [
-        (mtime, relative)
-        for relative, mtime in location.find_files(f"/{CHECKPOINT_FILE}")
-        if relative.rsplit("/", 2)[-2].startswith("checkpoint_")
-    ]
-    if found:
+    below: list[tuple[float, Any]]
+    if isinstance(path, StorageLocation):
+        for candidate in (path, path.join(name)):
+            if candidate.is_file():
+                return candidate
+        below = [
+            (mtime, path.join(relative))
+            for relative, mtime in path.find_files(f"/{name}")
+            if relative.rsplit("/", 2)[-2].startswith("checkpoint_")
+        ]
+    else:
+        path = Path(path).expanduser()
+        for local in (path, path / name):
+            if local.is_file():
+                return local
+        found = path.rglob(f"checkpoint_*/{name}") if path.is_dir() else []
+        below = [(f.stat().st_mtime, f) for f in found]
+    if below:
         # Ray Train's checkpoint_<timestamp> names sort by time where mtimes tie.
-        newest = location.join(max(found)[1])
-        logger.info("using the newest checkpoint under %s: %s", location, newest)
+        newest = max(below, key=lambda item: (item[0], str(item[1])))[1]
+        logger.info("using the newest checkpoint under %s: %s", path, newest)
         return newest
     raise DataError(
-        f"no checkpoint at {location}: expected a {CHECKPOINT_FILE} object, a checkpoint "
-        f"folder holding one, or a run folder with checkpoint_*/{CHECKPOINT_FILE}. Fix: pass "
-        "--checkpoint with the run's folder (<ray.storage_path>/<run name>) and check "
-        "ray.storage_filesystem and the credentials in the environment."
+        f"no checkpoint at {path}: expected a {name} file, a checkpoint directory holding one, "
+        f"or a training output or run directory with checkpoint_*/{name}. Fix: pass "
+        "--checkpoint pointing at one (raytrain-hetero train writes them under "
+        "<output>/ray_results/; a remote run folder is <ray.storage_path>/<run name>: check "
+        "ray.storage_filesystem and the credentials in the environment)."
     )
-
-
-def load_checkpoint_state(path: CheckpointSource) -> dict[str, Any]:
-    """The model ``state_dict`` of a trainer checkpoint (``{"model": ..., "optimizer": ...}``)
-    or of a bare state dict file, loaded with ``weights_only=True``.
-
-    Raises:
-        DataError: Unreadable or foreign file (naming it).
-    """
-    return load_checkpoint(path)[0]
 
 
 def load_checkpoint(path: CheckpointSource) -> tuple[dict[str, Any], dict[str, Any]]:

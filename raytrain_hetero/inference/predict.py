@@ -1,34 +1,14 @@
 """Distributed inference on heterogeneous workers: Ray Data ``map_batches`` over actor pools.
 
-The library half of prediction: the predictor actor, speed measurement, actor-pool planning
-and the Ray Data run. It knows a dataset only as a
-:class:`~raytrain_hetero.workloads.registry.DataSource` and a model only as a name plus
-keyword arguments (:class:`PredictorSpec`); reading a job config and writing the outputs is
-:mod:`raytrain_hetero.app.predict` (``raytrain-hetero predict``).
-
-How the work is divided (``mode="proportional"``, the default):
-
-1. *Measure*: one probe actor per worker group of the job's ``workers:`` section (same
-   resources, placement labels and emulated slowdown as that group's predictors) times
-   whole predict batches -- reading and decoding the samples plus the forward pass -- and
-   reports samples/s. Groups are probed one after another, so they do not contend.
-2. *Size*: every group gets its own actor pool (``count`` actors, a ``map_batches`` stage
-   with that group's ``num_cpus`` / ``num_gpus`` / ``resources`` / ``label_selector``), a
-   per-actor batch size proportional to its measured speed (the fastest group gets
-   ``batch_size``), and a share of the samples proportional to its pool's total speed. Every
-   actor then runs about the same number of batches of about the same duration, so the pools
-   finish together -- the inference analogue of the trainer's carving.
-3. *Run*: the per-group datasets are unioned and written as Parquet (one row per sample:
-   index, sample id, label, prediction, confidence, worker, batch timing). For a
-   hyperspectral scene the predicted class map is also written as a GeoTIFF (georeferenced
-   if the scene was).
-
-``mode="equal"`` gives every actor the same batch size and the same share (speed-unaware,
-the usual setup) and ``mode="single"`` runs one actor of the fastest group: the two
-baselines the proportional plan is compared with. ``emulated_slowdown`` of a worker group is
-EMULATION for CPU-only machines: an actor sleeps (factor - 1) x its own compute time of each
-batch (the one worker emulator, :class:`raytrain_hetero.worker.emulation.SlowdownEmulator`),
-imitating a slower device.
+The library half of prediction (the job half is :mod:`raytrain_hetero.app.predict`): a
+dataset is a :class:`~raytrain_hetero.workloads.registry.DataSource`, a model a name plus
+keyword arguments (:class:`PredictorSpec`). ``mode="proportional"`` (the default) measures one
+probe actor per worker group, one group at a time (read + decode + forward of whole batches),
+then gives every group its own actor pool with a per-actor batch proportional to its speed and
+a share of the samples proportional to the pool's speed, so the pools finish together (the
+inference analogue of the trainer's carving); the rows are written as Parquet.
+``mode="equal"`` (same batch and share for every actor) and ``mode="single"`` (one actor of
+the fastest group) are the baselines. ``emulated_slowdown`` is EMULATION, as in training.
 """
 
 from __future__ import annotations
@@ -47,7 +27,7 @@ import numpy as np
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.core.allocation import largest_remainder
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.inference.checkpoints import load_checkpoint_state
+from raytrain_hetero.inference.checkpoints import load_checkpoint
 from raytrain_hetero.storage import StorageLocation
 from raytrain_hetero.workloads.registry import DataSource
 
@@ -76,16 +56,9 @@ PREDICT_MODES: tuple[str, ...] = ("proportional", "equal", "single")
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    """What every predictor actor needs to build its model and open its data (picklable).
-
-    Attributes:
-        source: The dataset to read.
-        model_name: :func:`~raytrain_hetero.workloads.models.build_model` name.
-        model_kwargs: Its keyword arguments (as for training).
-        checkpoint: Path of the ``model.pt`` to load, or its location on a remote store
-            (read by every actor through the location's pickled filesystem).
-        split: Dataset split to read (hyperspectral: also ``"scene"``).
-        exclude: Files / sample ids to leave out (as the driver found them).
+    """What every predictor actor needs to build its model and open its data (picklable): the
+    ``source``, the ``build_model`` name and keyword arguments, the ``checkpoint`` (a local path or
+    a remote location every actor reads), the ``split`` and the files or ids to ``exclude``.
     """
 
     source: DataSource
@@ -99,16 +72,9 @@ class PredictorSpec:
 class ModelPredictor:
     """Ray Data ``map_batches`` callable class: one model replica plus its dataset.
 
-    Each call receives a batch ``{"index": int64 array}`` of sample indices, reads and decodes
-    those samples itself (so loading runs on the heterogeneous workers, in parallel), runs
-    the model and returns one row per sample.
-
-    Args:
-        spec: Model, checkpoint and data of the prediction.
-        worker: Name of the worker group (recorded with every prediction).
-        slowdown: EMULATION factor >= 1 (see the module docstring).
-        device: ``"cpu"`` or ``"cuda"``.
-        threads: torch intra-op threads (the actor's CPUs).
+    Each call gets ``{"index": int64 array}`` and reads and decodes those samples itself (so
+    loading runs on the heterogeneous workers, in parallel), then returns one row per sample.
+    ``slowdown`` is the EMULATION factor; ``threads`` the actor's torch threads (its CPUs).
     """
 
     def __init__(
@@ -131,7 +97,7 @@ class ModelPredictor:
         self.dataset = self.workload.datasets[spec.split]
         self.device = torch.device(device)
         model = build_model(spec.model_name, **spec.model_kwargs)
-        model.load_state_dict(load_checkpoint_state(spec.checkpoint))
+        model.load_state_dict(load_checkpoint(spec.checkpoint)[0])
         self.model = model.to(self.device).eval()
         self.worker = worker
         self.slowdown = float(slowdown)

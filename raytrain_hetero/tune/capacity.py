@@ -1,12 +1,10 @@
 """How many Tune trials a cluster holds at once, each with its whole worker group.
 
-Tune reserves only each trial's *driver* (``trial_cpus``); the trial's worker group
-reserves its workers through Ray Train's own placement group, which Ray grants all at once or
-not at all, so concurrent trials never each hold part of a worker group. Unless
+Tune reserves only each trial's driver (``trial_cpus``); its worker group comes from Ray
+Train's own placement group, granted all at once or not at all. Unless
 ``tune.max_concurrent_trials`` says otherwise, :func:`concurrent_capacity` packs whole trials
-(driver + every worker, honouring label selectors with
-:func:`~raytrain_hetero.core.placement.selector_matches`) onto the cluster's nodes and runs as
-many at once as fit, so no trial waits on another's workers.
+(driver + every worker, label selectors honoured) onto the nodes and runs as many as fit, so no
+trial waits on another's workers.
 """
 
 from __future__ import annotations
@@ -41,21 +39,10 @@ def concurrent_capacity(
     trial_cpus: float,
     limit: int,
 ) -> int:
-    """How many trials the nodes hold at once, each with its whole worker group.
-
-    Packs, trial after trial, each worker (all of its resources, on one node matching its
-    label selector, largest first) and the trial's driver (``trial_cpus`` CPUs, anywhere)
-    onto the nodes' total resources, first fit.
-
-    Args:
-        nodes: Nodes as ``{"resources": {...}, "labels": {...}}``.
-        workers: The worker group of every trial, one spec per worker (``count == 1``, e.g.
-            :func:`~raytrain_hetero.config.expand_worker_specs`).
-        trial_cpus: CPUs each trial's driver reserves.
-        limit: Stop counting here (the number of trials).
-
-    Returns:
-        The number of trials that fit (0 if not even one does).
+    """How many trials (at most ``limit``) the nodes (``{"resources", "labels"}``) hold at
+    once: trial after trial, each worker of ``workers`` (one spec per worker slot, largest first,
+    on a node its label selector matches) and the trial's driver (``trial_cpus``, anywhere) are
+    packed first-fit onto the nodes' total resources; 0 if not even one trial fits.
     """
     free = [dict(n.get("resources") or {}) for n in nodes]
     labels = [dict(n.get("labels") or {}) for n in nodes]
@@ -100,18 +87,11 @@ def decide_concurrency(
     max_concurrent_trials: int | None = None,
     local: bool,
 ) -> int:
-    """Trials to run at once: ``max_concurrent_trials``, else as many as fit (at most ``trials``).
-
-    Args:
-        workers: The worker group of every trial, one spec per worker.
-        nodes: Nodes as ``{"resources": {...}, "labels": {...}}`` (:func:`cluster_nodes`).
-        trial_cpus: CPUs each trial's driver reserves.
-        trials: Trials the search runs in all.
-        max_concurrent_trials: The user's cap, or ``None`` to run as many as fit.
-        local: Whether Ray is an embedded local instance (no autoscaler to add nodes).
+    """Trials to run at once: ``max_concurrent_trials``, else as many as fit the ``nodes``
+    (:func:`cluster_nodes`), at most ``trials``.
 
     Raises:
-        ConfigError: On an embedded local Ray (``local``) that cannot hold even one trial.
+        ConfigError: An embedded local Ray (``local``: no autoscaler) cannot hold one trial.
     """
     fit = concurrent_capacity(nodes, workers, trial_cpus, limit=max(trials, 1))
     if fit == 0:

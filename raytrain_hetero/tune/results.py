@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,16 +38,9 @@ def finite(value: Any) -> bool:
 def trial_rows(
     grid: Any, *, search_keys: Iterable[str], epochs: int
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Flatten a Tune ``ResultGrid`` into table rows and per-trial metric histories.
-
-    Args:
-        grid: The ``ResultGrid`` of ``Tuner.fit()``.
-        search_keys: The searched parameters (each becomes a ``config/<key>`` column).
-        epochs: Epochs of a full trial (fewer: the trial was stopped early).
-
-    Returns:
-        Rows (sorted by trial id; ``_workers`` holds each trial's per-worker metrics) and
-        each trial's history of reports.
+    """Flatten a Tune ``ResultGrid`` into rows (sorted by trial id; a ``config/<key>`` column
+    per searched key; ``_workers`` the per-worker metrics; ``epochs`` fewer than a full trial's:
+    stopped early) and each trial's history of reports.
     """
     keys = list(search_keys)
     rows: list[dict[str, Any]] = []
@@ -181,9 +173,4 @@ def plot_trials(
     if names:
         ax_tp.legend(fontsize=8)
 
-    def write(fh: IO[bytes]) -> None:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        fh.write(buf.getvalue())
-
-    return atomic_write(path, write, binary=True)
+    return atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)

@@ -1,18 +1,11 @@
 """The Tune trial side of a HeteroTrainer: what a trial reports to Tune, and its clean stop.
 
-Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): every trial is a
-*function trainable* that builds a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
-whose ``RunConfig`` carries the callback of :func:`trial_report_callback` (a
-:class:`HeteroTuneReportCallback`), and calls ``fit()``; wrap the trainable with
-:func:`abort_train_on_stop`. The callback forwards rank 0's
-per-epoch report (``val_accuracy``) to Tune and adds what this package measures: the run's
-samples/s and each worker's slice, weight and samples/s (from the run's scheduler actor), so
-ASHA, the result table and the plot see them.
-
-Early stopping: when Tune stops a trial (ASHA), the trial first aborts its Train run through
-the Train controller (:func:`abort_active_train_run`), which removes the run's placement group
-at once; otherwise the freed workers would depend on Ray Train's cleaner actor, which needs the
-dashboard's state API and an unambiguous cluster address.
+Train V2 pattern (Ray 2.60 refuses a trainer passed to ``Tuner``): a trial is a function
+trainable, wrapped with :func:`abort_train_on_stop`, that builds a HeteroTrainer whose
+``RunConfig`` carries :func:`trial_report_callback` and calls ``fit()``. When Tune stops a
+trial (ASHA), the trial first aborts its Train run through the Train controller, which removes
+the run's placement group at once; otherwise the freed workers would depend on Ray Train's
+cleaner actor, which needs the dashboard's state API and an unambiguous cluster address.
 """
 
 from __future__ import annotations
@@ -56,18 +49,10 @@ def plain_value(value: Any) -> Any:
 
 
 def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
-    """Samples/s of the whole run and per worker over ``records`` (one per rank per step).
-
-    Both come from the one aggregation of step records
-    (:func:`~raytrain_hetero.core.records.summarize_workers`,
-    :func:`~raytrain_hetero.core.records.run_samples_per_s`).
-
-    Returns:
-        ``{"samples_per_s": float, "workers": {name: {"rank", "slice", "weight",
-        "samples_per_s", "device"}}}``; the global rate is the samples of every step over the
-        sum of each step's slowest wall time, a worker's rate the median of its per-step
-        rates, its slice and weight those of its full steps under the latest plan. A worker
-        seen at several ranks (elastic restarts) is shown at its latest.
+    """The run's samples/s and each worker's ``rank``, ``slice``, ``weight``, ``samples_per_s``
+    and ``device`` over ``records`` (the one aggregation of :mod:`raytrain_hetero.core.records`),
+    as ``{"samples_per_s": float, "workers": {name: {...}}}``; a worker seen at several ranks
+    (elastic restarts) is shown at its latest.
     """
     records = list(records)
     latest: dict[str, Any] = {}
@@ -91,17 +76,11 @@ def throughput_metrics(records: Iterable[StepRecord]) -> dict[str, Any]:
 class HeteroTuneReportCallback(TuneReportCallback):
     """``TuneReportCallback`` that adds throughput and per-worker slices to every report.
 
-    Runs in the Ray Train controller. On each report it reads the latest step records of
-    every rank from the run's scheduler actor (``recent_records``: a bounded window per rank;
-    the trial's driver drains the full stream) and adds ``samples_per_s`` (the run's, over
-    that window) and ``workers/<name>/{rank, slice, weight, samples_per_s}`` to rank 0's
-    metrics before they go to Tune. Build it inside the Tune
-    trial (it connects to the trial's session on construction).
-
-    Args:
-        controller_mailbox: A :class:`ControllerMailbox` actor; the callback puts the Train
-            controller's handle there on the first report, so the trial can abort the run
-            (releasing its placement group) when Tune stops the trial early.
+    Runs in the Ray Train controller: on each report it reads the latest step records from the
+    run's scheduler actor and adds ``samples_per_s`` and ``workers/<name>/...`` to rank 0's
+    metrics before they go to Tune. Build it inside the Tune trial (it connects to the trial's
+    session). ``controller_mailbox``: a :class:`ControllerMailbox` that gets the Train
+    controller's handle, so the trial can abort the run when Tune stops it early.
     """
 
     def __init__(self, controller_mailbox: Any = None) -> None:
@@ -152,11 +131,8 @@ class ControllerMailbox:
 
 
 def trial_report_callback() -> HeteroTuneReportCallback:
-    """The report callback for the Train run of the current Tune trial (call inside it).
-
-    Also opens this trial's :class:`ControllerMailbox`, so that a trainable wrapped with
-    :func:`abort_train_on_stop` can abort the run when Tune stops the trial. Put the callback
-    in the ``RunConfig.callbacks`` of the trial's HeteroTrainer.
+    """The report callback for the Train run of the current Tune trial (call inside it; put it in
+    the ``RunConfig.callbacks``), with this trial's :class:`ControllerMailbox`.
     """
     global _ACTIVE_MAILBOX
     _ACTIVE_MAILBOX = ControllerMailbox.remote()
@@ -164,13 +140,8 @@ def trial_report_callback() -> HeteroTuneReportCallback:
 
 
 class _AbortTrainOnStop:
-    """Mixin for Tune's function trainable (see ``mark_trainable_mixins``): when Tune stops
-    the trial (ASHA, time budget), abort the trial's Train run first.
-
-    Tune ends a stopped trial's actor, and with it the Train controller; a controller that
-    dies this way leaves its placement group to Ray Train's cleaner actor, which needs the
-    dashboard's state API and an unambiguous cluster address. Aborting through the
-    controller removes the placement group at once, so the next trial gets the workers.
+    """Mixin for Tune's function trainable (``mark_trainable_mixins``): when Tune stops the
+    trial (ASHA, time budget), abort its Train run first (why: the module docstring).
     """
 
     def cleanup(self) -> None:
@@ -182,11 +153,9 @@ class _AbortTrainOnStop:
 
 
 def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
-    """Make Tune abort ``trainable``'s Train run (see :func:`trial_report_callback`) before it
-    stops the trial, so the run's placement group is freed at once; returns ``trainable``.
-
-    Apply it at module level to a function trainable importable by module path (Tune
-    pickles the trainable; the mixin travels as an attribute of the function).
+    """Make Tune abort ``trainable``'s Train run before it stops the trial, so the run's
+    placement group is freed at once; returns ``trainable``. Apply it at module level to a
+    function trainable importable by module path (the mixin travels as an attribute).
     """
     mark_trainable_mixins(trainable, _AbortTrainOnStop)
     return trainable

@@ -11,13 +11,14 @@ import torch
 import yaml
 
 from raytrain_hetero.app.cli import main
-from raytrain_hetero.app.config import JobConfig, WorkerSpec
+from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.app.datasets import (
     generate_configured_dataset,
     model_arguments,
     open_configured_datasets,
 )
 from raytrain_hetero.app.predict import run_predict
+from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.inference.predict import plan_actor_pools
 from raytrain_hetero.workloads import build_model

@@ -10,12 +10,9 @@ import yaml
 from pydantic import ValidationError
 
 from raytrain_hetero.app.config import (
-    BackendConfig,
-    ConfigProblem,
     DataConfig,
     GenerateConfig,
     JobConfig,
-    WorkerSpec,
     check_data_root,
     dump_config,
     load_config,
@@ -24,7 +21,13 @@ from raytrain_hetero.app.config import (
     parse_overrides,
     validate_config,
 )
-from raytrain_hetero.config import PolicyConfig, SlowdownInjection
+from raytrain_hetero.config import (
+    BackendConfig,
+    ConfigProblem,
+    PolicyConfig,
+    SlowdownInjection,
+    WorkerSpec,
+)
 from raytrain_hetero.errors import ConfigError, DataError, HeteroError
 
 REPO = Path(__file__).resolve().parents[2]
