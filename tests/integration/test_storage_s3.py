@@ -135,7 +135,7 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
                     killed = workers[-1]
                     os.kill(killed, signal.SIGKILL)
                     break
-            time.sleep(0.05)
+            time.sleep(0.1)
         assert killed is not None, f"no Train worker to kill after a checkpoint: {stderr_tail()}"
         # The group restarts: new worker processes appear in place of the killed one ...
         while time.monotonic() < deadline and proc.poll() is None:
@@ -143,7 +143,7 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
             if workers and killed not in workers and len(workers) == 2:
                 restarted = True
                 break
-            time.sleep(0.05)
+            time.sleep(0.1)
         assert restarted, f"no new Train worker replaced the killed one: {stderr_tail()}"
         # ... and trains on: a checkpoint the restarted group wrote reaches the bucket.
         before = _checkpoints(s3_store)
@@ -151,7 +151,7 @@ def test_train_in_s3_is_killed_resumes_by_name_and_predict_reads_the_bucket(
             later = _checkpoints(s3_store) - before
             if later:
                 break
-            time.sleep(0.1)
+            time.sleep(0.2)
         assert proc.poll() is None, f"the run ended before it was killed: {stderr_tail()}"
         assert later, f"the restarted group wrote no checkpoint: {stderr_tail()}"
     finally:
