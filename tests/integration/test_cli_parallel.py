@@ -61,6 +61,10 @@ def test_conv_split_trains_from_its_example_and_resumes_in_data_mode(tmp_path, m
     full = torch.load(find_checkpoint_file(out), weights_only=True)["optimizer"]
     assert len(full["param_groups"][0]["params"]) == len(list(plain.parameters()))
 
+    # The same name again without --resume is refused (before any Ray starts).
+    capsys.readouterr()
+    assert main([*common, "--set", "data.generate.size=16"]) == 2
+    assert "--resume" in capsys.readouterr().err
     # Resume the same run data-parallel for a second epoch.
     resumed = [
         *common,

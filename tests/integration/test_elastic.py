@@ -1,4 +1,7 @@
-"""Elastic join/leave and worker failure on a real multi-node Ray cluster.
+"""Elastic join and leave on a real multi-node Ray cluster.
+
+(A worker process dying mid-step, resumed to the parameters of a run without the crash, is
+proven on test_carving_e2e.py's fit, which needs no cluster of its own.)
 
 A restarted worker group resumes from the newest checkpoint, so steps that the old group ran
 after that checkpoint are rolled back (their updates are discarded with the old model state).
@@ -14,21 +17,17 @@ from __future__ import annotations
 import threading
 
 import ledgers
-import numpy as np
 import pytest
 import ray
-import torch
 from ledgers import assert_exactly_once, assert_restores_match, params_digest
 from ray.cluster_utils import Cluster
 from ray.train import FailureConfig, RunConfig
 from ray_env import FAST_NODE_DEATH, worker_runtime_env
-from train_loops import live_loop, make_regression_data, one_device_params, wide_model
+from train_loops import live_loop, wide_model
 
 from raytrain_hetero import BatchConfig, ElasticConfig, HeteroTrainer, WorkerSpec
 
 pytestmark = pytest.mark.ray
-
-CRASH_SIZE, CRASH_BATCH = 240, 48  # 5 steps per epoch, no short tail
 
 
 def fresh_digest() -> str:
@@ -136,54 +135,14 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
     assert_exactly_once(kept, size, full_epochs)
 
 
-def _crash_run(tmp_path, pool_name):
-    out = tmp_path / "crashed"
-    out.mkdir()
-    config = {"size": CRASH_SIZE, "epochs": 2, "out": str(out), "checkpoint_every": 2}
-    config["crash_rank_at"] = 5
-    trainer = HeteroTrainer(
-        live_loop,
-        train_loop_config=config,
-        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool_name})],
-        batch=BatchConfig(global_batch_size=CRASH_BATCH, fixed_shares=[1.0, 2.0, 3.0]),
-        run_config=RunConfig(
-            name="crashed",
-            storage_path=str(tmp_path / "results"),
-            failure_config=FailureConfig(max_failures=2),
-        ),
-    )
-    result = trainer.fit()
-    assert result.error is None
-    return out
-
-
-def test_worker_crash_resumes_to_the_same_parameters(cluster, pool, tmp_path):
-    pool(3)
-    cluster.wait_for_nodes()
-    crashed = _crash_run(tmp_path, pool.name)
-    assert (crashed / "crashed_once").read_text() == "5"
-    kept, groups = committed_ledger(crashed)
-    assert len(groups) == 2
-    # Resumed right after a checkpoint (every 2 steps) no later than the crash; Ray Train may
-    # not have registered the newest checkpoint yet when the worker died.
-    resume = min(e["step"] for e in groups[1])
-    assert resume in (2, 4)
-    starts = ledgers.restores(crashed)
-    assert [s["resume_step"] for s in starts] == [0, resume]
-    assert_exactly_once(kept, CRASH_SIZE, [0, 1])
-    # The parameters a run without the crash reaches (float32: sums in another order).
-    x, y, _ = make_regression_data(CRASH_SIZE, 64, 3, torch.float32)
-    want = one_device_params(wide_model(64, 3), x, y, batch=CRASH_BATCH, epochs=2, lr=0.1)
-    got = np.load(crashed / "final_params.npy")
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-4
-
-
 def test_losing_a_node_shrinks_the_group_and_the_run_completes(
     cluster, pool, tmp_path, monkeypatch
 ):
     # A restart that still counts the lost node (not yet declared dead) waits this long for
-    # its placement before Ray Train retries with the workers that fit (default 60 s).
-    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "30")
+    # its placement before Ray Train retries with the workers that fit (default 60 s). Only
+    # the placement group's wait is bounded (not the workers' start-up), and a start that
+    # times out is retried without counting against max_failures: short is safe.
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
     pool(2)
     doomed = pool(1)
     cluster.wait_for_nodes()

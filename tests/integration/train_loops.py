@@ -147,7 +147,10 @@ def restore_model_and_optimizer(model, optim) -> None:
 
 
 def ledger_loop(config: dict) -> None:
-    """Records each rank's sample ids per step; changes plan mid-epoch; fails once after a checkpoint."""
+    """Records each rank's sample ids per step; changes plan mid-epoch; fails once after a
+    checkpoint (an exception); optionally (``crash_rank_at``) rank 1's process dies once,
+    mid-step; records every restore and checkpoint digest (:mod:`ledgers`) and the final
+    parameters (rank 0)."""
     x, y, idx = make_regression_data(config["size"], 6, 3, torch.float32)
     model = rh.prepare_model(plain_model(6, 3, torch.float32))
     optim = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -155,14 +158,25 @@ def ledger_loop(config: dict) -> None:
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
     info = rh.get_rank_info()
     out = Path(config["out"])
+    record_restore(out, info, loader.state.carver.global_step(loader.state.cursor), model)
     attempt = len(list(out.glob(f"ledger_rank{info['rank']}_attempt*.jsonl")))
     ledger_path = out / f"ledger_rank{info['rank']}_attempt{attempt}.jsonl"
     fail_marker = out / "failed_once"
+    crash_marker = out / "crashed_once"
     for epoch in range(loader.epoch, config["epochs"]):
         for xb, yb, ib in loader:
             step = rh.current_step_number()
             with ledger_path.open("a") as f:
-                f.write(json.dumps({"epoch": epoch, "step": step, "ids": ib.tolist()}) + "\n")
+                entry = {"epoch": epoch, "step": step, "ids": ib.tolist(), "group": info["group"]}
+                f.write(json.dumps(entry) + "\n")
+            if (
+                config.get("crash_rank_at") == step
+                and info["rank"] == 1
+                and fail_marker.exists()
+                and not crash_marker.exists()
+            ):
+                crash_marker.write_text(str(step))
+                os._exit(1)  # a worker process dies mid-step
             loss = F.cross_entropy(model(xb), yb)
             optim.zero_grad()
             loss.backward()
@@ -175,6 +189,8 @@ def ledger_loop(config: dict) -> None:
                         {"model": model.module.state_dict(), "optim": optim.state_dict()},
                         os.path.join(d, "model.pt"),
                     )
+                    if info["rank"] == 0:
+                        record_checkpoint(out, info, step + 1, model)
                     rh.report(
                         {"step": step},
                         checkpoint=__import__("ray").train.Checkpoint.from_directory(d),
@@ -188,6 +204,8 @@ def ledger_loop(config: dict) -> None:
     (out / f"final_rank{info['rank']}.json").write_text(
         json.dumps({"plan_version": plan.version, "slices": list(plan.slices)})
     )
+    if info["rank"] == 0:
+        np.save(out / "final_params.npy", flat_params(model))
     rh.report({"done": 1})
 
 

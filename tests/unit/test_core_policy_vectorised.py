@@ -258,7 +258,7 @@ def _call_decide(function, case: dict[str, object]) -> object:
     )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_windows())
 def test_vectorised_decide_equals_the_reference(case):
     assert _call_decide(decide, case) == _call_decide(reference_decide, case)
@@ -267,7 +267,7 @@ def test_vectorised_decide_equals_the_reference(case):
     assert _call_decide(decide, columns) == _call_decide(reference_decide, case)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_windows())
 def test_vectorised_estimates_equal_the_reference(case):
     world = len(case["slices"])
