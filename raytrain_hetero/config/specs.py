@@ -182,6 +182,10 @@ class ProbeConfig(HeteroModel):
             (:mod:`raytrain_hetero.core.admission`) and re-sizes the group without the
             worker slots that would lower it, wherever they are listed (Ray Train elastic
             restart; decided once per run, an excluded worker is not retried).
+        roles: With a Ray Data source: ``"train"``, every worker trains; ``"auto"``, a CPU
+            worker that adds more samples/s preprocessing for loader-bound trainers than
+            training does not train (:mod:`raytrain_hetero.core.roles`; measured before the
+            run, one probe; its CPUs run Ray Data's tasks).
     """
 
     mode: Literal["passive", "probe"] = Field(
@@ -201,6 +205,9 @@ class ProbeConfig(HeteroModel):
     )
     admission: Literal["all", "auto"] = Field(
         "all", description="all: train on every worker; auto: leave out workers that slow the group"
+    )
+    roles: Literal["train", "auto"] = Field(
+        "train", description="ray_data source: auto lets a CPU worker feed instead of train"
     )
 
     @field_validator("batch_sizes")
