@@ -89,15 +89,15 @@ def measure_delivery(
                 f"{timeout_s:.0f} s to time the input pipeline. Fix: give the cluster room "
                 "for every worker plus Ray Data's tasks, or set probe.roles: train"
             )
+        opened = time.perf_counter()
         it = iter(dataset.limit(rows).iter_batches(batch_size=None))
-        first = next(it)  # start-up (task launch, first read) is not delivery
-        seen, start = 0, time.perf_counter()
+        first = len(next(iter(next(it).values())))
+        seen, start = 0, time.perf_counter()  # start-up (task launch, first read) excluded
         for block in it:
             seen += len(next(iter(block.values())))
-        elapsed = time.perf_counter() - start
-        if seen == 0:  # one block held everything: count it over the whole pass
-            seen = len(next(iter(first.values())))
-        return seen / max(elapsed, 1e-9)
+        if seen == 0:  # one block held every row: the whole pass, start-up included
+            seen, start = first, opened
+        return seen / max(time.perf_counter() - start, 1e-9)
     finally:
         remove_placement_group(group)
 
