@@ -1,9 +1,9 @@
 """Node roles, side by side: a CPU node training vs feeding loader-bound trainers vs stock.
 
 EMULATED heterogeneity in one ``ray.cluster_utils.Cluster`` on this machine: a head node
-(1 CPU: Ray Data's decode tasks, the driver), two "fast" trainer nodes (1 CPU each, custom
-resources ``fast_a``/``fast_b``, no slowdown) and one "CPU node" (1 CPU, resource
-``cpu_node``) whose training compute is stretched ``--slowdown`` x by the project's one
+(1 CPU: Ray Data's decode tasks, the driver), two "fast" trainer nodes (1 CPU each, labels
+``pool: fast-a``/``fast-b``, no slowdown) and one "CPU node" (1 CPU, label
+``pool: cpu-node``) whose training compute is stretched ``--slowdown`` x by the project's one
 emulator. All logical nodes share this machine's cores, so the figures measure the mechanism,
 not a real GPU cluster. The data: GeoTIFFs (13 bands, DEFLATE) read as bytes by Ray Data and
 decoded + augmented (flips, rotations, per-band normalisation, band indices) in
@@ -194,8 +194,8 @@ def _fit(kind: str, tiles: Path, args: argparse.Namespace, storage: str) -> dict
         # Stock drops the rows beyond an equal split; count what it trained on.
         return {"kind": kind, "wall_s": wall, "steady": steady, "rows": rows // 2 * 2 * args.epochs}
     workers = [
-        WorkerSpec(name="fast-a", resources={"CPU": 1, "fast_a": 1}),
-        WorkerSpec(name="fast-b", resources={"CPU": 1, "fast_b": 1}),
+        WorkerSpec(name="fast-a", label_selector={"pool": "fast-a"}),
+        WorkerSpec(name="fast-b", label_selector={"pool": "fast-b"}),
     ]
     if kind == "cpu trains":
         workers.append(cpu_spec(args))
@@ -231,7 +231,7 @@ def cpu_spec(args: argparse.Namespace) -> Any:
 
     return WorkerSpec(
         name="cpu-node",
-        resources={"CPU": 1, "cpu_node": 1},
+        label_selector={"pool": "cpu-node"},
         device="cpu",
         emulated_slowdown=args.slowdown,
     )
@@ -267,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="roles-bench-"))
     tiles = write_tiles(work / "tiles", args.tiles)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1, resources={"fast_a": 1, "fast": 1})
-    cluster.add_node(num_cpus=1, resources={"fast_b": 1, "fast": 1})
-    cluster.add_node(num_cpus=1, resources={"cpu_node": 1})
+    cluster.add_node(num_cpus=1, resources={"fast": 1}, labels={"pool": "fast-a"})
+    cluster.add_node(num_cpus=1, resources={"fast": 1}, labels={"pool": "fast-b"})
+    cluster.add_node(num_cpus=1, labels={"pool": "cpu-node"})
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         storage = str(work / "results")
@@ -290,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         from raytrain_hetero import WorkerSpec
 
         specs = [
-            WorkerSpec(name="fast-a", resources={"CPU": 1, "fast_a": 1}),
-            WorkerSpec(name="fast-b", resources={"CPU": 1, "fast_b": 1}),
+            WorkerSpec(name="fast-a", label_selector={"pool": "fast-a"}),
+            WorkerSpec(name="fast-b", label_selector={"pool": "fast-b"}),
             cpu_spec(args),
         ]
         raw = ray.data.read_binary_files(str(tiles), include_paths=True).take_batch(16)

@@ -116,16 +116,9 @@ def node_roles(
 ) -> RolesDecision:
     """Measure and decide which CPU workers feed (see the module); logs the numbers.
 
-    Args:
-        specs: One spec per worker slot (rank order, counts expanded).
-        costs: The probe's compute-bound cost model per slot.
-        total: Global batch size.
-        dataset: The carved Ray Data pipeline (timed with every worker's resources held).
-        feed_fn: Its preprocessing function, ``feed_fn(feed_batch)``.
-        feed_batch: One input batch of ``feed_rows`` rows for it.
-        feed_rows: Rows in ``feed_batch``.
-        delivery_rows: Rows to time the pipeline over.
-        collective_s: Gradient collective seconds per step (0: not counted).
+    ``specs`` and ``costs`` (the probe's, compute-bound) are per worker slot in rank order;
+    ``feed_fn(feed_batch)`` is the pipeline's preprocessing of ``feed_rows`` rows, and
+    ``dataset`` the carved pipeline, timed over ``delivery_rows`` rows.
     """
     candidates = [s.resolved_device() == "cpu" for s in specs]
     fastest = min(range(len(costs)), key=lambda r: (costs[r].time(total), r))
@@ -144,14 +137,9 @@ def node_roles(
         collective_s=collective_s,
     )
     logger.info("%s", decision.summary())
-    for w in decision.workers:
-        if w.candidate:
-            logger.info(
-                "roles: %s (rank %d) %s: trains %.1f samples/s alone, feeds %.1f samples/s",
-                w.worker,
-                w.rank,
-                w.role.upper(),
-                w.train_samples_per_s,
-                w.feed_samples_per_s,
-            )
+    for w in (w for w in decision.workers if w.candidate):
+        logger.info(
+            "roles: %s (rank %d) %s: trains %.1f, feeds %.1f samples/s",
+            *(w.worker, w.rank, w.role.upper(), w.train_samples_per_s, w.feed_samples_per_s),
+        )
     return decision
