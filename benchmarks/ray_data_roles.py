@@ -140,7 +140,8 @@ def stock_loop(config: dict[str, Any]) -> None:
     per_rank = config["batch"] // ray.train.get_context().get_world_size()
     step, samples, since = 0, 0, None
     for _ in range(config["epochs"]):
-        for batch in shard.iter_torch_batches(batch_size=per_rank, dtypes={"image": torch.float32}):
+        dtypes = {"image": torch.float32, "label": torch.int64}
+        for batch in shard.iter_torch_batches(batch_size=per_rank, dtypes=dtypes):
             loss = F.cross_entropy(model(batch["image"]), batch["label"])
             optim.zero_grad()
             loss.backward()
