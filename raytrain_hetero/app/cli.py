@@ -186,8 +186,16 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "train":
         from raytrain_hetero.app.job import run_job
 
+        roles = None
+        if job.data.source == "ray_data" and job.probe.roles == "auto":
+            from raytrain_hetero.app.probe_job import probe_with_roles
+            from raytrain_hetero.app.ray_data_source import without_feeders
+
+            roles = probe_with_roles(job)[1]  # one probe: the measured cost models
+            job = job if roles is None else without_feeders(job, roles)
         run_job(
             job,
+            roles=roles,
             output_dir=args.output,
             progress=not args.no_progress,
             run_name=args.run_name,

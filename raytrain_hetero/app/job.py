@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from raytrain_hetero.app.runs import RunIdentity
     from raytrain_hetero.core.plan import Plan
+    from raytrain_hetero.core.roles import RolesDecision
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ def run_job(
     run_name: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    roles: RolesDecision | None = None,
 ) -> dict[str, Any]:
     """Run the job end to end and write its outputs; returns the summary dict.
 
@@ -183,6 +185,8 @@ def run_job(
         run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
         resume: Continue the run ``run_name`` from its last checkpoint.
         overwrite: Write into a non-empty output directory (replacing the job's files).
+        roles: The workers' roles decided before the run (``probe.roles: auto``), for
+            summary.json; ``job`` holds its trainers only.
 
     Raises:
         ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a run
@@ -250,6 +254,7 @@ def run_job(
         summary = build_summary(job, records, trainer.plans, final, wall, sizes)
         # Which workers admission left out, with the predicted samples/s (None: admission all).
         summary["admission"] = trainer.admission
+        summary["roles"] = roles.to_dict() if roles is not None else None
         summary["run"] = {
             "name": run.name,
             "folder": str(run.folder),

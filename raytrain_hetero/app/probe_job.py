@@ -13,6 +13,7 @@ from typing import Any
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.app.job import build_trainer, init_ray, prepare_dataset
 from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.roles import RolesDecision
 from raytrain_hetero.errors import ConfigError
 
 
@@ -48,6 +49,11 @@ def probe_loop(config: dict[str, Any]) -> None:
 
 def run_probe(job: JobConfig) -> Plan:
     """Measure the workers a job would start and print their speeds and the plan (no training)."""
+    return probe_with_roles(job)[0]
+
+
+def probe_with_roles(job: JobConfig) -> tuple[Plan, RolesDecision | None]:
+    """:func:`run_probe`, and with a Ray Data source the workers' roles (measured, printed)."""
     from ray.train import RunConfig
 
     from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
@@ -93,4 +99,10 @@ def run_probe(job: JobConfig) -> Plan:
     admission = metrics.get("admission")
     if admission is not None:
         print(format_admission_table(admission))
-    return plan
+    roles = None
+    if job.data.source == "ray_data" and plan.costs is not None:
+        from raytrain_hetero.app.ray_data_source import format_roles_table, job_roles
+
+        roles = job_roles(job, plan, [workers[r]["worker"] for r in range(len(plan.slices))])
+        print(format_roles_table(roles))
+    return plan, roles

@@ -6,6 +6,10 @@ of in every training worker; the trainer carves the stream by the plan
 (:class:`~raytrain_hetero.driver.data_config.HeteroDataConfig`). The pipeline is
 ``range(len(train split)) -> random_shuffle -> map_batches(decode)``: one shuffle of the row
 ids per epoch, then decoding in batches. Validation stays on rank 0 as in the file source.
+
+With ``probe.roles: auto`` (:func:`job_roles`), a CPU worker that adds more samples/s decoding
+for loader-bound trainers than training is left out of the training group
+(:func:`without_feeders`): its CPUs then run the pipeline's decode tasks.
 """
 
 from __future__ import annotations
@@ -22,8 +26,17 @@ if TYPE_CHECKING:
     import ray.data
 
     from raytrain_hetero.app.config import JobConfig
+    from raytrain_hetero.core.plan import Plan
+    from raytrain_hetero.core.roles import RolesDecision
 
-__all__ = ["check_ray_data_job", "decode_rows", "train_pipeline"]
+__all__ = [
+    "check_ray_data_job",
+    "decode_rows",
+    "format_roles_table",
+    "job_roles",
+    "train_pipeline",
+    "without_feeders",
+]
 
 #: Rows per decode task call.
 _DECODE_BATCH = 64
@@ -83,3 +96,51 @@ def train_pipeline(job: JobConfig) -> ray.data.Dataset:
             fn_kwargs={"data_json": job.data.model_dump_json()},
         )
     )
+
+
+def job_roles(job: JobConfig, plan: Plan, names: list[str]) -> RolesDecision:
+    """Measure and decide the workers' roles from the probe's plan (its cost models).
+
+    Args:
+        job: The job (a ``ray_data`` source).
+        plan: The probe's plan (one cost model per rank).
+        names: Worker name of every rank.
+    """
+    from raytrain_hetero.config import expand_worker_specs
+    from raytrain_hetero.driver.roles import node_roles
+
+    by_name = {s.name: s for s in expand_worker_specs(job.workers)}
+    data_json = job.data.model_dump_json()
+    rows = len(_train_split(data_json))
+    batch = min(_DECODE_BATCH, rows)
+    return node_roles(
+        [by_name[n] for n in names],
+        list(plan.costs or ()),
+        plan.global_batch_size,
+        dataset=train_pipeline(job),
+        feed_fn=functools.partial(decode_rows, data_json=data_json),
+        feed_batch={"id": np.arange(batch)},
+        feed_rows=batch,
+        delivery_rows=min(rows, 8 * job.train.global_batch_size),
+    )
+
+
+def without_feeders(job: JobConfig, roles: RolesDecision) -> JobConfig:
+    """The job whose workers are the decision's trainers (counts expanded)."""
+    from raytrain_hetero.config import expand_worker_specs
+
+    feeders = {w.worker for w in roles.workers if w.role == "feed"}
+    kept = [s for s in expand_worker_specs(job.workers) if s.name not in feeders]
+    return job.model_copy(update={"workers": kept})
+
+
+def format_roles_table(roles: RolesDecision) -> str:
+    """One line per worker (its role, train and feed samples/s), then the summary."""
+    lines = [f"{'rank':>4}  {'worker':<16} {'trains/s':>9} {'feeds/s':>9}  role"]
+    for w in roles.workers:
+        feeds = f"{w.feed_samples_per_s:>9.1f}" if w.candidate else f"{'-':>9}"
+        lines.append(
+            f"{w.rank:>4}  {w.worker:<16} {w.train_samples_per_s:>9.1f} {feeds}  {w.role.upper()}"
+        )
+    lines.append(roles.summary())
+    return "\n".join(lines)

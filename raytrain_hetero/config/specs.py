@@ -165,6 +165,10 @@ class ProbeConfig(HeteroModel):
             (:mod:`raytrain_hetero.core.admission`) and re-sizes the group without the
             worker slots that would lower it, wherever they are listed (Ray Train elastic
             restart; decided once per run, an excluded worker is not retried).
+        roles: With a Ray Data source: ``"train"``, every worker trains; ``"auto"``, a CPU
+            worker that adds more samples/s preprocessing for loader-bound trainers than
+            training does not train (:mod:`raytrain_hetero.core.roles`; measured before the
+            run, one probe; its CPUs run Ray Data's tasks).
     """
 
     mode: Literal["passive", "probe"] = "passive"
@@ -177,6 +181,7 @@ class ProbeConfig(HeteroModel):
     calibration_rounds: Int = Field(2, ge=0)
     reuse_on_restart: bool = True
     admission: Literal["all", "auto"] = "all"
+    roles: Literal["train", "auto"] = "train"
 
     @field_validator("batch_sizes")
     @classmethod

@@ -203,3 +203,35 @@ def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(ray_loc
     assert labels == sorted(int(train[i]["label"]) for i in range(len(train)))
     first = train[0]["image"].numpy()
     assert any(np.array_equal(r["image"], first) for r in rows)
+
+
+def test_roles_measure_a_cpu_node_that_feeds_loader_bound_trainers(ray_local, tmp_path):
+    """``probe.roles: auto`` measurements on the example job, on the shared Ray (no fit): the
+    CPU worker's decode rate in a task placed as it, the pipeline's delivery with every
+    worker's resources held; with trainers far faster than that delivery (the cost models a
+    probe would give GPUs), the slow CPU worker feeds and the job trains without it."""
+    import yaml
+
+    from raytrain_hetero.app.config import validate_config
+    from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.ray_data_source import format_roles_table, job_roles, without_feeders
+    from raytrain_hetero.core.allocation import CostModel
+    from raytrain_hetero.core.plan import Plan
+
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["data"].update(root=str(tmp_path / "eurosat"), generate={"samples_per_class": 4})
+    raw["probe"] = {"roles": "auto"}
+    job = validate_config(raw, source="test")
+    prepare_dataset(job)
+    fast, slow = CostModel(alpha=1e-4, beta=1e-5), CostModel(alpha=1e-3, beta=1e-2)
+    plan = Plan.from_costs(job.train.global_batch_size, [fast, fast, slow])
+    roles = job_roles(job, plan, ["fast", "medium", "slow"])
+    slow_role = roles.workers[2]
+    assert slow_role.candidate and slow_role.feed_samples_per_s > 0
+    assert 0 < roles.delivery_samples_per_s < roles.all_train_compute_samples_per_s
+    # Every CPU worker but the fastest may feed ("medium" too, here all are CPU workers).
+    assert 2 in roles.feeders and 0 not in roles.feeders, format_roles_table(roles)
+    assert roles.chosen_samples_per_s > roles.all_train_samples_per_s
+    kept = [w.name for w in without_feeders(job, roles).workers]
+    assert kept == [w.worker for w in roles.workers if w.role == "train"]
+    assert "slow (rank 2)" in roles.summary() and "feeding" in roles.summary()

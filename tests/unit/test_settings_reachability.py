@@ -73,6 +73,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (ProbeConfig, "calibration_rounds"): 1,
     (ProbeConfig, "reuse_on_restart"): False,
     (ProbeConfig, "admission"): "auto",
+    (ProbeConfig, "roles"): "auto",
     (SchedulerConfig, "live"): False,
     (SchedulerConfig, "plan_sync_every"): 3,
     (SchedulerConfig, "flush_every"): 2,
