@@ -159,7 +159,11 @@ def _check(results: dict, mode: str) -> None:
         change = results[0]["resplit"]
         for name, split in change["after"].items():
             assert split[0] <= change["before"][name][0], change
-        assert change["moved"], change
+        # 8x slower: position 0's share (1/9) rounds to the one-kernel minimum in every layer.
+        # The first split comes from timings, and a loaded machine may already have given
+        # position 0 the minimum; then nothing moves.
+        assert all(split[0] == 1 for split in change["after"].values()), change
+        assert bool(change["moved"]) == (change["before"] != change["after"]), change
         assert all(result["resplit"] == change for result in results.values())
     layout = results[0]["layout"]
     assert layout[:2] == layout[2:]  # the same split / placement in both replicas
