@@ -18,8 +18,9 @@ from pathlib import Path
 from raytrain_hetero.app.config import load_config
 from raytrain_hetero.app.datasets import configured_bad_files
 from raytrain_hetero.app.job import init_ray, run_job
-from raytrain_hetero.app.predict import measure_worker_speeds, run_predict
+from raytrain_hetero.app.predict import predictor_spec, run_predict
 from raytrain_hetero.inference.checkpoints import find_checkpoint_file
+from raytrain_hetero.inference.predict import measure_worker_speeds
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "hyperspectral_local.yaml"
 
@@ -48,9 +49,8 @@ def main() -> None:
     checkpoint = find_checkpoint_file(args.checkpoint)
     split = "scene" if job.data.dataset == "hyperspectral" else "test"
     # Measure once and reuse the speeds, so the three runs differ only in the plan.
-    speeds = measure_worker_speeds(
-        job, checkpoint, split, args.batch_size, configured_bad_files(job.data)
-    )
+    spec = predictor_spec(job, checkpoint, split, configured_bad_files(job.data))
+    speeds = measure_worker_speeds(spec, job.workers, args.batch_size)
     print("measured samples/s per actor:", dict(zip((w.name for w in job.workers), speeds)))
     for mode in ("proportional", "equal", "single"):
         summary = run_predict(

@@ -9,6 +9,7 @@ checkpoint and the output may be local paths or URIs (through ``ray.storage_file
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -33,17 +34,15 @@ from raytrain_hetero.inference.predict import (
     PredictMode,
     PredictorSpec,
     format_summary,
+    measure_worker_speeds,
     plan_actor_pools,
     run_actor_pools,
     scene_class_map,
     summarise,
 )
-from raytrain_hetero.inference.predict import (
-    measure_worker_speeds as measure_pool_speeds,
-)
 from raytrain_hetero.storage import StagingDir, StorageLocation, storage_location
 
-__all__ = ["measure_worker_speeds", "predictor_spec", "run_predict"]
+__all__ = ["predictor_spec", "run_predict"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,27 +65,21 @@ def predictor_spec(
 
     if workload is None:
         workload = open_configured_datasets(job.data, (split,), exclude=list(exclude))
+    decode = None
+    if job.data.source == "ray_data":  # decoded in Ray Data tasks, not in the predictor actors
+        from raytrain_hetero.app.ray_data_source import decode_rows
+
+        decode = functools.partial(decode_rows, data_json=job.data.model_dump_json(), split=split)
     return PredictorSpec(
         source=data_source(job.data),
         model_name=job.model.name,
         model_kwargs=model_arguments(job.model, workload),
         checkpoint=checkpoint if isinstance(checkpoint, StorageLocation) else str(checkpoint),
         split=split,
+        samples=len(workload.datasets[split]),
         exclude=tuple(exclude),
+        decode=decode,
     )
-
-
-def measure_worker_speeds(
-    job: JobConfig,
-    checkpoint: Path,
-    split: str,
-    batch_size: int,
-    exclude: Sequence[str],
-    repeats: int = 3,
-) -> list[float]:
-    """Samples/s of one predictor actor of each of ``job``'s worker groups (one at a time)."""
-    spec = predictor_spec(job, Path(checkpoint), split, exclude)
-    return measure_pool_speeds(spec, job.workers, batch_size, repeats)
 
 
 def run_predict(
@@ -181,7 +174,7 @@ def run_predict(
 
         init_ray(job)
     if speeds is None:
-        speeds = measure_pool_speeds(spec, job.workers, batch_size, probe_repeats)
+        speeds = measure_worker_speeds(spec, job.workers, batch_size, probe_repeats)
     plans = plan_actor_pools(job.workers, list(speeds), total, batch_size, mode)
     # Written into a fresh directory of our own, then moved into place: an old predictions/
     # is replaced only after the new one is complete, and only its Parquet parts are deleted.
@@ -196,6 +189,7 @@ def run_predict(
 
     table = pq.read_table(predictions_dir).to_pandas()
     summary = summarise(table, plans, wall, mode, split, checkpoint_file, total)
+    summary["source"] = job.data.source
     if is_scene and split == "scene":
         class_map = scene_class_map(workload, table)
         written = write_class_map(class_map, out / "class_map.tif", profile=workload.scene.profile)

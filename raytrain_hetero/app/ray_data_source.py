@@ -42,24 +42,27 @@ __all__ = [
 _DECODE_BATCH = 64
 
 
-@functools.lru_cache(maxsize=2)
-def _train_split(data_json: str) -> Any:
-    """The train split, opened once per Ray Data worker process."""
+@functools.lru_cache(maxsize=4)
+def _split(data_json: str, split: str = "train") -> Any:
+    """A split of the job's dataset, opened once per Ray Data worker process."""
     from raytrain_hetero.app.datasets import open_configured_datasets
     from raytrain_hetero.app.sections import DataConfig
 
     data = DataConfig.model_validate(json.loads(data_json))
-    return open_configured_datasets(data, ("train",)).datasets["train"]
+    return open_configured_datasets(data, (split,)).datasets[split]
 
 
-def decode_rows(batch: dict[str, np.ndarray], data_json: str) -> dict[str, np.ndarray]:
-    """``map_batches`` UDF: the dataset's samples for the row ids in ``batch["id"]``."""
-    import torch
-    from torch.utils.data import default_collate
+def decode_rows(
+    batch: dict[str, np.ndarray], data_json: str, split: str = "train"
+) -> dict[str, np.ndarray]:
+    """``map_batches`` UDF: the ``split``'s samples for the row ids in ``batch["id"]`` (the train
+    stream), or in ``batch["index"]`` with their ``index`` and ``sample_id`` (prediction)."""
+    from raytrain_hetero.inference.predict import decode_samples
 
-    dataset = _train_split(data_json)
-    collated = default_collate([dataset[int(i)] for i in batch["id"]])
-    return {k: v.numpy() for k, v in collated.items() if isinstance(v, torch.Tensor)}
+    dataset = _split(data_json, split)
+    if "index" in batch:
+        return decode_samples(dataset, batch["index"], ids=True)
+    return decode_samples(dataset, batch["id"])
 
 
 def check_ray_data_job(job: JobConfig) -> None:
@@ -86,7 +89,7 @@ def train_pipeline(job: JobConfig) -> ray.data.Dataset:
     import ray.data
 
     check_ray_data_job(job)
-    rows = len(_train_split(job.data.model_dump_json()))
+    rows = len(_split(job.data.model_dump_json()))
     return (
         ray.data.range(rows)
         .random_shuffle()
@@ -111,7 +114,7 @@ def job_roles(job: JobConfig, plan: Plan, names: list[str]) -> RolesDecision:
 
     by_name = {s.name: s for s in expand_worker_specs(job.workers)}
     data_json = job.data.model_dump_json()
-    rows = len(_train_split(data_json))
+    rows = len(_split(data_json))
     batch = min(_DECODE_BATCH, rows)
     return node_roles(
         [by_name[n] for n in names],

@@ -126,6 +126,15 @@ class WorkerSpec(HeteroModel):
             return "cuda" if self.resources.get("GPU", 0.0) > 0 else "cpu"
         return self.device
 
+    def remote_options(self) -> dict[str, Any]:
+        """Ray ``.options()`` of a task or actor placed as this worker (resources, labels)."""
+        resources = dict(self.resources)
+        cpus, gpus = resources.pop("CPU"), resources.pop("GPU", 0.0)
+        options = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources}
+        if self.label_selector:
+            options["label_selector"] = dict(self.label_selector)
+        return options
+
 
 # ------------------------------------------------------------------------------ probing and emulation
 

@@ -62,10 +62,6 @@ class StreamServer:
         """Rank ``rank``'s rows ``[lo, hi)`` of ``epoch`` (see :class:`EpochStreams`)."""
         return self.streams.take(epoch, step_start, lo, hi, rank)
 
-    def peak_held_rows(self) -> int:
-        """Most rows held at once so far (the memory bound, for tests and logs)."""
-        return self.streams.peak_held
-
 
 class HeteroDataConfig(DataConfig):
     """``ray.train.DataConfig`` that carves one dataset by the plan (see the module).

@@ -57,15 +57,7 @@ def measure_feed_rate(
     The task asks for the worker's resources (and label selector), so it runs on a node that
     could host the worker, with the CPUs the worker would use.
     """
-    resources = dict(spec.resources)
-    options: dict[str, Any] = {
-        "num_cpus": resources.pop("CPU", 1),
-        "num_gpus": resources.pop("GPU", 0),
-        "resources": resources,
-    }
-    if spec.label_selector:
-        options["label_selector"] = dict(spec.label_selector)
-    task = ray.remote(_timed_calls).options(**options)
+    task = ray.remote(_timed_calls).options(**spec.remote_options())
     return float(ray.get(task.remote(fn, batch, rows, seconds)))
 
 

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,7 @@ __all__ = [
     "ModelPredictor",
     "PredictMode",
     "PredictorSpec",
+    "decode_samples",
     "format_summary",
     "measure_worker_speeds",
     "plan_actor_pools",
@@ -56,25 +57,29 @@ PREDICT_MODES: tuple[str, ...] = ("proportional", "equal", "single")
 
 @dataclass(frozen=True)
 class PredictorSpec:
-    """What every predictor actor needs to build its model and open its data (picklable): the
-    ``source``, the ``build_model`` name and keyword arguments, the ``checkpoint`` (a local path or
-    a remote location every actor reads), the ``split`` and the files or ids to ``exclude``.
-    """
+    """What every predictor actor needs (picklable): the ``build_model`` name and arguments, the
+    ``checkpoint`` (a local path or a remote location every actor reads), the ``split`` of the
+    ``source`` (its ``samples``, less ``exclude``), and ``decode``: a Ray Data source's
+    ``map_batches`` of ``{"index"}`` to :func:`decode_samples` columns, run in Ray Data tasks
+    (``None``: each actor opens the dataset and decodes its own samples)."""
 
     source: DataSource
     model_name: str
     model_kwargs: dict[str, Any]
     checkpoint: str | StorageLocation
     split: str
+    samples: int
     exclude: tuple[str, ...] = ()
+    decode: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
 
 
 class ModelPredictor:
-    """Ray Data ``map_batches`` callable class: one model replica plus its dataset.
+    """Ray Data ``map_batches`` callable class: one model replica.
 
     Each call gets ``{"index": int64 array}`` and reads and decodes those samples itself (so
-    loading runs on the heterogeneous workers, in parallel), then returns one row per sample.
-    ``slowdown`` is the EMULATION factor; ``threads`` the actor's torch threads (its CPUs).
+    loading runs on the heterogeneous workers, in parallel), or with ``spec.decode`` the decoded
+    batch (the actor never opens the dataset); returns one row per sample. ``slowdown`` is the
+    EMULATION factor; ``threads`` the actor's torch threads (its CPUs).
     """
 
     def __init__(
@@ -93,8 +98,11 @@ class ModelPredictor:
         from raytrain_hetero.workloads.models import build_model
 
         torch.set_num_threads(max(1, int(threads)))
-        self.workload = open_datasets(spec.source, (spec.split,), exclude=list(spec.exclude))
-        self.dataset = self.workload.datasets[spec.split]
+        self.spec, self.decode, self.workload = spec, spec.decode, None
+        if spec.decode is None:  # a file source: this actor reads its samples
+            self.workload = open_datasets(spec.source, (spec.split,), exclude=list(spec.exclude))
+            dataset = self.workload.datasets[spec.split]
+            self.decode = lambda batch: decode_samples(dataset, batch["index"], ids=True)
         self.device = torch.device(device)
         model = build_model(spec.model_name, **spec.model_kwargs)
         model.load_state_dict(load_checkpoint(spec.checkpoint)[0])
@@ -102,36 +110,26 @@ class ModelPredictor:
         self.worker = worker
         self.slowdown = float(slowdown)
         self._emulator = SlowdownEmulator(ComputeClock(self.device))
-        self.sample_id = _sample_ids(self.dataset)
 
-    def _images(self, indices: np.ndarray) -> tuple[Any, Any]:
-        import torch
-        from torch.utils.data import default_collate
-
-        getitems = getattr(self.dataset, "__getitems__", None)
-        items = getitems(indices.tolist()) if getitems else [self.dataset[int(i)] for i in indices]
-        batch = default_collate(items)
-        return batch["image"], batch["label"].to(torch.int64)
-
-    def predict(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """Predict the samples at ``indices``; returns the output columns."""
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
         started = time.time()
         self._emulator.mark()
-        images, labels = self._images(indices)
+        if self.workload is not None:
+            batch = self.decode(batch)
         with torch.inference_mode():
-            logits = self.model(images.to(self.device, non_blocking=True))
+            logits = self.model(torch.as_tensor(batch["image"]).to(self.device, non_blocking=True))
             probs = torch.softmax(logits.float(), dim=1)
             confidence, prediction = probs.max(dim=1)
         # EMULATION: stretch this actor's own compute (the clock synchronises a CUDA device).
         self._emulator.stretch(self.slowdown)
         ended = time.time()
-        n = len(indices)
+        n = len(batch["index"])
         return {
-            "index": indices.astype(np.int64),
-            "sample_id": np.asarray([self.sample_id(int(i)) for i in indices], dtype=str),
-            "label": labels.numpy().astype(np.int64),
+            "index": np.asarray(batch["index"], dtype=np.int64),
+            "sample_id": np.asarray(batch["sample_id"], dtype=str),
+            "label": np.asarray(batch["label"], dtype=np.int64),
             "prediction": prediction.cpu().numpy().astype(np.int64),
             "confidence": confidence.cpu().numpy().astype(np.float32),
             "worker": np.asarray([self.worker] * n, dtype=str),
@@ -140,38 +138,48 @@ class ModelPredictor:
             "batch_end": np.full(n, ended, dtype=np.float64),
         }
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.predict(np.asarray(batch["index"], dtype=np.int64))
-
     def measure(self, batch_size: int, repeats: int = 3, warmup: int = 1, seed: int = 0) -> float:
-        """Samples/s of whole predict batches (read + decode + forward), median of ``repeats``."""
+        """Samples/s of whole batches as this actor runs them, median of ``repeats`` (a file
+        source: read + decode + forward; a Ray Data source: forward, decoded here untimed)."""
         rng = np.random.default_rng(seed)
-        size = len(self.dataset)
+        n = min(batch_size, self.spec.samples)
         times = []
         for r in range(warmup + repeats):
-            indices = rng.integers(0, size, size=min(batch_size, size))
+            batch = {"index": rng.integers(0, self.spec.samples, size=n)}
+            if self.workload is None:
+                batch = self.decode(batch)
             t0 = time.perf_counter()
-            self.predict(indices)
+            self(batch)
             if r >= warmup:
                 times.append(time.perf_counter() - t0)
-        return float(min(batch_size, size) / float(np.median(times)))
-
-    def size(self) -> int:
-        """Number of samples in the split."""
-        return len(self.dataset)
+        return float(n / float(np.median(times)))
 
 
-def _sample_ids(dataset: Any) -> Any:
-    """index -> a stable sample id (file path relative to nothing, pixel 'row_col', id)."""
+def decode_samples(dataset: Any, indices: Any, ids: bool = False) -> dict[str, np.ndarray]:
+    """The tensors of ``dataset``'s samples at ``indices``, collated, as numpy columns; with
+    ``ids`` also their ``index`` and ``sample_id`` (file name, pixel 'row_col', pair id or index)."""
+    import torch
+    from torch.utils.data import default_collate
+
+    indices = np.asarray(indices, dtype=np.int64)
+    getitems = getattr(dataset, "__getitems__", None)
+    items = getitems(indices.tolist()) if getitems else [dataset[int(i)] for i in indices]
+    out = {k: v.numpy() for k, v in default_collate(items).items() if isinstance(v, torch.Tensor)}
+    if ids:
+        out["index"] = indices
+        out["sample_id"] = np.asarray([_sample_id(dataset, int(i)) for i in indices], dtype=str)
+    return out
+
+
+def _sample_id(dataset: Any, i: int) -> str:
     if hasattr(dataset, "samples"):  # torchgeo ImageFolder datasets
-        paths = [os.path.basename(p) for p, _ in dataset.samples]
-        return lambda i: paths[i]
+        return os.path.basename(dataset.samples[i][0])
     if hasattr(dataset, "ids"):  # multimodal pairs
-        return lambda i: dataset.ids[i]
+        return str(dataset.ids[i])
     if hasattr(dataset, "centres"):  # hyperspectral patches
-        centres = dataset.centres.numpy()
-        return lambda i: f"{centres[i, 0]}_{centres[i, 1]}"
-    return lambda i: str(i)
+        row, col = dataset.centres[i].tolist()
+        return f"{row}_{col}"
+    return str(i)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -236,19 +244,6 @@ def plan_actor_pools(
 # ----------------------------------------------------------------------------- driver
 
 
-def _remote_options(spec: WorkerSpec) -> dict[str, Any]:
-    resources = dict(spec.resources)
-    options: dict[str, Any] = {"num_cpus": resources.pop("CPU", 1.0)}
-    gpus = resources.pop("GPU", 0.0)
-    if gpus:
-        options["num_gpus"] = gpus
-    if resources:
-        options["resources"] = resources
-    if spec.label_selector:
-        options["label_selector"] = dict(spec.label_selector)
-    return options
-
-
 def _predictor_kwargs(predictor: PredictorSpec, spec: WorkerSpec) -> dict[str, Any]:
     return {
         "spec": predictor,
@@ -270,7 +265,7 @@ def measure_worker_speeds(
 
     speeds = []
     for spec in workers:
-        actor_cls = ray.remote(ModelPredictor).options(**_remote_options(spec))
+        actor_cls = ray.remote(ModelPredictor).options(**spec.remote_options())
         actor = actor_cls.remote(**_predictor_kwargs(predictor, spec))
         try:
             speed = ray.get(actor.measure.remote(batch_size, repeats=repeats), timeout=600)
@@ -288,8 +283,9 @@ def run_actor_pools(
 ) -> float:
     """Predict with one Ray Data actor pool per plan and write the rows as Parquet.
 
-    Pool ``i`` predicts the next ``plans[i].samples`` sample indices. ``predictions_dir`` is
-    replaced. Returns the wall time of the run (actor start-up included).
+    Pool ``i`` predicts the next ``plans[i].samples`` sample indices, decoded by its actors or,
+    with ``predictor.decode``, by Ray Data tasks before them. ``predictions_dir`` is replaced.
+    Returns the wall time of the run (actor start-up included).
     """
     import pandas as pd
     import ray.data
@@ -306,13 +302,21 @@ def run_actor_pools(
             pd.DataFrame({"index": indices[i : i + per_block]})
             for i in range(0, len(indices), per_block)
         ]
-        part = ray.data.from_pandas(frames).map_batches(
+        part = ray.data.from_pandas(frames)
+        if predictor.decode is not None:
+            # Decoded in Ray Data tasks. The streaming repartition (one batch per block) keeps
+            # Ray Data from fusing the decode into the actors (a task map with the actors'
+            # resources would be), which would decode there.
+            part = part.map_batches(predictor.decode, batch_size=plan.batch_size).repartition(
+                target_num_rows_per_block=plan.batch_size
+            )
+        part = part.map_batches(
             ModelPredictor,
             fn_constructor_kwargs=_predictor_kwargs(predictor, plan.spec),
             batch_size=plan.batch_size,
             compute=ray.data.ActorPoolStrategy(size=plan.count),
             batch_format="numpy",
-            **_remote_options(plan.spec),
+            **plan.spec.remote_options(),
         )
         parts.append(part)
     dataset = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]

@@ -125,6 +125,7 @@ def test_cli_predicts_a_scene_with_proportional_batches(
     assert len(table) == 24 * 28 and sorted(table["index"]) == list(range(24 * 28))
     assert set(table["worker"]) == {"fast", "slow"}
     summary = yaml.safe_load((out / "predict_summary.json").read_text())
+    assert summary["source"] == "files"
     plan = {p["worker"]: p for p in summary["plan"]}
     # Emulated slowdown 3: the slow pool measures slower and gets smaller batches and share.
     assert plan["fast"]["measured_samples_per_s"] > 1.5 * plan["slow"]["measured_samples_per_s"]

@@ -180,17 +180,27 @@ def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_sto
     _check_ledger(out, trainer, rows, batch, epochs, "x")
 
 
-def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(ray_local, tmp_path):
+def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(
+    ray_local, tmp_path, caplog
+):
     """``data.source: ray_data`` (the example config): the pipeline's rows are the train
     split's samples, decoded by the dataset's own reader in Ray Data tasks (no fit here: the
-    carving of such a stream is what the fits above prove)."""
+    carving of such a stream is what the fits above prove); ``raytrain-hetero predict`` of the
+    test split decodes in Ray Data tasks too, its actors get decoded batches."""
+    import logging
+
     import numpy as np
+    import pyarrow.parquet as pq
+    import torch
     import yaml
 
     from raytrain_hetero.app.config import validate_config
-    from raytrain_hetero.app.datasets import open_configured_datasets
+    from raytrain_hetero.app.datasets import open_configured_datasets, open_worker_data
     from raytrain_hetero.app.job import prepare_dataset
+    from raytrain_hetero.app.predict import predictor_spec, run_predict
     from raytrain_hetero.app.ray_data_source import train_pipeline
+    from raytrain_hetero.app.train_loop import _checkpoint_meta
+    from raytrain_hetero.inference.predict import ModelPredictor
 
     raw = yaml.safe_load(EXAMPLE.read_text())
     raw["data"].update(root=str(tmp_path / "eurosat"), generate={"samples_per_class": 4})
@@ -203,6 +213,47 @@ def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(ray_loc
     assert labels == sorted(int(train[i]["label"]) for i in range(len(train)))
     first = train[0]["image"].numpy()
     assert any(np.array_equal(r["image"], first) for r in rows)
+
+    # predict: an untrained model's checkpoint in the training loop's format (model + meta).
+    workload, _, model = open_worker_data(job, ("test",))
+    checkpoint = tmp_path / "checkpoint_0" / "model.pt"
+    checkpoint.parent.mkdir()
+    torch.save({"model": model.state_dict(), "meta": _checkpoint_meta(job, workload)}, checkpoint)
+    ray_data_log = logging.getLogger("ray.data")
+    ray_data_log.addHandler(caplog.handler)
+    caplog.clear()
+    two_pools = job.model_copy(update={"workers": job.workers[:2]})  # one actor start fewer
+    try:
+        summary = run_predict(
+            two_pools,
+            checkpoint,
+            output_dir=tmp_path / "predict",
+            batch_size=4,
+            speeds=[2, 1],
+            quiet=True,
+        )
+    finally:
+        ray_data_log.removeHandler(caplog.handler)
+    assert summary["source"] == "ray_data"
+    # Ray Data's execution plan: the decode runs in a task pool, not fused into the actors.
+    plan = next(r.getMessage() for r in caplog.records if "Execution plan" in r.getMessage())
+    assert plan.count("TaskPoolMapOperator[MapBatches(decode_rows)->StreamingRepartition") == 2
+    assert plan.count("ActorPoolMapOperator[MapBatches(ModelPredictor)]") == 2, plan
+    table = pq.read_table(tmp_path / "predict" / "predictions").to_pandas().sort_values("index")
+    test = workload.datasets["test"]
+    assert table["index"].tolist() == list(range(len(test)))  # every sample once
+    assert table["label"].tolist() == [int(test[i]["label"]) for i in range(len(test))]
+    assert table.groupby("worker").size().to_dict() == {"fast": 7, "medium": 3}
+    # The pools' actors, built here as Ray Data builds them: no dataset, and a batch of bare
+    # indices is refused, so the predictions' images came decoded from the Ray Data tasks.
+    spec = predictor_spec(job, checkpoint, "test", ())
+    actor = ModelPredictor(spec, "fast")
+    assert actor.workload is None and spec.decode is not None
+    with pytest.raises(KeyError, match="image"):
+        actor({"index": np.arange(3)})
+    again = actor(spec.decode({"index": np.arange(len(test))}))
+    assert again["sample_id"].tolist() == table["sample_id"].tolist()
+    assert again["prediction"].tolist() == table["prediction"].tolist()
 
 
 def test_roles_measure_a_cpu_node_that_feeds_loader_bound_trainers(ray_local, tmp_path):
