@@ -131,24 +131,6 @@ def test_memory_capped_micro_batches_equal_one_device_step_float64(capped_run):
     assert trainer.plans[0].reason.endswith("samples/pass caps r0:2, r1:2, r2:4")
 
 
-def test_uniform_weighting_is_clearly_not_exact(ray_local, tmp_path, run_config):
-    config = dict(size=101, batch=24, epochs=2, lr=0.5, dtype="float64", models=["plain"])
-    params, _, _ = run_trajectory(
-        tmp_path,
-        run_config,
-        workers=THREE_WORKERS,
-        shares=[1.0, 2.0, 5.0],
-        weighting="uniform",
-        **config,
-    )
-    want = reference_trajectory(
-        plain_model, size=101, batch=24, epochs=2, lr=0.5, dtype=torch.float64, min_step_size=3
-    )
-    errors = relative_errors(params["plain"], want)
-    assert errors[1] > 1e-3, errors  # already after one step
-    assert errors.max() > 1e-2, errors
-
-
 def test_trajectory_one_worker_vs_three_uneven_float32(ray_local, tmp_path, run_config, request):
     # 3 epochs of 330 samples at B=32: 11 steps per epoch (tail of 10 is its own step).
     config = dict(

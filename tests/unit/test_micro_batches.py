@@ -58,12 +58,15 @@ def _install(rank: int, world_size: int, **setup: object) -> RankIdentity:
 
 
 def _steps_by_mode(rank: int, world_size: int) -> dict[str, dict]:
-    return {mode: _accumulated_step(rank, world_size, mode) for mode in ("accumulate", "slice")}
+    steps = {mode: _accumulated_step(rank, world_size, mode) for mode in ("accumulate", "slice")}
+    # The seed papers' HDP baseline: every rank's slice-mean gradient counts the same.
+    steps["uniform"] = _accumulated_step(rank, world_size, "slice", weighting="uniform")
+    return steps
 
 
-def _accumulated_step(rank: int, world_size: int, mode: str) -> dict:
+def _accumulated_step(rank: int, world_size: int, mode: str, weighting: str = "proportional"):
     """One training step through the public API: prepare_model, micro_batches, backward."""
-    identity = _install(rank, world_size, memory_cap_mode=mode)
+    identity = _install(rank, world_size, memory_cap_mode=mode, weighting=weighting)
     runtime = get_runtime()
     model = rh.prepare_model(_model())
     # The real path: WorkerSpec.max_micro_batch gathered into every rank's pass caps.
@@ -91,11 +94,16 @@ def _accumulated_step(rank: int, world_size: int, mode: str) -> dict:
     return {"grads": grads, "parts": parts, "all_reduce": calls["all_reduce"]}
 
 
-def _one_device_grads() -> list[torch.Tensor]:
+def _one_device_grads(part: slice = slice(None)) -> list[torch.Tensor]:
     model = _model()
     x, y = _data()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
+    torch.nn.functional.cross_entropy(model(x[part]), y[part]).backward()
     return [p.grad for p in model.parameters()]
+
+
+def _slice_of(rank: int) -> slice:
+    start = sum(SLICES[:rank])
+    return slice(start, start + SLICES[rank])
 
 
 def _both(rank: int, world_size: int) -> dict[str, dict]:
@@ -125,6 +133,21 @@ def test_accumulated_micro_batches_give_the_one_device_update(group_results):
     # memory_cap_mode "slice": the allocation caps slices, the loop never splits them.
     for rank, modes in by_rank.items():
         assert modes["slice"]["parts"] == [(SLICES[rank], 1.0, True)]
+        for got, expected in zip(modes["slice"]["grads"], want):
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_uniform_weighting_averages_slice_means_and_is_clearly_not_exact(group_results):
+    """``weighting: uniform`` (comparisons only) is what it says, and not the one-device step."""
+    per_rank = [_one_device_grads(_slice_of(rank)) for rank in range(len(SLICES))]
+    uniform = [sum(grads) / len(SLICES) for grads in zip(*per_rank)]
+    exact = _one_device_grads()
+    for both in group_results.values():
+        got = both["steps"]["uniform"]["grads"]
+        for g, u in zip(got, uniform):
+            torch.testing.assert_close(g, u, rtol=1e-10, atol=1e-10)
+        error = max(float((g - e).norm() / e.norm()) for g, e in zip(got, exact))
+        assert error > 1e-2, error
 
 
 CASES = (("exact", "accumulate"), ("local", "accumulate"), ("exact", "slice"))
