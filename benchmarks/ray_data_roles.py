@@ -20,11 +20,11 @@ Contenders (one fit each, after one uncounted warm-up of the same Ray session):
 * **cpu feeds**: ``HeteroTrainer`` with the fast nodes only; the CPU node's CPU is free, so
   Ray Data runs decode tasks there.
 
-Before the fits, :func:`raytrain_hetero.driver.roles.node_roles` measures the CPU node's
-decode+augment samples/s (a Ray task on that node), the pipeline's delivery with all three
-workers' resources held, and takes the trainers' compute-bound speeds from the "cpu trains"
-fit's step records (compute seconds per sample); it prints the decision beside the measured
-figures. Run::
+After the fits, :func:`raytrain_hetero.driver.roles.node_roles` measures the pipeline's
+delivery with all three workers' resources held and with each candidate's released (the
+gain is what it adds by feeding), and takes the trainers' compute-bound speeds from the
+"cpu trains" fit's step records (compute seconds per sample); it prints the decision beside
+the measured figures. Run::
 
     RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.2 python -m benchmarks.ray_data_roles
 """
@@ -295,16 +295,13 @@ def main(argv: list[str] | None = None) -> int:
             WorkerSpec(name="fast-b", label_selector={"pool": "fast-b"}),
             cpu_spec(args),
         ]
-        raw = ray.data.read_binary_files(str(tiles), include_paths=True).take_batch(16)
         decision = node_roles(
             specs,
             costs,
             args.batch,
             dataset=_pipeline(tiles),
-            feed_fn=decode_augment,
-            feed_batch=raw,
-            feed_rows=16,
-            delivery_rows=min(args.tiles, 8 * args.batch),
+            delivery_rows=min(args.tiles, 4 * args.batch),
+            candidates=[False, False, True],  # the fast nodes stand for GPU trainers
         )
     finally:
         ray.shutdown()

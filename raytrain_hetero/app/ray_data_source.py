@@ -113,18 +113,12 @@ def job_roles(job: JobConfig, plan: Plan, names: list[str]) -> RolesDecision:
     from raytrain_hetero.driver.roles import node_roles
 
     by_name = {s.name: s for s in expand_worker_specs(job.workers)}
-    data_json = job.data.model_dump_json()
-    rows = len(_split(data_json))
-    batch = min(_DECODE_BATCH, rows)
     return node_roles(
         [by_name[n] for n in names],
         list(plan.costs or ()),
         plan.global_batch_size,
         dataset=train_pipeline(job),
-        feed_fn=functools.partial(decode_rows, data_json=data_json),
-        feed_batch={"id": np.arange(batch)},
-        feed_rows=batch,
-        delivery_rows=min(rows, 8 * job.train.global_batch_size),
+        delivery_rows=min(len(_split(job.data.model_dump_json())), 4 * plan.global_batch_size),
     )
 
 

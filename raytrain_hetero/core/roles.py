@@ -10,7 +10,8 @@ Ray Data preprocessing (decode, augment) that feeds the others. In the spirit of
 
 where ``compute`` is admission's :func:`~raytrain_hetero.core.admission.group_samples_per_second`
 of the trainers' compute-bound cost models, ``delivery`` the samples/s the input pipeline
-delivers while every worker trains, and ``feed_k`` node k's own preprocessing samples/s.
+delivers while every worker trains, and ``feed_k`` what the pipeline delivers more with
+worker k's resources released for it (both measured by :mod:`raytrain_hetero.driver.roles`).
 :func:`decide_roles` picks the set of feeders that maximises it (every subset of the
 candidates up to :data:`EXACT_UP_TO` of them; beyond, the best prefix of the candidates by
 feed/train ratio); a tie keeps the worker training (the stock role).
@@ -45,7 +46,8 @@ class NodeRole:
         role: ``"train"`` or ``"feed"`` (does not train; its CPUs run Ray Data's preprocessing).
         candidate: Whether it could feed (a CPU worker, not the fastest).
         train_samples_per_s: Its compute-bound samples/s on the whole batch alone.
-        feed_samples_per_s: Its measured preprocessing samples/s (0.0: not measured).
+        feed_samples_per_s: The pipeline's measured delivery gain with its resources
+            released (0.0: not measured, or no gain).
     """
 
     rank: int
@@ -124,8 +126,8 @@ def decide_roles(
         costs: One compute-bound cost model per rank (the probe's or the passive timing's).
         candidates: Per rank, whether it may feed (CPU workers). The fastest worker always
             trains, whatever this says.
-        feed_samples_per_s: Per rank, measured preprocessing samples/s (ignored where not a
-            candidate).
+        feed_samples_per_s: Per rank, samples/s it adds to the delivery by feeding (ignored
+            where not a candidate).
         delivery_samples_per_s: Measured samples/s of the input pipeline while every worker
             trains (``inf``: not loader-bound at all).
         names: Worker names per rank (default ``rank<i>``).

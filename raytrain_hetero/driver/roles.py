@@ -1,14 +1,15 @@
-"""Node roles, measured: a CPU worker's own preprocessing speed and the pipeline's delivery.
+"""Node roles, measured: what the input pipeline delivers with and without each CPU worker.
 
 The pure decision is :func:`raytrain_hetero.core.roles.decide_roles`; this module measures
-what it needs, on the cluster, before training:
+what it needs, on the cluster, before training, all on one scale (the pipeline's own
+samples/s, task launches, reads and block sizes included):
 
-* :func:`measure_feed_rate`: the dataset's own preprocessing function (the ``map_batches``
-  decode/augment) timed on one batch in a Ray task placed like the worker (its resources and
-  label selector), i.e. on the node that would feed.
-* :func:`measure_delivery`: the Ray Data pipeline's samples/s while every worker's resources
-  are held (a placement group of their bundles, as the training group holds them), i.e. what
-  the input pipeline delivers when every worker trains.
+* ``delivery``: :func:`measure_delivery` while every worker's resources are held (a placement
+  group of their bundles, as the training group holds them), i.e. what the input pipeline
+  delivers when every worker trains;
+* ``feed_k``: the gain in delivery when worker k's resources are released too (its CPUs free
+  for Ray Data's tasks), i.e. what k adds by feeding. Gains are summed over a feeder set
+  (additive while the pipeline scales with free CPUs; one pass per candidate).
 
 The trainers' compute-bound speeds are the probe's cost models (``raytrain-hetero probe`` and
 the first plan measure them). A feeder is simply left out of the training group: Ray Data
@@ -20,10 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import ray
 from ray.util import placement_group, remove_placement_group
 
 from raytrain_hetero.config import WorkerSpec
@@ -36,35 +36,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["measure_delivery", "measure_feed_rate", "node_roles"]
-
-
-def _timed_calls(fn: Callable[[Any], Any], batch: Any, rows: int, seconds: float) -> float:
-    """Rows/s of ``fn(batch)`` over ``seconds`` (after one untimed call)."""
-    fn(batch)
-    calls, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or calls == 0:
-        fn(batch)
-        calls += 1
-    return rows * calls / elapsed
-
-
-def measure_feed_rate(
-    fn: Callable[[Any], Any], batch: Any, rows: int, spec: WorkerSpec, *, seconds: float = 1.0
-) -> float:
-    """Samples/s of ``fn(batch)`` (``rows`` rows) in a Ray task placed as worker ``spec``.
-
-    The task asks for the worker's resources (and label selector), so it runs on a node that
-    could host the worker, with the CPUs the worker would use.
-    """
-    task = ray.remote(_timed_calls).options(**spec.remote_options())
-    return float(ray.get(task.remote(fn, batch, rows, seconds)))
+__all__ = ["measure_delivery", "node_roles"]
 
 
 def measure_delivery(
     dataset: Dataset, specs: Sequence[WorkerSpec], *, rows: int, timeout_s: float = 120.0
 ) -> float:
     """Samples/s the pipeline delivers (``rows`` rows) while every worker's resources are held.
+
+    Two passes under the same reservation, the second timed: the first warms up (Ray starts
+    worker processes for the CPUs it finds free, seconds each), as a training run has.
 
     Raises:
         HeteroError: The workers' resources could not be reserved within ``timeout_s``.
@@ -81,14 +62,15 @@ def measure_delivery(
                 f"{timeout_s:.0f} s to time the input pipeline. Fix: give the cluster room "
                 "for every worker plus Ray Data's tasks, or set probe.roles: train"
             )
-        opened = time.perf_counter()
-        it = iter(dataset.limit(rows).iter_batches(batch_size=None))
-        first = len(next(iter(next(it).values())))
-        seen, start = 0, time.perf_counter()  # start-up (task launch, first read) excluded
-        for block in it:
-            seen += len(next(iter(block.values())))
-        if seen == 0:  # one block held every row: the whole pass, start-up included
-            seen, start = first, opened
+        for _ in range(2):  # the first pass warms up (worker processes for the free CPUs)
+            opened = time.perf_counter()
+            it = iter(dataset.limit(rows).iter_batches(batch_size=None))
+            first = len(next(iter(next(it).values())))
+            seen, start = 0, time.perf_counter()  # task launch, first read excluded
+            for block in it:
+                seen += len(next(iter(block.values())))
+            if seen == 0:  # one block held every row: the whole pass, start-up included
+                seen, start = first, opened
         return seen / max(time.perf_counter() - start, 1e-9)
     finally:
         remove_placement_group(group)
@@ -100,25 +82,32 @@ def node_roles(
     total: int,
     *,
     dataset: Dataset,
-    feed_fn: Callable[[Any], Any],
-    feed_batch: Any,
-    feed_rows: int,
     delivery_rows: int,
     collective_s: float = 0.0,
+    candidates: Sequence[bool] | None = None,
 ) -> RolesDecision:
     """Measure and decide which CPU workers feed (see the module); logs the numbers.
 
     ``specs`` and ``costs`` (the probe's, compute-bound) are per worker slot in rank order;
-    ``feed_fn(feed_batch)`` is the pipeline's preprocessing of ``feed_rows`` rows, and
-    ``dataset`` the carved pipeline, timed over ``delivery_rows`` rows.
+    ``dataset`` is the carved pipeline, timed over ``delivery_rows`` rows with every worker
+    held and with each candidate released (:func:`measure_delivery`). ``candidates``: per
+    rank, whether it may feed (default: the CPU workers).
     """
-    candidates = [s.resolved_device() == "cpu" for s in specs]
+    if candidates is None:
+        candidates = [s.resolved_device() == "cpu" for s in specs]
     fastest = min(range(len(costs)), key=lambda r: (costs[r].time(total), r))
-    feed = [
-        measure_feed_rate(feed_fn, feed_batch, feed_rows, s) if c and r != fastest else 0.0
-        for r, (s, c) in enumerate(zip(specs, candidates, strict=True))
-    ]
-    delivery = measure_delivery(dataset, specs, rows=delivery_rows) if any(feed) else float("inf")
+    pool = [r for r, c in enumerate(candidates) if c and r != fastest]
+    feed, delivery = [0.0] * len(specs), float("inf")
+    if pool:
+        # Released first, all held last: a pipeline still warming up understates a gain,
+        # never invents one.
+        released = {
+            r: measure_delivery(dataset, [*specs[:r], *specs[r + 1 :]], rows=delivery_rows)
+            for r in pool
+        }
+        delivery = measure_delivery(dataset, specs, rows=delivery_rows)
+        for r, rate in released.items():
+            feed[r] = max(0.0, rate - delivery)
     decision = decide_roles(
         total,
         costs,
