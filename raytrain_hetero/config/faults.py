@@ -185,15 +185,18 @@ def random_faults(
     hang_s: float = 600.0,
 ) -> tuple[FaultSpec, ...]:
     """``count`` seeded, reproducible random faults for a soak run: an action of ``actions`` at
-    a phase of ``phases`` on a rank below ``world_size``. ``mid_epoch`` faults land before the
-    last of ``steps``, ``checkpoint_commit`` ones after a checkpointing step (``(s + 1) %
-    checkpoint_every == 0``), ``plan_switch`` ones at ``switch_steps``; a ``hang`` blocks
+    a phase of ``phases`` on a rank below ``world_size``. ``checkpoint_commit`` faults land
+    after a checkpointing step (``(s + 1) % checkpoint_every == 0``); ``mid_epoch`` ones before
+    the last of ``steps`` and, where there are others, not after a checkpointing step (the
+    loop reported first there, so a restart resumes after it and only the first of several
+    faults there could fire); ``plan_switch`` ones at ``switch_steps``; a ``hang`` blocks
     ``hang_s``.
     """
     rng = random.Random(seed)
     checkpoint_steps = [s for s in range(steps) if (s + 1) % checkpoint_every == 0]
+    recurring = [s for s in range(steps - 1) if s not in checkpoint_steps]
     step_choices: dict[str, Sequence[int]] = {
-        "mid_epoch": range(steps - 1),
+        "mid_epoch": recurring or range(steps - 1),
         "checkpoint_commit": checkpoint_steps,
         "plan_switch": list(switch_steps),
     }

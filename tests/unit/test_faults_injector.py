@@ -75,16 +75,17 @@ def test_random_faults_are_seeded_and_land_where_the_loop_can_meet_them():
         "checkpoint_every": 4,
         "switch_steps": (5, 15),
     }
-    a = random_faults(3, 12, **kw)
-    assert a == random_faults(3, 12, **kw)
-    assert a != random_faults(4, 12, **kw)
+    a = random_faults(3, 40, **kw)
+    assert a == random_faults(3, 40, **kw)
+    assert a != random_faults(4, 40, **kw)
+    assert {f.phase for f in a} == set(kw["phases"])
     for fault in a:
         if fault.phase == "checkpoint_commit":
             assert (fault.step + 1) % 4 == 0
         elif fault.phase == "plan_switch":
             assert fault.step in (5, 15)
-        elif fault.phase == "mid_epoch":
-            assert 0 <= fault.step < 19
+        elif fault.phase == "mid_epoch":  # not after a checkpoint: the step can recur
+            assert 0 <= fault.step < 19 and (fault.step + 1) % 4 != 0
         else:
             assert fault.step is None
         assert 0 <= fault.rank < 3
