@@ -27,10 +27,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CORRUPT_STATE_BYTES", "fault_point", "fired_markers", "marker_path"]
+__all__ = ["CORRUPT_STATE_BYTES", "KILLED_SCHEDULER", "fault_point", "fired_markers", "marker_path"]
 
 #: What ``corrupt_state`` leaves in a checkpoint's state file: not JSON.
 CORRUPT_STATE_BYTES = b'{"format": 1, "cursor": \x00\xff corrupted by fault injection'
+
+#: A ``kill_scheduler`` marker's ``effect`` when the actor was found and killed.
+KILLED_SCHEDULER = "killed the scheduler actor"
 
 
 def marker_path(config: FaultInjectionConfig, index: int) -> Path:
@@ -74,21 +77,19 @@ def fault_point(
         marker = marker_path(config, index)
         if marker.exists():
             continue
+        record = {
+            "fault": index,
+            "what": fault.describe(),
+            "phase": phase,
+            "step": step,
+            "rank": identity.rank,
+            "worker": identity.spec.name,
+            "group": identity.group_id,
+            "pid": os.getpid(),
+            "time": time.time(),
+        }
         # Recorded before acting: the action may end this process.
-        atomic_write_json(
-            marker,
-            {
-                "fault": index,
-                "what": fault.describe(),
-                "phase": phase,
-                "step": step,
-                "rank": identity.rank,
-                "worker": identity.spec.name,
-                "group": identity.group_id,
-                "pid": os.getpid(),
-                "time": time.time(),
-            },
-        )
+        atomic_write_json(marker, record)
         logger.warning(
             "FAULT INJECTION: %s (rank %d, worker %s, step %s)",
             fault.describe(),
@@ -96,10 +97,17 @@ def fault_point(
             identity.spec.name,
             step,
         )
-        _act(fault, identity, model=model, state_file=state_file)
+        effect = _act(fault, identity, model=model, state_file=state_file)
+        if effect is not None:
+            # An action this process survives says what it did (a soak checks that a
+            # scheduler kill found its actor).
+            atomic_write_json(marker, {**record, "effect": effect})
 
 
-def _act(fault: FaultSpec, identity: RankIdentity, *, model: Any, state_file: Path | None) -> None:
+def _act(
+    fault: FaultSpec, identity: RankIdentity, *, model: Any, state_file: Path | None
+) -> str | None:
+    """Do ``fault``'s action; what it did, where this process survives to say."""
     if fault.action == "kill":
         for handler in logging.getLogger().handlers:
             handler.flush()
@@ -109,12 +117,14 @@ def _act(fault: FaultSpec, identity: RankIdentity, *, model: Any, state_file: Pa
     elif fault.action == "nan":
         _poison_next_forward(model)
     elif fault.action == "kill_scheduler":
-        _kill_scheduler(identity)
+        return _kill_scheduler(identity)
     elif fault.action == "corrupt_state":
         if state_file is None:
             logger.warning("FAULT INJECTION: no checkpoint state written on this rank to corrupt")
-        else:
-            atomic_write_bytes(state_file, CORRUPT_STATE_BYTES)
+            return "no state file to corrupt"
+        atomic_write_bytes(state_file, CORRUPT_STATE_BYTES)
+        return f"corrupted {state_file.name}"
+    return None
 
 
 def _poison_next_forward(model: Any) -> None:
@@ -132,17 +142,18 @@ def _poison_next_forward(model: Any) -> None:
     handle = model.register_forward_hook(poison)
 
 
-def _kill_scheduler(identity: RankIdentity) -> None:
+def _kill_scheduler(identity: RankIdentity) -> str:
     """``ray.kill`` the run's scheduler actor, found by name; Ray restarts it."""
     import ray
 
     setup = identity.setup
     if setup.scheduler_name is None:
         logger.warning("FAULT INJECTION: the run has no scheduler actor to kill")
-        return
+        return "no scheduler actor"
     try:
         actor = ray.get_actor(setup.scheduler_name, namespace=setup.scheduler_namespace)
     except ValueError:
         logger.warning("FAULT INJECTION: scheduler actor %s not found", setup.scheduler_name)
-        return
+        return "scheduler actor not found"
     ray.kill(actor, no_restart=False)
+    return KILLED_SCHEDULER

@@ -105,13 +105,20 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
     live_plans = [p for p in trainer.plans if p.reason.startswith("live")]
     assert live_plans, f"no live re-plan; decisions={trainer.decisions}"
     # Under CI load the tiny model's per-step compute is noisy enough that an aggressive policy
-    # may re-plan on noise first; what must hold is that the slowdown is answered: a live plan
-    # gives worker a (6x from step 8) the smallest slice, and the run's last plan still does.
-    shrinks = [p for p in live_plans if p.slices[a] == min(p.slices)]
-    assert shrinks, f"worker a never got the smallest slice; plans={trainer.plans}"
+    # may re-plan on noise first, and at slices of 1-3 samples the fixed per-step cost makes the
+    # 3x worker b look as slow as a: what must hold is that a's slowdown (6x from step 8) is
+    # answered: a live plan gives a at most half its measured slice and less than the fast c,
+    # and the run's last plan still does.
+    c = rank_of["c"]
+
+    def answers_slowdown(plan):
+        return 2 * plan.slices[a] <= measured.slices[a] and plan.slices[a] < plan.slices[c]
+
+    shrinks = [p for p in live_plans if answers_slowdown(p)]
+    assert shrinks, f"worker a's slice never shrank; plans={trainer.plans}"
     first = shrinks[0]
     assert first.effective_step <= 8 + 30, live_plans
     assert "->" in first.reason
-    assert trainer.plans[-1].slices[a] == min(trainer.plans[-1].slices), trainer.plans
+    assert answers_slowdown(trainer.plans[-1]), trainer.plans
     # Worker a really did get less from the switch on, as every rank saw it.
     assert ledger_slices(first.effective_step) == list(enumerate(first.slices))

@@ -20,7 +20,12 @@ from raytrain_hetero.config import (
 )
 from raytrain_hetero.config.faults import random_faults
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.faults import CORRUPT_STATE_BYTES, fault_point, fired_markers
+from raytrain_hetero.worker.faults import (
+    CORRUPT_STATE_BYTES,
+    KILLED_SCHEDULER,
+    fault_point,
+    fired_markers,
+)
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 
 
@@ -107,10 +112,24 @@ def test_a_fault_fires_once_on_its_target_at_its_step(tmp_path):
     assert state.read_bytes() == CORRUPT_STATE_BYTES
     (marker,) = fired_markers(config)
     assert marker["rank"] == 1 and marker["step"] == 3 and marker["group"] == "g1"
+    assert marker["effect"] == f"corrupted {state.name}"  # an action it survived says so
     state.write_text('{"format": 1}')
     # A restarted group reaches the same point again: the marker says it already fired.
     fault_point(identity(config, rank=1), "checkpoint_commit", step=3, state_file=state)
     assert state.read_text() == '{"format": 1}'
+
+
+def test_a_scheduler_kill_records_whether_it_found_the_actor(tmp_path):
+    config = FaultInjectionConfig(
+        faults=[FaultSpec(phase="probe", action="kill_scheduler", rank=0)], marker_dir=tmp_path
+    )
+    no_scheduler = identity(config)
+    assert no_scheduler.setup.scheduler_name is None
+    fault_point(no_scheduler, "probe")
+    # Fired (once per run) but without an actor to kill: a soak counting scheduler kills
+    # must not count this one.
+    (marker,) = fired_markers(config)
+    assert marker["effect"] == "no scheduler actor" != KILLED_SCHEDULER
 
 
 def test_kill_is_a_sigkill_of_the_process_itself_recorded_before(tmp_path):
