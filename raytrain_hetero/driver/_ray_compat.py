@@ -25,6 +25,12 @@ import ray
 # Public replacement: a public TorchConfig/Backend hook with per-worker setup.
 from ray.train.torch.config import _TorchBackend as TorchBackendBase
 
+# Why: Ray Train 2.60 starts a DatasetManager actor on every worker-group start, restarts
+# included, even when the trainer has no datasets (a process that imports ray.train: ~2 s of
+# CPU that competes with the workers' own start). Public replacement: no manager without
+# datasets.
+from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
 # Why: to hand the controller the stock failure policy while we replace the scaling policy
 # (mirror of DataParallelTrainer.fit below). Public replacement: a TorchTrainer argument
 # taking a scaling policy.
@@ -60,6 +66,7 @@ __all__ = [
     "run_controller_with_scaling_policy",
     "train_collective_timeout",
     "train_env_passthrough",
+    "without_idle_dataset_manager",
 ]
 
 #: The Ray version every private name below was checked against.
@@ -99,6 +106,7 @@ class PrivateRayAPI:
 
 
 _CONTROLLER = "ray.train.v2._internal.execution.controller.controller"
+_DATASETS = "ray.train.v2._internal.callbacks.datasets"
 _RAY_CONSTANTS = "ray._private.ray_constants"
 _TRAINER = "ray.train.v2.api.data_parallel_trainer"
 _SCALING = "ray.train.v2._internal.execution.scaling_policy"
@@ -197,6 +205,18 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         _TRAINER,
         "DataParallelTrainer._create_default_callbacks",
         "mirror of DataParallelTrainer.fit",
+        "as above",
+    ),
+    PrivateRayAPI(
+        _DATASETS,
+        "DatasetsCallback.before_init_train_context",
+        "overridden for a trainer without datasets: no DatasetManager actor per group start",
+        "Ray Train skipping the DatasetManager when there are no datasets",
+    ),
+    PrivateRayAPI(
+        _DATASETS,
+        "DatasetsCallback.after_worker_group_start",
+        "kept: it still hands the driver's DataContext to the workers",
         "as above",
     ),
     PrivateRayAPI(
@@ -332,6 +352,37 @@ def run_controller_with_scaling_policy(trainer: Any, scaling_policy: Any) -> Any
     if result.error:
         raise result.error
     return result
+
+
+class _NoDatasetShards:
+    """What a worker's train context asks for a dataset shard when the run has no datasets."""
+
+    def get_dataset_shard(self, dataset_info: Any) -> Any:
+        raise KeyError(
+            f"Dataset shard for '{dataset_info.dataset_name}' not found. Please ensure that "
+            "the dataset is passed through the Trainer `datasets` argument."
+        )
+
+
+class _DatasetsCallbackWithoutDatasets(DatasetsCallback):  # type: ignore[misc]
+    """Ray's DatasetsCallback for a run without datasets: the DataContext still reaches the
+    workers, but no DatasetManager actor starts with each worker group."""
+
+    def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
+        return {"dataset_shard_provider": [_NoDatasetShards()] * len(workers)}
+
+
+def without_idle_dataset_manager(
+    callbacks: list[Any], datasets: Mapping[str, Any] | None, run_context: Any
+) -> list[Any]:
+    """``callbacks`` (a trainer's default ones) without the DatasetManager actor Ray Train
+    starts with every worker group, when the run has no ``datasets``."""
+    if datasets:
+        return callbacks
+    return [
+        _DatasetsCallbackWithoutDatasets(run_context, {}) if type(cb) is DatasetsCallback else cb
+        for cb in callbacks
+    ]
 
 
 def run_backend_config(run_context: Any) -> Any:

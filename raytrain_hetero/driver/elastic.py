@@ -28,6 +28,7 @@ from raytrain_hetero.driver._ray_compat import (
     ElasticScalingPolicy,
     available_resources_per_node,
     run_controller_with_scaling_policy,
+    without_idle_dataset_manager,
 )
 from raytrain_hetero.driver.scheduler import lookup_scheduler
 
@@ -213,6 +214,11 @@ class HeteroRayTorchTrainer(TorchTrainer):
         super().__init__(*args, **kwargs)
         self._hetero_slots = tuple(slots)
         self._admission_run_id = admission_run_id
+
+    def _create_default_callbacks(self) -> list[Any]:
+        return without_idle_dataset_manager(
+            super()._create_default_callbacks(), self.datasets, self.train_run_context
+        )
 
     def fit(self) -> Any:
         if self.running_in_local_mode or not self.scaling_config.elasticity_enabled:

@@ -112,3 +112,43 @@ def test_a_collective_timeout_the_user_exported_wins() -> None:
     with train_collective_timeout(7, env):
         assert env[COLLECTIVE_TIMEOUT_ENV_VAR] == "99"
     assert env == {COLLECTIVE_TIMEOUT_ENV_VAR: "99"}
+
+
+def _dataset_callbacks(**trainer_kwargs):
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    from raytrain_hetero import HeteroTrainer, WorkerSpec
+
+    def loop(config):  # never runs
+        raise AssertionError
+
+    trainer = HeteroTrainer(
+        loop,
+        workers=[WorkerSpec(name="a"), WorkerSpec(name="b")],
+        batch={"global_batch_size": 8},
+        **trainer_kwargs,
+    ).torch_trainer()
+    return [cb for cb in trainer._create_default_callbacks() if isinstance(cb, DatasetsCallback)]
+
+
+def test_a_run_without_datasets_starts_no_dataset_manager_per_group() -> None:
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    (callback,) = _dataset_callbacks()
+    assert type(callback) is not DatasetsCallback  # Ray's would start a DatasetManager actor
+    workers = [object(), object(), object()]
+    args = callback.before_init_train_context(workers)  # no Ray running: no actor to start
+    (providers,) = args.values()
+    assert len(providers) == 3
+    info = types.SimpleNamespace(dataset_name="train")
+    # A loop that asks for a shard anyway gets Ray Train's own error, not an AttributeError.
+    with pytest.raises(KeyError, match="'train' not found.*`datasets` argument"):
+        providers[1].get_dataset_shard(info)
+
+
+def test_a_run_with_datasets_keeps_ray_trains_dataset_callback() -> None:
+    import ray.data
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    (callback,) = _dataset_callbacks(datasets={"train": ray.data.range(4)})
+    assert type(callback) is DatasetsCallback
