@@ -4,7 +4,8 @@
 FAULT INJECTION (test/ops tooling). Draws ``--faults`` faults (action, phase, step, rank)
 with :func:`raytrain_hetero.config.faults.random_faults` from ``--seed``, runs the
 fault-injection suite's loop (``tests/integration/fault_loops.py``) once without faults and
-once with them (``FailureConfig(max_failures=N)``: every fault costs exactly one restart), and
+once with them (``FailureConfig(max_failures=N + K)``: a fault or node loss costs at most one
+restart), and
 prints one line per fault and a summary:
 
 * faults injected: faults whose marker shows they fired;
