@@ -19,17 +19,10 @@ from raytrain_hetero.app.overrides import (
     parse_overrides,
 )
 from raytrain_hetero.app.schema import JobConfig, RayConfig, TrainConfig, TuneConfig
-from raytrain_hetero.app.sections import (
-    DataConfig,
-    GenerateConfig,
-    HyperspectralConfig,
-    ModelConfig,
-)
+from raytrain_hetero.app.sections import DataConfig, ModelConfig
 
 __all__ = [
     "DataConfig",
-    "GenerateConfig",
-    "HyperspectralConfig",
     "JobConfig",
     "ModelConfig",
     "RayConfig",

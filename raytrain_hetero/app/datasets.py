@@ -9,14 +9,11 @@ job-facing names the training job, the predictor and the loader benchmark call.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel
 
 from raytrain_hetero.app.config import DataConfig, JobConfig, ModelConfig
 from raytrain_hetero.config.problems import construct
@@ -29,8 +26,6 @@ from raytrain_hetero.workloads.data import (
 from raytrain_hetero.workloads.data import model_arguments as workload_model_arguments
 from raytrain_hetero.workloads.registry import (
     DataSource,
-    GenerateOptions,
-    SceneOptions,
     WorkloadData,
 )
 
@@ -48,19 +43,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _library_options(options_type: type, section: BaseModel | None) -> Any:
-    """``options_type`` (a library dataclass) built from the YAML ``section``, or ``None``.
-
-    The section's fields that the dataclass also has are copied by name (lists become tuples,
-    the frozen dataclass's form), so a field shared by both is not listed a second time here.
-    """
-    if section is None:
-        return None
-    names = {f.name for f in dataclasses.fields(options_type)}
-    values = {k: v for k, v in section.model_dump().items() if k in names}
-    return options_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-
-
 def data_source(data: DataConfig) -> DataSource:
     """The library description of what ``data`` asks to read."""
     return DataSource(
@@ -69,8 +51,8 @@ def data_source(data: DataConfig) -> DataSource:
         bands=tuple(data.bands) if isinstance(data.bands, list) else data.bands,
         image_size=data.image_size,
         on_bad_file=data.on_bad_file,
-        scene=_library_options(SceneOptions, data.hyperspectral),
-        generate=_library_options(GenerateOptions, data.generate),
+        scene=data.hyperspectral,
+        generate=data.generate,
     )
 
 

@@ -15,9 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.fields import (
-    Float,
     Int,
-    NonNegFloat,
     PositiveInt,
     absolute,
     invalid,
@@ -25,6 +23,8 @@ from raytrain_hetero.config.fields import (
 from raytrain_hetero.config.problems import closest, show
 from raytrain_hetero.workloads.formats import EUROSAT_BANDS
 from raytrain_hetero.workloads.registry import (
+    GenerateOptions,
+    SceneOptions,
     dataset_adapter,
     dataset_names,
     model_names,
@@ -34,91 +34,8 @@ from raytrain_hetero.workloads.registry import (
 
 __all__ = [
     "DataConfig",
-    "GenerateConfig",
-    "HyperspectralConfig",
     "ModelConfig",
 ]
-
-
-class GenerateConfig(HeteroModel):
-    """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
-    cached).
-
-    Which keys apply depends on the dataset (its registered adapter's ``generate_keys``;
-    others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
-    those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
-    file_format.
-
-    Attributes:
-        samples_per_class: Images per class (>= 3: every class needs train/val/test).
-        seed: Generator seed.
-        size: Image side in pixels (``None``: the real size; EuroSAT 64, UC Merced 256).
-        height: Hyperspectral scene rows (default 145). width: Its columns (default 145).
-        spectral_bands: Hyperspectral bands (default 200, like Indian Pines).
-        classes: Hyperspectral classes (default 16).
-        file_format: Hyperspectral files: ``mat`` (Indian Pines style), ``tif`` (GeoTIFF) or
-            ``l7irish`` (torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4).
-        cloud_fraction: Multimodal: share of Sentinel-2 patches under cloud (default 0.4).
-    """
-
-    samples_per_class: Int = Field(100, ge=3)
-    seed: Int = Field(0, ge=0)
-    size: Int | None = Field(None, ge=16)
-    height: Int | None = Field(None, ge=8)
-    width: Int | None = Field(None, ge=8)
-    spectral_bands: Int | None = Field(None, ge=4)
-    classes: Int | None = Field(None, ge=2, le=255)
-    file_format: Literal["mat", "tif", "l7irish"] | None = None
-    cloud_fraction: Float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
-
-
-class HyperspectralConfig(HeteroModel):
-    """Which scene files to read and how to cut them into patch samples.
-
-    Attributes:
-        image: Cube file (``.mat`` or GeoTIFF), relative to ``data.root`` or absolute;
-            ``None`` finds it by the public naming (``*_corrected.mat`` beside ``*_gt.mat``).
-        labels: Label-map file, likewise (``None``: the one ``*_gt`` file).
-        image_key: ``.mat`` variable of the cube (``None``: the only 3-D one).
-        label_key: ``.mat`` variable of the labels (``None``: the only 2-D one).
-        patch_size: k of the k x k patches (odd).
-        split: ``"block"`` (spatially disjoint blocks; honest, the default) or ``"random"``
-            pixels (optimistic: neighbouring, overlapping patches land in train and test).
-        block_size: Side of the split blocks in pixels.
-        guard: Drop centres whose patch reaches into another split's block.
-        fractions: Train/val/test fractions of the labelled pixels.
-    """
-
-    image: str | None = None
-    labels: str | None = None
-    image_key: str | None = None
-    label_key: str | None = None
-    patch_size: PositiveInt = 9
-    split: Literal["block", "random"] = "block"
-    block_size: PositiveInt = 16
-    guard: bool = True
-    fractions: list[NonNegFloat] = Field(default_factory=lambda: [0.6, 0.2, 0.2])
-
-    @field_validator("patch_size")
-    @classmethod
-    def _odd(cls, value: int) -> int:
-        if value % 2 == 0:
-            raise invalid(
-                f"patch_size must be odd (a centre pixel), got {value}",
-                f"use {value + 1} or {value - 1}",
-            )
-        return value
-
-    @field_validator("fractions")
-    @classmethod
-    def _three_fractions(cls, value: list[float]) -> list[float]:
-        if len(value) != 3 or abs(sum(value) - 1.0) > 1e-6 or value[0] <= 0 or value[1] <= 0:
-            raise invalid(
-                f"fractions must be three numbers (train, val, test) summing to 1 with train "
-                f"and val > 0, got {value}",
-                "write e.g. fractions: [0.6, 0.2, 0.2]",
-            )
-        return value
 
 
 class DataConfig(HeteroModel):
@@ -160,12 +77,12 @@ class DataConfig(HeteroModel):
     modules: list[str] = Field(default_factory=list)
     root: Path = Field(description="dataset root directory, e.g. data/eurosat_synth")
     bands: Literal["all", "rgb"] | list[str] = "all"
-    generate: GenerateConfig | None = None
+    generate: GenerateOptions | None = None
     num_workers: Int = Field(0, ge=0)
     cache: bool = False
     image_size: Int | None = Field(None, ge=8)
     on_bad_file: Literal["error", "skip", "off"] | None = None
-    hyperspectral: HyperspectralConfig | None = None
+    hyperspectral: SceneOptions | None = None
     source: Literal["files", "ray_data"] = "files"
     datamodule: str | None = None
     datamodule_args: dict[str, Any] = Field(default_factory=dict)
@@ -207,7 +124,7 @@ class DataConfig(HeteroModel):
             )
         if self.generate is not None:
             allowed = dataset_adapter(kind).generate_keys
-            fields = GenerateConfig.model_fields
+            fields = GenerateOptions.model_fields
             extra = sorted(
                 k
                 for k in self.generate.model_fields_set

@@ -364,7 +364,7 @@ class _NoDatasetShards:
         )
 
 
-class _DatasetsCallbackWithoutDatasets(DatasetsCallback):  # type: ignore[misc]
+class _DatasetsCallbackWithoutDatasets(DatasetsCallback):
     """Ray's DatasetsCallback for a run without datasets: the DataContext still reaches the
     workers, but no DatasetManager actor starts with each worker group."""
 
@@ -372,13 +372,12 @@ class _DatasetsCallbackWithoutDatasets(DatasetsCallback):  # type: ignore[misc]
         return {"dataset_shard_provider": [_NoDatasetShards()] * len(workers)}
 
 
-def without_idle_dataset_manager(
-    callbacks: list[Any], datasets: Mapping[str, Any] | None, run_context: Any
-) -> list[Any]:
-    """``callbacks`` (a trainer's default ones) without the DatasetManager actor Ray Train
-    starts with every worker group, when the run has no ``datasets``."""
-    if datasets:
+def without_idle_dataset_manager(callbacks: list[Any], trainer: Any) -> list[Any]:
+    """``callbacks`` (``trainer``'s default ones) without the DatasetManager actor Ray Train
+    starts with every worker group, when ``trainer`` has no datasets."""
+    if trainer.datasets:
         return callbacks
+    run_context = trainer.train_run_context
     return [
         _DatasetsCallbackWithoutDatasets(run_context, {}) if type(cb) is DatasetsCallback else cb
         for cb in callbacks

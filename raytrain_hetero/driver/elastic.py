@@ -216,9 +216,8 @@ class HeteroRayTorchTrainer(TorchTrainer):
         self._admission_run_id = admission_run_id
 
     def _create_default_callbacks(self) -> list[Any]:
-        return without_idle_dataset_manager(
-            super()._create_default_callbacks(), self.datasets, self.train_run_context
-        )
+        callbacks = super()._create_default_callbacks()  # type: ignore[misc]
+        return without_idle_dataset_manager(callbacks, self)
 
     def fit(self) -> Any:
         if self.running_in_local_mode or not self.scaling_config.elasticity_enabled:

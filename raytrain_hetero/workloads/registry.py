@@ -23,8 +23,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field, field_validator
+
+from raytrain_hetero.config.base import HeteroModel
+from raytrain_hetero.config.fields import Float, Int, NonNegFloat, PositiveInt, invalid
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.generated_tree import resolve_version
 
@@ -34,33 +38,50 @@ logger = logging.getLogger(__name__)
 CACHE_DIR_NAME = ".raytrain_hetero_cache"
 
 
-@dataclass(frozen=True)
-class GenerateOptions:
-    """Parameters of a dataset's synthetic generator (which apply: its adapter's
-    ``generate_keys``). ``None`` means the generator's default (the real dataset's size)."""
+class GenerateOptions(HeteroModel):
+    """Parameters of the synthetic-data generator of ``data.dataset`` (real on-disk layout,
+    cached).
 
-    samples_per_class: int = 100
-    seed: int = 0
-    size: int | None = None
-    height: int | None = None
-    width: int | None = None
-    spectral_bands: int | None = None
-    classes: int | None = None
-    file_format: str | None = None
-    cloud_fraction: float | None = None
-
-
-@dataclass(frozen=True)
-class SceneOptions:
-    """Which scene files to read and how to cut a hyperspectral scene into patch samples.
+    Which keys apply depends on the dataset (its registered adapter's ``generate_keys``;
+    others are rejected): eurosat, uc_merced: samples_per_class, seed, size; multimodal:
+    those and cloud_fraction; hyperspectral: seed, height, width, spectral_bands, classes,
+    file_format.
 
     Attributes:
-        image: Cube file relative to the root (or absolute); ``None`` finds it by name.
-        labels: Label-map file, likewise.
+        samples_per_class: Images per class (>= 3: every class needs train/val/test).
+        seed: Generator seed.
+        size: Image side in pixels (``None``: the real size; EuroSAT 64, UC Merced 256).
+        height: Hyperspectral scene rows (default 145). width: Its columns (default 145).
+        spectral_bands: Hyperspectral bands (default 200, like Indian Pines).
+        classes: Hyperspectral classes (default 16).
+        file_format: Hyperspectral files: ``mat`` (Indian Pines style), ``tif`` (GeoTIFF) or
+            ``l7irish`` (torchgeo's L7Irish layout: 5 scenes, 9 bands, classes <= 4).
+        cloud_fraction: Multimodal: share of Sentinel-2 patches under cloud (default 0.4).
+    """
+
+    samples_per_class: Int = Field(default=100, ge=3)
+    seed: Int = Field(default=0, ge=0)
+    size: Int | None = Field(default=None, ge=16)
+    height: Int | None = Field(default=None, ge=8)
+    width: Int | None = Field(default=None, ge=8)
+    spectral_bands: Int | None = Field(default=None, ge=4)
+    classes: Int | None = Field(default=None, ge=2, le=255)
+    file_format: Literal["mat", "tif", "l7irish"] | None = None
+    cloud_fraction: Float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+
+
+class SceneOptions(HeteroModel):
+    """Which scene files to read and how to cut them into patch samples.
+
+    Attributes:
+        image: Cube file (``.mat`` or GeoTIFF), relative to ``data.root`` or absolute;
+            ``None`` finds it by the public naming (``*_corrected.mat`` beside ``*_gt.mat``).
+        labels: Label-map file, likewise (``None``: the one ``*_gt`` file).
         image_key: ``.mat`` variable of the cube (``None``: the only 3-D one).
         label_key: ``.mat`` variable of the labels (``None``: the only 2-D one).
         patch_size: k of the k x k patches (odd).
-        split: ``"block"`` (spatially disjoint blocks) or ``"random"`` pixels.
+        split: ``"block"`` (spatially disjoint blocks; honest, the default) or ``"random"``
+            pixels (optimistic: neighbouring, overlapping patches land in train and test).
         block_size: Side of the split blocks in pixels.
         guard: Drop centres whose patch reaches into another split's block.
         fractions: Train/val/test fractions of the labelled pixels.
@@ -70,11 +91,32 @@ class SceneOptions:
     labels: str | None = None
     image_key: str | None = None
     label_key: str | None = None
-    patch_size: int = 9
-    split: str = "block"
-    block_size: int = 16
+    patch_size: PositiveInt = 9
+    split: Literal["block", "random"] = "block"
+    block_size: PositiveInt = 16
     guard: bool = True
-    fractions: tuple[float, ...] = (0.6, 0.2, 0.2)
+    fractions: tuple[NonNegFloat, ...] = (0.6, 0.2, 0.2)
+
+    @field_validator("patch_size")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise invalid(
+                f"patch_size must be odd (a centre pixel), got {value}",
+                f"use {value + 1} or {value - 1}",
+            )
+        return value
+
+    @field_validator("fractions")
+    @classmethod
+    def _three_fractions(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if len(value) != 3 or abs(sum(value) - 1.0) > 1e-6 or value[0] <= 0 or value[1] <= 0:
+            raise invalid(
+                f"fractions must be three numbers (train, val, test) summing to 1 with train "
+                f"and val > 0, got {value}",
+                "write e.g. fractions: [0.6, 0.2, 0.2]",
+            )
+        return value
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 
 from raytrain_hetero.app.config import (
     DataConfig,
-    GenerateConfig,
     JobConfig,
     check_data_root,
     dump_config,
@@ -29,6 +28,7 @@ from raytrain_hetero.config import (
     WorkerSpec,
 )
 from raytrain_hetero.errors import ConfigError, DataError, HeteroError
+from raytrain_hetero.workloads.registry import GenerateOptions
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "configs" / "eurosat_local.yaml"
@@ -61,7 +61,7 @@ def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.name == "eurosat-local"
     assert cfg.data.root == REPO / "data" / "eurosat_synth"
     assert cfg.data.root.is_absolute()
-    assert cfg.data.generate == GenerateConfig(samples_per_class=100)
+    assert cfg.data.generate == GenerateOptions(samples_per_class=100)
     assert cfg.data.bands == "all"
     assert cfg.model.name == "small_cnn" and cfg.model.width == 32
     assert (cfg.train.epochs, cfg.train.global_batch_size, cfg.train.lr) == (4, 192, 0.05)

@@ -114,30 +114,27 @@ def test_a_collective_timeout_the_user_exported_wins() -> None:
     assert env == {COLLECTIVE_TIMEOUT_ENV_VAR: "99"}
 
 
-def _dataset_callbacks(**trainer_kwargs):
-    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-
+def _torch_trainer():
     from raytrain_hetero import HeteroTrainer, WorkerSpec
 
     def loop(config):  # never runs
         raise AssertionError
 
-    trainer = HeteroTrainer(
-        loop,
-        workers=[WorkerSpec(name="a"), WorkerSpec(name="b")],
-        batch={"global_batch_size": 8},
-        **trainer_kwargs,
+    return HeteroTrainer(
+        loop, workers=[WorkerSpec(name="a"), WorkerSpec(name="b")], batch={"global_batch_size": 8}
     ).torch_trainer()
-    return [cb for cb in trainer._create_default_callbacks() if isinstance(cb, DatasetsCallback)]
 
 
 def test_a_run_without_datasets_starts_no_dataset_manager_per_group() -> None:
+    import ray
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 
-    (callback,) = _dataset_callbacks()
+    callbacks = _torch_trainer()._create_default_callbacks()
+    (callback,) = [cb for cb in callbacks if isinstance(cb, DatasetsCallback)]
     assert type(callback) is not DatasetsCallback  # Ray's would start a DatasetManager actor
     workers = [object(), object(), object()]
-    args = callback.before_init_train_context(workers)  # no Ray running: no actor to start
+    args = callback.before_init_train_context(workers)
+    assert not ray.is_initialized()  # nothing started, no actor
     (providers,) = args.values()
     assert len(providers) == 3
     info = types.SimpleNamespace(dataset_name="train")
@@ -147,8 +144,13 @@ def test_a_run_without_datasets_starts_no_dataset_manager_per_group() -> None:
 
 
 def test_a_run_with_datasets_keeps_ray_trains_dataset_callback() -> None:
-    import ray.data
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 
-    (callback,) = _dataset_callbacks(datasets={"train": ray.data.range(4)})
-    assert type(callback) is DatasetsCallback
+    from raytrain_hetero.driver._ray_compat import without_idle_dataset_manager
+    from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer
+
+    trainer = _torch_trainer()
+    stock = super(HeteroRayTorchTrainer, trainer)._create_default_callbacks()
+    assert any(type(cb) is DatasetsCallback for cb in stock)
+    with_data = types.SimpleNamespace(datasets={"train": object()}, train_run_context=None)
+    assert without_idle_dataset_manager(stock, with_data) == stock

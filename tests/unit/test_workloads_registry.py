@@ -27,7 +27,7 @@ def test_builtins_are_registered_under_their_names() -> None:
     for name in BUILTIN:
         adapter = dataset_adapter(name)
         assert adapter.name == name and adapter.title
-        assert set(adapter.generate_keys) <= set(GenerateOptions.__dataclass_fields__)
+        assert set(adapter.generate_keys) <= set(GenerateOptions.model_fields)
 
 
 def test_unknown_dataset_lists_the_registered_names() -> None:
