@@ -23,8 +23,10 @@ FAST_POLICY = {
 }
 
 
-#: Step at which rank 0 kills the scheduler actor (after the injected slowdown's re-plan).
-KILL_AT = 26
+#: Step at which rank 0 kills the scheduler actor (after the injected slowdown's re-plan; a
+#: restarted scheduler measures afresh, so the slowdown gets 32 steps to be answered first:
+#: under CI load one 30-step run saw a single live plan by step 26).
+KILL_AT = 40
 
 
 def read_ledger(out):
@@ -51,7 +53,7 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
     Ray restarts it, it receives the remaining steps once each, and the run ends exactly."""
     out = tmp_path / "live"
     out.mkdir()
-    size, epochs = 470, 3  # B=48: 10 steps per epoch (the tail of 38 is its own step)
+    size, epochs = 470, 5  # B=48: 10 steps per epoch (the tail of 38 is its own step)
     trainer = HeteroTrainer(
         live_loop,
         train_loop_config={
@@ -75,7 +77,7 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
     assert result.error is None
     entries = read_ledger(out)
     assert_exactly_once(entries, size, epochs)
-    assert max(e["step"] for e in entries) == 29  # all 30 steps ran
+    assert max(e["step"] for e in entries) == 49  # all 50 steps ran
     # The scheduler died at KILL_AT; Ray restarted it (the driver owns it) and it received the
     # later steps, resends after the failed push kept once.
     assert (out / "killed_scheduler").read_text() == str(KILL_AT)
@@ -115,9 +117,9 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
         return 2 * plan.slices[a] <= measured.slices[a] and plan.slices[a] < plan.slices[c]
 
     shrinks = [p for p in live_plans if answers_slowdown(p)]
-    assert shrinks, f"worker a's slice never shrank; plans={trainer.plans}"
+    assert shrinks, f"worker a's slice never shrank; plans={trainer.plans}; decisions={trainer.decisions}"
     first = shrinks[0]
-    assert first.effective_step <= 8 + 30, live_plans
+    assert first.effective_step < KILL_AT, live_plans
     assert "->" in first.reason
     assert answers_slowdown(trainer.plans[-1]), trainer.plans
     # Worker a really did get less from the switch on, as every rank saw it.
