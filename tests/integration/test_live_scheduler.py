@@ -117,7 +117,9 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
         return 2 * plan.slices[a] <= measured.slices[a] and plan.slices[a] < plan.slices[c]
 
     shrinks = [p for p in live_plans if answers_slowdown(p)]
-    assert shrinks, f"worker a's slice never shrank; plans={trainer.plans}; decisions={trainer.decisions}"
+    assert shrinks, (
+        f"worker a's slice never shrank; plans={trainer.plans}; decisions={trainer.decisions}"
+    )
     first = shrinks[0]
     assert first.effective_step < KILL_AT, live_plans
     assert "->" in first.reason
