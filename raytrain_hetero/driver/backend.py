@@ -155,6 +155,9 @@ def _install_on_worker(
     spec = setup.specs[spec_index]
     device = "cpu"
     if spec.resolved_device() == "cuda":
+        # A GPU every worker asks for is in the common reservation: Ray Train's own bundle
+        # holds it (use_gpu), not a lease.
+        gpu_ids = gpu_ids or [str(g) for g in ray.get_gpu_ids()]
         if not gpu_ids:
             raise PlacementError(f"Worker '{spec.name}' wants CUDA but was leased no GPU.")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

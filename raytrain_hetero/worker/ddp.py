@@ -9,6 +9,7 @@ also checks each bucket and appends the non-finite indicator to the last bucket'
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +26,14 @@ from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.timing import StepTiming
 
 logger = logging.getLogger(__name__)
+
+#: DDP's switch for the per-forward buffer broadcast: ``forward_sync_buffers`` in the pinned
+#: torch, ``broadcast_buffers`` in the torch of prebuilt GPU images (2.11 and earlier).
+_NO_FORWARD_BUFFER_SYNC = (
+    "forward_sync_buffers"
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else "broadcast_buffers"
+)
 
 
 @dataclass
@@ -94,11 +103,22 @@ weighted_allreduce_hook.__annotations__ = {
 }
 
 
-def batchnorm_binding(timing: StepTiming, weighting: str) -> BatchNormBinding:
+def batchnorm_binding(
+    timing: StepTiming, weighting: str, *, device_async: bool = False
+) -> BatchNormBinding:
     """What HeteroBatchNorm layers need from ``timing``: weights and exchange accounting.
 
     Closures, not bound methods: a deep copy of the model then shares them instead of
     copying the worker's timing.
+
+    Args:
+        timing: The worker's step timing.
+        weighting: The run's gradient weighting.
+        device_async: The exchanges run on the device's stream (NCCL): a CUDA rank then skips
+            their accounting, which would synchronise the device at every layer. On gloo a
+            CUDA rank stages statistics through host memory, which synchronises anyway, and
+            its wait for slower ranks must not count as its own work: a GPU rank mixed with
+            CPU ranks otherwise measures the slowest rank's forward as its own.
     """
 
     def rank_weight() -> float | None:
@@ -106,10 +126,10 @@ def batchnorm_binding(timing: StepTiming, weighting: str) -> BatchNormBinding:
         return None if step is None else step.weight(weighting)
 
     def before_exchange() -> None:
-        timing.before_collective(optional=True)
+        timing.before_collective(optional=device_async)
 
     def after_exchange() -> None:
-        timing.after_collective(optional=True)
+        timing.after_collective(optional=device_async)
 
     return BatchNormBinding(rank_weight, before_exchange, after_exchange)
 
@@ -143,7 +163,10 @@ def wrap_model(
         # A dedicated group keeps statistics collectives from interleaving with DDP buckets.
         timeout = None if collective_timeout_s is None else timedelta(seconds=collective_timeout_s)
         bn_group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
-        model = convert_batchnorm(model, bn_group, batchnorm_binding(timing, weighting))
+        binding = batchnorm_binding(
+            timing, weighting, device_async=dist.get_backend(bn_group) == dist.Backend.NCCL
+        )
+        model = convert_batchnorm(model, bn_group, binding)
     else:
         logger.warning(
             "sync_batchnorm=False: BatchNorm uses per-slice statistics, so updates are not the "
@@ -151,7 +174,7 @@ def wrap_model(
         )
     model = model.to(device)
     # Buffers start equal (synced at init) and HeteroBatchNorm keeps them equal: no per-forward sync.
-    kwargs: dict[str, Any] = {"forward_sync_buffers": False}
+    kwargs: dict[str, Any] = {_NO_FORWARD_BUFFER_SYNC: False}
     if device.type == "cuda":
         kwargs["device_ids"] = [device.index if device.index is not None else 0]
     kwargs.update(ddp_kwargs or {})

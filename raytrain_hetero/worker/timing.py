@@ -1,8 +1,9 @@
 """The compute clock, the step in progress, and its timing accounting.
 
 Compute is this worker's *own* work, not wall time, so workers sharing cores do not distort
-each other's figures: on CPU the calling thread's CPU time with one intra-op thread (forward
-and backward run on the caller's thread), else the process's; on CUDA wall time after
+each other's figures: on CPU with one intra-op thread the calling thread's CPU time (forward
+and backward run on the caller's thread); with several threads wall time, since their summed
+CPU time would count each second of a 4-thread worker four times; on CUDA wall time after
 ``torch.cuda.synchronize``. :class:`StepTiming` owns the step in progress (begun by the
 loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
 of every probe (step costs, the gradient all-reduce, conv kernels, branches).
@@ -45,7 +46,7 @@ class ComputeClock:
             return time.perf_counter()
         if torch.get_num_threads() == 1:
             return time.thread_time()
-        return time.process_time()
+        return time.perf_counter()
 
 
 class WallClock(ComputeClock):

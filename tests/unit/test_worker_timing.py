@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 from cpu_time import burn
 
 from raytrain_hetero.config import SlowdownInjection
+from raytrain_hetero.worker.ddp import batchnorm_binding
 from raytrain_hetero.worker.emulation import SlowdownEmulator, SlowdownSchedule, slowdown_factor
 from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
 
@@ -104,3 +106,53 @@ def test_optional_exchanges_are_accounted_on_cpu(one_thread):
     timing.begin(_step(4))
     timing.abandon()
     assert timing.current is None
+
+
+class _CudaReportingClock(ComputeClock):
+    """The clock of a CUDA rank (its device type drives the accounting rules), reading wall
+    time: this machine has no GPU to synchronise."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.device = torch.device("cuda")
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+
+def _batchnorm_wait(device_async: bool) -> float:
+    """Busy seconds of a CUDA rank's step that waits 0.2 s in one BatchNorm exchange."""
+    timing = StepTiming(_CudaReportingClock(), lambda step: 1.0)
+    binding = batchnorm_binding(timing, "proportional", device_async=device_async)
+    timing.begin(_step(0))
+    binding.before_exchange()
+    time.sleep(0.2)  # waiting for a slower rank to reach the same layer
+    binding.after_exchange()
+    timing.before_collective()  # the gradient exchange ends the accounted part
+    return timing.end().busy_s
+
+
+def test_a_cuda_rank_on_gloo_does_not_count_batchnorm_waits_as_its_work():
+    # A GPU rank among CPU ranks (gloo) measured the slowest rank's forward as its own and
+    # was planned as slow as a CPU worker (seen on an H200 with three 4-core CPU workers).
+    assert _batchnorm_wait(device_async=False) < 0.1
+
+
+def test_a_cuda_rank_on_nccl_leaves_batchnorm_exchanges_unsynchronised():
+    # On NCCL the exchange is queued on the stream: accounting it would synchronise the
+    # device at every layer, so it is skipped (the documented trade-off).
+    assert _batchnorm_wait(device_async=True) >= 0.19
+
+
+def test_compute_clock_with_several_threads_reads_wall_time():
+    # Summed CPU time of 4 intra-op threads would count each second four times (a 4-core CPU
+    # worker then looked 4x slower than it was beside a GPU worker).
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        clock = ComputeClock("cpu")
+        start = clock.now()
+        time.sleep(0.1)
+        assert clock.now() - start >= 0.09
+    finally:
+        torch.set_num_threads(previous)
