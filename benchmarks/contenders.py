@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -216,7 +217,9 @@ def run_fit(
     """One fit of ``contender``; returns its raw records, plans, wall time and trigger time."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
 
-    out.mkdir(parents=True, exist_ok=True)
+    # Logs of an earlier bench into the same --output would be read as this fit's own.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     run_config = RunConfig(
         name=f"bench-{contender}-{uuid.uuid4().hex[:8]}",
         storage_path=setup.storage,

@@ -7,6 +7,7 @@ The honesty rules are in :mod:`benchmarks.suite`; the figures come from
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -215,6 +216,10 @@ def _run_train(
             }
             result["fits"].append(entry)
             print(fit_line(entry), flush=True)
+            # The fits so far, beside the logs: a run cut short (a lent machine's time limit,
+            # a crash) still renders with ``--render-only`` once this is renamed bench.json.
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / "bench.partial.json").write_text(json.dumps(result, default=str))
     finally:
         ray.shutdown()
 
