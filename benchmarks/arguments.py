@@ -86,6 +86,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "lowers the CPU demand on a small shared machine). Default 1",
     )
     parser.add_argument(
+        "--gpu-loader-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="DataLoader processes of every CUDA rank, every contender (default 0: the rank "
+        "loads in its own process, before its forward). N >= 1 prefetches its slices while it "
+        "waits for the CPU ranks",
+    )
+    parser.add_argument(
         "--render-only",
         action="store_true",
         help="run nothing: recompute the summary, table and plots from the "
@@ -169,6 +178,9 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--slowdown-scale must be >= 1")
     options["slowdown_scale"] = args.slowdown_scale
     options["alone_steps"] = args.alone_steps
+    if args.gpu_loader_workers < 0:
+        raise ValueError("--gpu-loader-workers must be >= 0")
+    options["gpu_loader_workers"] = args.gpu_loader_workers
     options["scheduler"] = parse_scheduler(args.scheduler)
     return options
 

@@ -67,6 +67,7 @@ class FitSetup:
     min_workers: int | None = None
     monitor_interval_s: float = 5.0
     extra_loop: dict[str, Any] = field(default_factory=dict)
+    gpu_loader_workers: int = 0
 
     def loop_config(self, mode: str, out: Path) -> dict[str, Any]:
         config = {
@@ -80,6 +81,7 @@ class FitSetup:
             "eval_every": self.eval_every,
             "out": str(out),
             "max_steps": self.max_steps,
+            "gpu_loader_workers": self.gpu_loader_workers,
             **self.extra_loop,
         }
         if mode == "stock":

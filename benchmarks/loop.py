@@ -49,6 +49,12 @@ def _build_model(width: int, bands: int, classes: int, seed: int) -> Any:
     return build_model("small_cnn", in_channels=bands, num_classes=classes, width=width)
 
 
+def _loader_processes(config: dict[str, Any], device: Any) -> dict[str, Any]:
+    """DataLoader processes of a CUDA rank (``gpu_loader_workers``; none on CPU ranks)."""
+    workers = int(config.get("gpu_loader_workers") or 0) if device.type == "cuda" else 0
+    return {"num_workers": workers, "persistent_workers": True} if workers else {}
+
+
 def bench_loop(config: dict[str, Any]) -> None:
     """Train one contender; see the module docstring. Config keys:
 
@@ -98,7 +104,9 @@ def bench_loop(config: dict[str, Any]) -> None:
             device,
         )
         emulation.install(model)
-        loader: Any = DataLoader(train, batch_size=batch // world, shuffle=True)
+        loader: Any = DataLoader(
+            train, batch_size=batch // world, shuffle=True, **_loader_processes(config, device)
+        )
         # The GPU rank of a mixed group moves its batches itself (Ray's device is the CPU).
         loader = ray.train.torch.prepare_data_loader(loader, move_to_device=device.type == "cpu")
     else:
@@ -110,7 +118,9 @@ def bench_loop(config: dict[str, Any]) -> None:
         # sync_batchnorm=False only for the ablation contender (per-slice statistics: inexact);
         # None follows the run's BatchConfig.batchnorm (hetero-local sets it to local).
         model = rh.prepare_model(model, sync_batchnorm=config.get("sync_batchnorm"))
-        loader = rh.prepare_data_loader(train, pin_memory=device.type == "cuda")
+        loader = rh.prepare_data_loader(
+            train, pin_memory=device.type == "cuda", **_loader_processes(config, device)
+        )
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=float(config["lr"]),

@@ -81,6 +81,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         min_workers=scenario.min_workers,
         monitor_interval_s=float(options.get("monitor_interval_s", 5.0)),
         scheduler=dict(options.get("scheduler") or {}),
+        gpu_loader_workers=int(options.get("gpu_loader_workers", 0)),
     )
     result: dict[str, Any] = {
         "scenario": name,
