@@ -7,16 +7,6 @@ from pathlib import Path
 
 import ray.train
 
-import raytrain_hetero as rh
-from raytrain_hetero.errors import DataError
-
-
-def data_error_loop(config: dict) -> None:
-    """Fails on rank ``config["rank"]`` the way a bad input file does."""
-    if rh.get_rank_info()["rank"] == config["rank"]:
-        raise DataError(config["message"])
-    rh.report({"epoch": 0})
-
 
 def scored_checkpoints_loop(config: dict) -> None:
     """Reports one checkpoint per score in ``config["scores"]`` (its index in the file)."""

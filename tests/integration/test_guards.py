@@ -11,6 +11,8 @@ from guard_loops import guarded_loop, mismatched_data_loop
 from ray.train import FailureConfig, RunConfig
 
 from raytrain_hetero import BackendConfig, BatchConfig, HeteroTrainer, WorkerSpec
+from raytrain_hetero.driver._ray_compat import hetero_error_cause
+from raytrain_hetero.errors import DataError
 
 TIMEOUT_S = 3
 HANG_S = 300
@@ -76,3 +78,7 @@ def test_ranks_with_different_datasets_fail_naming_the_rank(ray_local, tmp_path)
     assert "Ranks see different datasets" in message
     assert "rank 1 on node" in message and "sees 63 samples" in message
     assert "rank(s) [0] see 64 samples" in message
+    # What the CLI prints: the worker's DataError itself, unwrapped from Ray's error.
+    assert not isinstance(info.value, DataError)
+    cause = hetero_error_cause(info.value)
+    assert isinstance(cause, DataError) and str(cause).startswith("Ranks see different datasets")
