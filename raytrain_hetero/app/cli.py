@@ -250,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # A Ray the caller started (a notebook, a script, a test session) is theirs to stop.
+    ray_module = sys.modules.get("ray")
+    callers_ray = ray_module is not None and ray_module.is_initialized()
     try:
         return _run(args, parser)
     except HeteroError as exc:
@@ -269,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         import ray
 
-        if ray.is_initialized():
+        if ray.is_initialized() and not callers_ray:
             ray.shutdown()
 
 

@@ -27,7 +27,7 @@ def _runs() -> dict:
 
 
 @pytest.fixture
-def cli_train(tmp_path_factory, monkeypatch, capsys, _runs):
+def cli_train(ray_local, tmp_path_factory, monkeypatch, capsys, _runs):
     """``raytrain-hetero train`` on the example, smaller, with TensorBoard and MLflow tracking
     on (MLflow on a local sqlite database), run once in this process from a fresh folder (the
     job's relative data root is below it). Returns (folder, the job as the CLI resolved it,
@@ -185,7 +185,7 @@ def test_console_script_help_runs():
 
 
 @pytest.mark.ray
-def test_probe_prints_each_worker_and_the_plan(tmp_path, monkeypatch, capsys):
+def test_probe_prints_each_worker_and_the_plan(ray_local, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = main(
         [

@@ -29,12 +29,18 @@ def kernels_of(text: str) -> dict[str, int]:
 
 
 @pytest.mark.ray
-def test_conv_split_trains_from_its_example_and_resumes_in_data_mode(tmp_path, monkeypatch, capsys):
+def test_conv_split_trains_from_its_example_and_resumes_in_data_mode(
+    ray_local, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     config = CONFIGS / "conv_split_local.yaml"
     out = tmp_path / "out"
     common = ["train", str(config), "--output", str(out), "--run-name", "cs", *TINY]
+    session = ray_local.get_runtime_context().gcs_address
     assert main([*common, "--set", "data.generate.size=16"]) == 0
+    # The CLI trained on the caller's Ray and left it running (its embedded Ray it stops).
+    assert ray_local.is_initialized()
+    assert ray_local.get_runtime_context().gcs_address == session
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     parallel = summary["parallel"]
@@ -91,7 +97,7 @@ def test_conv_split_trains_from_its_example_and_resumes_in_data_mode(tmp_path, m
 
 @pytest.mark.ray
 def test_branches_trains_from_its_example_and_predict_loads_the_checkpoint(
-    tmp_path, monkeypatch, capsys
+    ray_local, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
     config = CONFIGS / "branches_local.yaml"
