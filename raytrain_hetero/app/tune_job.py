@@ -101,7 +101,7 @@ def run_trial(
     if tracker is None:
         trainer.fit()
         return
-    with track_trial(tracker.open()):
+    with track_trial(tracker.open(), reports=job.train.epochs):
         result = trainer.fit(tracker=tracker)
         if result.error is not None:
             tracker.close(failed=True)

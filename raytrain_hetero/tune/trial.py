@@ -147,7 +147,8 @@ class _AbortTrainOnStop:
     def cleanup(self) -> None:
         try:
             abort_active_train_run()
-            close_active_tracker()
+            # Tune also stops a trial whose last report it has (ASHA at max_t): not early.
+            close_active_tracker(reports=int(getattr(self, "training_iteration", 0) or 0))
         finally:
             super().cleanup()  # type: ignore[misc]
 
@@ -166,17 +167,26 @@ def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
 _ACTIVE_MAILBOX: Any = None
 
 
-#: This trial process's open experiment tracker (set by :func:`track_trial`).
+#: This trial process's open experiment tracker and the reports that complete its trial
+#: (set by :func:`track_trial`).
 _ACTIVE_TRACKER: Any = None
+_ACTIVE_REPORTS: int | None = None
 
 
 @contextlib.contextmanager
-def track_trial(tracker: Any) -> Iterator[Any]:
+def track_trial(tracker: Any, *, reports: int | None = None) -> Iterator[Any]:
     """Make ``tracker`` (an open :class:`~raytrain_hetero.driver.tracking.RunTracker`) this
     trial's: closed at the end of the block (``FAILED`` on an exception), or ``KILLED`` when
-    Tune stops the trial first (ASHA; see :func:`abort_train_on_stop`)."""
-    global _ACTIVE_TRACKER
-    _ACTIVE_TRACKER = tracker
+    Tune stops the trial before its last report (ASHA; see :func:`abort_train_on_stop`).
+
+    Args:
+        tracker: The open tracker.
+        reports: Reports of a complete trial (its epochs). Tune stops a trial whose last
+            report it has as well (ASHA at ``max_t``), while its run winds down: that trial
+            closes ``FINISHED``. None: every stop counts as early.
+    """
+    global _ACTIVE_TRACKER, _ACTIVE_REPORTS
+    _ACTIVE_TRACKER, _ACTIVE_REPORTS = tracker, reports
     try:
         yield tracker
     except BaseException:
@@ -185,15 +195,18 @@ def track_trial(tracker: Any) -> Iterator[Any]:
     else:
         tracker.close()
     finally:
-        _ACTIVE_TRACKER = None
+        _ACTIVE_TRACKER, _ACTIVE_REPORTS = None, None
 
 
-def close_active_tracker() -> None:
-    """Close this trial's open tracker as stopped, if there is one (Tune stopped the trial)."""
+def close_active_tracker(reports: int = 0) -> None:
+    """Close this trial's open tracker, if there is one, when Tune stops the trial: as
+    stopped (``KILLED``), or as finished if Tune already had ``reports`` >= the trial's
+    complete count (:func:`track_trial`)."""
     tracker = _ACTIVE_TRACKER
     if tracker is not None:
+        complete = _ACTIVE_REPORTS is not None and reports >= _ACTIVE_REPORTS
         try:
-            tracker.close(stopped=True)
+            tracker.close(stopped=not complete)
         except Exception as exc:  # noqa: BLE001 - best effort while the trial stops
             logger.warning("could not close the stopped trial's tracker: %s", exc)
 

@@ -227,6 +227,27 @@ def test_trial_tracker_nests_under_the_search_run_and_closes_as_stopped(tmp_path
     assert run.data.tags["raytrain_hetero.search"] == "search"
 
 
+def test_a_trial_stopped_after_its_last_report_closes_finished(tmp_path, mlflow_uri):
+    # Tune stops a trial whose last report it has too (ASHA at max_t) while its run winds
+    # down; that stop raced the trial's own close and a complete trial ended KILLED (seen in
+    # CI). Only a stop before the last report is early.
+    from raytrain_hetero.tune.trial import close_active_tracker, track_trial
+
+    job = validate_config(
+        {**BASE, "tracking": {"mlflow": {"enabled": True, "tracking_uri": mlflow_uri}}}
+    )
+    tracking = resolved_tracking(job, tmp_path / "out").model_dump(mode="json")
+    statuses = {}
+    for name, reports in (("complete", 2), ("early", 1)):
+        trial = trial_tracker(job, tracking, experiment="stops", run_name=name, parent_run_id=None)
+        assert trial is not None
+        with track_trial(trial.open(), reports=2):
+            close_active_tracker(reports=reports)  # what Tune's stop does, first
+        statuses[name] = MlflowClient(tracking_uri=mlflow_uri).get_run(trial.mlflow_run_id)
+    assert statuses["complete"].info.status == "FINISHED"
+    assert statuses["early"].info.status == "KILLED"
+
+
 def test_unusable_mlflow_store_is_a_config_error_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
