@@ -242,17 +242,17 @@ def test_alone_measurement_sees_the_emulated_slowdown(data_root):
     assert slow < 0.6 * fast
 
 
-#: The contenders of the one tiny data-parallel run: stock DDP, hetero-static-post
-#: (count-weighted, the static probed plan, the injection folded into the base factors) and
-#: hetero-live-noise (the live scheduler under per-step noise). hdp, hetero and hetero-live
-#: differ from these only in one HeteroTrainer setting (weighting, live) or in their workers
-#: (contender_workers, unit-tested in test_bench_drift); each fit costs ~15 s on 2 cores.
-TINY_CONTENDERS = ["stock", "hetero-static-post", "hetero-live-noise"]
+#: The contenders of the one tiny data-parallel run: stock DDP (equal slices, the baseline of
+#: every ratio) and hetero-live-noise (the live scheduler under per-step noise). The other
+#: contenders differ from these only in one HeteroTrainer setting (weighting, live) or in
+#: their workers' factors (contender_workers, unit-tested in test_bench_drift, as are the
+#: drift figures against hetero-static-post); each fit costs ~15 s on 2 cores.
+TINY_CONTENDERS = ["stock", "hetero-live-noise"]
 
 
 @pytest.mark.ray
 def test_tiny_drift_run_has_every_kind_of_contender_and_sane_figures(data_root, tmp_path, capsys):
-    """One Ray session, three fits: what a scenario run writes, prints and measures."""
+    """One Ray session, two fits: what a scenario run writes, prints and measures."""
     out = tmp_path / "out"
     code = bench_main(
         [
@@ -299,31 +299,26 @@ def test_tiny_drift_run_has_every_kind_of_contender_and_sane_figures(data_root, 
         if name == "hetero-live-noise":
             assert f["alone"] == []  # every step has its own factor: nothing to time alone
             continue
-        assert sum(figures["slices"]) == 24  # modal slices of one static plan
+        assert figures["slices"] == [8, 8, 8]  # stock: equal slices of one static plan
         # Efficiency divides by the speeds of one alone-step per factor (--alone-steps 1):
         # on a loaded machine that step can run slow and lift a contender above 1 (1.44 seen
         # with a second test session beside it). The exact formula is tested above.
         assert 0 < figures["efficiency"] <= 1.6, (name, figures["efficiency"])
-    # The injection (step 24) never comes in 10 steps; static-post starts at its factor.
-    assert {a["factor"] for a in fits["stock"]["alone"]} == {1.0, 2.0, 4.0}
-    assert {(a["worker"], a["factor"]) for a in fits["hetero-static-post"]["alone"]} == {
-        ("fast", 3.0),
+    # The injection (step 24) never comes in 10 steps: each worker's base factor, timed alone.
+    assert {(a["worker"], a["factor"]) for a in fits["stock"]["alone"]} == {
+        ("fast", 1.0),
         ("medium", 2.0),
         ("slow", 4.0),
     }
-    assert fits["stock"]["figures"]["slices"] == [8, 8, 8]
-    fast, medium, slow = fits["hetero-static-post"]["figures"]["slices"]
-    assert medium > max(fast, slow)  # the probe saw the factors 3, 2, 4
     summary = result["summary"]["contenders"]
-    for name in TINY_CONTENDERS[1:]:
-        assert math.isfinite(summary[name]["speedup"])
+    assert math.isfinite(summary["hetero-live-noise"]["speedup"])
     assert math.isfinite(summary["hetero-live-noise"]["replans_per_100_steps"])
     for png in ("throughput.png", "accuracy.png", "timeline.png"):
         assert (out / png).stat().st_size > 10_000
     assert "python -m benchmarks drift" in (out / "COMMAND").read_text()
     # The noise reached the workers: every step its own factor, within +-10% of the base.
     factors: dict[str, set[float]] = {}
-    for path in (out / "logs").glob("02-hetero-live-noise/rank*.jsonl"):
+    for path in (out / "logs").glob("01-hetero-live-noise/rank*.jsonl"):
         for line in path.read_text().splitlines():
             record = json.loads(line)
             if "step" in record:

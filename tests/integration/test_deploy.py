@@ -8,14 +8,14 @@ import copy
 import json
 import re
 import shlex
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 import ray
 import yaml
-from local_cluster_helper import load_local_cluster
+from local_cluster_helper import bystander as start_bystander
+from local_cluster_helper import end_process, load_local_cluster
 
 from raytrain_hetero.app.config import JobConfig, load_config
 from raytrain_hetero.tune.capacity import concurrent_capacity
@@ -440,35 +440,6 @@ def test_checkpoints_are_loaded_with_weights_only():
 # ----------------------------------------------------------------------------- local: private state
 
 
-def _sleeper(*argv: str):
-    """An unrelated process (not started by any cluster) whose command line holds ``argv``."""
-    import subprocess
-    import sys
-
-    return subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(300)", *argv], start_new_session=True
-    )
-
-
-def _pids_naming(text: str) -> list[int]:
-    """PIDs whose command line contains ``text`` (to look for leftovers, never to signal)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(int(entry.name))
-    return sorted(found)
-
-
-def _end(proc) -> None:
-    proc.kill()  # by its PID (Popen.kill), the process this test started
-    proc.wait(timeout=10)
-
-
 def test_local_cluster_default_state_dir_is_per_user(monkeypatch, tmp_path):
     import os
 
@@ -535,8 +506,8 @@ def test_local_cluster_stop_signals_only_recorded_processes_that_are_still_its_o
     """No Ray needed: a recorded node is a plain process group here."""
     lc = load_local_cluster()
     state = lc.secure_state_dir(tmp_path / "state")
-    bystander = _sleeper(str(state / "ray"))  # names the cluster's temp dir: must survive
-    recorded = _sleeper()
+    bystander = start_bystander(str(state / "ray"))  # names the cluster's temp dir: must survive
+    recorded = start_bystander()
     try:
         ours = lc.proc_stat(recorded.pid)
         reused = lc.NodeProcess("head", bystander.pid, bystander.pid, "log", start_ticks=1)
@@ -549,34 +520,6 @@ def test_local_cluster_stop_signals_only_recorded_processes_that_are_still_its_o
         assert bystander.poll() is None, "stop ended a process it did not start"
         assert cluster.cluster_pids() == []
     finally:
-        _end(bystander)
+        end_process(bystander)
         if recorded.poll() is None:
-            _end(recorded)
-
-
-def test_local_cluster_stop_ends_the_head_and_spares_a_process_naming_its_state_dir():
-    import shutil
-    import tempfile
-
-    lc = load_local_cluster()
-    state = Path(tempfile.mkdtemp(prefix="rhstop-", dir="/tmp"))  # short: unix socket paths
-    cluster = lc.LocalCluster(state)
-    bystander = _sleeper(str(cluster.temp_dir), str(state))
-    try:
-        cluster.start_head(num_cpus=0)
-        started = cluster.cluster_pids()
-        assert len(started) >= 3  # ray start, gcs_server, raylet, agents, ...
-        assert bystander.pid not in started
-        assert oct(state.stat().st_mode & 0o777) == "0o700"
-        assert cluster.token_path.stat().st_mode & 0o777 == 0o600
-        cluster.stop()
-        assert cluster.cluster_pids() == []
-        assert bystander.poll() is None, "stop ended an unrelated process naming its state dir"
-        # Nothing of the cluster escaped the process tree stop walked (e.g. by daemonizing).
-        time.sleep(1)
-        assert _pids_naming(str(state)) == [bystander.pid]
-    finally:
-        if cluster.nodes:
-            cluster.stop()
-        _end(bystander)
-        shutil.rmtree(state, ignore_errors=True)
+            end_process(recorded)

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from local_cluster_helper import load_local_cluster
+from local_cluster_helper import bystander, end_process, load_local_cluster, pids_naming
 from network_sockets import connect_outcome, listening_sockets, non_loopback_ipv4_addresses
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,23 +30,35 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def cluster():
+    """The cluster; its teardown also proves ``LocalCluster.stop`` on a real one: every
+    process it started ends, none escapes the tree it walks (e.g. by daemonizing), and an
+    unrelated process whose command line names the state dir and temp dir survives."""
     lc = load_local_cluster()
     # Short path: Ray's unix sockets live under the temp dir (108-byte limit).
     state = Path(tempfile.mkdtemp(prefix="rhjobs-", dir="/tmp"))
     cluster = lc.LocalCluster(state, extra_env={"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"})
+    unrelated = bystander(str(cluster.temp_dir), str(state))
     try:
         cluster.start_head(num_cpus=0)
+        started = cluster.cluster_pids()
+        assert len(started) >= 3 and unrelated.pid not in started  # ray start, gcs, raylet...
+        assert oct(state.stat().st_mode & 0o777) == "0o700"
+        assert cluster.token_path.stat().st_mode & 0o777 == 0o600
         cluster.add_pool("fast", 2)
         cluster.add_pool("slow", 1)
         yield cluster
-    finally:
         # A short grace: some node process outlives SIGTERM for the whole default 20 s (seen
-        # as a 20 s teardown); what is asserted is that none survives stop(), SIGKILL or not
-        # (test_deploy.py tests stop() itself).
+        # as a 20 s teardown); what is asserted is that none survives stop(), SIGKILL or not.
         cluster.stop(grace_s=5.0)
-        leftover = cluster.cluster_pids()
+        assert cluster.cluster_pids() == [], "processes of the test cluster survived stop()"
+        assert unrelated.poll() is None, "stop ended an unrelated process naming its state dir"
+        time.sleep(1)
+        assert pids_naming(str(state)) == [unrelated.pid]
+    finally:
+        if cluster.nodes:
+            cluster.stop(grace_s=5.0)
+        end_process(unrelated)
         shutil.rmtree(state, ignore_errors=True)
-        assert leftover == [], f"processes of the test cluster survived stop(): {leftover}"
 
 
 def _http_status(url: str, headers: dict[str, str] | None = None) -> int:
