@@ -159,7 +159,7 @@ def test_a_worker_killed_in_every_phase_and_a_hung_rank(cluster, reference, tmp_
         max_failures=len(faults),
         batch={"global_batch_size": BATCH},  # probing and calibration on
         probe=QUICK_PROBE,
-        backend={"collective_timeout_s": 6},
+        backend={"collective_timeout_s": 4},
         loop={"replan_at": {"2": [3.0, 1.0], "4": [1.0, 3.0]}},
     )
     result = trainer.fit()
