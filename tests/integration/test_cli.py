@@ -93,7 +93,7 @@ def test_train_writes_outputs_and_prints_accuracy(cli_train):
 @pytest.mark.ray
 def test_train_job_logs_scalars_plans_params_and_plots(cli_train):
     """Tracking read back from the TensorBoard event files (TensorBoard's own reader) and the
-    MLflow store (MLflow's client on a local sqlite database; see test_tracking.py)."""
+    MLflow store (MLflow's client on a local sqlite database; see test_carving_e2e.py)."""
     from mlflow import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -1,4 +1,5 @@
-"""Elastic join and leave on a real multi-node Ray cluster.
+"""Elastic join and leave on a real multi-node Ray cluster, in one run (a node that dies
+while the group restarts: test_faults.py).
 
 (A worker process dying mid-step, resumed to the parameters of a run without the crash, is
 proven on test_carving_e2e.py's fit, which needs no cluster of its own.)
@@ -82,20 +83,29 @@ def pool(cluster, request):
             cluster.remove_node(node)
 
 
-def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
+def test_a_node_joins_then_leaves_the_group_grows_shrinks_and_stays_exact(
+    cluster, pool, tmp_path, monkeypatch
+):
+    """One elastic run: 2 workers, a node joins (3, from remembered cost models), that node
+    is removed under the running group (back to 2), and the run completes exactly once."""
+    # A restart that still counts the lost node (not yet declared dead) waits this long for
+    # its placement before Ray Train retries with the workers that fit (default 60 s). Only
+    # the placement group's wait is bounded (not the workers' start-up), and a start that
+    # times out is retried without counting against max_failures: short is safe.
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
     pool(2)
     cluster.wait_for_nodes()
-    out = tmp_path / "join"
+    out = tmp_path / "elastic"
     out.mkdir()
     size = 480  # B=48: 10 steps per epoch
     trainer = HeteroTrainer(
         live_loop,
         train_loop_config={
             "size": size,
-            "epochs": 40,
+            "epochs": 40,  # ends after 4 steps back at 2 workers (stop_after_regrowth)
             "out": str(out),
             "checkpoint_every": 2,
-            "stop_at_world": 3,
+            "stop_after_regrowth": 2,
             "steps_at_full": 4,
             "step_sleep_s": 0.05,
         },
@@ -103,81 +113,41 @@ def test_joining_node_grows_the_group_and_gets_a_slice(cluster, pool, tmp_path):
         batch=BatchConfig(global_batch_size=48),
         elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
         run_config=RunConfig(
-            name="join",
+            name="elastic",
             storage_path=str(tmp_path / "results"),
             failure_config=FailureConfig(max_failures=3),
         ),
     )
-    joined = threading.Event()
+    joined, removed = threading.Event(), threading.Event()
+    grown_steps: set[int] = set()
+    joining = []  # the node that joins
 
     def progress(update):
         if not joined.is_set() and any(r.world_size == 2 for r in update.records):
-            pool(1)
+            joining.append(pool(1))
             joined.set()
-
-    result = trainer.fit(progress=progress, poll_interval_s=0.5)
-    assert result.error is None
-    assert joined.is_set()
-    worlds = {r.world_size for r in trainer.step_records}
-    assert worlds == {2, 3}, worlds
-    grown = [r for r in trainer.step_records if r.world_size == 3]
-    assert {r.rank for r in grown} == {0, 1, 2}
-    assert min(r.slice for r in grown) >= 1
-    # The restarted group started from known cost models: the two slots the first group
-    # measured (and the new slot's worker type, remembered in the run's storage).
-    grown_plans = [p for p in trainer.plans if p.world_size == 3]
-    assert grown_plans and "remembered cost models" in grown_plans[0].reason, grown_plans
-    kept, groups = committed_ledger(out)
-    assert len(groups) >= 2
-    epochs = sorted({e["epoch"] for e in kept})
-    full_epochs = list(epochs[:-1])  # the last epoch may stop early by design
-    assert full_epochs, "expected at least one complete epoch"
-    assert_exactly_once(kept, size, full_epochs)
-
-
-def test_losing_a_node_shrinks_the_group_and_the_run_completes(
-    cluster, pool, tmp_path, monkeypatch
-):
-    # A restart that still counts the lost node (not yet declared dead) waits this long for
-    # its placement before Ray Train retries with the workers that fit (default 60 s). Only
-    # the placement group's wait is bounded (not the workers' start-up), and a start that
-    # times out is retried without counting against max_failures: short is safe.
-    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
-    pool(2)
-    doomed = pool(1)
-    cluster.wait_for_nodes()
-    out = tmp_path / "leave"
-    out.mkdir()
-    size = 480
-    trainer = HeteroTrainer(
-        live_loop,
-        train_loop_config={
-            "size": size,
-            "epochs": 3,
-            "out": str(out),
-            "checkpoint_every": 2,
-            "step_sleep_s": 0.05,
-        },
-        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
-        batch=BatchConfig(global_batch_size=48),
-        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
-        run_config=RunConfig(
-            name="leave",
-            storage_path=str(tmp_path / "results"),
-            failure_config=FailureConfig(max_failures=3),
-        ),
-    )
-    removed = threading.Event()
-
-    def progress(update):
-        if not removed.is_set() and any(r.step >= 4 for r in update.records):
-            cluster.remove_node(doomed)
+        grown_steps.update(r.step for r in update.records if r.world_size == 3)
+        if not removed.is_set() and len(grown_steps) >= 4:
+            cluster.remove_node(joining[0])  # under the running group of 3
             removed.set()
 
     result = trainer.fit(progress=progress, poll_interval_s=0.5)
     assert result.error is None
-    assert removed.is_set()
-    worlds = [r.world_size for r in sorted(trainer.step_records, key=lambda r: r.step)]
-    assert worlds[0] == 3 and worlds[-1] == 2
-    kept, _groups = committed_ledger(out)
-    assert_exactly_once(kept, size, [0, 1, 2])
+    assert joined.is_set() and removed.is_set()
+    by_step = sorted(trainer.step_records, key=lambda r: (r.step, r.world_size))
+    worlds = [r.world_size for r in by_step]
+    runs = [w for i, w in enumerate(worlds) if i == 0 or w != worlds[i - 1]]
+    assert runs[0] == 2 and 3 in runs and runs[-1] == 2, runs
+    grown = [r for r in trainer.step_records if r.world_size == 3]
+    assert {r.rank for r in grown} == {0, 1, 2}
+    assert min(r.slice for r in grown) >= 1
+    # The grown group started from known cost models: the two slots the first group
+    # measured (and the new slot's worker type, remembered in the run's storage).
+    grown_plans = [p for p in trainer.plans if p.world_size == 3]
+    assert grown_plans and "remembered cost models" in grown_plans[0].reason, grown_plans
+    kept, groups = committed_ledger(out)
+    assert len(groups) >= 3
+    epochs = sorted({e["epoch"] for e in kept})
+    full_epochs = list(epochs[:-1])  # the last epoch stops early by design
+    assert full_epochs, "expected at least one complete epoch"
+    assert_exactly_once(kept, size, full_epochs)

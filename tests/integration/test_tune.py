@@ -286,7 +286,7 @@ def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, as
 @pytest.mark.ray
 @pytest.mark.timeout(420)
 def test_every_tune_trial_gets_its_own_tensorboard_dir_and_nested_mlflow_run(asha_search):
-    """Read back with TensorBoard's own reader and MLflow's client (see test_tracking.py); the
+    """Read back with TensorBoard's own reader and MLflow's client (see test_carving_e2e.py); the
     trial ASHA stopped ends its MLflow run as KILLED."""
     from mlflow import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -259,6 +259,15 @@ def live_loop(config: dict) -> None:
     ledger = (out / f"ledger_rank{info['rank']}_{info['group']}.jsonl").open("a")
     crash_marker = out / "crashed_once"
     steps_at_full = 0
+    # ``stop_after_regrowth``: a group of that world size stops once a bigger group ran before
+    # it. Every rank reads the same finished ledgers of the earlier groups: they agree.
+    stop_world = config.get("stop_at_world")
+    if config.get("stop_after_regrowth") == info["world_size"] and any(
+        json.loads(line)["world"] > info["world_size"]
+        for path in out.glob("ledger_rank*.jsonl")
+        for line in path.read_text().splitlines()
+    ):
+        stop_world = info["world_size"]
     for epoch in range(loader.epoch, config["epochs"]):
         for xb, yb, ib in loader:
             step = rh.current_step_number()
@@ -310,7 +319,7 @@ def live_loop(config: dict) -> None:
                         record_checkpoint(out, info, step + 1, model)
                         ck = ray.train.Checkpoint.from_directory(d)
                     rh.report({"step": step}, checkpoint=ck)
-            if info["world_size"] == config.get("stop_at_world"):
+            if info["world_size"] == stop_world:
                 steps_at_full += 1
                 if (
                     steps_at_full >= config.get("steps_at_full", 3)
