@@ -37,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated subset, e.g. stock,hetero (default: the scenario's)",
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of repeat 0 (model and data order); repeat r uses seed + r for every "
+        "contender, so the repeats span data orders and each is compared on the same one",
+    )
     parser.add_argument("--epochs", type=int, default=None, help="epochs per fit")
     parser.add_argument("--max-steps", type=int, default=None, help="stop each fit after N steps")
     parser.add_argument("--width", type=int, default=None, help="SmallCNN width")
@@ -174,6 +181,7 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--repeats must be >= 1")
     options["warmup"] = not args.no_warmup
     options["wait_load"] = args.wait_load
+    options["seed"] = args.seed
     if args.slowdown_scale < 1.0:
         raise ValueError("--slowdown-scale must be >= 1")
     options["slowdown_scale"] = args.slowdown_scale

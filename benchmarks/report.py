@@ -77,7 +77,9 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"scenario {result['scenario']}: {result['description']}",
         (
-            f"{kind}; medians of {options['repeats']} repeat(s), contenders alternating; "
+            f"{kind}; medians of {options['repeats']} repeat(s) (seeds {_seeds(options)}: one "
+            "data order and model init per repeat, the same for every contender), contenders "
+            "alternating; "
             f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}"
         ),
         (
@@ -331,3 +333,12 @@ def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
             )
         )
     return written
+
+
+def _seeds(options: dict[str, Any]) -> str:
+    """The repeats' seeds, e.g. ``0-2``."""
+    if "seed" not in options:  # a run from before per-repeat seeds: seed 0 in every repeat
+        return "0 in every repeat"
+    first = int(options.get("seed", 0))
+    last = first + int(options["repeats"]) - 1
+    return str(first) if last == first else f"{first}-{last}"

@@ -138,6 +138,16 @@ def _time_breakdown(fit: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def repeat_seed(options: dict[str, Any], repeat: int) -> int:
+    """The seed of every contender's fit in ``repeat`` (-1: the warm-up, as repeat 0).
+
+    One data order and model init per repeat, the same for every contender: the medians of the
+    accuracy figures then span data orders instead of repeating one order's luck, and each
+    repeat still compares the contenders on the same order.
+    """
+    return int(options.get("seed", 0)) + max(repeat, 0)
+
+
 def _wait_for_load(limit: float | None, most_s: float = 90.0) -> float:
     """Wait until the 1-minute load average is <= ``limit`` (at most ``most_s``); seconds waited."""
     if limit is None or not hasattr(os, "getloadavg"):
@@ -177,6 +187,7 @@ def _run_train(
             saved_steps = setup.max_steps
             if not counted:
                 setup.max_steps = 3
+            setup.seed = repeat_seed(options, repeat)
             try:
                 fit = run_fit(setup, contender, logs / f"{index:02d}-{contender}")
             finally:
@@ -200,6 +211,7 @@ def _run_train(
                 "index": index,
                 "contender": contender,
                 "repeat": repeat,
+                "seed": setup.seed,
                 "counted": counted,
                 "wall_s": fit["wall_s"],
                 "figures": figures,

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from benchmarks.analysis import alone_jobs, fit_figures, summarize
+from benchmarks.runner import repeat_seed
 from benchmarks.scenarios import CONTENDERS, SCENARIOS, Target
 from benchmarks.suite import EXIT_UNAVAILABLE, format_table
 from benchmarks.suite import main as bench_main
@@ -174,6 +175,11 @@ def test_summary_medians_ratios_and_target_verdicts():
     table = format_table(result)
     for name in ("stock", "hdp", "hetero"):
         assert f"\n{name} " in table
+    assert "medians of 3 repeat(s) (seeds 0 in every repeat:" in table  # a run before --seed
+    result["options"]["seed"] = 5
+    assert "medians of 3 repeat(s) (seeds 5-7:" in format_table(result)
+    # The runner gives every contender of repeat r the seed 5 + r (the warm-up: repeat 0's).
+    assert [repeat_seed(result["options"], r) for r in (-1, 0, 1, 2)] == [5, 5, 6, 7]
     assert "EMULATED" in table and "NOT MET" in table and "-> met" in table
 
 
@@ -274,6 +280,8 @@ def test_tiny_drift_run_has_every_kind_of_contender_and_sane_figures(data_root, 
             "5",
             "--alone-steps",
             "1",
+            "--seed",
+            "3",
             "--keep-logs",
             "--data-root",
             str(data_root),
@@ -284,9 +292,11 @@ def test_tiny_drift_run_has_every_kind_of_contender_and_sane_figures(data_root, 
     assert code == 0
     printed = capsys.readouterr().out
     assert "targets:" in printed and "EMULATED" in printed
+    assert "medians of 1 repeat(s) (seeds 3:" in printed
     assert "re-plan per 100 steps under ±10% per-step noise" in printed
     result = json.loads((out / "bench.json").read_text())
     assert [f["contender"] for f in result["fits"]] == TINY_CONTENDERS
+    assert [f["seed"] for f in result["fits"]] == [3, 3]  # repeat 0: the given seed
     assert set(result["summary"]["contenders"]) == set(TINY_CONTENDERS)
     assert result["machine"]["usable_cpus"] >= 1 and result["machine"]["torch"]
     fits = {f["contender"]: f for f in result["fits"]}
