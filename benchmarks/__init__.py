@@ -9,7 +9,7 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
   conv-split, branches);
 * ``python -m benchmarks.<module>`` for the single-question benchmarks:
   ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
-  ``bn_exchange``, and ``soak`` (fault injection);
+  ``bn_exchange``, ``bn_price``, ``bn_segments``, and ``soak`` (fault injection);
 * ``results/``: the measured figures the README and docs cite (``bench.json``, ``COMMAND``,
   tables and plots per run), kept as historical data. A ``COMMAND`` written before the suite
   left the package says ``raytrain-hetero bench SCENARIO ...`` or ``python -m

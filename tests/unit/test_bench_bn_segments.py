@@ -1,0 +1,47 @@
+"""benchmarks.bn_segments, run as its user runs it (a new interpreter, two gloo ranks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARGS = ["--slices", "4,2", "--factors", "1,2", "--width", "4", "--steps", "2", "--rounds", "1"]
+
+
+def test_bn_segments_splits_exact_minus_local_into_three_parts_that_add_up():
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bn_segments", *ARGS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert "slices 4/2, EMULATED factors 1/2, 2 gloo ranks" in lines[0]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:4]}
+    # Local: the work, the gradient all-reduce, the tail. Exact: SmallCNN's three BatchNorm
+    # layers add two exchanges each (forward, backward), each started and awaited apart.
+    assert rows["local"][-1] == "2" and rows["exact"][-1] == "14"
+    for step, busy, segment_max, _ in rows.values():
+        # Per step, the sum of segment maxima >= the slowest rank's sum: so are their medians.
+        assert 0 < float(busy) <= float(segment_max) + 0.05 and float(step) > 0
+    extra, parts = lines[4].removeprefix("exact - local: ").split(" = ")
+    values = [float(part.split()[-1]) for part in parts.split(", ")]
+    assert [part.rsplit(" ", 1)[0] for part in parts.split(", ")] == [
+        "compute",
+        "per-layer imbalance",
+        "exchanges and scheduling",
+    ]
+    assert abs(sum(values) - float(extra)) <= 0.2  # each printed to 0.1 ms
+    assert abs(float(extra) - (float(rows["exact"][0]) - float(rows["local"][0]))) <= 0.11
+    segments = [line.split(": ")[1].split() for line in lines[5:]]
+    assert len(segments) == 2 and all(len(s) == 14 for s in segments)
