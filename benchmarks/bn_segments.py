@@ -128,6 +128,9 @@ def decompose(ranks: list[dict[str, list[dict[str, Any]]]]) -> dict[str, dict[st
                 [statistics.median(s) for s in zip(*(r["segments"] for r in rank[mode]))]
                 for rank in ranks
             ],
+            "rank_busy": [
+                statistics.median(sum(r["segments"]) for r in rank[mode]) for rank in ranks
+            ],
         }
     return figures
 
@@ -159,6 +162,9 @@ def report(figures: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
         f"{compute * ms:+.1f}, per-layer imbalance {imbalance * ms:+.1f}, exchanges and "
         f"scheduling {exchanges * ms:+.1f}"
     )
+    for mode in MODES:
+        busy = " ".join(f"{b * ms:.1f}" for b in figures[mode]["rank_busy"])
+        lines.append(f"{mode} busy by rank: {busy}")
     for rank, segments in enumerate(exact["segments"]):
         lines.append(f"exact segments, rank {rank}: " + " ".join(f"{s * ms:.1f}" for s in segments))
     return lines

@@ -43,5 +43,7 @@ def test_bn_segments_splits_exact_minus_local_into_three_parts_that_add_up():
     ]
     assert abs(sum(values) - float(extra)) <= 0.2  # each printed to 0.1 ms
     assert abs(float(extra) - (float(rows["exact"][0]) - float(rows["local"][0]))) <= 0.11
-    segments = [line.split(": ")[1].split() for line in lines[5:]]
+    for mode, line in zip(("local", "exact"), lines[5:7], strict=True):
+        assert line.startswith(f"{mode} busy by rank: ") and len(line.split(": ")[1].split()) == 2
+    segments = [line.split(": ")[1].split() for line in lines[7:]]
     assert len(segments) == 2 and all(len(s) == 14 for s in segments)
