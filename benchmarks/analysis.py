@@ -313,6 +313,32 @@ def _modal_slices(records: Sequence[Mapping[str, Any]], skip_steps: int) -> list
     return [modal(per_rank[r]) for r in sorted(per_rank)]
 
 
+def _at_stock_steps(
+    fits: Sequence[Mapping[str, Any]], name: str, stock: Mapping[str, Any]
+) -> dict[str, float]:
+    """Time to accuracy including start-up as if the fit had needed stock's (median) steps.
+
+    Steps to the target are a draw of the data order, and stock's trajectory differs from the
+    exact one: this reading keeps each fit's time per step and start-up and gives no contender
+    credit for needing fewer steps (or blame for more). Median over the contender's fits.
+    """
+    steps = stock.get("steps_to_target")
+    times = []
+    for f in fits:
+        if f["contender"] != name or not f.get("counted", True):
+            continue
+        figures = f["figures"]
+        reached, tta = figures.get("steps_to_target"), figures.get("tta_s")
+        total = figures.get("tta_total_s")
+        if reached and tta is not None and total is not None and math.isfinite(tta):
+            times.append(tta / reached * steps + (total - tta))  # total - tta: the start-up
+    at_steps = median_finite(times) if steps and times else math.nan
+    return {
+        "tta_total_at_stock_steps_s": at_steps,
+        "tta_total_at_stock_steps_speedup": _ratio(stock.get("tta_total_s"), at_steps),
+    }
+
+
 def summarize(
     fits: Sequence[Mapping[str, Any]],
     contenders: Sequence[str],
@@ -377,6 +403,9 @@ def summarize(
         row["reached_target"] = sum(v is not None for v in reached)
         per[name] = row
     stock = per.get("stock")
+    if stock is not None:
+        for name, row in per.items():
+            row.update(_at_stock_steps(fits, name, stock))
     for row in per.values():
         if stock is None:
             break

@@ -134,6 +134,14 @@ def format_table(result: dict[str, Any]) -> str:
                 14,
                 lambda n, r: _num(r.get("tta_total_speedup", math.nan) / ideal, ".2f"),
             ),
+            (
+                "at stock's steps",
+                16,
+                lambda n, r: (
+                    _num(r.get("tta_total_at_stock_steps_speedup"), ".2f")
+                    + f" ({_num(r.get('tta_total_at_stock_steps_speedup', math.nan) / ideal, '.2f')})"
+                ),
+            ),
             ("start-up (s)", 12, lambda n, r: _num(r.get("startup_s"), ".1f")),
             (
                 "samples/s (range)",
@@ -191,7 +199,7 @@ def format_table(result: dict[str, Any]) -> str:
                 ),
             )
         if any("samples_per_s_after" in r for r in summary.values()):
-            columns[4:4] = [
+            columns[5:5] = [
                 ("before", 8, lambda n, r: _num(r.get("samples_per_s_before"), ".1f")),
                 ("after drift", 11, lambda n, r: _num(r.get("samples_per_s_after"), ".1f")),
                 ("eff after", 9, lambda n, r: _num(r.get("efficiency_after"), ".3f")),
@@ -220,7 +228,9 @@ def format_table(result: dict[str, Any]) -> str:
             "evaluation excluded); efficiency: ideal time / time, ideal = B / sum of each "
             "worker's samples/s measured alone at its slice; time to accuracy: training "
             "time from the first step ('steps': steps it took); 'incl. start-up' adds "
-            "model preparation and (raytrain_hetero) probing."
+            "model preparation and (raytrain_hetero) probing; 'at stock's steps': the same "
+            "with each fit's time per step times stock's median steps (x stock, and in "
+            "brackets of the ideal clock), no credit for needing fewer steps."
         )
     drift = _drift_lines(summary)
     if drift:

@@ -117,7 +117,7 @@ def test_a_restarted_process_is_its_own_timeline():
     assert figures["steps"] == 13
 
 
-def fit(contender, samples_per_s, tta, accuracy, efficiency=0.9):
+def fit(contender, samples_per_s, tta, accuracy, efficiency=0.9, steps=10):
     return {
         "contender": contender,
         "counted": True,
@@ -128,7 +128,7 @@ def fit(contender, samples_per_s, tta, accuracy, efficiency=0.9):
             "tta_total_s": tta + 1,
             "final_accuracy": accuracy,
             "efficiency": efficiency,
-            "steps_to_target": 10,
+            "steps_to_target": steps,
         },
     }
 
@@ -163,6 +163,10 @@ def test_summary_medians_ratios_and_target_verdicts():
     assert rows["hdp"]["tta_speedup"] == pytest.approx(3.0)
     assert verdicts[("hdp", "tta_speedup")] is False
 
+    # Every fit took 10 steps: at stock's steps is each contender's own median.
+    assert rows["hetero"]["tta_total_at_stock_steps_s"] == pytest.approx(14)
+    assert rows["hetero"]["tta_total_at_stock_steps_speedup"] == pytest.approx(31 / 14)
+
     result = {
         "scenario": "hetero3",
         "description": "d",
@@ -181,6 +185,25 @@ def test_summary_medians_ratios_and_target_verdicts():
     # The runner gives every contender of repeat r the seed 5 + r (the warm-up: repeat 0's).
     assert [repeat_seed(result["options"], r) for r in (-1, 0, 1, 2)] == [5, 5, 6, 7]
     assert "EMULATED" in table and "NOT MET" in table and "-> met" in table
+
+
+def test_at_stock_steps_gives_no_credit_for_fewer_steps():
+    # Stock: 1 s a step, 24 steps (one fit 21), 1 s start-up. Hetero: 0.5 s a step but 18
+    # steps, 1 s start-up: 10 s incl. start-up (2.5x stock), at stock's 24 steps 13 s.
+    fits = [
+        fit("stock", 100, 24, 0.95, steps=24),
+        fit("stock", 100, 24, 0.95, steps=24),
+        fit("stock", 100, 21, 0.95, steps=21),
+        *(fit("hetero", 200, 9, 0.95, steps=18) for _ in range(3)),
+    ]
+    rows = summarize(fits, ["stock", "hetero"], ())["contenders"]
+    assert rows["hetero"]["tta_total_speedup"] == pytest.approx(25 / 10)
+    assert rows["hetero"]["tta_total_at_stock_steps_s"] == pytest.approx(0.5 * 24 + 1)
+    assert rows["hetero"]["tta_total_at_stock_steps_speedup"] == pytest.approx(25 / 13)
+    # A fit that never reached the target has no time per step to scale: left out.
+    fits.append(fit("hetero", 200, float("nan"), 0.5, steps=None))
+    rows = summarize(fits, ["stock", "hetero"], ())["contenders"]
+    assert rows["hetero"]["tta_total_at_stock_steps_s"] == pytest.approx(13)
 
 
 def test_every_scenario_names_known_contenders_and_a_stock_baseline():
