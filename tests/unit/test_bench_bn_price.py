@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from repo_python import run_in_repo
 
-REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--slices", "4,2", "--width", "4", "--rounds", "1", "--iters", "1"]
 
 
 def test_bn_price_prints_a_row_per_slice_with_exact_minus_torch():
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bn_price", *ARGS],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = run_in_repo(["-m", "benchmarks.bn_price", *ARGS], timeout=120)
+    assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "3 BatchNorm layers" in lines[0]  # SmallCNN's, all converted
     rows = [line.split() for line in lines[2:]]

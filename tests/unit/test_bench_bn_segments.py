@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from repo_python import run_in_repo
 
-REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--slices", "4,2", "--factors", "1,2", "--width", "4", "--steps", "2", "--rounds", "1"]
 
 
 def test_bn_segments_splits_exact_minus_local_into_three_parts_that_add_up():
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bn_segments", *ARGS],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
-    )
+    done = run_in_repo(["-m", "benchmarks.bn_segments", *ARGS], timeout=180)
+    assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "slices 4/2, EMULATED factors 1/2, 2 gloo ranks" in lines[0]
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:4]}

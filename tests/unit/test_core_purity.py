@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from repo_python import run_in_repo
 
 import raytrain_hetero.core
 
@@ -90,17 +89,7 @@ def test_importing_core_loads_neither_ray_nor_torch():
         "    importlib.import_module(name)\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_in_repo(["-c", script], timeout=120)
     assert completed.returncode == 0, completed.stderr
     loaded = set(json.loads(completed.stdout.strip().splitlines()[-1]))
     assert not loaded & FORBIDDEN, (
