@@ -181,6 +181,8 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--repeats must be >= 1")
     options["warmup"] = not args.no_warmup
     options["wait_load"] = args.wait_load
+    if args.seed < 0:
+        raise ValueError("--seed must be >= 0 (numpy's generators take no negative seeds)")
     options["seed"] = args.seed
     if args.slowdown_scale < 1.0:
         raise ValueError("--slowdown-scale must be >= 1")

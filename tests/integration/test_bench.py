@@ -249,6 +249,17 @@ def test_cpu_gpu_without_a_gpu_says_so_and_exits_non_zero(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_bad_bench_options_fail_with_one_line_naming_the_option(tmp_path, capsys):
+    for option, value, says in (
+        ("--seed", "-1", "--seed must be >= 0"),
+        ("--gpu-loader-workers", "-1", "--gpu-loader-workers must be >= 0"),
+    ):
+        code = bench_main(["hetero2", option, value, "--output", str(tmp_path / "out")])
+        assert code == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     """One synthetic EuroSAT (20 images a class) for the tests of this module."""
