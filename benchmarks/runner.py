@@ -267,6 +267,7 @@ def _run_join(
         # A fresh cluster per fit: every fit starts at `start` workers and sees one join.
         _wait_for_load(options.get("wait_load"))
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        setup.seed = repeat_seed(options, repeat)
         try:
             cluster.add_node(num_cpus=start)
             cluster.wait_for_nodes()
@@ -305,6 +306,7 @@ def _run_join(
             "index": index,
             "contender": contender,
             "repeat": repeat,
+            "seed": setup.seed,
             "counted": True,
             "wall_s": fit["wall_s"],
             "figures": figures,
