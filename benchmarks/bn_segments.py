@@ -179,8 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=10, help="kept steps per mode and round")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    args.slices = [int(s) for s in args.slices.split(",")]
-    args.factors = [float(f) for f in args.factors.split(",")]
+    try:
+        args.slices = [int(s) for s in args.slices.split(",")]
+        args.factors = [float(f) for f in args.factors.split(",")]
+    except ValueError as exc:
+        parser.error(f"--slices takes integers and --factors numbers, comma-separated ({exc})")
     if len(args.slices) != len(args.factors) or len(args.slices) < 2:
         parser.error("--slices and --factors need the same number (>= 2) of ranks")
     if min(args.slices) < 1 or min(args.factors) < 1 or args.steps < 1 or args.rounds < 1:

@@ -32,3 +32,13 @@ def test_bn_segments_splits_exact_minus_local_into_three_parts_that_add_up():
         assert line.startswith(f"{mode} busy by rank: ") and len(line.split(": ")[1].split()) == 2
     segments = [line.split(": ")[1].split() for line in lines[7:]]
     assert len(segments) == 2 and all(len(s) == 14 for s in segments)
+
+
+def test_bn_segments_refuses_bad_ranks_in_one_line():
+    for args, says in (
+        (["--slices", "4,x"], "--slices takes integers and --factors numbers"),
+        (["--slices", "4", "--factors", "1"], "need the same number (>= 2) of ranks"),
+        (["--slices", "4,2", "--factors", "1,0.5"], "factors >= 1"),
+    ):
+        done = run_in_repo(["-m", "benchmarks.bn_segments", *args], timeout=120)
+        assert done.returncode == 2 and says in done.stderr.splitlines()[-1], done.stderr
