@@ -77,9 +77,8 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"scenario {result['scenario']}: {result['description']}",
         (
-            f"{kind}; medians of {options['repeats']} repeat(s) (seeds {_seeds(options)}: one "
-            "data order and model init per repeat, the same for every contender), contenders "
-            "alternating; "
+            f"{kind}; medians of {options['repeats']} repeat(s) ({_seeds(options)}), "
+            "contenders alternating; "
             f"global batch {options['global_batch_size']}, SmallCNN width {options['width']}"
         ),
         (
@@ -346,9 +345,10 @@ def write_outputs(result: dict[str, Any], output: Path) -> list[Path]:
 
 
 def _seeds(options: dict[str, Any]) -> str:
-    """The repeats' seeds, e.g. ``0-2``."""
-    if "seed" not in options:  # a run from before per-repeat seeds: seed 0 in every repeat
-        return "0 in every repeat"
-    first = int(options.get("seed", 0))
+    """What the repeats' seeds were, e.g. ``seeds 0-2: one data order ... per repeat``."""
+    if "seed" not in options:  # a run from before per-repeat seeds
+        return "seed 0 in every repeat: one data order and model init for all fits"
+    first = int(options["seed"])
     last = first + int(options["repeats"]) - 1
-    return str(first) if last == first else f"{first}-{last}"
+    seeds = str(first) if last == first else f"{first}-{last}"
+    return f"seeds {seeds}: one data order and model init per repeat, the same for every contender"

@@ -179,7 +179,7 @@ def test_summary_medians_ratios_and_target_verdicts():
     table = format_table(result)
     for name in ("stock", "hdp", "hetero"):
         assert f"\n{name} " in table
-    assert "medians of 3 repeat(s) (seeds 0 in every repeat:" in table  # a run before --seed
+    assert "medians of 3 repeat(s) (seed 0 in every repeat: one data order" in table  # pre --seed
     result["options"]["seed"] = 5
     assert "medians of 3 repeat(s) (seeds 5-7:" in format_table(result)
     # The runner gives every contender of repeat r the seed 5 + r (the warm-up: repeat 0's).
