@@ -47,9 +47,11 @@ def test_conv_split_group_trains_like_one_device(ray_local, tmp_path, run_config
     summary = json.loads((tmp_path / "summary.json").read_text())
     # Emulated 2x slower: the probe sees it (the whole conv2 layer's fitted time; a slope fitted
     # from two kernel counts on a loaded 2-core box is noisier), and the slow rank owns fewer
-    # kernels.
+    # kernels. Only the direction is asserted: each rank's own compute time varies with what
+    # shares its core (CI once measured 1.23x for the 2x emulation); the unit test
+    # test_parallel_conv_split checks the probe's stretch with 1x/4x/9x margins.
     fast_s, slow_s = summary["full_layer_s"]["conv2"]
-    assert slow_s > 1.3 * fast_s, summary
+    assert slow_s > fast_s, summary
     fast, slow = summary["splits"]["conv2"]
     assert fast + slow == 48 and fast > slow >= 1, summary["splits"]
     # Live re-split at the second epoch: the kernels of conv2 move to the now faster rank,
