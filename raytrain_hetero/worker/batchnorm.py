@@ -81,10 +81,10 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
     """Normalisation by global-batch statistics with a hand-written backward.
 
     The local statistics and the gradients are computed with a few fused passes over the
-    activation in its own dtype (sums accumulated by torch's cascade summation, per-channel
-    results widened to float64 before they cross ranks). The first version built the same
-    computation from float64 copies of the activation through autograd: about 4x the cost of a
-    native BatchNorm, which dominated small CNN steps on CPU.
+    activation in its own dtype (sums accumulated by torch's cascade summation, the backward's
+    two sums by torch's native BatchNorm backward kernel, per-channel results widened to float64
+    before they cross ranks). The first version built the same computation from float64 copies
+    of the activation through autograd: about 4x the cost of a native BatchNorm.
     """
 
     @staticmethod
@@ -112,7 +112,7 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             stats[:channels] = local_mean * local_count
             stats[channels : 2 * channels] = local_m2 + local_count * local_mean * local_mean
             stats[-1] = float(local_count)
-        stats = _sum_over_ranks(stats, layer.process_group, layer.binding)
+        stats = _PendingSum(stats, layer.process_group, layer.binding).wait()
         total = stats[-1]
         mean = stats[:channels] / total
         var = (stats[channels : 2 * channels] / total - mean * mean).clamp_min(0.0)
@@ -140,14 +140,20 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         input, weight = ctx.saved_tensors
-        channels, reduce_dims, shape = _layout(input)
+        channels, _, shape = _layout(input)
         wide = torch.float64
         mean, inv_std, total = ctx.mean, ctx.inv_std, ctx.total
 
         grad = grad_output.contiguous()
-        local_sum_dy = grad.sum(reduce_dims).to(wide)
-        buffer = torch.mul(grad, input)
-        local_sum_dy_xmu = buffer.sum(reduce_dims).to(wide) - mean * local_sum_dy
+        # sum(dy) and sum(dy * (x - mean)) in one fused pass of torch's native kernel, given the
+        # global mean (float32 sums for low precision; it divides by the count: not if empty).
+        local_sum_dy = local_sum_dy_xmu = torch.zeros(channels, dtype=wide, device=input.device)
+        if input.numel() > 0:
+            acc = wide if input.dtype == wide else torch.float32
+            _, dy_xmu, dy = torch.ops.aten.native_batch_norm_backward(
+                grad, input, None, None, None, mean.to(acc), inv_std.to(acc), True, 0.0, [0, 1, 1]
+            )
+            local_sum_dy, local_sum_dy_xmu = dy.to(wide), dy_xmu.to(wide) / inv_std
 
         # Nothing upstream needs this layer's input gradient (a frozen stem, the network's
         # input): the exchange below exists only to form it, so it is skipped on every rank
@@ -156,9 +162,9 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             # Rank r's gradients are scaled by w_r later, so the statistics' share of the input
             # gradient is sum_j w_j g_j / w_r (see the module docstring). Started now, awaited
-            # after the work below that does not depend on it.
+            # after the parameter gradients, which do not depend on it.
             weighted = torch.cat([local_sum_dy, local_sum_dy_xmu]) * ctx.rank_weight
-            pending = _start_sum_over_ranks(weighted, ctx.group, ctx.binding)
+            pending = _PendingSum(weighted, ctx.group, ctx.binding)
 
         grad_weight = grad_bias = None
         if weight is not None and ctx.needs_input_grad[1]:
@@ -169,25 +175,22 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             return None, grad_weight, grad_bias, None, None
 
         gain = inv_std if weight is None else inv_std * weight.detach().to(wide)
-        torch.mul(grad, gain.to(input.dtype).reshape(shape), out=buffer)
         reduced = pending.wait()
         if ctx.rank_weight > 0:  # a rank without samples has no input gradient to form
             reduced = reduced / ctx.rank_weight
         sum_dy, sum_dy_xmu = reduced[:channels], reduced[channels:]
         input_coef = -gain * inv_std * inv_std * sum_dy_xmu / total
-        constant = gain * sum_dy / total + input_coef * mean
-        buffer.addcmul_(input, input_coef.to(input.dtype).reshape(shape))
-        buffer.sub_(constant.to(input.dtype).reshape(shape))
-        return buffer, grad_weight, grad_bias, None, None
-
-
-def _sum_over_ranks(tensor: torch.Tensor, group: Any, binding: BatchNormBinding) -> torch.Tensor:
-    """The element-wise sum of ``tensor`` over the ranks of ``group`` (blocking)."""
-    return _start_sum_over_ranks(tensor, group, binding).wait()
+        # x - mean first, as torch's own backward does (exact near the mean in any dtype, where
+        # x * coef - mean * coef cancels in float32); the offset takes what the narrowed mean lost.
+        narrow_mean = mean.to(input.dtype)
+        offset = -gain * sum_dy / total - input_coef * (mean - narrow_mean.to(wide))
+        offset, coef, scale = (t.to(input.dtype).reshape(shape) for t in (offset, input_coef, gain))
+        grad_input = (input - narrow_mean.reshape(shape)).mul_(coef).add_(offset)
+        return grad_input.addcmul_(grad, scale), grad_weight, grad_bias, None, None
 
 
 class _PendingSum:
-    """A started exchange of per-channel statistics; :meth:`wait` returns their sum.
+    """A started exchange of per-channel statistics; :meth:`wait` returns their sum over ``group``.
 
     On gloo every rank sends its statistics (a few hundred float64 values) straight to every
     other rank (an all-to-all of copies) and sums what it receives in rank order. At these
@@ -235,13 +238,6 @@ class _PendingSum:
             summed = self._gathered.view(-1, self._tensor.numel()).sum(0)
             self._tensor.copy_(summed.view_as(self._tensor))
         return self._tensor
-
-
-def _start_sum_over_ranks(
-    tensor: torch.Tensor, group: Any, binding: BatchNormBinding
-) -> _PendingSum:
-    """Start summing ``tensor`` over ``group``; CUDA tensors are staged through host on gloo."""
-    return _PendingSum(tensor, group, binding)
 
 
 class HeteroBatchNorm(_BatchNorm):

@@ -6,7 +6,9 @@ on the whole batch for the loss ``sum_r w_r * mean(loss on slice r)`` with w_r =
 weights HeteroBatchNorm uses without a binding: outputs, parameter gradients (after the
 weighted all-reduce), input gradients and running statistics. With a binding injected at
 conversion, the count weights w_r = n_r/N it supplies make the same equality hold for the
-whole-batch mean loss, and its exchange hooks run around every statistics all-reduce.
+whole-batch mean loss, and its exchange hooks run around every statistics all-reduce. A
+second layout gives the middle rank no samples (a slice the plan left empty): it still takes
+part in every exchange, and the others' results stay the one-device ones.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from gloo_group import run_gloo_group
 from raytrain_hetero.worker.batchnorm import BatchNormBinding, HeteroBatchNorm, convert_batchnorm
 
 SLICES = (5, 2, 9)
+EMPTY_MIDDLE = (5, 0, 11)
 CHANNELS = 4
 
 
 def _batch(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(3)
-    x = torch.randn(sum(SLICES), CHANNELS, 6, 5, generator=g, dtype=torch.float64) * 0.5 + 40.0
-    target = torch.randn(sum(SLICES), CHANNELS, 6, 5, generator=g, dtype=torch.float64)
+    x = torch.randn(16, CHANNELS, 6, 5, generator=g, dtype=torch.float64) * 0.5 + 40.0
+    target = torch.randn(16, CHANNELS, 6, 5, generator=g, dtype=torch.float64)
     return x.to(dtype), target.to(dtype)
 
 
@@ -44,18 +47,20 @@ def _model(dtype: torch.dtype) -> torch.nn.Module:
     return model.to(dtype)
 
 
-def _weights(bound: bool) -> list[float]:
+def _weights(bound: bool, slices: tuple[int, ...]) -> list[float]:
     """Per-rank loss / gradient weights: 1/world unbound, n_r/N through a binding."""
     if bound:
-        return [n / sum(SLICES) for n in SLICES]
-    return [1.0 / len(SLICES)] * len(SLICES)
+        return [n / sum(slices) for n in slices]
+    return [1.0 / len(slices)] * len(slices)
 
 
-def _rank_main(rank: int, world_size: int, dtype: torch.dtype, bound: bool) -> tuple:
+def _rank_main(
+    rank: int, world_size: int, dtype: torch.dtype, bound: bool, slices: tuple[int, ...]
+) -> tuple:
     x, target = _batch(dtype)
-    start = sum(SLICES[:rank])
-    part = slice(start, start + SLICES[rank])
-    weight = _weights(bound)[rank]
+    start = sum(slices[:rank])
+    part = slice(start, start + slices[rank])
+    weight = _weights(bound, slices)[rank]
     exchanges = {"before": 0, "after": 0}
 
     def count(key: str):
@@ -68,7 +73,7 @@ def _rank_main(rank: int, world_size: int, dtype: torch.dtype, bound: bool) -> t
         model = convert_batchnorm(_model(dtype), dist.group.WORLD)
     inputs = x[part].clone().requires_grad_()
     out = model(inputs)
-    loss = ((out - target[part]) ** 2).mean()
+    loss = ((out - target[part]) ** 2).sum() / max(1, slices[rank])  # an empty slice: 0
     loss.backward()
     grads = []
     for param in model.parameters():
@@ -79,11 +84,16 @@ def _rank_main(rank: int, world_size: int, dtype: torch.dtype, bound: bool) -> t
     return out.detach(), inputs.grad, grads, [b.clone() for b in buffers], exchanges
 
 
-CASES = [(dtype, bound) for dtype in (torch.float64, torch.float32) for bound in (False, True)]
+CASES = [
+    (dtype, bound, slices)
+    for dtype in (torch.float64, torch.float32)
+    for bound in (False, True)
+    for slices in (SLICES, EMPTY_MIDDLE)
+]
 
 
 def _every_case(rank: int, world_size: int) -> dict:
-    """Every (dtype, bound) case of the test, one after the other on the same group."""
+    """Every (dtype, bound, slices) case of the test, one after the other on the same group."""
     return {case: _rank_main(rank, world_size, *case) for case in CASES}
 
 
@@ -93,22 +103,25 @@ def group_results() -> dict[int, dict]:
     return run_gloo_group(_every_case, len(SLICES))
 
 
+@pytest.mark.parametrize("slices", [SLICES, EMPTY_MIDDLE], ids=["5-2-9", "5-0-11"])
 @pytest.mark.parametrize("bound", [False, True], ids=["unbound", "bound"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 2e-5)])
-def test_three_uneven_ranks_equal_one_device_batchnorm(group_results, dtype, tolerance, bound):
-    results = {rank: by_case[(dtype, bound)] for rank, by_case in group_results.items()}
+def test_three_uneven_ranks_equal_one_device_batchnorm(
+    group_results, dtype, tolerance, bound, slices
+):
+    results = {rank: by_case[(dtype, bound, slices)] for rank, by_case in group_results.items()}
 
     # One device, native BatchNorm, loss weighted per slice the same way.
     x, target = _batch(torch.float64)
     model = _model(torch.float64)
     inputs = x.clone().requires_grad_()
     out = model(inputs)
-    weights = _weights(bound)
+    weights = _weights(bound, slices)
     loss = 0.0
     start = 0
-    for count, w in zip(SLICES, weights):
+    for count, w in zip(slices, weights):
         part = slice(start, start + count)
-        loss = loss + ((out[part] - target[part]) ** 2).mean() * w
+        loss = loss + ((out[part] - target[part]) ** 2).sum() / max(1, count) * w
         start += count
     loss.backward()
 
@@ -134,3 +147,49 @@ def test_three_uneven_ranks_equal_one_device_batchnorm(group_results, dtype, tol
         expected = 2 * 4 if bound else 0
         assert results[r][4] == {"before": expected, "after": expected}
     assert isinstance(convert_batchnorm(_model(dtype), None)[1], HeteroBatchNorm)
+
+
+FAR_SLICES = (30, 18)
+
+
+def _far_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Channels with mean 1000 and spread 0.5, and a gradient, in the float32 values they take."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(sum(FAR_SLICES), 16, 8, 8, generator=g, dtype=torch.float64) * 0.5 + 1000.0
+    noise = torch.randn(sum(FAR_SLICES), 16, 8, 8, generator=g, dtype=torch.float64)
+    grad = noise + 2.0 * (x - 1000.0)  # correlated with the input, as a loss's gradient is
+    return x.float().double(), grad.float().double()
+
+
+def _far_rank(rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, grad = _far_batch()
+    part = slice(sum(FAR_SLICES[:rank]), sum(FAR_SLICES[: rank + 1]))
+    weight = FAR_SLICES[rank] / sum(FAR_SLICES)
+    binding = BatchNormBinding(lambda: weight)
+    layer = convert_batchnorm(
+        torch.nn.Sequential(torch.nn.BatchNorm2d(16)), dist.group.WORLD, binding
+    )
+    inputs = x[part].float().requires_grad_()
+    layer(inputs).backward(grad[part].float() / weight)  # this rank's term of the sum
+    weight_grad = layer[0].weight.grad * weight
+    dist.all_reduce(weight_grad)
+    return inputs.grad * weight, weight_grad
+
+
+def test_float32_gradients_of_far_from_zero_channels_stay_near_float64():
+    """The backward works around the global mean (its sums by torch's native kernel, then
+    x - mean before the input gradient), not with sum(dy * x) - mean * sum(dy) and
+    x * coef - mean * coef, which cancel in float32 when a channel's mean is far from zero next
+    to its spread: at mean 1000 those forms erred 8e-5 on the input gradient and 7e-6 on the
+    weight gradient (now 9e-7 on both; torch's own float32 BatchNorm, which drops the narrowed
+    mean's remainder, errs 3e-5 on the input gradient)."""
+    results = run_gloo_group(_far_rank, len(FAR_SLICES))
+    x, grad = _far_batch()
+    reference = torch.nn.BatchNorm2d(16).double()
+    inputs = x.clone().requires_grad_()
+    reference(inputs).backward(grad)
+
+    got_dx = torch.cat([results[r][0].double() for r in range(len(FAR_SLICES))])
+    got_dw = results[0][1].double()
+    assert float((got_dx - inputs.grad).norm() / inputs.grad.norm()) <= 3e-6
+    assert float((got_dw - reference.weight.grad).norm() / reference.weight.grad.norm()) <= 3e-6
