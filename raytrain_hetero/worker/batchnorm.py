@@ -253,6 +253,13 @@ class HeteroBatchNorm(_BatchNorm):
         self.binding: BatchNormBinding = UNBOUND
         self.sync_enabled = True
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Copies (copy.deepcopy, swa_utils.AveragedModel's EMA, torch.save of the module) leave
+        # the group and the step's hooks behind: a process group cannot be pickled, and a copy
+        # run outside the step (or on one rank) must not rendezvous. The copy normalises like
+        # the BatchNorm it replaced; convert_batchnorm binds it again.
+        return {**self.__dict__, "process_group": None, "binding": UNBOUND}
+
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")

@@ -13,12 +13,20 @@ part in every exchange, and the others' results stay the one-device ones.
 
 from __future__ import annotations
 
+import copy
+import io
+
 import pytest
 import torch
 import torch.distributed as dist
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.worker.batchnorm import BatchNormBinding, HeteroBatchNorm, convert_batchnorm
+from raytrain_hetero.worker.batchnorm import (
+    UNBOUND,
+    BatchNormBinding,
+    HeteroBatchNorm,
+    convert_batchnorm,
+)
 
 SLICES = (5, 2, 9)
 EMPTY_MIDDLE = (5, 0, 11)
@@ -193,3 +201,49 @@ def test_float32_gradients_of_far_from_zero_channels_stay_near_float64():
     got_dw = results[0][1].double()
     assert float((got_dx - inputs.grad).norm() / inputs.grad.norm()) <= 3e-6
     assert float((got_dw - reference.weight.grad).norm() / reference.weight.grad.norm()) <= 3e-6
+
+
+COPIERS = ("deepcopy", "AveragedModel", "torch.save")
+
+
+def _copy(model: torch.nn.Module, how: str) -> torch.nn.Module:
+    if how == "deepcopy":
+        return copy.deepcopy(model)
+    if how == "AveragedModel":  # an EMA model, as torch's swa_utils builds it
+        return torch.optim.swa_utils.AveragedModel(model).module
+    blob = io.BytesIO()
+    torch.save(model, blob)
+    return torch.load(io.BytesIO(blob.getvalue()), weights_only=False)
+
+
+def _copies_rank(rank: int, world_size: int) -> dict:
+    """Copies of a converted model taken on each rank, run on this rank's slice alone."""
+    x, _ = _batch(torch.float64)
+    part = slice(sum(SLICES[:rank]), sum(SLICES[: rank + 1]))
+    exchanges = []
+    binding = BatchNormBinding(lambda: 0.5, lambda: exchanges.append(rank))
+    model = convert_batchnorm(_model(torch.float64), dist.group.WORLD, binding)
+    out: dict = {"plain": _model(torch.float64)(x[part]).detach()}
+    for how in COPIERS:
+        copied = _copy(model, how)
+        layer = copied[1]
+        out[how] = (copied(x[part]).detach(), layer.process_group is None, layer.binding)
+    out["exchanges by copies"] = len(exchanges)
+    model(x[part])  # the original still takes part in the group's statistics
+    out["original still synced"] = model[1].process_group is dist.group.WORLD and bool(exchanges)
+    return out
+
+
+def test_copies_of_a_converted_model_leave_the_group_behind():
+    """copy.deepcopy, an EMA model (swa_utils.AveragedModel deep-copies) and torch.save of the
+    whole module raised 'cannot pickle ProcessGroup'. A copy now normalises like the BatchNorm
+    it replaced: it never waits for the other ranks (which may not run it) and never calls the
+    step's hooks; the original keeps its group."""
+    results = run_gloo_group(_copies_rank, len(SLICES))
+    for rank, out in results.items():
+        for how in COPIERS:
+            output, unbound_group, binding = out[how]
+            assert unbound_group and binding == UNBOUND, (rank, how)
+            torch.testing.assert_close(output, out["plain"], rtol=0, atol=1e-12)
+        assert out["exchanges by copies"] == 0
+        assert out["original still synced"] is True
