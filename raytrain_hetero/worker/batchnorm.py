@@ -145,15 +145,15 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         mean, inv_std, total = ctx.mean, ctx.inv_std, ctx.total
 
         grad = grad_output.contiguous()
-        # sum(dy) and sum(dy * (x - mean)) in one fused pass of torch's native kernel, given the
-        # global mean (float32 sums for low precision; it divides by the count: not if empty).
-        local_sum_dy = local_sum_dy_xmu = torch.zeros(channels, dtype=wide, device=input.device)
+        # sum(dy) and sum(dy * x_hat) in one fused pass of torch's native kernel, given the global
+        # mean and inv_std (float32 sums for low precision; it divides by the count: not if empty).
+        local_sum_dy = local_sum_dy_xhat = torch.zeros(channels, dtype=wide, device=input.device)
         if input.numel() > 0:
             acc = wide if input.dtype == wide else torch.float32
-            _, dy_xmu, dy = torch.ops.aten.native_batch_norm_backward(
+            _, dy_xhat, dy = torch.ops.aten.native_batch_norm_backward(
                 grad, input, None, None, None, mean.to(acc), inv_std.to(acc), True, 0.0, [0, 1, 1]
             )
-            local_sum_dy, local_sum_dy_xmu = dy.to(wide), dy_xmu.to(wide) / inv_std
+            local_sum_dy, local_sum_dy_xhat = dy.to(wide), dy_xhat.to(wide)
 
         # Nothing upstream needs this layer's input gradient (a frozen stem, the network's
         # input): the exchange below exists only to form it, so it is skipped on every rank
@@ -163,12 +163,12 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
             # Rank r's gradients are scaled by w_r later, so the statistics' share of the input
             # gradient is sum_j w_j g_j / w_r (see the module docstring). Started now, awaited
             # after the parameter gradients, which do not depend on it.
-            weighted = torch.cat([local_sum_dy, local_sum_dy_xmu]) * ctx.rank_weight
+            weighted = torch.cat([local_sum_dy, local_sum_dy_xhat]) * ctx.rank_weight
             pending = _PendingSum(weighted, ctx.group, ctx.binding)
 
         grad_weight = grad_bias = None
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = (local_sum_dy_xmu * inv_std).to(weight.dtype)
+            grad_weight = local_sum_dy_xhat.to(weight.dtype)
         if ctx.needs_input_grad[2]:
             grad_bias = local_sum_dy.to(input.dtype)
         if pending is None:
@@ -178,8 +178,8 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         reduced = pending.wait()
         if ctx.rank_weight > 0:  # a rank without samples has no input gradient to form
             reduced = reduced / ctx.rank_weight
-        sum_dy, sum_dy_xmu = reduced[:channels], reduced[channels:]
-        input_coef = -gain * inv_std * inv_std * sum_dy_xmu / total
+        sum_dy, sum_dy_xhat = reduced[:channels], reduced[channels:]
+        input_coef = -gain * inv_std * sum_dy_xhat / total
         # x - mean first, as torch's own backward does (exact near the mean in any dtype, where
         # x * coef - mean * coef cancels in float32); the offset takes what the narrowed mean lost.
         narrow_mean = mean.to(input.dtype)
