@@ -134,8 +134,10 @@ def test_a_node_joins_then_leaves_the_group_grows_shrinks_and_stays_exact(
     result = trainer.fit(progress=progress, poll_interval_s=0.5)
     assert result.error is None
     assert joined.is_set() and removed.is_set()
-    by_step = sorted(trainer.step_records, key=lambda r: (r.step, r.world_size))
-    worlds = [r.world_size for r in by_step]
+    # In the order the steps ended: a group resumed from a checkpoint repeats the steps its
+    # predecessor ran after that checkpoint, so ordering by step would interleave the two.
+    by_time = sorted(trainer.step_records, key=lambda r: r.time)
+    worlds = [r.world_size for r in by_time]
     runs = [w for i, w in enumerate(worlds) if i == 0 or w != worlds[i - 1]]
     assert runs[0] == 2 and 3 in runs and runs[-1] == 2, runs
     grown = [r for r in trainer.step_records if r.world_size == 3]
