@@ -142,9 +142,9 @@ def micro_batch_sizes(slice_size: int, cap: int | None, quantum: int = 1) -> tup
                 f"A micro-batch cap of {cap} samples (slice {slice_size}) holds no whole ghost "
                 f"group of {quantum}: raise the cap (max_micro_batch) or lower ghost_size."
             )
-        parts = [p * quantum for p in micro_batch_sizes(groups, cap // quantum)]
-        parts[-1] += remainder
-        return tuple(parts)
+        grouped = [p * quantum for p in micro_batch_sizes(groups, cap // quantum)]
+        grouped[-1] += remainder
+        return tuple(grouped)
     if cap < 1:
         raise AllocationError(f"A micro-batch cap must be >= 1 sample, got {cap}.")
     parts = -(-slice_size // cap)
