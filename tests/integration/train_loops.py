@@ -95,7 +95,8 @@ def trajectory_loop(config: dict) -> None:
 
     ``micro`` is the plain model trained through :func:`raytrain_hetero.micro_batches` (the
     accumulation loop; ``bn_micro`` the BatchNorm model); the sizes of its micro-batches are
-    appended to each step's ledger entry.
+    appended to each step's ledger entry. ``replan_at``: after that step, every rank switches
+    to ``new_shares`` (:func:`raytrain_hetero.update_plan`, mid-epoch).
     """
     dtype = getattr(torch, config["dtype"])
     x, y, idx = make_regression_data(config["size"], 6, 3, dtype)
@@ -123,6 +124,8 @@ def trajectory_loop(config: dict) -> None:
                     F.cross_entropy(model(xb), yb).backward()
                 optims[name].step()
                 history[name].append(flat_params(model))
+            if steps == config.get("replan_at"):  # a plan change mid-epoch, on every rank
+                rh.update_plan(shares=config["new_shares"], reason="test replan")
             steps += 1
             if steps == config.get("max_steps", -1):
                 break
