@@ -23,6 +23,12 @@ weighting, each rank contributes its share of the true derivative through the st
 The layer reads nothing global: what it needs from the training step (this rank's weight w_r,
 and what to do around each statistics exchange, e.g. account and emulate compute) is a
 :class:`BatchNormBinding` passed in by :func:`convert_batchnorm`.
+
+``BatchConfig.batchnorm="ghost"`` uses :class:`GhostBatchNorm` instead (converted by
+:func:`convert_ghost_batchnorm`): contiguous groups of ``ghost_size`` samples normalised by
+their own statistics, no exchange in the layers, slices planned in whole groups, running
+statistics reduced once per step (:class:`GhostStatistics`). docs/concepts/ghost-batchnorm.md
+has the design.
 """
 
 from __future__ import annotations
