@@ -186,3 +186,21 @@ def test_admission_leaves_out_a_worker_whose_best_slice_is_under_one_group():
     grouped = decide_admission(64, costs, collective_s=[0.0, 0.0], quantum=32)
     assert free.admitted == (0, 1)
     assert grouped.admitted == (0,) and grouped.excluded == (1,)
+
+
+def test_a_measured_re_plan_keeps_whole_groups():
+    """The policy's re-plan (the live scheduler's and the cheap start's) allocates whole groups
+    when the plan has a group size."""
+    from raytrain_hetero.core.policy import PolicyConfig, Replan, StepSample, decide_first_measured
+
+    slices, per_sample = [16, 16, 16], [0.001, 0.004, 0.002]
+    samples = [
+        StepSample(rank=r, step=1 + k, samples=b, busy_s=b * s, time_s=100.0 + k)
+        for k in range(3)
+        for r, (b, s) in enumerate(zip(slices, per_sample))
+    ]
+    _, free = decide_first_measured(slices, samples, PolicyConfig())
+    _, grouped = decide_first_measured(slices, samples, PolicyConfig(), quantum=8)
+    assert isinstance(free, Replan) and isinstance(grouped, Replan)
+    assert any(b % 8 for b in free.slices)
+    assert sum(grouped.slices) == 48 and all(b % 8 == 0 and b >= 8 for b in grouped.slices)
