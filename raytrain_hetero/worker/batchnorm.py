@@ -375,6 +375,12 @@ def ghost_groups(count: int, ghost_size: int) -> tuple[int, int]:
     return groups, count - (groups - 1) * ghost_size
 
 
+def _accumulator(input: torch.Tensor) -> torch.dtype:
+    """The dtype sums over a group accumulate in: float64 for float64, else float32 (a float16
+    sum of ~1e5 squares would overflow)."""
+    return torch.float64 if input.dtype == torch.float64 else torch.float32
+
+
 class _GhostNormFunction(torch.autograd.Function):
     """Equal contiguous groups normalised by their own statistics, in one vectorised pass.
 
@@ -398,10 +404,11 @@ class _GhostNormFunction(torch.autograd.Function):
         dims = [1, *range(3, input.dim())]
         count = input.numel() // (input.shape[0] * input.shape[2])
         shape = [1, 1, input.shape[2]] + [1] * (input.dim() - 3)
+        acc = _accumulator(input)
         shift = input.mean(dims, keepdim=True)
         shifted = input - shift
-        shifted_sum = shifted.sum(dims, keepdim=True).to(wide)
-        shifted_sq = shifted.mul_(shifted).sum(dims, keepdim=True).to(wide)
+        shifted_sum = shifted.sum(dims, keepdim=True, dtype=acc).to(wide)
+        shifted_sq = shifted.mul_(shifted).sum(dims, keepdim=True, dtype=acc).to(wide)
         del shifted
         mean = shift.to(wide) + shifted_sum / count
         var = ((shifted_sq - shifted_sum * shifted_sum / count) / count).clamp_min(0.0)
@@ -426,8 +433,9 @@ class _GhostNormFunction(torch.autograd.Function):
         wide = torch.float64
         dims = [1, *range(3, input.dim())]
         centred = input - narrow
-        sum_dy = grad_output.sum(dims, keepdim=True).to(wide)
-        sum_dy_xmu = (centred * grad_output).sum(dims, keepdim=True).to(wide)
+        acc = _accumulator(input)
+        sum_dy = grad_output.sum(dims, keepdim=True, dtype=acc).to(wide)
+        sum_dy_xmu = (centred * grad_output).sum(dims, keepdim=True, dtype=acc).to(wide)
         sum_dy_xhat = (sum_dy_xmu - (mean - narrow.to(wide)) * sum_dy) * inv_std
         grad_weight = grad_bias = None
         if weight is not None and ctx.needs_input_grad[1]:

@@ -365,3 +365,17 @@ def test_copies_are_unbound_and_conversion_refuses_mixing_modes():
         convert_ghost_batchnorm(exact, G)
     with pytest.raises(ModelPreparationError, match="ghost_size"):
         GhostBatchNorm(4, 1)
+
+
+def test_half_precision_groups_accumulate_in_float32():
+    """A float16 group of 32 x 56 x 56 values per channel: its sum of squares (~3e5) would
+    overflow float16; the sums accumulate in float32, so outputs, gradients and statistics
+    stay finite and normalised."""
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(64, 4, 56, 56, generator=gen) * 3 + 5).half().requires_grad_()
+    layer = GhostBatchNorm(4, 32).half()
+    out = layer(x)
+    out.float().pow(2).sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    assert abs(out.float().std().item() - 1.0) < 1e-2
+    assert torch.isfinite(layer.running_var).all()
