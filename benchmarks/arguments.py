@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scenarios import CONTENDERS, MP_SCENARIOS, SCENARIOS, Scenario
+from benchmarks.scenarios import CONTENDERS, MP_SCENARIOS, SCENARIOS, Scenario, ghost_size_of
 
 __all__ = ["add_arguments", "command_line", "parse_scheduler", "scenario_options"]
 
@@ -174,9 +174,12 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         if args.contenders
         else list(scenario.contenders)
     )
-    unknown = [c for c in options["contenders"] if c not in CONTENDERS]
+    unknown = [c for c in options["contenders"] if c not in CONTENDERS and ghost_size_of(c) is None]
     if unknown or not options["contenders"]:
-        raise ValueError(f"unknown contenders {unknown}; choose from {sorted(CONTENDERS)}")
+        raise ValueError(
+            f"unknown contenders {unknown}; choose from {sorted(CONTENDERS)} "
+            "(or hetero-ghost<g> for any group size g)"
+        )
     if options["repeats"] < 1:
         raise ValueError("--repeats must be >= 1")
     options["warmup"] = not args.no_warmup

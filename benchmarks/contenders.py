@@ -169,6 +169,18 @@ def contender_workers(
     return ContenderWorkers(specs, tuple(schedule))
 
 
+def _batchnorm_setting(contender: str) -> dict[str, Any]:
+    """The contender's BatchConfig BatchNorm fields: ``hetero-local`` local,
+    ``hetero-ghost<g>`` ghost with groups of g (the global batch must be a multiple of g),
+    every other raytrain_hetero contender exact."""
+    from benchmarks.scenarios import ghost_size_of
+
+    ghost = ghost_size_of(contender)
+    if ghost is not None:
+        return {"batchnorm": "ghost", "ghost_size": ghost}
+    return {"batchnorm": "local" if contender == "hetero-local" else "exact"}
+
+
 def _device(spec: Any) -> str:
     return "cuda:0" if spec.resolved_device() == "cuda" else "cpu"
 
@@ -276,7 +288,7 @@ def run_fit(
             batch=BatchConfig(
                 global_batch_size=setup.global_batch_size,
                 weighting="uniform" if contender == "hdp" else "proportional",
-                batchnorm="local" if contender == "hetero-local" else "exact",
+                **_batchnorm_setting(contender),
                 seed=setup.seed,
             ),
             scheduler=SchedulerConfig(

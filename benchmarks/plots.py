@@ -17,6 +17,8 @@ COLORS = {
     "hetero-live": "#2ca02c",
     "hetero-nobnsync": "#9467bd",
     "hetero-local": "#8c564b",
+    "hetero-ghost16": "#e377c2",
+    "hetero-ghost32": "#aec7e8",
     "hetero-static-post": "#d62728",
     "hetero-live-noise": "#bcbd22",
     "gpu-alone": "#17becf",

@@ -18,6 +18,7 @@ __all__ = [
     "SCENARIOS",
     "Scenario",
     "Target",
+    "ghost_size_of",
 ]
 
 #: Every contender, in the order they alternate.
@@ -27,6 +28,10 @@ CONTENDERS: dict[str, str] = {
     "hetero": "raytrain_hetero, static plan measured from the first steps, count-weighted gradients",
     "hetero-live": "raytrain_hetero with the live re-planning scheduler",
     "hetero-local": "hetero with batchnorm: local (per-slice statistics, stock's; not exact)",
+    # Any hetero-ghost<g> is accepted (ghost_size_of); these two are the issue's candidates.
+    "hetero-ghost16": "hetero with batchnorm: ghost, groups of 16 (no exchange in the layers; "
+    "the one-device ghost update)",
+    "hetero-ghost32": "hetero with batchnorm: ghost, groups of 32",
     "hetero-static-post": "reference: hetero's static plan probed at the POST-drift speeds from "
     "the start (the scenario's injections folded into the workers' base slowdowns)",
     "hetero-live-noise": "hetero-live, no drift, every worker's speed varied ±10% per step "
@@ -35,6 +40,14 @@ CONTENDERS: dict[str, str] = {
     # Ablation, in no scenario's default list: what the exact global BatchNorm costs.
     "hetero-nobnsync": "ABLATION: hetero with per-slice BatchNorm statistics (not exact)",
 }
+
+
+def ghost_size_of(contender: str) -> int | None:
+    """The group size of a ``hetero-ghost<g>`` contender (``hetero-ghost16``: 16), else None."""
+    prefix = "hetero-ghost"
+    if contender.startswith(prefix) and contender[len(prefix) :].isdigit():
+        return int(contender[len(prefix) :])
+    return None
 
 
 @dataclass(frozen=True)

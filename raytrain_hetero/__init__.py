@@ -59,6 +59,7 @@ _LAZY = {
     "current_step_number": "raytrain_hetero.worker.api",
     "micro_batches": "raytrain_hetero.worker.api",
     "HeteroBatchNorm": "raytrain_hetero.worker.batchnorm",
+    "GhostBatchNorm": "raytrain_hetero.worker.batchnorm",
     "ParallelConfig": "raytrain_hetero.config",
     "prepare_model_parallel": "raytrain_hetero.parallel.training",
     "ParallelModel": "raytrain_hetero.parallel.training",

@@ -78,7 +78,7 @@ def prepare_dataset(job: JobConfig) -> dict[str, int]:
     model = check_model_fits_data(job.model, workload, source=root)
     check_parallel_fits_model(job.parallel, model, job.total_workers)
     sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
-    need = job.total_workers * job.train.min_slice
+    need = job.total_workers * job.train.min_slice_samples
     if sizes["train"] < need:
         raise ConfigError(
             f"data.root: the train split has {sizes['train']} samples but {job.total_workers} "
@@ -212,7 +212,7 @@ def run_job(
         sizes["train"],
         job.train.global_batch_size,
         seed=job.train.seed,
-        min_step_size=job.total_workers * job.train.min_slice,
+        min_step_size=job.total_workers * job.train.min_slice_samples,
     ).steps_per_epoch
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).

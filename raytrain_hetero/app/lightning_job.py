@@ -116,7 +116,7 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     )
     draws = geo_draws(train_loader, job.train.seed)
     train_size = len(draws) if draws is not None else len(train_loader.dataset)
-    need = job.total_workers * job.train.min_slice
+    need = job.total_workers * job.train.min_slice_samples
     if train_size < need:
         raise ConfigError(
             f"the datamodule's training set has {train_size} samples but {job.total_workers} "

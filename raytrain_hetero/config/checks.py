@@ -116,32 +116,54 @@ def run_setting_problems(
             f"expanded); {n} shares are needed",
             f"give exactly {n} shares, one per worker in this order: {_shown(names)}",
         )
-    if batch.global_batch_size < n * batch.min_slice:
+    smallest = batch.min_slice_samples  # min_slice in whole ghost groups
+    if batch.global_batch_size < n * smallest:
+        unit = (
+            f"min_slice {batch.min_slice}"
+            if smallest == batch.min_slice
+            else f"a smallest slice of {smallest} (min_slice {batch.min_slice} in whole "
+            f"ghost groups of {batch.ghost_size})"
+        )
         problems.add(
             (*paths.batch, "global_batch_size"),
-            f"{batch.global_batch_size} is too small: {n} workers x min_slice "
-            f"{batch.min_slice} need at least {n * batch.min_slice} samples per step",
-            f"set global_batch_size >= {n * batch.min_slice} or lower {min_slice_key}",
+            f"{batch.global_batch_size} is too small: {n} workers x {unit} need at least "
+            f"{n * smallest} samples per step",
+            f"set global_batch_size >= {n * smallest} or lower {min_slice_key}"
+            + ("" if smallest == batch.min_slice else " or ghost_size"),
         )
     for i, spec in enumerate(workers):
-        if spec.max_batch is not None and spec.max_batch < batch.min_slice:
+        if spec.max_batch is not None and spec.max_batch < smallest:
             problems.add(
                 (*paths.workers, i, "max_batch"),
-                f"{spec.max_batch} is below {min_slice_key} {batch.min_slice}, so no slice "
+                f"{spec.max_batch} is below the smallest slice {smallest} ({min_slice_key} "
+                f"{batch.min_slice}, in whole groups of {batch.slice_quantum}), so no slice "
                 "fits this worker",
-                f"raise max_batch to >= {batch.min_slice} or lower {min_slice_key}",
+                f"raise max_batch to >= {smallest} or lower {min_slice_key}",
+            )
+        if (
+            batch.batchnorm == "ghost"
+            and batch.memory_cap_mode == "accumulate"
+            and spec.max_micro_batch is not None
+            and spec.max_micro_batch < batch.ghost_size
+        ):
+            problems.add(
+                (*paths.workers, i, "max_micro_batch"),
+                f"{spec.max_micro_batch} is below ghost_size {batch.ghost_size}: a "
+                "micro-batch holds whole ghost groups, at least one",
+                f"raise max_micro_batch to >= {batch.ghost_size} or lower ghost_size",
             )
         if (
             batch.memory_cap_mode == "slice"
             and spec.max_micro_batch is not None
-            and spec.max_micro_batch < batch.min_slice
+            and spec.max_micro_batch < smallest
         ):
             mode_key = paths.key(paths.batch, "memory_cap_mode")
             problems.add(
                 (*paths.workers, i, "max_micro_batch"),
-                f"{spec.max_micro_batch} is below {min_slice_key} {batch.min_slice}; "
-                f"with {mode_key} slice it caps the slice, so no slice fits this worker",
-                f"raise max_micro_batch to >= {batch.min_slice}, lower {min_slice_key}, "
+                f"{spec.max_micro_batch} is below the smallest slice {smallest} "
+                f"({min_slice_key} {batch.min_slice}); with {mode_key} slice it caps the "
+                "slice, so no slice fits this worker",
+                f"raise max_micro_batch to >= {smallest}, lower {min_slice_key}, "
                 f"or set {mode_key}: accumulate",
             )
     slice_caps = [_slice_cap(w, batch) for w in workers]
@@ -188,6 +210,14 @@ def _parallel_problems(
             f"{batch.weighting!r} with parallel.mode {parallel.mode!r}: model-parallel "
             "replicas are weighted by the samples they process (exact)",
             "set weighting: proportional, or parallel.mode: data",
+        )
+    if batch.batchnorm == "ghost":
+        problems.add(
+            (*paths.batch, "batchnorm"),
+            f"'ghost' with parallel.mode {parallel.mode!r}: a model-parallel group splits "
+            "layers or branches, not the batch in carving order, and its replicas are not "
+            "carved in whole ghost groups",
+            "set batchnorm: exact or local, or parallel.mode: data",
         )
     worlds = [workers] if min_workers is None else list(range(min_workers, workers + 1))
     bad = []
@@ -258,9 +288,11 @@ def check_slowdown(injection: SlowdownInjection, slots: Sequence[WorkerSpec]) ->
 
 def _slice_cap(spec: WorkerSpec, batch: BatchConfig) -> int | None:
     """A worker's slice cap known from the config: ``max_batch``, and under
-    ``memory_cap_mode="slice"`` also ``max_micro_batch`` (the smaller binds)."""
+    ``memory_cap_mode="slice"`` also ``max_micro_batch`` (the smaller binds), floored to
+    whole ghost groups."""
     caps = [spec.max_batch]
     if batch.memory_cap_mode == "slice":
         caps.append(spec.max_micro_batch)
     known = [c for c in caps if c is not None]
-    return min(known) if known else None
+    quantum = batch.slice_quantum
+    return min(known) // quantum * quantum if known else None

@@ -9,7 +9,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from raytrain_hetero.config.base import HeteroModel
 from raytrain_hetero.config.fields import Int, NonNegFloat, PositiveFloat, PositiveInt, invalid
@@ -42,7 +42,15 @@ class BatchConfig(HeteroModel):
             computation; two small collectives per layer per step); ``"local"`` keeps each
             rank's per-slice statistics (stock DDP's semantics: cheaper, but under uneven
             slices neither the normalisation, the gradients nor the running statistics are
-            the one-device ones).
+            the one-device ones); ``"ghost"`` normalises contiguous groups of ``ghost_size``
+            samples of the global batch, in carving order, by their own statistics
+            (:class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm`): slices are planned in
+            whole groups, so the update is one device's ghost BatchNorm update whatever the
+            split, with no exchange in the layers (running statistics: one all-reduce per
+            step). See docs/concepts/ghost-batchnorm.md.
+        ghost_size: Samples per ghost group (``batchnorm: ghost`` only; >= 2, and the
+            global batch a multiple of it). Every slice is a multiple of it and at least one
+            group.
         max_memory_fraction: Fraction of a worker's memory (CUDA: the device's total; CPU: the
             worker's Ray ``memory`` resource, else its share of the node's available RAM
             among the training workers there) that one
@@ -63,11 +71,35 @@ class BatchConfig(HeteroModel):
     global_batch_size: PositiveInt = Field(description="samples per step over all workers")
     min_slice: PositiveInt = 1
     weighting: Literal["proportional", "uniform"] = "proportional"
-    batchnorm: Literal["exact", "local"] = "exact"
+    batchnorm: Literal["exact", "local", "ghost"] = "exact"
+    ghost_size: Int = Field(32, ge=2)
     max_memory_fraction: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     memory_cap_mode: Literal["accumulate", "slice"] = "accumulate"
     fixed_shares: tuple[PositiveFloat, ...] | None = Field(None, min_length=1)
     seed: Int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _whole_ghost_groups(self) -> BatchConfig:
+        if self.batchnorm == "ghost" and self.global_batch_size % self.ghost_size:
+            raise invalid(
+                f"batchnorm: ghost needs the global batch in whole groups, but "
+                f"global_batch_size {self.global_batch_size} is not a multiple of ghost_size "
+                f"{self.ghost_size}",
+                "make global_batch_size a multiple of ghost_size (or change ghost_size)",
+                ("ghost_size",),
+            )
+        return self
+
+    @property
+    def slice_quantum(self) -> int:
+        """Samples every slice is a multiple of: ``ghost_size`` under ghost BatchNorm, else 1."""
+        return self.ghost_size if self.batchnorm == "ghost" else 1
+
+    @property
+    def min_slice_samples(self) -> int:
+        """The smallest slice in samples: ``min_slice`` rounded up to whole groups."""
+        quantum = self.slice_quantum
+        return -(-self.min_slice // quantum) * quantum
 
 
 def _policy_values(value: Any) -> Any:

@@ -46,15 +46,17 @@ def group_samples_per_second(
     collective_s: float,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> float:
     """Predicted samples/s of one group: ``total / (makespan + collective_s)``.
 
     Returns:
         0.0 when no plan of ``total`` samples fits the group (caps too small, or fewer
-        samples than ``len(costs) * min_slice``).
+        samples than ``len(costs) * min_slice``, or, with ``quantum`` (ghost groups), fewer
+        whole groups than workers).
     """
     try:
-        slices = allocate(total, costs, caps=caps, min_slice=min_slice)
+        slices = allocate(total, costs, caps=caps, min_slice=min_slice, quantum=quantum)
     except AllocationError:
         return 0.0
     step = makespan(slices, costs) + max(0.0, collective_s)
@@ -144,13 +146,17 @@ def decide_admission(
     names: Sequence[str] | None = None,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> AdmissionDecision:
     """Greedy admission, fastest first, while the predicted group samples/s rises.
 
     ``collective_s[k - 1]`` is the gradient collective's seconds per step of the first k
     workers of :func:`greedy_order` (index 0 ignored: one worker has no collective). A worker
     whose cap is needed for the batch to fit at all is admitted (a group that cannot hold the
-    batch is worth 0 samples/s).
+    batch is worth 0 samples/s). With ``quantum`` g (ghost BatchNorm) slices are whole
+    groups: a worker whose best slice would be under one group must still take a whole one,
+    which lengthens every step if it is slow, so the same prediction leaves it out; a worker
+    for which no group is left at all makes the prediction 0 and is left out likewise.
 
     Raises:
         AllocationError: If ``costs`` is empty or ``collective_s``/``names``/``caps`` have
@@ -179,6 +185,7 @@ def decide_admission(
             collective_s=collective[len(ranks) - 1],
             caps=[caps[r] for r in ranks],
             min_slice=min_slice,
+            quantum=quantum,
         )
 
     order = greedy_order(total, costs)

@@ -5,6 +5,14 @@ Every worker is an affine step-time model ``t_i(b) = alpha_i + beta_i * b``
 and ``min_slice <= b_i <= cap_i`` minimising the makespan ``max_i t_i(b_i)``, the wall time
 of one synchronous step; :func:`proportional_slices` is the naive split by fixed shares (the
 seed papers' baseline). Pure: standard library and numpy only.
+
+Whole groups (``quantum``, ghost BatchNorm's group size g): both split ``total // g``
+groups instead of samples, with caps floored to whole groups, ``min_slice`` raised to whole
+groups (at least one) and each worker's cost per group ``g * beta``; a remainder of
+``total % g`` samples (only the short last step of an epoch has one) goes to the last
+worker, whose cap leaves room for it. The quantised optimum loses at most
+``g * max_i beta_i`` of makespan against the unquantised integer optimum under the same
+(whole-group) caps and minimum (:func:`allocate`).
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CostModel",
+    "GroupedRequest",
     "allocate",
     "fit_cost_model",
+    "grouped_request",
     "largest_remainder",
     "makespan",
     "proportional_slices",
@@ -267,6 +277,7 @@ def proportional_slices(
     *,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> tuple[int, ...]:
     """Split ``total`` in proportion to ``shares``: the naive, speed-proportional split.
 
@@ -275,9 +286,21 @@ def proportional_slices(
     overflow is spread over the others in proportion to their shares (and workers whose
     share is below ``min_slice`` are raised to it), rounded by :func:`largest_remainder`.
 
+    ``quantum`` > 1 splits whole groups of that many samples (:func:`grouped_request`).
+
     Raises:
         AllocationError: If a share is invalid or no slicing satisfies min_slice and caps.
     """
+    if quantum != 1:
+        if len(shares) == 0:
+            raise AllocationError(
+                "no workers to allocate to (empty cost/share list); start at least one worker"
+            )
+        request = grouped_request(total, len(shares), caps, min_slice, quantum)
+        groups = proportional_slices(
+            request.groups, shares, caps=request.caps, min_slice=request.min_groups
+        )
+        return request.samples(groups)
     total, min_slice, upper = _slice_bounds(total, len(shares), caps, min_slice)
     share = np.asarray(shares, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(share)) or np.any(share <= 0):
@@ -303,6 +326,86 @@ def proportional_slices(
     result = largest_remainder(filled(scale_low), total, upper=upper)
     logger.debug("proportional_slices(total=%d) -> %s", total, result)
     return result
+
+
+@dataclass(frozen=True)
+class GroupedRequest:
+    """A slicing request restated in whole groups of ``quantum`` samples.
+
+    Attributes:
+        groups: Groups to hand out (``total // quantum``).
+        remainder: Samples left over (``total % quantum``), added to the last worker.
+        caps: Per-worker caps in groups (None: no cap).
+        min_groups: Smallest slice in groups (>= 1).
+        quantum: Samples per group.
+    """
+
+    groups: int
+    remainder: int
+    caps: tuple[int | None, ...] | None
+    min_groups: int
+    quantum: int
+
+    def samples(self, groups: Sequence[int]) -> tuple[int, ...]:
+        """Slices in samples from slices in groups (the remainder to the last worker)."""
+        out = [int(g) * self.quantum for g in groups]
+        out[-1] += self.remainder
+        return tuple(out)
+
+
+def grouped_request(
+    total: int,
+    n_workers: int,
+    caps: Sequence[int | None] | None,
+    min_slice: int,
+    quantum: int,
+) -> GroupedRequest:
+    """Restate ``total`` samples over ``n_workers`` in whole groups of ``quantum``.
+
+    Raises:
+        AllocationError: ``quantum < 1``, or the groups cannot give every worker its smallest
+            slice within its cap (the message in samples and groups).
+    """
+    total = _index(total, "total (the global batch)")
+    quantum = _index(quantum, "quantum (samples per group)")
+    min_slice = _index(min_slice, "min_slice")
+    if quantum < 1:
+        raise AllocationError(f"quantum must be >= 1 sample per group, got {quantum}")
+    if min_slice < 1:
+        raise AllocationError(
+            f"min_slice must be >= 1, got {min_slice}: a worker with an empty slice deadlocks "
+            "DDP or produces a NaN mean loss"
+        )
+    if caps is not None and len(caps) != n_workers:
+        raise AllocationError(
+            f"caps has {len(caps)} entries but there are {n_workers} workers; give one cap "
+            "(or None) per worker"
+        )
+    groups, remainder = divmod(total, quantum)
+    min_groups = -(-min_slice // quantum)
+    if n_workers and groups < n_workers * min_groups:
+        raise AllocationError(
+            f"a step of {total} samples holds {groups} whole groups of {quantum}, fewer than "
+            f"{n_workers} workers x {min_groups} group(s) each (min_slice {min_slice}); raise "
+            "the global batch, use fewer workers, or a smaller group size"
+        )
+    grouped_caps: tuple[int | None, ...] | None = None
+    if caps is not None:
+        floored: list[int | None] = []
+        for i, cap in enumerate(caps):
+            if cap is None:
+                floored.append(None)
+                continue
+            room = _index(cap, f"caps[{i}]") - (remainder if i == n_workers - 1 else 0)
+            if room // quantum < min_groups:
+                raise AllocationError(
+                    f"caps[{i}]={cap} holds fewer than {min_groups} whole group(s) of "
+                    f"{quantum} samples (min_slice {min_slice}); raise max_batch for worker "
+                    f"{i} or lower the group size"
+                )
+            floored.append(room // quantum)
+        grouped_caps = tuple(floored)
+    return GroupedRequest(groups, remainder, grouped_caps, min_groups, quantum)
 
 
 def _units_below(
@@ -383,6 +486,7 @@ def allocate(
     *,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> tuple[int, ...]:
     """Integer slices that minimise the step makespan ``max_i costs[i].time(b_i)``.
 
@@ -399,10 +503,31 @@ def allocate(
     cost models get slices that differ by at most one (extra units to the lower ranks) and a
     faster worker never gets a smaller slice. 10,000 workers take a few milliseconds.
 
+    ``quantum`` g > 1 hands out whole groups (:func:`grouped_request`): the same greedy over
+    groups of cost ``g * beta_i`` each. Bound: let T* be the unquantised optimum with caps
+    floored to whole groups and ``min_slice`` raised to whole groups. Rounding each of its
+    slices down to whole groups leaves k < (number of slices not whole) groups to place;
+    one more group on k of those slices (each has room: its floored cap is a whole number
+    of groups above it) is a feasible grouped plan within ``T* + g * beta_i`` on every
+    worker, and the greedy is optimal over groups, so its makespan is at most
+    ``T* + g * max_i beta_i`` (a short step's remainder aside).
+
     Raises:
         AllocationError: If costs is empty, caps has the wrong length, min_slice < 1,
-            ``total < len(costs) * min_slice``, or ``total > sum(caps)``.
+            ``total < len(costs) * min_slice``, or ``total > sum(caps)``; with ``quantum``,
+            if the whole groups cannot give every worker its smallest slice.
     """
+    if quantum != 1:
+        if not costs:
+            raise AllocationError(
+                "no workers to allocate to (empty cost/share list); start at least one worker"
+            )
+        request = grouped_request(total, len(costs), caps, min_slice, quantum)
+        per_group = [CostModel(c.alpha, c.beta * request.quantum) for c in costs]
+        groups = allocate(
+            request.groups, per_group, caps=request.caps, min_slice=request.min_groups
+        )
+        return request.samples(groups)
     total, min_slice, upper = _slice_bounds(total, len(costs), caps, min_slice)
     alpha, beta = cost_arrays(costs)
 

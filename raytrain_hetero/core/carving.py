@@ -8,6 +8,13 @@ elastic restart, and the cursor ``(epoch, step_in_epoch)`` pins the resume point
 Ragged tail rule: an epoch of ``L`` samples has ``L // B`` full steps and a remainder ``r``.
 If ``r >= min_step_size`` the remainder is its own short step; otherwise it is merged into the
 previous step (which then has ``B + r`` samples), so no rank is ever handed an empty slice.
+
+Under ghost BatchNorm (a plan with ``quantum`` g, ``min_step_size`` at least the largest world
+times one group) a step's groups are cut from its first position: ``size // g`` groups, a
+remainder of fewer than g samples joining the last group. The plan gives every rank whole
+groups and the remainder to the last rank (:meth:`~raytrain_hetero.core.plan.Plan.split`), in
+position order, so each slice holds exactly the step's groups and each step, the short or
+merged last one included, is normalised as one device would normalise it, whatever the split.
 """
 
 from __future__ import annotations

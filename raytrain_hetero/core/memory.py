@@ -118,18 +118,33 @@ def memory_cap(fixed_bytes: float, per_sample_bytes: float, budget_bytes: float)
     return fits
 
 
-def micro_batch_sizes(slice_size: int, cap: int | None) -> tuple[int, ...]:
+def micro_batch_sizes(slice_size: int, cap: int | None, quantum: int = 1) -> tuple[int, ...]:
     """Split a slice into the fewest micro-batches of at most ``cap``, sizes differing by <= 1.
 
-    Larger parts come first. ``cap=None`` or a slice within the cap is one part.
+    Larger parts come first. ``cap=None`` or a slice within the cap is one part. With
+    ``quantum`` g > 1 (ghost BatchNorm) the parts are whole groups: the slice's
+    ``slice_size // g`` groups are split under a cap of ``cap // g`` groups, and a remainder
+    of fewer than g samples (the last rank's, in an epoch's short last step) joins the last
+    part, whose last group it belongs to (that part may exceed the cap by those samples).
 
     Raises:
-        AllocationError: ``slice_size < 1`` or ``cap < 1``.
+        AllocationError: ``slice_size < 1`` or ``cap < 1``, or (with ``quantum``) a cap or
+            slice under one group.
     """
     if slice_size < 1:
         raise AllocationError(f"A slice to split must hold >= 1 sample, got {slice_size}.")
     if cap is None or slice_size <= cap:
         return (slice_size,)
+    if quantum > 1:
+        groups, remainder = divmod(slice_size, quantum)
+        if cap < quantum or groups < 1:
+            raise AllocationError(
+                f"A micro-batch cap of {cap} samples (slice {slice_size}) holds no whole ghost "
+                f"group of {quantum}: raise the cap (max_micro_batch) or lower ghost_size."
+            )
+        grouped = [p * quantum for p in micro_batch_sizes(groups, cap // quantum)]
+        grouped[-1] += remainder
+        return tuple(grouped)
     if cap < 1:
         raise AllocationError(f"A micro-batch cap must be >= 1 sample, got {cap}.")
     parts = -(-slice_size // cap)

@@ -35,6 +35,10 @@ class Plan:
         caps: Per-rank maximum slice (memory), ``None`` for no cap.
         min_slice: Smallest slice any rank may receive (>= 1: no rank is ever idle).
         reason: Human-readable reason this plan was made.
+        quantum: Samples every slice is a multiple of (ghost BatchNorm's group size; 1:
+            any). A step that is not a whole number of groups (an epoch's short last step)
+            gives its remainder to the last rank, so the groups of the step, cut from its
+            first sample, are the groups of the slices.
     """
 
     version: int
@@ -45,6 +49,7 @@ class Plan:
     caps: tuple[int | None, ...] | None = None
     min_slice: int = 1
     reason: str = ""
+    quantum: int = 1
 
     def __post_init__(self) -> None:
         if (self.shares is None) == (self.costs is None):
@@ -61,6 +66,11 @@ class Plan:
             raise HeteroError(
                 f"Plan slice {min(self.slices)} is below min_slice={self.min_slice}: "
                 "every rank must receive at least min_slice samples per step."
+            )
+        if self.quantum < 1 or any(b % self.quantum for b in self.slices):
+            raise HeteroError(
+                f"Plan slices {list(self.slices)} are not whole groups of quantum="
+                f"{self.quantum} samples: ghost BatchNorm needs every slice in whole groups."
             )
 
     @property
@@ -83,9 +93,13 @@ class Plan:
         if total == self.global_batch_size:
             return self.slices
         if self.shares is not None:
-            return proportional_slices(total, self.shares, caps=self.caps, min_slice=self.min_slice)
+            return proportional_slices(
+                total, self.shares, caps=self.caps, min_slice=self.min_slice, quantum=self.quantum
+            )
         assert self.costs is not None  # __post_init__: exactly one of shares/costs is set
-        return allocate(total, self.costs, caps=self.caps, min_slice=self.min_slice)
+        return allocate(
+            total, self.costs, caps=self.caps, min_slice=self.min_slice, quantum=self.quantum
+        )
 
     @classmethod
     def from_shares(
@@ -98,12 +112,15 @@ class Plan:
         caps: Sequence[int | None] | None = None,
         min_slice: int = 1,
         reason: str = "fixed shares",
+        quantum: int = 1,
     ) -> Plan:
         """Plan that splits every step in proportion to ``shares`` (largest remainder)."""
         if any(not math.isfinite(s) or s <= 0 for s in shares):
             raise AllocationError(f"shares must be finite and > 0, got {list(shares)}.")
         caps_t = tuple(caps) if caps is not None else None
-        slices = proportional_slices(global_batch_size, shares, caps=caps_t, min_slice=min_slice)
+        slices = proportional_slices(
+            global_batch_size, shares, caps=caps_t, min_slice=min_slice, quantum=quantum
+        )
         return cls(
             version=version,
             effective_step=effective_step,
@@ -112,6 +129,7 @@ class Plan:
             caps=caps_t,
             min_slice=min_slice,
             reason=reason,
+            quantum=quantum,
         )
 
     @classmethod
@@ -125,10 +143,13 @@ class Plan:
         caps: Sequence[int | None] | None = None,
         min_slice: int = 1,
         reason: str = "probe",
+        quantum: int = 1,
     ) -> Plan:
         """Plan that minimises the predicted step makespan under affine cost models."""
         caps_t = tuple(caps) if caps is not None else None
-        slices = allocate(global_batch_size, tuple(costs), caps=caps_t, min_slice=min_slice)
+        slices = allocate(
+            global_batch_size, tuple(costs), caps=caps_t, min_slice=min_slice, quantum=quantum
+        )
         return cls(
             version=version,
             effective_step=effective_step,
@@ -137,6 +158,7 @@ class Plan:
             caps=caps_t,
             min_slice=min_slice,
             reason=reason,
+            quantum=quantum,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +174,7 @@ class Plan:
             "caps": list(self.caps) if self.caps is not None else None,
             "min_slice": self.min_slice,
             "reason": self.reason,
+            "quantum": self.quantum,
         }
 
     @classmethod
@@ -169,6 +192,7 @@ class Plan:
             caps=tuple(caps) if caps is not None else None,
             min_slice=int(data.get("min_slice", 1)),
             reason=str(data.get("reason", "")),
+            quantum=int(data.get("quantum", 1)),
         )
 
 
@@ -201,6 +225,11 @@ class PlanSchedule:
                 raise HeteroError(
                     f"Plan v{plan.version} starts at step {plan.effective_step}, before the "
                     f"current plan's step {last.effective_step}."
+                )
+            if plan.quantum != last.quantum:
+                raise HeteroError(
+                    f"Plan v{plan.version} cuts groups of {plan.quantum} samples but the "
+                    f"current plan {last.quantum}: the group size is fixed for a run."
                 )
             if plan.world_size != last.world_size:
                 raise HeteroError(

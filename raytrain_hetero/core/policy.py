@@ -325,6 +325,7 @@ def decide(
     prior: Sequence[CostModel] | None = None,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> tuple[Decision, PolicyState]:
     """One policy evaluation at global ``step`` (the newest the ``samples`` cover).
 
@@ -339,7 +340,7 @@ def decide(
     if estimates is None:
         return Noop("warming up: not every rank has a full window"), state
     state = replace(state, last_decision_step=step)
-    found = _best_plan(slices, estimates, cfg.improvement_threshold, caps, min_slice)
+    found = _best_plan(slices, estimates, cfg.improvement_threshold, caps, min_slice, quantum)
     if isinstance(found, Noop):
         return found, replace(state, streak=0)
     improvement = 1.0 - found.predicted_step_s / found.current_step_s
@@ -360,10 +361,11 @@ def _best_plan(
     threshold: float,
     caps: Sequence[int | None] | None,
     min_slice: int,
+    quantum: int = 1,
 ) -> Decision:
     """The makespan-optimal slices under ``estimates`` if predicted more than ``threshold``
     faster than ``slices``, else a Noop (no hysteresis: the callers add theirs)."""
-    best = allocate(sum(slices), estimates.costs, caps=caps, min_slice=min_slice)
+    best = allocate(sum(slices), estimates.costs, caps=caps, min_slice=min_slice, quantum=quantum)
     current_s = makespan(slices, estimates.costs)
     best_s = makespan(best, estimates.costs)
     improvement = 1.0 - best_s / current_s if current_s > 0 else 0.0
@@ -387,6 +389,7 @@ def decide_first_measured(
     prior: Sequence[CostModel] | None = None,
     caps: Sequence[int | None] | None = None,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> tuple[Estimates | None, Decision]:
     """The first measured plan of a group that started on a prior (cheap start, no probe).
 
@@ -409,7 +412,9 @@ def decide_first_measured(
     estimates = estimate_costs(samples, world, prior, replace(cfg, window_steps=min(per_rank)), now)
     if estimates is None:  # pragma: no cover - every rank has a full window by construction
         return None, Noop("no valid passive timing from every rank")
-    return estimates, _best_plan(slices, estimates, cfg.improvement_threshold, caps, min_slice)
+    return estimates, _best_plan(
+        slices, estimates, cfg.improvement_threshold, caps, min_slice, quantum
+    )
 
 
 def prior_costs(known: Sequence[CostModel | None]) -> tuple[CostModel, ...] | None:

@@ -342,6 +342,7 @@ class HeteroScheduler:
             prior=current.costs,
             caps=current.caps,
             min_slice=current.min_slice,
+            quantum=current.quantum,
         )
         if isinstance(decision, Replan):
             self._pending = PendingReplan(current.version, step, decision)

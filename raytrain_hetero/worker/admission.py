@@ -84,6 +84,7 @@ def assess_admission(
         names=[setup.specs[slot].name for slot in rank_slots],
         caps=[setup.specs[slot].max_batch for slot in rank_slots],
         min_slice=setup.batch.min_slice,
+        quantum=setup.batch.slice_quantum,
     )
 
 

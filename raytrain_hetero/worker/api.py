@@ -117,13 +117,16 @@ def prepare_model(
 
     Moves it to this worker's device, replaces BatchNorm layers by global-statistics
     :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` (exact under uneven slices, on gloo
-    too) and wraps it in DDP with the count-weighted gradient hook.
+    too), or under ``BatchConfig.batchnorm="ghost"`` by
+    :class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm` (groups of ``ghost_size``),
+    and wraps it in DDP with the count-weighted gradient hook.
 
     Args:
         model: The model, built identically on every worker.
         sync_batchnorm: True: exact global-batch statistics; False: per-slice statistics
             (stock DDP's semantics, inexact under uneven slices); ``None``: the run's
-            ``BatchConfig.batchnorm`` (``exact`` by default, YAML ``train.batchnorm``).
+            ``BatchConfig.batchnorm`` (``exact`` by default, YAML ``train.batchnorm``;
+            ``ghost`` with ``train.ghost_size``).
         ddp_kwargs: Extra DistributedDataParallel arguments.
 
     Returns:
@@ -140,8 +143,11 @@ def prepare_model(
             f"is {parallel.mode!r}. Fix: call raytrain_hetero.prepare_model_parallel(model, "
             "example_input=...) instead, or set HeteroTrainer(parallel=...) mode: data."
         )
+    ghost_size = None
     if sync_batchnorm is None:
         sync_batchnorm = setup.batch.batchnorm == "exact"
+        if setup.batch.batchnorm == "ghost":
+            ghost_size = setup.batch.ghost_size
     if setup.batch.memory_cap_mode == "accumulate" and (
         setup.batch.max_memory_fraction is not None
         or any(s.max_micro_batch is not None for s in setup.specs)
@@ -153,6 +159,7 @@ def prepare_model(
         timing=runtime.timing,
         weighting=setup.batch.weighting,
         sync_batchnorm=sync_batchnorm,
+        ghost_size=ghost_size,
         ddp_kwargs=ddp_kwargs,
         collective_timeout_s=runtime.identity.setup.backend.collective_timeout_s,
         guard=runtime.guard,
@@ -338,7 +345,9 @@ def micro_batches(batch: Any) -> Iterator[MicroBatch]:
     cap = None
     if setup.batch.memory_cap_mode == "accumulate" and caps is not None:
         cap = caps[runtime.identity.rank]
-    yield from iterate_micro_batches(batch, step.local_count, cap, runtime.model)
+    yield from iterate_micro_batches(
+        batch, step.local_count, cap, runtime.model, setup.batch.slice_quantum
+    )
 
 
 def current_plan() -> Plan | None:
@@ -468,7 +477,7 @@ def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:
         dataset_size=size,
         global_batch_size=setup.batch.global_batch_size,
         seed=setup.batch.seed,
-        min_step_size=setup.max_world_size * setup.batch.min_slice,
+        min_step_size=setup.max_world_size * setup.batch.min_slice_samples,
         shuffle=shuffle,
     )
 

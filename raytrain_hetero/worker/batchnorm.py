@@ -23,6 +23,12 @@ weighting, each rank contributes its share of the true derivative through the st
 The layer reads nothing global: what it needs from the training step (this rank's weight w_r,
 and what to do around each statistics exchange, e.g. account and emulate compute) is a
 :class:`BatchNormBinding` passed in by :func:`convert_batchnorm`.
+
+``BatchConfig.batchnorm="ghost"`` uses :class:`GhostBatchNorm` instead (converted by
+:func:`convert_ghost_batchnorm`): contiguous groups of ``ghost_size`` samples normalised by
+their own statistics, no exchange in the layers, slices planned in whole groups, running
+statistics reduced once per step (:class:`GhostStatistics`). docs/concepts/ghost-batchnorm.md
+has the design.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm, _LazyNormBase
 from torch.nn.modules.instancenorm import _InstanceNorm
 
-from raytrain_hetero.errors import ModelPreparationError
+from raytrain_hetero.errors import HeteroError, ModelPreparationError
 
 logger = logging.getLogger(__name__)
 
@@ -324,35 +330,17 @@ def convert_batchnorm(
 def _convert(
     module: nn.Module, process_group: Any, binding: BatchNormBinding, path: str
 ) -> nn.Module:
-    if isinstance(module, _LazyNormBase) and module.has_uninitialized_params():
+    _refuse_unconvertible(module, path)
+    if isinstance(module, GhostBatchNorm):
         raise ModelPreparationError(
-            f"Layer '{path}' ({type(module).__name__}) is lazy and not yet initialised: run one "
-            "forward pass (or use an explicit BatchNorm) before prepare_model."
-        )
-    if isinstance(module, _InstanceNorm) and module.track_running_stats:
-        raise ModelPreparationError(
-            f"Layer '{path}' ({type(module).__name__}) tracks running statistics averaged over "
-            "per-rank batches, which uneven slices make inexact: set track_running_stats=False."
+            f"Layer '{path}' is already a GhostBatchNorm: convert the model's plain BatchNorm "
+            "layers once, to one mode (batch.batchnorm)."
         )
     if isinstance(module, _BatchNorm) and not isinstance(module, HeteroBatchNorm):
-        converted = HeteroBatchNorm(
-            module.num_features,
-            eps=module.eps,
-            momentum=module.momentum,
-            affine=module.affine,
-            track_running_stats=module.track_running_stats,
-        )
-        if module.affine:
-            with torch.no_grad():
-                converted.weight = module.weight
-                converted.bias = module.bias
-        if module.track_running_stats:
-            converted.running_mean = module.running_mean
-            converted.running_var = module.running_var
-            converted.num_batches_tracked = module.num_batches_tracked
+        converted = _carry_over(module, HeteroBatchNorm(module.num_features, **_arguments(module)))
+        assert isinstance(converted, HeteroBatchNorm)
         converted.process_group = process_group
         converted.binding = binding
-        converted.train(module.training)
         return converted
     if isinstance(module, HeteroBatchNorm):
         module.process_group = process_group
@@ -366,7 +354,375 @@ def _convert(
 
 
 def set_batchnorm_sync(module: nn.Module, enabled: bool) -> None:
-    """Switch global-statistics synchronisation of every HeteroBatchNorm on or off."""
+    """Switch global-statistics synchronisation of every HeteroBatchNorm on or off, and the
+    running-statistics accumulation of every GhostBatchNorm (off: probes, whose forwards are
+    not steps)."""
     for layer in module.modules():
-        if isinstance(layer, HeteroBatchNorm):
+        if isinstance(layer, (HeteroBatchNorm, GhostBatchNorm)):
             layer.sync_enabled = enabled
+
+
+def ghost_groups(count: int, ghost_size: int) -> tuple[int, int]:
+    """How ``count`` samples form ghost groups: ``(groups, size of the last group)``.
+
+    Contiguous groups of ``ghost_size`` from the first sample; a remainder of fewer than
+    ``ghost_size`` samples joins the last group (which then holds up to ``2 * ghost_size - 1``),
+    and fewer than ``ghost_size`` samples form one group. The same rule cuts a global step and
+    each slice of it: a slice holding whole groups (the remainder only on the last rank, which
+    the carving guarantees) is grouped exactly as the global step is.
+    """
+    groups = max(count // ghost_size, 1)
+    return groups, count - (groups - 1) * ghost_size
+
+
+def _accumulator(input: torch.Tensor) -> torch.dtype:
+    """The dtype sums over a group accumulate in: float64 for float64, else float32 (a float16
+    sum of ~1e5 squares would overflow)."""
+    return torch.float64 if input.dtype == torch.float64 else torch.float32
+
+
+class _GhostNormFunction(torch.autograd.Function):
+    """Equal contiguous groups normalised by their own statistics, in one vectorised pass.
+
+    ``input`` is the view ``[groups, size, C, *S]`` of a batch (no copy); statistics reduce
+    over ``(size, *S)`` per (group, channel). As in :class:`_GlobalBatchNormFunction`, the
+    mean is formed around a first estimate and widened to float64, and both directions work
+    around it (``x - mean`` first, the narrowed mean's remainder carried in float64), so a
+    float32 channel far from zero keeps its precision: torch's native kernel, which scales
+    ``x`` before subtracting, errs about 30x more on the input gradient at mean 1000.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        input: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        wide = torch.float64
+        dims = [1, *range(3, input.dim())]
+        count = input.numel() // (input.shape[0] * input.shape[2])
+        shape = [1, 1, input.shape[2]] + [1] * (input.dim() - 3)
+        acc = _accumulator(input)
+        shift = input.mean(dims, keepdim=True)
+        shifted = input - shift
+        shifted_sum = shifted.sum(dims, keepdim=True, dtype=acc).to(wide)
+        shifted_sq = shifted.mul_(shifted).sum(dims, keepdim=True, dtype=acc).to(wide)
+        del shifted
+        mean = shift.to(wide) + shifted_sum / count
+        var = ((shifted_sq - shifted_sum * shifted_sum / count) / count).clamp_min(0.0)
+        inv_std = torch.rsqrt(var + eps)
+        gain = inv_std if weight is None else inv_std * weight.detach().to(wide).view(shape)
+        narrow = mean.to(input.dtype)
+        offset = -(mean - narrow.to(wide)) * gain
+        if bias is not None:
+            offset = offset + bias.detach().to(wide).view(shape)
+        output = (input - narrow).mul_(gain.to(input.dtype)).add_(offset.to(input.dtype))
+        ctx.save_for_backward(input, weight)
+        ctx.stats = (mean, narrow, inv_std, gain, count)
+        group_mean, group_var = mean.flatten(1), var.flatten(1)
+        ctx.mark_non_differentiable(group_mean, group_var)
+        return output, group_mean, group_var
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor, *_: Any) -> tuple[Any, ...]:
+        input, weight = ctx.saved_tensors
+        mean, narrow, inv_std, gain, count = ctx.stats
+        wide = torch.float64
+        dims = [1, *range(3, input.dim())]
+        centred = input - narrow
+        acc = _accumulator(input)
+        sum_dy = grad_output.sum(dims, keepdim=True, dtype=acc).to(wide)
+        sum_dy_xmu = (centred * grad_output).sum(dims, keepdim=True, dtype=acc).to(wide)
+        sum_dy_xhat = (sum_dy_xmu - (mean - narrow.to(wide)) * sum_dy) * inv_std
+        grad_weight = grad_bias = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_weight = sum_dy_xhat.sum([0, *dims]).to(weight.dtype)
+        if ctx.needs_input_grad[2]:
+            grad_bias = sum_dy.sum([0, *dims]).to(input.dtype)
+        grad_input = None
+        if ctx.needs_input_grad[0]:
+            coef = -gain * inv_std * sum_dy_xhat / count
+            offset = -gain * sum_dy / count - coef * (mean - narrow.to(wide))
+            grad_input = centred.mul_(coef.to(input.dtype)).add_(offset.to(input.dtype))
+            grad_input.addcmul_(grad_output, gain.to(input.dtype))
+        return grad_input, grad_weight, grad_bias, None
+
+
+class GhostStatistics:
+    """The running statistics of a model's GhostBatchNorm layers, updated once per step.
+
+    During a step every bound layer adds, per channel, the sum of its groups' means and of
+    their unbiased variances, and the number of groups, to a float64 accumulator (over every
+    forward of the step: micro-batches included). :meth:`take` lays all layers' accumulators
+    out as one flat float64 vector (a fixed order: the same on every rank); summed over the
+    ranks (one all-reduce per step, see :func:`raytrain_hetero.worker.ddp.wrap_model`), it
+    holds the sums over every group of the global batch, whatever the split, and
+    :meth:`apply` updates every layer alike::
+
+        running = (1 - momentum) * running + momentum * (sum of group statistics / groups)
+
+    (``momentum=None``: the cumulative average, ``num_batches_tracked`` counting steps).
+    """
+
+    def __init__(self) -> None:
+        self.layers: list[GhostBatchNorm] = []
+
+    def register(self, layer: GhostBatchNorm) -> None:
+        """Add ``layer`` (conversion order, identical on every rank)."""
+        if layer.track_running_stats and all(existing is not layer for existing in self.layers):
+            self.layers.append(layer)
+
+    def take(self) -> torch.Tensor | None:
+        """Every layer's step sums as one float64 vector, the accumulators emptied (None: no
+        layer tracks running statistics)."""
+        if not self.layers:
+            return None
+        parts = [layer._take_sums() for layer in self.layers]
+        device = parts[0].device
+        return torch.cat([part.to(device) for part in parts])
+
+    @torch.no_grad()
+    def apply(self, summed: torch.Tensor) -> None:
+        """Update every layer's running statistics from the summed vector of :meth:`take`."""
+        offset = 0
+        for layer in self.layers:
+            width = 2 * layer.num_features + 1
+            layer._apply_sums(summed[offset : offset + width])
+            offset += width
+        if offset != summed.numel():
+            raise HeteroError(
+                f"GhostBatchNorm statistics of {summed.numel()} values do not match the "
+                f"model's layers ({offset}): every rank must run the same model."
+            )
+
+    def reduce_and_apply(self, process_group: Any) -> None:
+        """Sum :meth:`take` over ``process_group`` in one all-reduce and :meth:`apply` it
+        (for loops without the count-weighted DDP hook, which does this itself)."""
+        vector = self.take()
+        if vector is None:
+            return
+        if process_group is not None and dist.get_world_size(process_group) > 1:
+            staged = (
+                vector.cpu() if dist.get_backend(process_group) == dist.Backend.GLOO else vector
+            )
+            dist.all_reduce(staged, group=process_group)
+            vector = staged.to(vector.device)
+        self.apply(vector)
+
+
+class GhostBatchNorm(_BatchNorm):
+    """Ghost BatchNorm (Hoffer et al. 2017): contiguous groups of ``ghost_size`` samples, each
+    normalised by its own statistics; no exchange between ranks in forward or backward.
+
+    Groups follow :func:`ghost_groups` over the batch the layer sees; every group is
+    normalised in one vectorised pass (:class:`_GhostNormFunction`; a merged last group in a
+    second one). With slices in whole groups, each group's output and gradient do not depend
+    on which rank holds it, so the count-weighted update equals one device running this layer
+    over the global batch. Running statistics: bound to a :class:`GhostStatistics`, the layer
+    accumulates the step's group statistics, which the step's single all-reduce turns into one
+    update per step on every rank; unbound (one device, or a copy), every training forward is
+    one step and updates them at once. Evaluation uses the running statistics, as BatchNorm
+    does.
+
+    Args:
+        num_features: Channels.
+        ghost_size: Samples per group (>= 2).
+        **kwargs: ``eps``, ``momentum``, ``affine``, ``track_running_stats`` as for BatchNorm.
+    """
+
+    def __init__(self, num_features: int, ghost_size: int, **kwargs: Any) -> None:
+        super().__init__(num_features, **kwargs)
+        if isinstance(ghost_size, bool) or not isinstance(ghost_size, int) or ghost_size < 2:
+            raise ModelPreparationError(
+                f"ghost_size must be an integer >= 2 samples per group, got {ghost_size!r}."
+            )
+        self.ghost_size = ghost_size
+        self.statistics: GhostStatistics | None = None
+        self.sync_enabled = True
+        self._sums: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (deepcopy, an EMA model, torch.save) is unbound: it never holds back statistics
+        # for a step it does not take part in; each of its training forwards is one step.
+        return {**self.__dict__, "statistics": None, "_sums": None}
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, ghost_size={self.ghost_size}"
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        if not (self.training or not self.track_running_stats):
+            return super().forward(input)  # running statistics, as BatchNorm
+        count = input.shape[0]
+        groups, last = ghost_groups(count, self.ghost_size)
+        per_channel = input[0, 0].numel() if count else 0
+        if count == 0 or last * per_channel < 2:
+            raise ValueError(
+                f"GhostBatchNorm needs more than 1 value per channel in each group; got "
+                f"{count} samples of {per_channel} values per channel (ghost_size "
+                f"{self.ghost_size})."
+            )
+        head = (groups - 1) * self.ghost_size if last != self.ghost_size else count
+        pieces: list[tuple[torch.Tensor, int]] = []
+        if head:
+            pieces.append((input[:head], head // self.ghost_size))
+        if head < count:
+            pieces.append((input[head:], 1))  # the merged (or only) group
+        outputs, means, variances = [], [], []
+        for piece, piece_groups in pieces:
+            grouped = piece.reshape(piece_groups, -1, *piece.shape[1:])
+            out, mean, var = _GhostNormFunction.apply(grouped, self.weight, self.bias, self.eps)
+            outputs.append(out.reshape(piece.shape))
+            means.append(mean)
+            variances.append(var)
+        if self.training and self.track_running_stats and self.sync_enabled:
+            values = [piece.shape[0] // g * per_channel for piece, g in pieces]
+            self._record(means, variances, values)
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    @torch.no_grad()
+    def _record(
+        self, means: list[torch.Tensor], variances: list[torch.Tensor], values: list[int]
+    ) -> None:
+        """Add this forward's group statistics to the step's sums (or apply them, unbound)."""
+        wide = torch.float64
+        sums = torch.zeros(2 * self.num_features + 1, dtype=wide, device=means[0].device)
+        channels = self.num_features
+        for mean, biased, n in zip(means, variances, values):
+            sums[:channels] += mean.sum(0)
+            sums[channels : 2 * channels] += (biased * (n / (n - 1))).sum(0)
+            sums[-1] += mean.shape[0]
+        if self.statistics is None:
+            self._apply_sums(sums)
+        elif self._sums is None:
+            self._sums = sums
+        else:
+            self._sums += sums
+
+    def _take_sums(self) -> torch.Tensor:
+        sums = self._sums
+        self._sums = None
+        if sums is None:
+            return torch.zeros(
+                2 * self.num_features + 1, dtype=torch.float64, device=self.running_mean.device
+            )
+        return sums
+
+    @torch.no_grad()
+    def _apply_sums(self, sums: torch.Tensor) -> None:
+        """One running-statistics update from summed group statistics (none if no group)."""
+        channels = self.num_features
+        groups = float(sums[-1])
+        if groups <= 0:
+            return
+        self.num_batches_tracked.add_(1)
+        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        mean = (sums[:channels] / groups).to(self.running_mean.device, self.running_mean.dtype)
+        var = (sums[channels : 2 * channels] / groups).to(
+            self.running_var.device, self.running_var.dtype
+        )
+        self.running_mean.mul_(1 - factor).add_(mean, alpha=factor)
+        self.running_var.mul_(1 - factor).add_(var, alpha=factor)
+
+
+def _refuse_unconvertible(module: nn.Module, path: str) -> None:
+    """The layers no conversion can make split-invariant, refused by name."""
+    if isinstance(module, _LazyNormBase) and module.has_uninitialized_params():
+        raise ModelPreparationError(
+            f"Layer '{path}' ({type(module).__name__}) is lazy and not yet initialised: run one "
+            "forward pass (or use an explicit BatchNorm) before prepare_model."
+        )
+    if isinstance(module, _InstanceNorm) and module.track_running_stats:
+        raise ModelPreparationError(
+            f"Layer '{path}' ({type(module).__name__}) tracks running statistics averaged over "
+            "per-rank batches, which uneven slices make inexact: set track_running_stats=False."
+        )
+
+
+def _carry_over(source: _BatchNorm, converted: _BatchNorm) -> _BatchNorm:
+    """Give ``converted`` the parameters, running statistics and mode of ``source``."""
+    if source.affine:
+        with torch.no_grad():
+            converted.weight = source.weight
+            converted.bias = source.bias
+    if source.track_running_stats:
+        converted.running_mean = source.running_mean
+        converted.running_var = source.running_var
+        converted.num_batches_tracked = source.num_batches_tracked
+    converted.train(source.training)
+    return converted
+
+
+def _arguments(module: _BatchNorm) -> dict[str, Any]:
+    return {
+        "eps": module.eps,
+        "momentum": module.momentum,
+        "affine": module.affine,
+        "track_running_stats": module.track_running_stats,
+    }
+
+
+def convert_ghost_batchnorm(
+    module: nn.Module, ghost_size: int, statistics: GhostStatistics | None = None
+) -> nn.Module:
+    """Replace every BatchNorm layer of ``module`` by a :class:`GhostBatchNorm` (in place).
+
+    Parameters and running statistics are carried over; the refusals are
+    :func:`convert_batchnorm`'s (lazy layers, InstanceNorm tracking running statistics), and
+    a model already converted to exact :class:`HeteroBatchNorm` is refused too.
+
+    Args:
+        module: The model.
+        ghost_size: Samples per group.
+        statistics: The accumulator of the step's running statistics (None: every training
+            forward updates them at once, the one-device rule).
+
+    Returns:
+        The module, or its replacement if it is itself a BatchNorm layer.
+
+    Raises:
+        ModelPreparationError: For the refused layers (named in the message).
+    """
+    return _convert_ghost(module, ghost_size, statistics, "model")
+
+
+def _convert_ghost(
+    module: nn.Module, ghost_size: int, statistics: GhostStatistics | None, path: str
+) -> nn.Module:
+    _refuse_unconvertible(module, path)
+    if isinstance(module, HeteroBatchNorm):
+        raise ModelPreparationError(
+            f"Layer '{path}' is already an exact HeteroBatchNorm: convert the model's plain "
+            "BatchNorm layers once, to one mode (batch.batchnorm)."
+        )
+    if isinstance(module, GhostBatchNorm):
+        if module.ghost_size != ghost_size:
+            raise ModelPreparationError(
+                f"Layer '{path}' is a GhostBatchNorm of ghost_size {module.ghost_size}, but "
+                f"the run's ghost_size is {ghost_size}: use one group size."
+            )
+        module.statistics = statistics
+        if statistics is not None:
+            statistics.register(module)
+        return module
+    if isinstance(module, _BatchNorm):
+        converted = _carry_over(
+            module, GhostBatchNorm(module.num_features, ghost_size, **_arguments(module))
+        )
+        assert isinstance(converted, GhostBatchNorm)
+        converted.statistics = statistics
+        if statistics is not None:
+            statistics.register(converted)
+        return converted
+    for name, child in module.named_children():
+        replaced = _convert_ghost(child, ghost_size, statistics, f"{path}.{name}")
+        if replaced is not child:
+            module.add_module(name, replaced)
+    return module

@@ -274,11 +274,17 @@ def calibrate(
     try:
         for _ in range(setup.probe.calibration_rounds):
             slices = allocate(
-                setup.batch.global_batch_size, costs, caps=caps, min_slice=setup.batch.min_slice
+                setup.batch.global_batch_size,
+                costs,
+                caps=caps,
+                min_slice=setup.batch.min_slice,
+                quantum=setup.batch.slice_quantum,
             )
             busy: list[float] = []
             for k in range(setup.probe.calibration_steps + 1):
-                parts = micro_batch_sizes(slices[identity.rank], pass_cap)
+                parts = micro_batch_sizes(
+                    slices[identity.rank], pass_cap, setup.batch.slice_quantum
+                )
                 loaded_at = time.perf_counter()
                 batches = [make_batch(size) for size in parts]
                 load_wall = time.perf_counter() - loaded_at if inputs.time_loading else 0.0
@@ -422,6 +428,7 @@ def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -
             prior=current.costs,
             caps=current.caps,
             min_slice=current.min_slice,
+            quantum=current.quantum,
         )
     dist.broadcast_object_list(box, src=0)
     if box[0] is None:

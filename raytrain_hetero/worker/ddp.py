@@ -5,6 +5,8 @@ its bucket by w_i = n_i / N (N known on every rank from the carving) and sums, g
 the whole batch's mean gradient. ``weighting="uniform"`` scales by 1/world_size (the seed
 papers' biased baseline). With a :class:`~raytrain_hetero.worker.guard.StepGuard` the hook
 also checks each bucket and appends the non-finite indicator to the last bucket's all-reduce.
+Under ghost BatchNorm the last bucket also launches the step's one all-reduce of the running
+statistics (:class:`~raytrain_hetero.worker.batchnorm.GhostStatistics`), right behind it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.batchnorm import BatchNormBinding, convert_batchnorm
+from raytrain_hetero.worker.batchnorm import (
+    BatchNormBinding,
+    GhostStatistics,
+    convert_batchnorm,
+    convert_ghost_batchnorm,
+)
 from raytrain_hetero.worker.emulation import emulate_collective_delay
 from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.timing import StepTiming
@@ -46,6 +53,8 @@ class WeightedSyncState:
         process_group: Group the gradients are reduced over.
         guard: The step guard whose indicator rides on the last bucket (None: no guard).
         collective_delay_s: EMULATION: seconds slept before each bucket's all-reduce.
+        ghost: The model's ghost BatchNorm running statistics, reduced and applied with the
+            last bucket (None: no ghost BatchNorm).
     """
 
     timing: StepTiming
@@ -53,6 +62,7 @@ class WeightedSyncState:
     process_group: Any
     guard: StepGuard | None = None
     collective_delay_s: float = 0.0
+    ghost: GhostStatistics | None = None
 
 
 def weighted_allreduce_hook(
@@ -92,7 +102,23 @@ def weighted_allreduce_hook(
         return tensor
 
     fut = dist.all_reduce(payload, group=group, async_op=True).get_future()
-    return fut.then(unpack)
+    ghost = state.ghost
+    statistics = ghost.take() if ghost is not None and bucket.is_last() else None
+    if ghost is None or statistics is None:
+        return fut.then(unpack)
+    # The step's running statistics: one float64 all-reduce behind the last bucket (every rank
+    # launches it at the same point), applied on every rank once both have arrived.
+    device = statistics.device
+    if dist.get_backend(group) == dist.Backend.GLOO:
+        statistics = statistics.cpu()
+    stats_fut = dist.all_reduce(statistics, group=group, async_op=True).get_future()
+
+    def unpack_both(f: torch.futures.Future) -> torch.Tensor:
+        bucket_fut, stats_done = f.value()
+        ghost.apply(stats_done.value()[0].to(device))
+        return unpack(bucket_fut)
+
+    return torch.futures.collect_all([fut, stats_fut]).then(unpack_both)
 
 
 # DDP checks the hook's annotations as objects; postponed (string) annotations fail that check.
@@ -141,6 +167,7 @@ def wrap_model(
     timing: StepTiming,
     weighting: str,
     sync_batchnorm: bool = True,
+    ghost_size: int | None = None,
     ddp_kwargs: dict[str, Any] | None = None,
     collective_timeout_s: float | None = None,
     guard: StepGuard | None = None,
@@ -152,6 +179,9 @@ def wrap_model(
     per-slice statistics, inexact under uneven slices). ``collective_timeout_s`` is passed to
     the statistics group explicitly, as ``new_group`` otherwise takes torch's 30-minute
     default; ``collective_delay_s`` (EMULATION of a slow link) is slept before each all-reduce.
+    ``ghost_size`` (instead of ``sync_batchnorm``) converts BatchNorm layers to
+    GhostBatchNorm: no exchange in the layers; their running statistics ride behind the last
+    gradient bucket, one all-reduce per step.
     """
     if not dist.is_initialized():
         raise HeteroError(
@@ -159,7 +189,13 @@ def wrap_model(
             "HeteroTrainer worker."
         )
     device = torch.device(device)
-    if sync_batchnorm:
+    ghost = None
+    if ghost_size is not None:
+        ghost = GhostStatistics()
+        model = convert_ghost_batchnorm(model, ghost_size, ghost)
+        if not ghost.layers:
+            ghost = None  # no layer tracks running statistics: nothing to reduce
+    elif sync_batchnorm:
         # A dedicated group keeps statistics collectives from interleaving with DDP buckets.
         timeout = None if collective_timeout_s is None else timedelta(seconds=collective_timeout_s)
         bn_group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
@@ -185,6 +221,7 @@ def wrap_model(
         process_group=dist.group.WORLD,
         guard=guard,
         collective_delay_s=collective_delay_s,
+        ghost=ghost,
     )
     ddp_model.register_comm_hook(state, weighted_allreduce_hook)
     return ddp_model

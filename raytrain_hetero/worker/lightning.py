@@ -116,7 +116,8 @@ class HeteroDDPStrategy(DDPStrategy):
     Args:
         sync_batchnorm: True: BatchNorm layers become global-statistics HeteroBatchNorm;
             False: per-slice statistics (inexact under uneven slices); None: the run's
-            ``BatchConfig.batchnorm``.
+            ``BatchConfig.batchnorm`` (``ghost``: GhostBatchNorm over whole groups of
+            ``ghost_size``, the slices planned in whole groups).
         dataloader_kwargs: Extra arguments for the carved training loader (``pin_memory``,
             ``persistent_workers``...); ``num_workers`` and ``collate_fn`` come from the
             datamodule's loader unless given here.

@@ -80,22 +80,25 @@ def check_micro_batching(model: torch.nn.Module, *, exact_batchnorm: bool) -> No
         raise ConfigError(
             "Memory caps with memory_cap_mode 'accumulate' split a slice into micro-batches, "
             "but exact BatchNorm needs the whole slice's statistics in one pass. Fix: set "
-            "batchnorm: local (per-micro-batch 'ghost batch' statistics, not the one-device "
-            "computation), use memory_cap_mode: slice (capped slices, exact), or a model "
-            "without BatchNorm."
+            "batchnorm: ghost (groups of ghost_size samples, micro-batches in whole groups: "
+            "exact against one device running ghost BatchNorm), batchnorm: local "
+            "(per-micro-batch statistics, not the one-device computation), use "
+            "memory_cap_mode: slice (capped slices, exact), or a model without BatchNorm."
         )
 
 
 def iterate_micro_batches(
-    batch: Any, slice_size: int, cap: int | None, ddp_model: Any
+    batch: Any, slice_size: int, cap: int | None, ddp_model: Any, quantum: int = 1
 ) -> Iterator[MicroBatch]:
     """The parts of ``batch`` (a slice of ``slice_size``) within ``cap``, DDP sync on the last.
 
     A slice within the cap is yielded whole with weight 1 and nothing else changes. Each
     part's forward and backward must run before the next part is requested (they run inside
-    ``ddp_model.no_sync()`` for every part but the last).
+    ``ddp_model.no_sync()`` for every part but the last). ``quantum``: parts in whole ghost
+    groups (:func:`~raytrain_hetero.core.memory.micro_batch_sizes`); each part's running
+    statistics join the step's, updated once after the last part.
     """
-    sizes = micro_batch_sizes(slice_size, cap)
+    sizes = micro_batch_sizes(slice_size, cap, quantum)
     if len(sizes) == 1:
         yield MicroBatch(batch, 1.0, slice_size)
         return

@@ -147,6 +147,7 @@ def build_plan(
         "caps": caps,
         "min_slice": setup.batch.min_slice,
         "reason": reason,
+        "quantum": setup.batch.slice_quantum,
     }
     if shares is not None:
         return Plan.from_shares(setup.batch.global_batch_size, list(shares), **common)

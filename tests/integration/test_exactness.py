@@ -23,6 +23,7 @@ from train_loops import (
 )
 
 from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
+from raytrain_hetero.worker.batchnorm import convert_ghost_batchnorm
 
 pytestmark = pytest.mark.ray
 
@@ -159,3 +160,50 @@ def test_trajectory_three_uneven_workers_follows_the_one_device_run_float32(
         assert errors.max() <= 1e-4, (name, errors)
         # The models did move: equality is not trivial.
         assert relative_errors(want[-1:], want[:1])[0] > 1e-2
+
+
+def test_ghost_batchnorm_three_uneven_workers_equal_one_device_ghost_float64(
+    ray_local, tmp_path, run_config
+):
+    """batchnorm: ghost end to end: 3 workers with shares 1:3:6 planned in whole groups of 4,
+    then 3:2:1 from mid-epoch 0 on (update_plan), 30 float64 steps (an 11-group step where an
+    epoch's 10-sample tail merged: its last group holds 6), the BatchNorm model whole and in
+    memory-capped micro-batches of whole groups, follow one device running ghost BatchNorm
+    over the same global batches, running statistics included, within 1e-10."""
+    ghost = 4
+    out = tmp_path / "out-ghost"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        trajectory_loop,
+        train_loop_config=dict(
+            size=330, batch=32, epochs=3, lr=0.2, dtype="float64", models=["bn", "bn_micro"],
+            max_steps=30, out=str(out), replan_at=3, new_shares=[3.0, 2.0, 1.0],
+        ),
+        workers=[WorkerSpec(name="w0"), WorkerSpec(name="w1"), WorkerSpec(name="w2", max_micro_batch=9)],
+        batch=BatchConfig(
+            global_batch_size=32, fixed_shares=(1.0, 3.0, 6.0), batchnorm="ghost", ghost_size=ghost
+        ),
+        run_config=run_config,
+    )  # fmt: skip
+    assert trainer.fit().error is None
+    params = np.load(out / "params.npz")
+    ledgers = [json.loads((out / f"ledger_rank{r}.json").read_text()) for r in range(3)]
+    sizes = np.array([[len(entry[2]) for entry in ledger] for ledger in ledgers])
+    assert sizes[:, 0].tolist() == [4, 8, 20]  # 1:3:6 of 8 groups, in whole groups
+    assert [entry[3] for entry in ledgers[2][:1]] == [[8, 8, 4]]  # caps of 9 -> 2 groups
+    # 3:2:1 from the first step no rank had carved (prefetch may have carved a few).
+    switched = [k for k in range(30) if sizes[:, k].tolist() == [16, 12, 4]]
+    assert switched and 4 <= switched[0] <= 8, sizes[:, :10]
+    assert sizes[:, 9].tolist() == [20, 12, 10]  # the merged tail: 42 = 10 groups + 2
+
+    def builder(features, classes, dtype):
+        return convert_ghost_batchnorm(bn_model(features, classes, dtype), ghost)
+
+    want = reference_trajectory(
+        builder, size=330, batch=32, epochs=3, lr=0.2, dtype=torch.float64, min_step_size=12,
+        max_steps=30,
+    )  # fmt: skip
+    for name in ("bn", "bn_micro"):
+        assert params[name].shape == want.shape == (31, want.shape[1])
+        assert np.abs(params[name] - want).max() <= 1e-10, name
+    assert relative_errors(want[-1:], want[:1])[0] > 1e-2

@@ -94,11 +94,13 @@ def trajectory_loop(config: dict) -> None:
     """Train each model of config['models'] on the same carved batches; rank 0 saves params per step.
 
     ``micro`` is the plain model trained through :func:`raytrain_hetero.micro_batches` (the
-    accumulation loop); the sizes of its micro-batches are appended to each step's ledger entry.
+    accumulation loop; ``bn_micro`` the BatchNorm model); the sizes of its micro-batches are
+    appended to each step's ledger entry. ``replan_at``: after that step, every rank switches
+    to ``new_shares`` (:func:`raytrain_hetero.update_plan`, mid-epoch).
     """
     dtype = getattr(torch, config["dtype"])
     x, y, idx = make_regression_data(config["size"], 6, 3, dtype)
-    builders = {"plain": plain_model, "bn": bn_model, "micro": plain_model}
+    builders = {"plain": plain_model, "bn": bn_model, "micro": plain_model, "bn_micro": bn_model}
     models = {name: rh.prepare_model(builders[name](6, 3, dtype)) for name in config["models"]}
     optims = {n: torch.optim.SGD(m.parameters(), lr=config["lr"]) for n, m in models.items()}
     loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
@@ -111,7 +113,7 @@ def trajectory_loop(config: dict) -> None:
             ledger.append((epoch, steps, ib.tolist()))
             for name, model in models.items():
                 optims[name].zero_grad()
-                if name == "micro":  # the accumulation loop of rh.micro_batches
+                if name in ("micro", "bn_micro"):  # the accumulation loop of rh.micro_batches
                     parts = []
                     for part in rh.micro_batches((xb, yb)):
                         loss = F.cross_entropy(model(part.data[0]), part.data[1])
@@ -122,6 +124,8 @@ def trajectory_loop(config: dict) -> None:
                     F.cross_entropy(model(xb), yb).backward()
                 optims[name].step()
                 history[name].append(flat_params(model))
+            if steps == config.get("replan_at"):  # a plan change mid-epoch, on every rank
+                rh.update_plan(shares=config["new_shares"], reason="test replan")
             steps += 1
             if steps == config.get("max_steps", -1):
                 break

@@ -1,7 +1,8 @@
 """``batchnorm: exact | local`` and what each costs in collectives, on a real 3-rank gloo group.
 
 ``local`` (stock DDP's semantics) leaves the model's BatchNorm layers alone: each rank
-normalises by its own slice's statistics. ``exact`` normalises by the global batch's. The
+normalises by its own slice's statistics. ``exact`` normalises by the global batch's.
+``ghost`` converts them to GhostBatchNorm (groups of its slice, no exchange). The
 collective count per step is read by wrapping torch.distributed's collective functions with
 counters that call the real ones (the statistics really cross the gloo group).
 """
@@ -21,7 +22,7 @@ from raytrain_hetero.app.config import merge_overrides, parse_override, validate
 from raytrain_hetero.app.job import build_trainer
 from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.driver.trainer import HeteroTrainer
-from raytrain_hetero.worker.batchnorm import convert_batchnorm
+from raytrain_hetero.worker.batchnorm import convert_batchnorm, convert_ghost_batchnorm
 from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 
@@ -55,11 +56,11 @@ def _wrapped_forward(rank: int, world_size: int) -> dict[bool, tuple]:
     """prepare_model under each run setting (as the backend installs it); one training forward
     of this rank's slice."""
     results = {}
-    for setting in ("local", "exact"):
+    for setting in ("local", "exact", "ghost"):
         setup = HeteroSetup(
             run_id="t",
             specs=tuple(WorkerSpec(name=f"w{i}") for i in range(world_size)),
-            batch=BatchConfig(global_batch_size=sum(SLICES), batchnorm=setting),
+            batch=BatchConfig(global_batch_size=sum(SLICES), batchnorm=setting, ghost_size=2),
         )
         identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world_size)
         install_runtime(WorkerRuntime.start(identity))
@@ -70,7 +71,10 @@ def _wrapped_forward(rank: int, world_size: int) -> dict[bool, tuple]:
         with torch.no_grad():
             out = model(_batch()[_slice(rank)])
         kinds = [type(m).__name__ for m in layers]
-        results[setting == "exact"] = (out, kinds, layers[0].running_mean.clone())
+        if setting == "ghost":  # groups of 2 of this slice, no exchange (tested at length in
+            results["ghost"] = (out, kinds)  # test_ghost_batchnorm.py)
+        else:
+            results[setting == "exact"] = (out, kinds, layers[0].running_mean.clone())
     return results
 
 
@@ -95,6 +99,12 @@ def group_results() -> dict[int, dict[str, dict]]:
 def test_local_keeps_per_slice_statistics_and_exact_the_global_ones(group_results):
     results = {rank: both["forward"] for rank, both in group_results.items()}
     whole_out, whole_running = _one_device(_batch())
+    for rank, by_setting in results.items():
+        out, kinds = by_setting["ghost"]
+        assert kinds == ["GhostBatchNorm"] * 2
+        alone = convert_ghost_batchnorm(_model(), 2)
+        with torch.no_grad():
+            torch.testing.assert_close(out, alone(_batch()[_slice(rank)]), rtol=1e-12, atol=1e-12)
     for (rank, by_setting), sync_batchnorm in itertools.product(results.items(), (False, True)):
         out, kinds, running = by_setting[sync_batchnorm]
         if sync_batchnorm:

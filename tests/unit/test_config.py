@@ -156,13 +156,27 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert "Traceback" not in msg and "pydantic" not in msg
 
 
+def test_ghost_batchnorm_from_yaml(tmp_path: Path) -> None:
+    """train.batchnorm: ghost with train.ghost_size reaches the library's BatchConfig; a
+    global batch that is not whole groups is one error naming both values."""
+    cfg = load_with(tmp_path, lambda d: d["train"].update(batchnorm="ghost", ghost_size=32))
+    batch = cfg.train.batch()
+    assert (batch.batchnorm, batch.ghost_size, batch.slice_quantum) == ("ghost", 32, 32)
+    with pytest.raises(ConfigError) as info:
+        load_with(tmp_path, lambda d: d["train"].update(batchnorm="ghost", ghost_size=50))
+    (problem,) = info.value.problems
+    assert problem.path == "train.ghost_size"
+    assert "global_batch_size 192 is not a multiple of ghost_size 50" in str(info.value)
+
+
 def test_unknown_nested_key_suggests_closest(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_with(tmp_path, lambda d: d["train"].update({"learning_rate": 0.1}))
     msg = str(info.value)
     assert "train.learning_rate: unknown key 'learning_rate' under 'train'" in msg
     assert (
-        "valid keys: global_batch_size, min_slice, weighting, batchnorm, max_memory_fraction, "
+        "valid keys: global_batch_size, min_slice, weighting, batchnorm, ghost_size, "
+        "max_memory_fraction, "
         "memory_cap_mode, fixed_shares, seed, epochs, lr, "
         "momentum, weight_decay" in msg
     )
@@ -543,3 +557,32 @@ def test_pre_0_2_scheduler_keys_are_unknown_keys(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             load_config(path)
         assert f"scheduler.{key}" in str(info.value)
+
+
+def test_ghost_batchnorm_run_settings_name_the_groups() -> None:
+    """Too few whole groups for the workers, a micro-batch cap under one group, and a
+    model-parallel mode: each refused by name with its fix."""
+    from raytrain_hetero.config import (
+        BatchConfig,
+        ElasticConfig,
+        EmulationConfig,
+        ParallelConfig,
+        WorkerSpec,
+        run_setting_problems,
+    )
+
+    ghost = BatchConfig(global_batch_size=64, batchnorm="ghost", ghost_size=32)
+    workers = [WorkerSpec(name="a", count=3, max_micro_batch=16)]
+    problems = run_setting_problems(workers, ghost, ElasticConfig(), EmulationConfig())
+    text = " | ".join(message for _, message, _ in problems)
+    assert "3 workers x a smallest slice of 32" in text
+    assert "16 is below ghost_size 32" in text
+    parallel = ParallelConfig(mode="branches")
+    problems = run_setting_problems(
+        [WorkerSpec(name="a", count=2)],
+        ghost,
+        ElasticConfig(),
+        EmulationConfig(),
+        parallel=parallel,
+    )
+    assert any("'ghost' with parallel.mode 'branches'" in message for _, message, _ in problems)

@@ -108,7 +108,7 @@ def _trainer_kwargs() -> dict:
     )
 
 
-def _carved_loader(dataset: Dataset, records: list):
+def _carved_loader(dataset: Dataset, records: list, batch_size: int = BATCH):
     """The loader ``prepare_data_loader`` builds, from this process's runtime (no Ray)."""
     from raytrain_hetero.core.carving import Cursor, EpochCarver
     from raytrain_hetero.worker import plan_flow
@@ -120,7 +120,9 @@ def _carved_loader(dataset: Dataset, records: list):
     runtime = get_runtime()
     setup = runtime.identity.setup
     batch = setup.batch
-    carver = EpochCarver(len(dataset), BATCH, batch.seed, setup.max_world_size * batch.min_slice)
+    carver = EpochCarver(
+        len(dataset), batch_size, batch.seed, setup.max_world_size * batch.min_slice_samples
+    )
     runtime.loader = LoaderState(carver, Cursor(0, 0))
     inputs = ProbeInputs(dataset, default_collate, default_probe_loss, True)
 
@@ -233,3 +235,94 @@ def test_three_uneven_workers_match_one_device():
         for k, v in moved.items()
         if v.is_floating_point()
     )
+
+
+GHOST_SHARES, GHOST_BATCH, GHOST_SAMPLES, GHOST_STEPS = (1.0, 2.0, 3.0), 12, 36, 6
+
+
+def _ghost_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    )
+
+
+def _ghost_data():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(GHOST_SAMPLES, 6, generator=gen) * 2 + 1
+    return torch.utils.data.TensorDataset(x, torch.randint(0, 3, (GHOST_SAMPLES,), generator=gen))
+
+
+def _ghost_rank(rank: int, world_size: int) -> dict:
+    """HeteroDDPStrategy under batchnorm: ghost (groups of 2), slices 2/4/6, 6 SGD steps."""
+    import lightning.pytorch as pl
+
+    from raytrain_hetero import lightning as rhl
+    from raytrain_hetero.config import WorkerSpec
+    from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
+    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+
+    class Task(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _ghost_model()
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    setup = HeteroSetup(
+        run_id="lightning-ghost",
+        specs=tuple(WorkerSpec(name=f"w{i}") for i in range(world_size)),
+        batch=BatchConfig(
+            global_batch_size=GHOST_BATCH, fixed_shares=GHOST_SHARES, seed=7,
+            batchnorm="ghost", ghost_size=2,
+        ),
+    )  # fmt: skip
+    identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world_size)
+    install_runtime(WorkerRuntime.start(identity))
+    task, records = Task(), []
+    kwargs = {**_trainer_kwargs(), "max_steps": GHOST_STEPS}
+    trainer = pl.Trainer(
+        strategy=rhl.HeteroDDPStrategy(),
+        plugins=[rhl.HeteroLightningEnvironment()],
+        use_distributed_sampler=False,
+        **kwargs,
+    )
+    rhl.prepare_trainer(trainer)
+    trainer.fit(task, train_dataloaders=_carved_loader(_ghost_data(), records, GHOST_BATCH))
+    carver = get_runtime().loader.carver
+    return {
+        "state": {k: v.detach().clone() for k, v in task.net.state_dict().items()},
+        "slices": [r.slice for r in records],
+        "bn": sorted({type(m).__name__ for m in task.modules() if "Norm" in type(m).__name__}),
+        "permutations": [carver.permutation(e).tolist() for e in range(2)],
+    }
+
+
+def test_lightning_ghost_batchnorm_matches_one_device_ghost():
+    """The Lightning strategy under batchnorm: ghost: GhostBatchNorm layers, slices in whole
+    groups, and the parameters and running statistics of one device running ghost BatchNorm
+    over the same global batches."""
+    from raytrain_hetero.worker.batchnorm import convert_ghost_batchnorm
+
+    by_rank = run_gloo_group(_ghost_rank, len(GHOST_SHARES), timeout_s=300)
+    model = convert_ghost_batchnorm(_ghost_model(), 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _ghost_data().tensors
+    steps_per_epoch = GHOST_SAMPLES // GHOST_BATCH
+    for step in range(GHOST_STEPS):
+        epoch, k = divmod(step, steps_per_epoch)
+        ids = by_rank[0]["permutations"][epoch][k * GHOST_BATCH : (k + 1) * GHOST_BATCH]
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[ids]), y[ids]).backward()
+        optimizer.step()
+    for rank, result in by_rank.items():
+        assert result["bn"] == ["GhostBatchNorm"]
+        assert result["slices"] == [(2, 4, 6)[rank]] * GHOST_STEPS
+        for key, want in model.state_dict().items():
+            got = result["state"][key]
+            assert (got.double() - want.double()).abs().max().item() <= 1e-5, (rank, key)
+    assert model[1].num_batches_tracked.item() == GHOST_STEPS

@@ -1,0 +1,34 @@
+"""The ``hetero-ghost<g>`` benchmark contenders: named group sizes become ghost BatchConfigs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks.arguments import add_arguments, scenario_options
+from benchmarks.contenders import _batchnorm_setting
+from benchmarks.scenarios import CONTENDERS, SCENARIOS, ghost_size_of
+from raytrain_hetero.config import BatchConfig
+
+
+def test_ghost_contenders_carry_their_group_size_into_the_batch_config():
+    assert {"hetero-ghost16", "hetero-ghost32"} <= set(CONTENDERS)
+    assert ghost_size_of("hetero-ghost16") == 16 and ghost_size_of("hetero-ghost") is None
+    assert ghost_size_of("hetero-local") is None
+    assert _batchnorm_setting("hetero-ghost32") == {"batchnorm": "ghost", "ghost_size": 32}
+    assert _batchnorm_setting("hetero-local") == {"batchnorm": "local"}
+    assert _batchnorm_setting("hetero") == {"batchnorm": "exact"}
+    batch = BatchConfig(global_batch_size=192, **_batchnorm_setting("hetero-ghost16"))
+    assert batch.slice_quantum == 16
+
+
+def test_any_ghost_size_is_accepted_on_the_command_line():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    name = next(iter(SCENARIOS))
+    args = parser.parse_args([name, "--contenders", "stock,hetero-ghost24"])
+    options = scenario_options(SCENARIOS[name], args)
+    assert options["contenders"] == ["stock", "hetero-ghost24"]
+    with pytest.raises(ValueError, match="hetero-ghost<g>"):
+        scenario_options(SCENARIOS[name], parser.parse_args([name, "--contenders", "ghost"]))
