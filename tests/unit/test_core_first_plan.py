@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from raytrain_hetero.core.allocation import CostModel, allocate, makespan
@@ -45,6 +45,10 @@ def equal(total, world):
 
 @settings(max_examples=200, deadline=None)
 @given(speeds, st.integers(0, 200), st.floats(0.0, 0.05))
+# Four equal speeds whose estimates come out an ulp apart (a CI-style flake before the tolerance).
+@example(
+    [2062.816778917847, 1037.647860618221, 2062.816778917847] + [2062.816778917847] * 2, 171, 0.0
+)
 def test_measured_plan_is_the_optimum_for_the_measured_speeds(rates, extra, noise):
     world = len(rates)
     total = 4 * world + extra
@@ -60,10 +64,11 @@ def test_measured_plan_is_the_optimum_for_the_measured_speeds(rates, extra, nois
         assert decision.slices == best and sum(decision.slices) == total
         assert gain > CFG.improvement_threshold
         assert "->" in decision.reason
-        # A faster rank never gets a smaller slice.
+        # A faster rank never gets a smaller slice. Equal speeds may be estimated an ulp apart
+        # (b * s / b need not round back to s); rounding then breaks their tie by rank.
         for a in range(world):
             for b in range(world):
-                if estimates.costs[a].beta < estimates.costs[b].beta:
+                if estimates.costs[a].beta < estimates.costs[b].beta * (1 - 1e-9):
                     assert decision.slices[a] >= decision.slices[b]
     else:
         assert gain <= CFG.improvement_threshold or tuple(best) == tuple(slices)
