@@ -18,7 +18,7 @@ sys.path.insert(0, str(DOCS.parent))
 
 project = "raytrain_hetero"
 author = "raytrain_hetero contributors"
-copyright = "2026, raytrain_hetero contributors"  # noqa: A001 - Sphinx's name
+copyright = "2026, raytrain_hetero contributors"
 release = "0.1.0"
 
 extensions = [

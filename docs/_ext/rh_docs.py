@@ -115,9 +115,7 @@ class FieldDoc:
 def _is_config_class(tp: Any) -> bool:
     from pydantic import BaseModel
 
-    return isinstance(tp, type) and (
-        issubclass(tp, BaseModel) or dataclasses.is_dataclass(tp)
-    )
+    return isinstance(tp, type) and (issubclass(tp, BaseModel) or dataclasses.is_dataclass(tp))
 
 
 def _field_names(cls: type) -> list[str]:
@@ -238,7 +236,9 @@ def field_docs(cls: type) -> list[FieldDoc]:
                 default = "required"
             tp = hints.get(f.name, f.type)
             out.append(
-                FieldDoc(f.name, type_text(tp), default, docs.get(f.name, ""), tuple(_nested_classes(tp)))
+                FieldDoc(
+                    f.name, type_text(tp), default, docs.get(f.name, ""), tuple(_nested_classes(tp))
+                )
             )
     return out
 
@@ -318,7 +318,7 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
     ]
     for key, tp, default, doc in rows:
         lines += [f"   * - {key}", f"     - {tp}", f"     - {default}", f"     - {doc}"]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def config_reference_rst() -> str:
@@ -412,7 +412,7 @@ def _options_rst(parser: argparse.ArgumentParser) -> list[str]:
             f"     - {_literal(default) if default else _EMPTY}",
             f"     - {_cell(_escape(text))}",
         ]
-    return lines + [""]
+    return [*lines, ""]
 
 
 _EMPTY = "\\-"
@@ -447,7 +447,12 @@ _API_GROUPS: list[tuple[str, Callable[[str], bool]]] = [
     ("Driver: the trainer", lambda m: m.startswith("raytrain_hetero.driver")),
     ("Inside the train loop", lambda m: m.startswith("raytrain_hetero.worker")),
     ("Model parallelism", lambda m: m.startswith("raytrain_hetero.parallel")),
-    ("Configuration objects", lambda m: m.startswith(("raytrain_hetero.config", "raytrain_hetero.app", "raytrain_hetero.core"))),
+    (
+        "Configuration objects",
+        lambda m: m.startswith(
+            ("raytrain_hetero.config", "raytrain_hetero.app", "raytrain_hetero.core")
+        ),
+    ),
     ("Errors", lambda m: m.startswith("raytrain_hetero.errors")),
 ]
 
