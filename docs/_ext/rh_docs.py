@@ -390,7 +390,10 @@ def _options_rst(parser: argparse.ArgumentParser) -> list[str]:
         if action.option_strings and action.nargs != 0:
             flags += f" {action.metavar or action.dest.upper()}"
         default = action.default
-        shown_default = "" if default in (None, [], False, argparse.SUPPRESS) else repr(default)
+        if default in (None, [], False, argparse.SUPPRESS):
+            shown_default = ""
+        else:
+            shown_default = str(default) if isinstance(default, Path) else repr(default)
         text = (action.help or "").replace("%(default)s", str(default))
         if action.nargs == "?" and not action.option_strings:
             flags = f"[{flags}]"
