@@ -302,26 +302,47 @@ def _accepted(obj: Any) -> tuple[set[str], bool]:
 
 
 def check_python(code: str, where: str) -> int:
-    """Compile ``code``; resolve every ``raytrain_hetero`` import, attribute and keyword it
-    uses. Returns how many names were checked."""
+    """Compile ``code``; resolve every import it makes and every ``raytrain_hetero`` attribute
+    and keyword it uses. Returns how many names were checked.
+
+    A snippet may use ``rh`` / ``raytrain_hetero`` and the package's public class names without
+    importing them (``import raytrain_hetero as rh`` is assumed, as in the docs' prose); names
+    bound by ``x = rh.something`` are followed too.
+    """
+    import raytrain_hetero
+
     tree = ast.parse(code, filename=where)
     compile(tree, where, "exec")
-    bound: dict[str, str] = {}  # local name -> dotted raytrain_hetero path
+    assigned = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    } | {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    # local name -> dotted raytrain_hetero path
+    bound: dict[str, str] = {"rh": "raytrain_hetero", "raytrain_hetero": "raytrain_hetero"}
+    bound.update({n: f"raytrain_hetero.{n}" for n in raytrain_hetero.__all__ if n[0].isupper()})
+    for name in assigned:
+        bound.pop(name, None)
     checked = 0
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
+                importlib.import_module(alias.name)
+                checked += 1
                 if alias.name.split(".")[0] == "raytrain_hetero":
-                    _resolve(alias.name)
-                    bound[alias.asname or alias.name.split(".")[0]] = (
+                    bound[alias.asname or "raytrain_hetero"] = (
                         alias.name if alias.asname else "raytrain_hetero"
                     )
-                    checked += 1
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("raytrain_hetero"):
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                _resolve(f"{node.module}.{alias.name}")
-                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
                 checked += 1
+                if node.module.startswith("raytrain_hetero"):
+                    _resolve(f"{node.module}.{alias.name}")
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                else:
+                    getattr(importlib.import_module(node.module), alias.name)
 
     def dotted(expr: ast.expr) -> str | None:
         if isinstance(expr, ast.Name):
@@ -331,12 +352,21 @@ def check_python(code: str, where: str) -> int:
             return f"{base}.{expr.attr}" if base else None
         return None
 
+    for node in ast.walk(tree):  # aliases: rhl = rh.lightning
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and (path := dotted(node.value))
+        ):
+            bound[node.targets[0].id] = path
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and (path := dotted(node)):
             _resolve(path)
             checked += 1
         if isinstance(node, ast.Call) and (path := dotted(node.func)):
             obj = _resolve(path)
+            checked += 1
             if callable(obj):
                 names, open_kwargs = _accepted(obj)
                 for kw in node.keywords:
@@ -351,7 +381,7 @@ PY_BLOCKS = blocks("python")
 
 @pytest.mark.parametrize(("where", "code"), PY_BLOCKS, ids=_ids(PY_BLOCKS))
 def test_python_example_matches_the_api(where: str, code: str) -> None:
-    check_python(code, where)
+    assert check_python(code, where) > 0, f"{where}: uses nothing the test can check"
 
 
 @pytest.mark.parametrize(("where", "path"), _included(".py"), ids=_ids(_included(".py")))
