@@ -52,3 +52,6 @@ html_theme = "alabaster"
 html_title = "raytrain_hetero"
 html_static_path: list[str] = []
 html_theme_options = {"description": "Heterogeneity-aware, exact data parallelism on Ray Train"}
+
+# Keep "--set" and "--resume" as typed (no en dashes in CLI text).
+smartquotes = False
