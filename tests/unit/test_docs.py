@@ -432,3 +432,74 @@ def test_readme_links_resolve() -> None:
                 for h in re.findall(r"^#+ (.*)$", target.read_text(), re.M)
             }
             assert anchor in slugs, f"README links to missing heading {link}"
+
+
+# ------------------------------------------------------------------ config keys in prose
+
+#: Keys the docs show misspelt on purpose (the loader's "did you mean" message).
+MISSPELT_ON_PURPOSE = {"train.learning_rate"}
+
+
+def _prose_keys() -> list[tuple[str, str]]:
+    """``section.field`` code spans of the pages (``probe.roles: auto``, ``workers[].count``),
+    skipping Ray's own Python names (``ray.train.report``) and file names (``model.pt``)."""
+    from raytrain_hetero.app.config import RayConfig
+
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in re.finditer(r"`([a-z_]+(?:\.[\w\[\]]+)+)(?::[^`]*)?`", text):
+            key = match.group(1)
+            parts = [p for p in re.split(r"\.|\[\]", key) if p]
+            if parts[0] not in JobConfig.model_fields or key in MISSPELT_ON_PURPOSE:
+                continue
+            if parts[0] == "ray" and parts[1] not in RayConfig.model_fields:
+                continue
+            if re.search(r"\.(pt|pth|py|yaml|json|csv|png|txt|md)$", key):
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            out.append((f"{page.relative_to(REPO)}:{line}", key))
+    return out
+
+
+PROSE_KEYS = _prose_keys()
+
+
+def test_docs_name_config_keys_in_prose() -> None:
+    assert len(PROSE_KEYS) >= 50
+
+
+@pytest.mark.parametrize(("where", "key"), PROSE_KEYS, ids=[f"{w} {k}" for w, k in PROSE_KEYS])
+def test_config_keys_named_in_prose_exist(where: str, key: str) -> None:
+    """A renamed or removed config field fails here wherever the docs mention it."""
+    parts = [p for p in re.split(r"\.|\[\]", key) if p]
+    assert _schema_has(JobConfig, _with_item_index(parts)), f"{where}: `{key}` is no config key"
+
+
+def _with_item_index(parts: list[str]) -> list[str]:
+    """``workers.count`` / ``workers[].count`` name a list item's field: insert index 0."""
+    out: list[str] = []
+    cls: Any = JobConfig
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            continue  # the index written out (workers.0.name): already added below
+        hints = typing.get_type_hints(cls, include_extras=True) if isinstance(cls, type) else {}
+        out.append(part)
+        tp = hints.get(part)
+        while typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        if typing.get_origin(tp) in (list, tuple):
+            out.append(parts[i + 1] if i + 1 < len(parts) and parts[i + 1].isdigit() else "0")
+            tp = typing.get_args(tp)[0]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        cls = tp if isinstance(tp, type) else (args[0] if args else None)
+    return out
+
+
+def test_schema_walk_refuses_a_renamed_key() -> None:
+    assert _schema_has(JobConfig, _with_item_index(["scheduler", "policy", "window_steps"]))
+    assert _schema_has(JobConfig, _with_item_index(["workers", "count"]))
+    assert _schema_has(JobConfig, _with_item_index(["workers", "2", "emulated_slowdown"]))
+    assert _schema_has(JobConfig, _with_item_index(["tune", "search_space", "lr", "loguniform"]))
+    assert not _schema_has(JobConfig, _with_item_index(["train", "learning_rate"]))
+    assert not _schema_has(JobConfig, _with_item_index(["workers", "speed"]))
