@@ -503,3 +503,34 @@ def test_schema_walk_refuses_a_renamed_key() -> None:
     assert _schema_has(JobConfig, _with_item_index(["tune", "search_space", "lr", "loguniform"]))
     assert not _schema_has(JobConfig, _with_item_index(["train", "learning_rate"]))
     assert not _schema_has(JobConfig, _with_item_index(["workers", "speed"]))
+
+
+# ------------------------------------------------------------- Python names in prose
+
+#: ``raytrain_hetero.*`` spans that are not Python attributes, with why.
+NOT_ATTRIBUTES = {
+    "raytrain_hetero.search": "an MLflow tag name",
+    "raytrain_hetero.run": "an MLflow tag name",
+    "raytrain_hetero.SceneSegmentationDataModule": "a data.datamodule value the loader resolves",
+}
+
+
+def _prose_names() -> list[tuple[str, str]]:
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in re.finditer(r"`(?:raytrain_hetero|rh)((?:\.\w+)+)(?![\w*])", text):
+            path = "raytrain_hetero" + match.group(1)
+            if path not in NOT_ATTRIBUTES:
+                line = text.count("\n", 0, match.start()) + 1
+                out.append((f"{page.relative_to(REPO)}:{line}", path))
+    return out
+
+
+PROSE_NAMES = _prose_names()
+
+
+@pytest.mark.parametrize(("where", "path"), PROSE_NAMES, ids=[f"{w} {p}" for w, p in PROSE_NAMES])
+def test_python_names_in_prose_exist(where: str, path: str) -> None:
+    """`rh.update_plan`, `raytrain_hetero.driver.roles.node_roles`: renamed -> fails here."""
+    _resolve(path)
