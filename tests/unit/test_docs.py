@@ -535,3 +535,19 @@ PROSE_NAMES = _prose_names()
 def test_python_names_in_prose_exist(where: str, path: str) -> None:
     """`rh.update_plan`, `raytrain_hetero.driver.roles.node_roles`: renamed -> fails here."""
     _resolve(path)
+
+
+def test_docs_paths_named_anywhere_exist() -> None:
+    """``docs/how-to/ray-data.md`` in a docstring, an example or a results README: a page
+    moved or renamed without updating its mentions fails here."""
+    missing = []
+    for path in REPO.rglob("*"):
+        if path.suffix not in {".py", ".md", ".yaml", ".toml", ".txt", ".rst"} or any(
+            part in {".git", "_build", "node_modules"} for part in path.parts
+        ):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in re.finditer(r"(?<![\w./-])docs/[\w./-]+\.(?:md|rst)", text):
+            if not (REPO / match.group(0)).exists():
+                missing.append(f"{path.relative_to(REPO)}: {match.group(0)}")
+    assert not missing, "\n".join(missing)
