@@ -551,3 +551,13 @@ def test_docs_paths_named_anywhere_exist() -> None:
             if not (REPO / match.group(0)).exists():
                 missing.append(f"{path.relative_to(REPO)}: {match.group(0)}")
     assert not missing, "\n".join(missing)
+
+
+def test_code_references_in_docstrings_must_exist() -> None:
+    """With ``nitpicky`` on, a ``:func:`raytrain_hetero....``` reference to a name that is no
+    longer in the code is left unresolved, which warns and fails the -W build."""
+    assert rh_docs._importable("raytrain_hetero.worker.api.prepare_model")
+    assert rh_docs._importable("raytrain_hetero.config.BatchConfig.min_slice")  # a field
+    assert rh_docs._importable("raytrain_hetero.core.policy.PolicyConfig.window_steps")
+    assert not rh_docs._importable("raytrain_hetero.worker.api.prepare_modle")
+    assert not rh_docs._importable("raytrain_hetero.config.BatchConfig.min_slise")
