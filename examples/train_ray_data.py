@@ -5,7 +5,7 @@ uses yours (--root), reads the files as bytes with ``ray.data.read_binary_files`
 directory or ``s3://...``), decodes and normalises them in a ``map_batches`` (Ray Data tasks,
 scheduled on any node, training or not), and trains on three CPU workers of emulated unequal
 speed. Each rank's ``iter_torch_batches`` yields its slice of every global batch; every row
-once per epoch (docs/ray_data.md)::
+once per epoch (docs/how-to/ray-data.md)::
 
     python examples/train_ray_data.py                 # ~1 min on 2 cores
 """

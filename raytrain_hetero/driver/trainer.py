@@ -171,7 +171,7 @@ class HeteroTrainer:
         tracking: Experiment tracking (:class:`~raytrain_hetero.config.TrackingConfig`):
             TensorBoard event files and an MLflow run per ``fit`` (off by default).
         datasets: Ray Data datasets by name, as Ray Train's ``datasets=``; the loop reads
-            them with :func:`raytrain_hetero.get_dataset_shard` (docs/ray_data.md).
+            them with :func:`raytrain_hetero.get_dataset_shard` (docs/how-to/ray-data.md).
         dataset_config: How they are fed (default :class:`HeteroDataConfig`: ``"train"``
             carved by the plan, the others split unevenly, every row once).
         run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).

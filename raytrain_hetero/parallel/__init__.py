@@ -1,4 +1,4 @@
-"""Model parallelism on heterogeneous workers (see docs/model_parallel.md).
+"""Model parallelism on heterogeneous workers (see docs/how-to/model-parallelism.md).
 
 * Conv split (``conv_split``, ``conv_state``): :class:`SplitConv2d`, :func:`split_conv_layers`,
   full checkpoints of a split model, :func:`resplit`, :func:`probe_kernel_cost`.

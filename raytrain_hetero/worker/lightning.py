@@ -19,7 +19,7 @@ dataset (a ``GeoDataset`` is carved by its sampler's draws, :func:`geo_draws`); 
 callback ends each step into the scheduler, metrics and guard; :class:`HeteroReportCallback`
 checkpoints at epoch ends and :func:`fit` resumes. Evaluation loaders are shared out by speed.
 Not exact, by design: training-step ``self.log`` metrics describe the rank's slice. See
-docs/lightning.md.
+docs/how-to/torchgeo.md.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = ("raytrain_hetero",)
-OTHER_DIRS = ("tests", "scripts", "examples", "deploy", "benchmarks")
+OTHER_DIRS = ("tests", "scripts", "examples", "deploy", "benchmarks", "docs")
 # Import names whose distribution is named differently, for when it is not installed here.
 IMPORT_ALIASES = {
     "yaml": "pyyaml",
