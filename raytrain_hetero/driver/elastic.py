@@ -27,6 +27,7 @@ from raytrain_hetero.core.placement import (
 from raytrain_hetero.driver._ray_compat import (
     ElasticScalingPolicy,
     available_resources_per_node,
+    draining_node_ids,
     run_controller_with_scaling_policy,
     without_idle_dataset_manager,
 )
@@ -49,8 +50,8 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     Ray's own policy counts workers from the autoscaling coordinator's reservations, which
     use one ``resources_per_worker`` for all, ignore label selectors and refresh on a 20 s
     tick. This one keeps Ray's behaviour otherwise and answers "how many workers fit" from
-    the live per-node view (available resources plus what this run's group holds there),
-    slot by slot with :func:`count_placeable_prefix`.
+    the live per-node view (available resources plus what this run's group holds there,
+    draining nodes left out), slot by slot with :func:`count_placeable_prefix`.
 
     With ``admission: auto`` (``run_id`` given), the run's admission decision caps the group
     at the slots it keeps, hosted in the decision's order (:func:`kept_slot_order`): a group
@@ -130,7 +131,13 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         self._view_time = now
         try:
             available = available_resources_per_node()
-            labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in ray.nodes() if n["Alive"]}
+            # Ray places nothing on a draining node (a preemption notice): not room.
+            draining = draining_node_ids()
+            labels = {
+                n["NodeID"]: dict(n.get("Labels") or {})
+                for n in ray.nodes()
+                if n["Alive"] and n["NodeID"] not in draining
+            }
         except Exception:
             logger.warning(
                 "Could not read per-node resources; keeping the group size.", exc_info=True
