@@ -34,7 +34,9 @@ def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
     monkeypatch,
 ):
     monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
-    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "0.5")
+    # Slower than the resize monitor (1 s): the elastic policy sees the drained node before
+    # the workers see the notice, and must not shrink the running group for it.
+    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
     pool(2)  # ranks 0 and 1 (Ray Train packs its workers)
     spot = pool(1)  # rank 2, the node taken back
