@@ -265,7 +265,10 @@ def classification_loop(config: dict[str, Any]) -> None:
             rh.log_step_metrics(loss=runner.step(batch))
             if rh.checkpoint_due():  # the last step before a node's preemption deadline
                 state = runner.full_state()  # collective in the model-parallel modes
-                _report_checkpoint(job, workload, state, rank, {"epoch": epoch}, epoch)
+                # Not evaluated: NaN ranks it below every scored checkpoint (Ray Train keeps
+                # the latest one regardless, which the run resumes from).
+                unscored = {"epoch": epoch, "val_accuracy": float("nan")}
+                _report_checkpoint(job, workload, state, rank, unscored, epoch)
         metrics: dict[str, Any] = {"epoch": epoch, **runner.layout_metrics()}
         evaluated = runner.evaluation_model()  # collective in the model-parallel modes
         state = runner.full_state()  # idem

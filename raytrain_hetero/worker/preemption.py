@@ -116,7 +116,12 @@ def read_notice(runtime: WorkerRuntime, record: StepRecord) -> None:
     watch = runtime.preemption
     if not enabled(runtime) or watch.given_up:
         return
-    info = ray.train.get_preemption_info()  # the same answer on every rank (rank 0's)
+    try:
+        info = ray.train.get_preemption_info()  # the same answer on every rank (rank 0's)
+    except Exception:  # the same context fails it on every rank
+        logger.warning("preemption notices unreadable here; Ray Train's default", exc_info=True)
+        watch.given_up = True
+        return
     if info is None:
         return
     decision = None
