@@ -128,10 +128,13 @@ class NodeLosses:
         self._seen: set[int] = set()
         self._kills_seen = 0
 
-    def watch(self, fit: threading.Thread) -> None:
-        """Until ``fit`` ends: lose a node after each chosen ``kill`` firing."""
+    def watch(self, fit: threading.Thread, tick: Any = None) -> None:
+        """Until ``fit`` ends: lose a node after each chosen ``kill`` firing (and call
+        ``tick`` every 0.1 s: the preemptions with notice)."""
         while fit.is_alive():
             fit.join(0.1)
+            if tick is not None:
+                tick()
             if len(self.losses) >= self._count:
                 continue
             for marker in self._fired_markers(self._faults):
@@ -167,10 +170,10 @@ class NodeLosses:
 class NoticePreemptions:
     """Preempts a worker node with notice, ``count`` times, spread over the run, and replaces it.
 
-    One node at a time: every ``interval_s`` seconds (from the first step on) a random worker
-    node is drained through Ray's drain API with reason PREEMPTION and a deadline ``notice_s``
-    ahead; at the deadline it is removed and a fresh node joins. Runs on its own thread (the
-    drain needs no signal handlers; the node changes go through the cluster object).
+    One node at a time: every ``interval_s`` seconds a random worker node is drained through
+    Ray's drain API with reason PREEMPTION and a deadline ``notice_s`` ahead; at the deadline
+    it is removed and a fresh node joins. :meth:`tick` runs on the main thread (Ray adds a
+    node only there: it installs signal handlers), called by :meth:`NodeLosses.watch`.
     """
 
     def __init__(self, cluster: Any, count: int, notice_s: float, interval_s: float, seed: int):
@@ -179,39 +182,41 @@ class NoticePreemptions:
         self._notice_s = notice_s
         self._interval_s = interval_s
         self._rng = random.Random(seed + 1)
+        self._next_at = time.time() + interval_s
+        self._doomed: Any = None
+        self._deadline = 0.0
         self.preemptions: list[dict[str, Any]] = []
-        self._stop = threading.Event()
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._run, name="soak-notices", daemon=True)
-        thread.start()
-        return thread
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
+    def tick(self) -> None:
+        """Drain a node when one is due; remove and replace the drained one at its deadline."""
         from raytrain_hetero.driver._ray_compat import drain_node_for_preemption
 
-        while len(self.preemptions) < self._count and not self._stop.wait(self._interval_s):
-            nodes = sorted(self._cluster.worker_nodes, key=lambda n: n.unique_id)
-            doomed = self._rng.choice(nodes)
-            deadline = drain_node_for_preemption(
-                self._cluster.address, doomed.node_id, self._notice_s
-            )
-            if self._stop.wait(max(0.0, deadline - time.time())):
+        now = time.time()
+        if self._doomed is None:
+            if len(self.preemptions) >= self._count or now < self._next_at:
                 return
+            nodes = sorted(self._cluster.worker_nodes, key=lambda n: n.unique_id)
+            self._doomed = self._rng.choice(nodes)
+            self._deadline = drain_node_for_preemption(
+                self._cluster.address, self._doomed.node_id, self._notice_s
+            )
+            return
+        if now < self._deadline:
+            return
+        doomed, self._doomed = self._doomed, None
+        if doomed in self._cluster.worker_nodes:
             self._cluster.remove_node(doomed, allow_graceful=False)
-            joined = self._cluster.add_node(num_cpus=1, labels=POOL)
-            self.preemptions.append(
-                {"removed": doomed.node_id[:12], "joined": joined.node_id[:12], "time": deadline}
-            )
-            print(
-                f"preemption with notice {len(self.preemptions)}: node {doomed.node_id[:12]} "
-                f"drained {self._notice_s:.0f} s ahead, removed, node {joined.node_id[:12]} "
-                "joined",
-                flush=True,
-            )
+        joined = self._cluster.add_node(num_cpus=1, labels=POOL)
+        self._next_at = time.time() + self._interval_s
+        self.preemptions.append(
+            {"removed": doomed.node_id[:12], "joined": joined.node_id[:12], "time": now}
+        )
+        print(
+            f"preemption with notice {len(self.preemptions)}: node {doomed.node_id[:12]} "
+            f"drained {self._notice_s:.0f} s ahead, removed at the deadline, node "
+            f"{joined.node_id[:12]} joined",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,14 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         notices = None
         if with_faults and args.notice_preemptions:
             # Spread over the fault-free run's duration (the soak takes longer).
-            interval = max(args.notice_s + 5.0, reference_s[0] / (args.notice_preemptions + 1))
+            interval = max(5.0, reference_s[0] / (args.notice_preemptions + 1))
             notices = NoticePreemptions(
                 cluster, args.notice_preemptions, args.notice_s, interval, args.seed
             )
-            notices.start()
-        losses.watch(fitting)
+        losses.watch(fitting, tick=notices.tick if notices is not None else None)
         if notices is not None:
-            notices.stop()
             preempted.extend(notices.preemptions)
         error = errors[0] if errors else None
         return trainer, out, error, time.monotonic() - started, losses.losses
