@@ -22,7 +22,10 @@ node loss while restarting: the run goes to a ``ray.cluster_utils.Cluster`` (a h
 driver, the controller and the scheduler, and ``--workers`` + 1 one-CPU nodes for the
 workers), and K times, one second after a ``kill`` fault fired (its group is being torn down
 and restarted), one worker node is removed like a lost spot instance (SIGKILL of its raylet
-and processes) and a fresh node joins in its place.
+and processes) and a fresh node joins in its place. ``--notice-preemptions P`` (also on the
+Cluster) preempts a worker node with notice P times, spread over the run: drained through
+Ray's drain API (reason PREEMPTION, a deadline ``--notice-s`` ahead, Ray Train's watcher on),
+removed at the deadline, replaced by a fresh node (docs/reliability/preemption.md).
 
     python benchmarks/soak.py --faults 8 --seed 0        # ~5 minutes on 2 cores
     python benchmarks/soak.py --faults 100 --node-losses 10 --seed 0   # ~35 minutes
@@ -74,6 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="worker nodes lost while a group restarts (runs on a multi-node local Cluster)",
     )
     parser.add_argument(
+        "--notice-preemptions",
+        type=int,
+        default=0,
+        help="worker nodes preempted with notice: drained (reason PREEMPTION, a deadline "
+        "--notice-s ahead) while the run trains, removed at the deadline, replaced",
+    )
+    parser.add_argument("--notice-s", type=float, default=10.0, help="notice of a preemption")
+    parser.add_argument(
         "--phases",
         default="probe,calibration,plan_switch,mid_epoch,checkpoint_commit",
         help="comma-separated phases to draw from",
@@ -117,10 +128,13 @@ class NodeLosses:
         self._seen: set[int] = set()
         self._kills_seen = 0
 
-    def watch(self, fit: threading.Thread) -> None:
-        """Until ``fit`` ends: lose a node after each chosen ``kill`` firing."""
+    def watch(self, fit: threading.Thread, tick: Any = None) -> None:
+        """Until ``fit`` ends: lose a node after each chosen ``kill`` firing (and call
+        ``tick`` every 0.1 s: the preemptions with notice)."""
         while fit.is_alive():
             fit.join(0.1)
+            if tick is not None:
+                tick()
             if len(self.losses) >= self._count:
                 continue
             for marker in self._fired_markers(self._faults):
@@ -149,6 +163,58 @@ class NodeLosses:
         print(
             f"node loss {len(self.losses)}: after fault {after_fault}, removed node "
             f"{doomed.node_id[:12]}, node {joined.node_id[:12]} joined",
+            flush=True,
+        )
+
+
+class NoticePreemptions:
+    """Preempts a worker node with notice, ``count`` times, spread over the run, and replaces it.
+
+    One node at a time: every ``interval_s`` seconds a random worker node is drained through
+    Ray's drain API with reason PREEMPTION and a deadline ``notice_s`` ahead; at the deadline
+    it is removed and a fresh node joins. :meth:`tick` runs on the main thread (Ray adds a
+    node only there: it installs signal handlers), called by :meth:`NodeLosses.watch`.
+    """
+
+    def __init__(self, cluster: Any, count: int, notice_s: float, interval_s: float, seed: int):
+        self._cluster = cluster
+        self._count = count
+        self._notice_s = notice_s
+        self._interval_s = interval_s
+        self._rng = random.Random(seed + 1)
+        self._next_at = time.time() + interval_s
+        self._doomed: Any = None
+        self._deadline = 0.0
+        self.preemptions: list[dict[str, Any]] = []
+
+    def tick(self) -> None:
+        """Drain a node when one is due; remove and replace the drained one at its deadline."""
+        from raytrain_hetero.driver._ray_compat import drain_node_for_preemption
+
+        now = time.time()
+        if self._doomed is None:
+            if len(self.preemptions) >= self._count or now < self._next_at:
+                return
+            nodes = sorted(self._cluster.worker_nodes, key=lambda n: n.unique_id)
+            self._doomed = self._rng.choice(nodes)
+            self._deadline = drain_node_for_preemption(
+                self._cluster.address, self._doomed.node_id, self._notice_s
+            )
+            return
+        if now < self._deadline:
+            return
+        doomed, self._doomed = self._doomed, None
+        if doomed in self._cluster.worker_nodes:
+            self._cluster.remove_node(doomed, allow_graceful=False)
+        joined = self._cluster.add_node(num_cpus=1, labels=POOL)
+        self._next_at = time.time() + self._interval_s
+        self.preemptions.append(
+            {"removed": doomed.node_id[:12], "joined": joined.node_id[:12], "time": now}
+        )
+        print(
+            f"preemption with notice {len(self.preemptions)}: node {doomed.node_id[:12]} "
+            f"drained {self._notice_s:.0f} s ahead, removed at the deadline, node "
+            f"{joined.node_id[:12]} joined",
             flush=True,
         )
 
@@ -194,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     cluster = None
     label_selector = None
-    if args.node_losses:
+    if args.notice_preemptions:
+        # Ray Train's watcher delivers the notices (Ray's default; the tests turn it off).
+        os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "1"
+        os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
+    if args.node_losses or args.notice_preemptions:
         from ray.cluster_utils import Cluster
         from ray_env import FAST_NODE_DEATH
 
@@ -270,7 +340,16 @@ def main(argv: list[str] | None = None) -> int:
 
         fitting = threading.Thread(target=fit, name="soak-fit")
         fitting.start()
-        losses.watch(fitting)
+        notices = None
+        if with_faults and args.notice_preemptions:
+            # Spread over the fault-free run's duration (the soak takes longer).
+            interval = max(5.0, reference_s[0] / (args.notice_preemptions + 1))
+            notices = NoticePreemptions(
+                cluster, args.notice_preemptions, args.notice_s, interval, args.seed
+            )
+        losses.watch(fitting, tick=notices.tick if notices is not None else None)
+        if notices is not None:
+            preempted.extend(notices.preemptions)
         error = errors[0] if errors else None
         return trainer, out, error, time.monotonic() - started, losses.losses
 
@@ -278,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
 
     fresh = params_digest(plain_model(6, 3, torch.float32))
     print(f"soak: {len(faults)} faults, seed {args.seed}, {args.workers} workers, {steps} steps")
+    reference_s: list[float] = []
+    preempted: list[dict[str, Any]] = []
     _ref_trainer, ref_out, ref_error, ref_s, _ = run("reference", with_faults=False)
+    reference_s.append(ref_s)
     if ref_error:
         print(f"fault-free run failed: {ref_error}")
         return 1
@@ -322,10 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         want = np.load(ref_out / "final_params.npy")
         diff = float(np.max(np.abs(np.load(out / "final_params.npy") - want)))
     summary = {
-        "faults_injected": len(fired) + len(losses),
-        "faults_drawn": len(faults) + args.node_losses,
+        "faults_injected": len(fired) + len(losses) + len(preempted),
+        "faults_drawn": len(faults) + args.node_losses + args.notice_preemptions,
         "node_losses": len(losses),
-        "survived": len(fired) + len(losses) if survived else 0,
+        "notice_preemptions": len(preempted),
+        "survived": len(fired) + len(losses) + len(preempted) if survived else 0,
         "run_finished": survived,
         "error": error,
         "samples_lost": lost,
@@ -339,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"faults injected: {summary['faults_injected']}/{summary['faults_drawn']} "
-        f"({len(fired)}/{len(faults)} drawn, {len(losses)}/{args.node_losses} node losses)   "
+        f"({len(fired)}/{len(faults)} drawn, {len(losses)}/{args.node_losses} node losses, "
+        f"{len(preempted)}/{args.notice_preemptions} preemptions with notice)   "
         f"survived: {summary['survived']}   samples lost: {lost}   restores matched: {matched}   "
         f"max |param diff|: {diff}"
     )
@@ -352,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         survived
         and len(fired) == len(faults)
         and len(losses) == args.node_losses
+        and len(preempted) == args.notice_preemptions
         and lost == 0
         and matched == "yes"
         and isinstance(diff, float)

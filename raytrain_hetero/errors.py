@@ -41,3 +41,9 @@ class NonFiniteStepError(HeteroError):
 
 class ModelParallelError(HeteroError, ValueError):
     """A model cannot be split or placed as asked (names the layer or branch and the fix)."""
+
+
+class PreemptionHandoff(HeteroError):
+    """Not a failure: an elastic worker group ended itself at the step it agreed on after a
+    node's preemption notice, having checkpointed there, so that Ray Train restarts it at once
+    on the nodes that stay (counted against ``FailureConfig.max_preemption_failures``)."""

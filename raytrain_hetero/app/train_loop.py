@@ -263,26 +263,50 @@ def classification_loop(config: dict[str, Any]) -> None:
         runner.start_epoch()
         for batch in loader:
             rh.log_step_metrics(loss=runner.step(batch))
+            if rh.checkpoint_due():  # the last step before a node's preemption deadline
+                state = runner.full_state()  # collective in the model-parallel modes
+                # Not evaluated: NaN ranks it below every scored checkpoint (Ray Train keeps
+                # the latest one regardless, which the run resumes from).
+                unscored = {"epoch": epoch, "val_accuracy": float("nan")}
+                _report_checkpoint(job, workload, state, rank, unscored, epoch)
         metrics: dict[str, Any] = {"epoch": epoch, **runner.layout_metrics()}
         evaluated = runner.evaluation_model()  # collective in the model-parallel modes
-        model_state, optimizer_state = runner.full_state()  # idem
+        state = runner.full_state()  # idem
         # Every rank validates its speed-proportional shard; counts add up exactly.
         shard = ((b["image"], b["label"]) for b in rh.prepare_eval_data_loader(datasets["val"]))
         correct, seen = rh.sum_across_ranks(*correct_counts(evaluated, shard, rh.get_device()))
         metrics["val_accuracy"] = correct / seen if seen else 0.0
         metrics["hetero/val_samples"] = seen  # over all ranks: each sample once
-        if rank != 0:
-            rh.report(metrics)
-            continue
-        with tempfile.TemporaryDirectory() as directory:
-            torch.save(
-                {
-                    "model": model_state,
-                    "optimizer": optimizer_state,
-                    "meta": _checkpoint_meta(job, workload),
-                },
-                Path(directory) / "model.pt",
-            )
-            if "hetero/layout" in metrics:  # the driver's progress view shows it
-                atomic_write_json(Path(directory) / LAYOUT_FILE, _layout_record(epoch, metrics))
-            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+        _report_checkpoint(job, workload, state, rank, metrics, epoch)
+
+
+def _report_checkpoint(
+    job: JobConfig,
+    workload: Any,
+    state: tuple[dict[str, Any], dict[str, Any]],
+    rank: int,
+    metrics: dict[str, Any],
+    epoch: int,
+) -> None:
+    """Every rank reports ``metrics``; rank 0 with a full-model checkpoint of ``state``."""
+    import ray.train
+    import torch
+
+    import raytrain_hetero as rh
+
+    if rank != 0:
+        rh.report(metrics)
+        return
+    model_state, optimizer_state = state
+    with tempfile.TemporaryDirectory() as directory:
+        torch.save(
+            {
+                "model": model_state,
+                "optimizer": optimizer_state,
+                "meta": _checkpoint_meta(job, workload),
+            },
+            Path(directory) / "model.pt",
+        )
+        if "hetero/layout" in metrics:  # the driver's progress view shows it
+            atomic_write_json(Path(directory) / LAYOUT_FILE, _layout_record(epoch, metrics))
+        rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))

@@ -153,10 +153,20 @@ class ElasticConfig(HeteroModel):
         min_workers: Smallest group to train with (``None``: fixed size). Slots fill in
             order, so list essential workers first.
         resize_monitor_interval_s: How often Ray Train looks for room to grow.
+        preemption_notice: Act on a node drain with a deadline (a spot preemption notice,
+            read at the plan-sync steps): train on every worker to the last step that fits
+            before the deadline, checkpoint there (the loop's ``checkpoint_due()``) and, in
+            an elastic run, continue at once without the node. False: Ray Train's default
+            (it waits out the deadline, then restarts from the last checkpoint).
+            ``docs/reliability/preemption.md``.
+        preemption_margin_s: Seconds kept free before the deadline beyond the predicted
+            steps and checkpoint (clock skew, Ray Train's report round trip).
     """
 
     min_workers: PositiveInt | None = None
     resize_monitor_interval_s: PositiveFloat = 5.0
+    preemption_notice: bool = True
+    preemption_margin_s: NonNegFloat = 3.0
 
 
 class EmulationConfig(HeteroModel):

@@ -32,9 +32,12 @@ from ray.train.torch.config import _TorchBackend as TorchBackendBase
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 
 # Why: to hand the controller the stock failure policy while we replace the scaling policy
-# (mirror of DataParallelTrainer.fit below). Public replacement: a TorchTrainer argument
-# taking a scaling policy.
-from ray.train.v2._internal.execution.failure_handling import create_failure_policy
+# (mirror of DataParallelTrainer.fit below), wrapped by HandoffFailurePolicy (its base).
+# Public replacement: a TorchTrainer argument taking a scaling and a failure policy.
+from ray.train.v2._internal.execution.failure_handling import (
+    FailurePolicy,
+    create_failure_policy,
+)
 
 # Base of HeteroElasticScalingPolicy. Why: Ray's elastic policy sizes groups from one
 # resources dict and ignores label selectors; we override its private
@@ -45,7 +48,7 @@ from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy
 # Why: the controller takes the train function wrapped in this (mirror of fit below).
 from ray.train.v2._internal.util import ObjectRefWrapper
 
-from raytrain_hetero.errors import HeteroError
+from raytrain_hetero.errors import HeteroError, PreemptionHandoff
 
 logger = logging.getLogger(__name__)
 
@@ -53,15 +56,19 @@ __all__ = [
     "PINNED_RAY_VERSION",
     "PRIVATE_APIS",
     "ElasticScalingPolicy",
+    "HandoffFailurePolicy",
     "PrivateRayAPI",
     "RayCompatError",
     "TorchBackendBase",
     "abort_train_controller",
     "available_resources_per_node",
     "check_ray_compat",
+    "drain_node_for_preemption",
+    "draining_node_ids",
     "hetero_error_cause",
     "keep_loopback_node_ip",
     "mark_trainable_mixins",
+    "preemption_watcher_enabled",
     "run_backend_config",
     "run_controller_with_scaling_policy",
     "train_collective_timeout",
@@ -83,6 +90,11 @@ HEALTH_CHECK_ENV_VAR = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 #: Train's own collectives (the barrier inside ``ray.train.report``). Unset, they wait forever.
 #: Public replacement: a RunConfig field for the collective timeout.
 COLLECTIVE_TIMEOUT_ENV_VAR = "RAY_TRAIN_COLLECTIVE_TIMEOUT_S"
+
+#: Ray Train 2.60 starts its preemption watcher (the source of ``get_preemption_info``)
+#: unless this environment variable is false in the driver (default on).
+#: Public replacement: a RunConfig/FailureConfig field for the watcher.
+PREEMPTION_WATCHER_ENV_VAR = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
 class RayCompatError(HeteroError):
@@ -182,6 +194,43 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         "create_failure_policy",
         "the stock failure policy for the controller we start ourselves",
         "a TorchTrainer argument taking a scaling policy",
+    ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.execution.failure_handling",
+        "FailurePolicy.make_decision",
+        "HandoffFailurePolicy wraps the stock policy: a worker group that ended itself at a "
+        "preemption notice's agreed step (PreemptionHandoff) is retried as a preemption "
+        "(max_preemption_failures), not charged to max_failures",
+        "a public failure-policy hook, or a way for a worker group to end for a preemption",
+    ),
+    PrivateRayAPI(
+        "ray._private.state",
+        "GlobalState.get_draining_nodes",
+        "the elastic policy leaves draining nodes out of its view (Ray schedules nothing "
+        "there, so a group sized with them would wait for placement until the node is gone); "
+        "Ray Train's own preemption watcher reads the same call",
+        "a public per-node drain state (ray.nodes() has none in 2.60)",
+    ),
+    PrivateRayAPI(
+        "ray._raylet",
+        "InnerGcsClient.drain_node",
+        "drain_node_for_preemption: tests and benchmarks deliver a preemption notice as the "
+        "autoscaler does (what the hidden `ray drain-node` CLI calls, through GcsClient, "
+        "which forwards it to this class)",
+        "a public drain API",
+    ),
+    PrivateRayAPI(
+        "ray.core.generated.autoscaler_pb2",
+        "DrainNodeReason",
+        "the PREEMPTION reason of drain_node_for_preemption",
+        "as above",
+    ),
+    PrivateRayAPI(
+        "ray.train.v2._internal.constants",
+        "ENABLE_PREEMPTION_WATCHER_ENV_VAR",
+        "preemption_watcher_enabled: the library skips reading notices when Ray Train's "
+        "watcher is off (no notice can come; each read is a collective)",
+        "a RunConfig/FailureConfig field for the watcher",
     ),
     PrivateRayAPI(
         "ray.train.v2._internal.util",
@@ -344,7 +393,9 @@ def run_controller_with_scaling_policy(trainer: Any, scaling_policy: Any) -> Any
     result = trainer._initialize_and_run_controller(
         train_fn_ref=ObjectRefWrapper(trainer._get_train_func()),
         scaling_policy=scaling_policy,
-        failure_policy=create_failure_policy(trainer.run_config.failure_config),
+        failure_policy=HandoffFailurePolicy(
+            create_failure_policy(trainer.run_config.failure_config)
+        ),
         train_run_context=trainer.train_run_context,
         callbacks=trainer._create_default_callbacks(),
         validation_config=trainer.validation_config,
@@ -352,6 +403,81 @@ def run_controller_with_scaling_policy(trainer: Any, scaling_policy: Any) -> Any
     if result.error:
         raise result.error
     return result
+
+
+class HandoffFailurePolicy(FailurePolicy):
+    """Ray Train's stock failure policy, plus: a worker group that ended itself with
+    :class:`~raytrain_hetero.errors.PreemptionHandoff` (every failed rank) is a preemption.
+
+    Why: in Ray 2.60 a worker group that returns ends the run, and one that raises is a
+    worker failure (``max_failures``); only the controller itself raises ``PreemptionError``,
+    after waiting out the deadline. Handing the stock policy a ``PreemptionError`` instead
+    restarts the run at once, charged to ``FailureConfig.max_preemption_failures``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner.failure_config)
+        self._inner = inner
+
+    def make_decision(self, training_failed_error: Any) -> Any:
+        failures = getattr(training_failed_error, "worker_failures", None)
+        if (
+            isinstance(failures, Mapping)
+            and failures
+            and all(isinstance(error, PreemptionHandoff) for error in failures.values())
+        ):
+            logger.info("worker group handed off at a preemption notice: restarting at once")
+            training_failed_error = ray.train.PreemptionError(
+                ray.train.PreemptionInfo(
+                    deadline_ms=None,
+                    preempted_node_to_ranks={},
+                ),
+                drain_timed_out=False,
+            )
+        return self._inner.make_decision(training_failed_error)
+
+
+def preemption_watcher_enabled(environ: Mapping[str, str]) -> bool:
+    """Whether Ray Train starts its preemption watcher, read as Ray 2.60 reads it."""
+    value = environ.get(PREEMPTION_WATCHER_ENV_VAR)
+    return True if value is None else value.lower() in ("true", "1")
+
+
+def draining_node_ids() -> set[str]:
+    """Hex ids of the nodes being drained (a preemption notice among them)."""
+    from ray._private import state
+
+    return set(state.state.get_draining_nodes() or {})
+
+
+def drain_node_for_preemption(gcs_address: str, node_id: str, notice_s: float) -> float:
+    """Drain ``node_id`` as a spot preemption with a deadline ``notice_s`` seconds ahead
+    (what ``ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`` calls). Ray does not kill
+    the node at the deadline: the caller does.
+
+    Returns:
+        The deadline (UNIX seconds) as GCS got it.
+
+    Raises:
+        RayCompatError: GCS refused the drain (its reason).
+    """
+    import time
+
+    from ray.core.generated import autoscaler_pb2
+
+    deadline_ms = time.time_ns() // 1_000_000 + int(notice_s * 1000)
+    client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
+    accepted, why = client.drain_node(
+        node_id,
+        autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            "DRAIN_NODE_REASON_PREEMPTION"
+        ),
+        "preemption notice (raytrain_hetero)",
+        deadline_ms,
+    )
+    if not accepted:
+        raise RayCompatError(f"GCS refused to drain node {node_id}: {why}")
+    return deadline_ms / 1000.0
 
 
 class _NoDatasetShards:

@@ -27,6 +27,7 @@ from raytrain_hetero.core.placement import (
 from raytrain_hetero.driver._ray_compat import (
     ElasticScalingPolicy,
     available_resources_per_node,
+    draining_node_ids,
     run_controller_with_scaling_policy,
     without_idle_dataset_manager,
 )
@@ -49,8 +50,8 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     Ray's own policy counts workers from the autoscaling coordinator's reservations, which
     use one ``resources_per_worker`` for all, ignore label selectors and refresh on a 20 s
     tick. This one keeps Ray's behaviour otherwise and answers "how many workers fit" from
-    the live per-node view (available resources plus what this run's group holds there),
-    slot by slot with :func:`count_placeable_prefix`.
+    the live per-node view (available resources plus what this run's group holds there,
+    draining nodes left out), slot by slot with :func:`count_placeable_prefix`.
 
     With ``admission: auto`` (``run_id`` given), the run's admission decision caps the group
     at the slots it keeps, hosted in the decision's order (:func:`kept_slot_order`): a group
@@ -75,10 +76,14 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         self._held_placement_group: Any = None
         self._view_time = float("-inf")
         self._view: dict[str, NodeCapacity] | None = None
+        # Whether the view is for a running group (its draining nodes still count, see
+        # _get_reserved_resources) or for sizing a new one.
+        self._view_running = False
 
     def make_decision_for_running_worker_group(
         self, worker_group_state: Any, worker_group_status: Any
     ) -> Any:
+        self._use_view(running=True)
         self._held = self._holdings(worker_group_state)
         handle = worker_group_state.placement_group_handle
         self._held_placement_group = getattr(handle, "placement_group", None)
@@ -97,11 +102,16 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
     def make_decision_for_non_running_worker_group(self) -> Any:
         # After a failure Ray Train decides the new size *before* it tears the old group down,
         # so the old group's resources still count as ours until its placement group is gone.
+        self._use_view(running=False)
         if self._held and not self._old_group_still_holds():
             self._held = {}
             self._held_placement_group = None
             self._view = None
         return super().make_decision_for_non_running_worker_group()
+
+    def _use_view(self, *, running: bool) -> None:
+        if running != self._view_running:
+            self._view, self._view_running = None, running
 
     def _old_group_still_holds(self) -> bool:
         if self._held_placement_group is None:
@@ -130,7 +140,18 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         self._view_time = now
         try:
             available = available_resources_per_node()
-            labels = {n["NodeID"]: dict(n.get("Labels") or {}) for n in ray.nodes() if n["Alive"]}
+            # Ray places nothing on a draining node (a preemption notice): no room for a new
+            # group. A running group keeps counting the draining nodes it holds: shrinking it
+            # now would restart it from an older checkpoint; its workers hand off at the step
+            # they agree on (worker/preemption.py), then the new group is sized without them.
+            draining = draining_node_ids()
+            if self._view_running:
+                draining -= set(self._held)
+            labels = {
+                n["NodeID"]: dict(n.get("Labels") or {})
+                for n in ray.nodes()
+                if n["Alive"] and n["NodeID"] not in draining
+            }
         except Exception:
             logger.warning(
                 "Could not read per-node resources; keeping the group size.", exc_info=True

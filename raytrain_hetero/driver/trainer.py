@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import inspect
 import logging
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -39,7 +40,11 @@ from raytrain_hetero.core.placement import SlotDemand
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
-from raytrain_hetero.driver._ray_compat import check_ray_compat, train_collective_timeout
+from raytrain_hetero.driver._ray_compat import (
+    check_ray_compat,
+    preemption_watcher_enabled,
+    train_collective_timeout,
+)
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
 from raytrain_hetero.driver.data_config import HeteroDataConfig
 from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer, HeteroScalingConfig
@@ -284,12 +289,14 @@ class HeteroTrainer:
             emulation=self.emulation,
             backend=self.backend,
             guard=self.guard,
+            elastic=self.elastic,
             parallel=self.parallel,
             faults=self.faults if self.faults.active else None,
             min_workers=self.resolved_min_workers,
             scheduler_name=scheduler_actor_name(self.run_id),
             scheduler_namespace=SCHEDULER_NAMESPACE,
             storage=self._storage() if self.probe.remember else None,
+            preemption_watcher=preemption_watcher_enabled(os.environ),
         )
 
     def _storage(self) -> StorageLocation | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ from raytrain_hetero.worker.planning import (
     gather_rank_slots,
     next_free_step,
 )
+from raytrain_hetero.worker.preemption import checkpoint_due as _checkpoint_due
+from raytrain_hetero.worker.preemption import note_report
 from raytrain_hetero.worker.probe import default_probe_loss
 from raytrain_hetero.worker.ray_data import CarvedShard, open_carved_shard
 from raytrain_hetero.worker.resume import (
@@ -73,6 +76,7 @@ from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "checkpoint_due",
     "current_plan",
     "current_step_number",
     "get_dataset_shard",
@@ -350,6 +354,25 @@ def micro_batches(batch: Any) -> Iterator[MicroBatch]:
     )
 
 
+def checkpoint_due() -> bool:
+    """Whether to write a checkpoint after this step's update: the step the group agreed on
+    after a preemption notice (the last that fits before the node's deadline).
+
+    Local and cheap (no collective): call it every step, on every rank, and when it is true
+    write a checkpoint and :func:`report` it as at any other step (every rank calls
+    ``report``; the writer passes the checkpoint). The group then ends at this step's end and
+    the run continues at once on the nodes that stay, from exactly this step::
+
+        for batch in loader:
+            ...  # the step's update
+            if raytrain_hetero.checkpoint_due():
+                raytrain_hetero.report(metrics, checkpoint=save_checkpoint())
+
+    Always false when ``ElasticConfig.preemption_notice`` is off.
+    """
+    return _checkpoint_due(get_runtime())
+
+
 def current_plan() -> Plan | None:
     """The newest plan of this worker group."""
     return get_runtime().plans.current
@@ -467,7 +490,9 @@ def report(
     )
     if runtime.scheduler is not None:
         runtime.scheduler.flush(wait=True)
+    started = time.perf_counter()
     ray.train.report(enriched, checkpoint=checkpoint, **kwargs)
+    note_report(runtime, checkpoint, time.perf_counter() - started)
 
 
 def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:

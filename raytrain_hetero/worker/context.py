@@ -19,6 +19,7 @@ from raytrain_hetero.worker.emulation import SlowdownSchedule
 from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.planning import PlanState
+from raytrain_hetero.worker.preemption import PreemptionWatch
 from raytrain_hetero.worker.scheduler_client import SchedulerClient
 from raytrain_hetero.worker.timing import ComputeClock, StepTiming
 
@@ -62,9 +63,10 @@ class Telemetry:
 class WorkerRuntime:
     """Everything a training worker process holds for the current worker group.
 
-    Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
-    prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
-    (generator states from the checkpoint) until the loader applies them.
+        Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
+        prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
+        (generator states from the checkpoint) until the loader applies them, ``preemption`` (step
+    and checkpoint times, the agreed hand-off) by :mod:`~raytrain_hetero.worker.preemption`.
     """
 
     identity: RankIdentity
@@ -77,6 +79,7 @@ class WorkerRuntime:
     model: Any = None
     guard: StepGuard | None = None
     pending_rng: RngState | None = None
+    preemption: PreemptionWatch = field(default_factory=PreemptionWatch)
 
     @classmethod
     def start(cls, identity: RankIdentity) -> WorkerRuntime:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from raytrain_hetero.config.groups import (
     BackendConfig,
     BatchConfig,
+    ElasticConfig,
     EmulationConfig,
     GuardConfig,
     SchedulerConfig,
@@ -42,6 +43,8 @@ class HeteroSetup:
         min_workers: Smallest group the run may shrink to; admission never goes below it.
         scheduler_name: Ray actor name of the run's scheduler (and its namespace), or None.
         storage: Where the cost models of ``ProbeConfig.remember`` are kept, or None.
+        preemption_watcher: Whether Ray Train's preemption watcher runs (it delivers the
+            notices ``elastic.preemption_notice`` acts on; off, none can come).
     """
 
     run_id: str
@@ -52,12 +55,14 @@ class HeteroSetup:
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     faults: FaultInjectionConfig | None = None
     min_workers: int = 1
     scheduler_name: str | None = None
     scheduler_namespace: str | None = None
     storage: StorageLocation | None = None
+    preemption_watcher: bool = True
 
     @property
     def max_world_size(self) -> int:

@@ -3,7 +3,8 @@
 :mod:`~raytrain_hetero.worker.api`'s loaders call these: the first iteration installs the
 first plan (fixed shares, a prior under the cheap start, or an explicit probe), every step's
 end may install the passively measured plan and, every ``plan_sync_every`` steps, adopts the
-scheduler's pending re-plan (a collective at the same step on every rank).
+scheduler's pending re-plan and reads Ray's preemption notice (collectives at the same step on
+every rank; :mod:`~raytrain_hetero.worker.preemption`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from raytrain_hetero.worker.planning import (
     install_plan,
     next_free_step,
 )
+from raytrain_hetero.worker.preemption import end_of_step, read_notice
 from raytrain_hetero.worker.scheduler_client import PollAnswer
 
 __all__ = ["install_first_plan", "install_run_plan", "on_step_end", "sync_with_scheduler"]
@@ -110,9 +112,11 @@ def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     scheduler.add(record)
     if scheduler.buffered >= setup.scheduler.resolved_flush_every():
         scheduler.flush()
+    end_of_step(runtime, record)  # the agreed last step before a preemption: hand off
     every = setup.scheduler.plan_sync_every
     if every > 0 and (record.step + 1) % every == 0:
         sync_with_scheduler(runtime)
+        read_notice(runtime, record)
 
 
 def sync_with_scheduler(runtime: WorkerRuntime) -> None:

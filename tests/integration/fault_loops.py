@@ -55,7 +55,8 @@ def fault_loop(config: dict) -> None:
                 if str(step) in replan_at:
                     shares = replan_at[str(step)][: info["world_size"]]
                     rh.update_plan(shares=shares, reason=f"test replan at {step}")
-                if (step + 1) % every == 0:
+                # checkpoint_due: the agreed last step before a preemption (the soak's notices).
+                if rh.checkpoint_due() or (step + 1) % every == 0:
                     _checkpoint(model, optim, out, info, step + 1)
     if info["rank"] == 0:
         np.save(out / "final_params.npy", flat_params(model))

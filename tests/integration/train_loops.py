@@ -263,6 +263,9 @@ def live_loop(config: dict) -> None:
     ledger = (out / f"ledger_rank{info['rank']}_{info['group']}.jsonl").open("a")
     crash_marker = out / "crashed_once"
     steps_at_full = 0
+    # ``ray_docs_preemption``: Ray Train's documented reaction to a notice instead of the
+    # library's (benchmarks/preemption.py): read it every step, checkpoint at the first one.
+    saved_on_preemption = False
     # ``stop_after_regrowth``: a group of that world size stops once a bigger group ran before
     # it. Every rank reads the same finished ledgers of the earlier groups: they agree.
     stop_world = config.get("stop_at_world")
@@ -312,7 +315,14 @@ def live_loop(config: dict) -> None:
                 )
                 ray.kill(actor, no_restart=False)  # Ray restarts it (max_restarts=-1)
                 (out / "killed_scheduler").write_text(str(step))
-            if config.get("checkpoint_every") and (step + 1) % config["checkpoint_every"] == 0:
+            every = config.get("checkpoint_every")
+            jit = False
+            if config.get("ray_docs_preemption"):
+                notice = ray.train.get_preemption_info()  # a collective, every step
+                jit = notice is not None and not saved_on_preemption
+                saved_on_preemption = saved_on_preemption or jit
+            # checkpoint_due: the agreed last step before a preemption (test_preemption.py).
+            if jit or rh.checkpoint_due() or (every and (step + 1) % every == 0):
                 with tempfile.TemporaryDirectory() as d:
                     torch.save(
                         {"model": model.module.state_dict(), "optim": optim.state_dict()},

@@ -88,6 +88,8 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (PolicyConfig, "straggler_penalty"): 4.0,
     (ElasticConfig, "min_workers"): 1,
     (ElasticConfig, "resize_monitor_interval_s"): 2.0,
+    (ElasticConfig, "preemption_notice"): False,
+    (ElasticConfig, "preemption_margin_s"): 7.5,
     (BackendConfig, "torch_backend"): "gloo",
     (BackendConfig, "collective_timeout_s"): 60,
     (GuardConfig, "max_consecutive_nonfinite"): 5,

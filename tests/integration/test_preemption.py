@@ -1,0 +1,124 @@
+"""A spot preemption with notice on a real multi-node Ray cluster: a worker node is drained
+with reason PREEMPTION and a deadline through Ray's own drain API, then removed at the
+deadline. The group trains on all three workers to the step it agreed on, checkpoints there
+and continues at once on the two that stay: no step is computed twice, every sample is seen
+once, and the smaller group starts before the node is gone.
+
+Ray Train's preemption watcher (off for the other tests, tests/conftest.py) is on here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ledgers
+import pytest
+import ray
+from ray.train import FailureConfig, RunConfig
+from test_elastic import cluster, fresh_digest, pool  # noqa: F401 - the module's fixtures
+from train_loops import live_loop
+
+from raytrain_hetero import BatchConfig, ElasticConfig, HeteroTrainer, WorkerSpec
+from raytrain_hetero.driver._ray_compat import drain_node_for_preemption
+
+pytestmark = pytest.mark.ray
+
+NOTICE_S = 12.0
+
+
+def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
+    cluster,  # noqa: F811
+    pool,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
+    # Slower than the resize monitor (1 s): the elastic policy sees the drained node before
+    # the workers see the notice, and must not shrink the running group for it.
+    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
+    pool(2)  # ranks 0 and 1 (Ray Train packs its workers)
+    spot = pool(1)  # rank 2, the node taken back
+    cluster.wait_for_nodes()
+    out = tmp_path / "preempt"
+    out.mkdir()
+    # B=48: 150 steps in one epoch; ~0.1 s steps: the notice ends well inside the epoch.
+    size = 7200
+    trainer = HeteroTrainer(
+        live_loop,
+        train_loop_config={
+            "size": size,
+            "epochs": 1,
+            "out": str(out),
+            "checkpoint_every": 25,
+            "step_sleep_s": 0.1,
+        },
+        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
+        batch=BatchConfig(global_batch_size=48),
+        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
+        run_config=RunConfig(
+            name="preempt",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
+        ),
+    )
+    drained = threading.Event()
+    deadline: list[float] = []
+    removed = threading.Event()
+
+    def remove_at_deadline():
+        time.sleep(max(0.0, deadline[0] - time.time()))
+        if spot in cluster.worker_nodes:
+            cluster.remove_node(spot)
+        removed.set()
+
+    def progress(update):
+        at_three = [r for r in update.records if r.world_size == 3]
+        if not drained.is_set() and len({r.step for r in at_three}) >= 1:
+            deadline.append(drain_node_for_preemption(cluster.address, spot.node_id, NOTICE_S))
+            drained.set()
+            threading.Thread(target=remove_at_deadline, daemon=True).start()
+
+    result = trainer.fit(progress=progress, poll_interval_s=0.5)
+    assert result.error is None
+    assert drained.is_set()
+    removed.wait(timeout=NOTICE_S + 5)
+
+    # Every group's restore matches the checkpoint it resumed from, bit for bit.
+    starts = ledgers.assert_restores_match(out, fresh_digest())
+    assert [s["world"] for s in starts] == [3, 2], starts
+    entries = []
+    for path in out.glob("ledger_rank*_*.jsonl"):
+        mine = ledgers._read_jsonl(path)
+        assert len({e["step"] for e in mine}) == len(mine), path  # one rank, one group
+        entries.extend(mine)
+    last_at_three = max(e["step"] for e in entries if e["world"] == 3)
+    # The two-worker group resumes right after the three-worker group's last step: the
+    # checkpoint was written at the agreed step, and nothing after it ran.
+    assert starts[1]["resume_step"] == last_at_three + 1
+    # No global step computed twice: each step was run by exactly one group.
+    by_step: dict[int, set[str]] = {}
+    for e in entries:
+        by_step.setdefault(e["step"], set()).add(e["group"])
+    assert all(len(groups) == 1 for groups in by_step.values()), by_step
+    assert sorted(by_step) == list(range(150))
+    assert last_at_three < 149, "the notice outlasted the epoch: nothing left for 2 workers"
+    ledgers.assert_exactly_once(entries, size, [0])
+    # The three-worker group's last step ended before the deadline (the checkpoint after it
+    # too: the next group resumed from it); the smaller group's first step came one group
+    # start after that hand-off, not after the deadline.
+    records = sorted(trainer.step_records, key=lambda r: r.time)
+    handoff = max(r.time for r in records if r.world_size == 3)
+    first_two = min(r.time - r.wall_s for r in records if r.world_size == 2)
+    assert handoff <= deadline[0], (handoff, deadline[0])
+    assert first_two > handoff
+    plans_two = [p for p in trainer.plans if p.world_size == 2]
+    assert plans_two and "remembered cost models" in plans_two[0].reason, plans_two
+    print(
+        f"notice {NOTICE_S:.0f} s: {last_at_three + 1} steps done when 3 workers handed off "
+        f"{deadline[0] - handoff:.1f} s before the deadline; first step of 2 workers "
+        f"{first_two - handoff:.1f} s after the hand-off ({first_two - deadline[0]:+.1f} s "
+        "from the deadline)"
+    )
+    assert ray.is_initialized()
