@@ -59,6 +59,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (BatchConfig, "min_slice"): 2,
     (BatchConfig, "weighting"): "uniform",
     (BatchConfig, "batchnorm"): "local",
+    (BatchConfig, "ghost_size"): 16,
     (BatchConfig, "max_memory_fraction"): 0.5,
     (BatchConfig, "memory_cap_mode"): "slice",
     (BatchConfig, "fixed_shares"): [1.0, 3.0],
