@@ -119,6 +119,8 @@ def job_roles(job: JobConfig, plan: Plan, names: list[str]) -> RolesDecision:
         plan.global_batch_size,
         dataset=train_pipeline(job),
         delivery_rows=min(len(_split(job.data.model_dump_json())), 4 * plan.global_batch_size),
+        min_slice=plan.min_slice,
+        quantum=plan.quantum,
     )
 
 

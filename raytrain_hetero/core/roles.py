@@ -14,7 +14,10 @@ delivers while every worker trains, and ``feed_k`` what the pipeline delivers mo
 worker k's resources released for it (both measured by :mod:`raytrain_hetero.driver.roles`).
 :func:`decide_roles` picks the set of feeders that maximises it (every subset of the
 candidates up to :data:`EXACT_UP_TO` of them; beyond, the best prefix of the candidates by
-feed/train ratio); a tie keeps the worker training (the stock role).
+feed/train ratio); a tie keeps the worker training (the stock role). Under ghost BatchNorm
+(``quantum`` g) the trainers' compute is predicted from plans in whole groups, as the run's
+plans are: a set of trainers with fewer whole groups than workers (or than their minimum
+slices) trains at 0 samples/s.
 
 Pure: standard library only.
 """
@@ -118,6 +121,7 @@ def decide_roles(
     names: Sequence[str] | None = None,
     collective_s: float = 0.0,
     min_slice: int = 1,
+    quantum: int = 1,
 ) -> RolesDecision:
     """Feeders that maximise the predicted group samples/s (see the module).
 
@@ -133,6 +137,8 @@ def decide_roles(
         names: Worker names per rank (default ``rank<i>``).
         collective_s: Gradient collective seconds per step (counted as admission does).
         min_slice: Smallest slice of any trainer.
+        quantum: Samples every slice is a multiple of (``ghost_size`` under ghost BatchNorm,
+            else 1): the trainers' compute comes from plans in whole groups.
 
     Raises:
         AllocationError: Empty ``costs``, or per-rank inputs of another length.
@@ -156,6 +162,7 @@ def decide_roles(
             trainers,
             collective_s=collective_s if len(trainers) > 1 else 0.0,
             min_slice=min_slice,
+            quantum=quantum,
         )
 
     def predict(feeders: frozenset[int]) -> float:

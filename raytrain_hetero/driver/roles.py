@@ -85,13 +85,17 @@ def node_roles(
     delivery_rows: int,
     collective_s: float = 0.0,
     candidates: Sequence[bool] | None = None,
+    min_slice: int = 1,
+    quantum: int = 1,
 ) -> RolesDecision:
     """Measure and decide which CPU workers feed (see the module); logs the numbers.
 
     ``specs`` and ``costs`` (the probe's, compute-bound) are per worker slot in rank order;
     ``dataset`` is the carved pipeline, timed over ``delivery_rows`` rows with every worker
     held and with each candidate released (:func:`measure_delivery`). ``candidates``: per
-    rank, whether it may feed (default: the CPU workers).
+    rank, whether it may feed (default: the CPU workers). ``min_slice`` and ``quantum``
+    (``ghost_size`` under ghost BatchNorm) are the plan's: trainers are predicted in whole
+    groups, as they will train.
     """
     if candidates is None:
         candidates = [s.resolved_device() == "cpu" for s in specs]
@@ -116,6 +120,8 @@ def node_roles(
         delivery_samples_per_s=delivery,
         names=[s.name for s in specs],
         collective_s=collective_s,
+        min_slice=min_slice,
+        quantum=quantum,
     )
     logger.info("%s", decision.summary())
     for w in (w for w in decision.workers if w.candidate):

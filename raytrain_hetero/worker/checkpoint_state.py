@@ -152,6 +152,31 @@ class CheckpointState:
                 "start a new run (new RunConfig name)."
             )
 
+    def check_group_size(self, quantum: int) -> None:
+        """Refuse to resume with another ghost BatchNorm group size (``quantum``: the run's
+        ``BatchConfig.slice_quantum``, 1 when not ghost).
+
+        The checkpoint's plans carry the group size they were cut in. A different one would
+        normalise the resumed steps over other groups (another model hyper-parameter), even
+        where the carving itself (``min_step_size``) happens to come out the same.
+
+        Raises:
+            ConfigError: Naming both group sizes and the fix.
+        """
+        if not self.plans or self.plans[-1].quantum == quantum:
+            return
+
+        def mode(g: int) -> str:
+            return f"batchnorm: ghost with ghost_size {g}" if g > 1 else "no ghost BatchNorm"
+
+        held = self.plans[-1].quantum
+        raise ConfigError(
+            f"Cannot resume: the checkpoint was trained with {mode(held)}, this run asks for "
+            f"{mode(quantum)}. The ghost group size is fixed for a run; resume with "
+            f"{mode(held)} (BatchConfig.batchnorm / ghost_size, train.ghost_size in YAML), or "
+            "start a new run (new RunConfig name)."
+        )
+
     def slot_costs(self) -> dict[int, CostModel]:
         """Cost model per worker slot measured by the group that wrote the state."""
         return slot_costs(self.plans, self.rank_slots)

@@ -44,6 +44,8 @@ def restore_from_checkpoint(runtime: WorkerRuntime, carver: EpochCarver) -> Curs
         return Cursor(0, 0)
     with checkpoint.as_directory() as directory:
         state = require_state(Path(directory), checkpoint.path)
+    # The group size first: a different one changes min_step_size too, less clearly named.
+    state.check_group_size(runtime.identity.setup.batch.slice_quantum)
     state.check_carving(carver)
     runtime.plans.restore(state.plans, state.slot_costs())
     rank, world = runtime.identity.rank, runtime.identity.world_size

@@ -85,17 +85,30 @@ def parquet_features(batch: dict) -> dict:
     return {"x": x, "label": batch["label"], "id": batch["id"]}
 
 
-def fresh_model(column: str) -> torch.nn.Module:
-    """The loop's model before training (seeded: the same on every rank and in the test)."""
+def fresh_model(column: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The loop's model before training (seeded: the same on every rank and in the test).
+
+    The parquet features (``x``) go through a BatchNorm layer: the S3 fit trains it under
+    ``batchnorm: ghost``."""
     torch.manual_seed(0)
-    return torch.nn.Linear(BANDS * SIDE * SIDE if column == "image" else 6, CLASSES)
+    if column == "image":
+        return torch.nn.Linear(BANDS * SIDE * SIDE, CLASSES).to(dtype)
+    hidden = 8
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, hidden),
+        torch.nn.BatchNorm1d(hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, CLASSES),
+    ).to(dtype)
 
 
 def ray_data_loop(config: dict) -> None:
     """Records each rank's row ids per step; switches plan mid-epoch; fails once after the
-    first epoch's checkpoint (when ``fail_once``); ranks write the validation ids they got."""
+    first epoch's checkpoint (when ``fail_once``); ranks write the validation ids they got and
+    their final state dict (``final_rank<r>.pt``)."""
     column = config["column"]
-    model = rh.prepare_model(fresh_model(column))
+    dtype = getattr(torch, config.get("dtype", "float32"))
+    model = rh.prepare_model(fresh_model(column, dtype))
     optim = rh.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     checkpoint = __import__("ray").train.get_checkpoint()
     if checkpoint is not None:
@@ -110,7 +123,7 @@ def ray_data_loop(config: dict) -> None:
     rank = info["rank"]
     with (out / f"ledger_rank{rank}_{info['group']}.jsonl").open("a") as ledger:
         for epoch in range(shard.epoch, config["epochs"]):
-            for batch in shard.iter_torch_batches(dtypes={column: torch.float32}):
+            for batch in shard.iter_torch_batches(dtypes={column: dtype}):
                 step = rh.current_step_number()
                 record_step(ledger, epoch, step, batch["id"].tolist(), info)
                 if "decoded_by" in batch:
@@ -147,3 +160,5 @@ def ray_data_loop(config: dict) -> None:
                     marker.write_text("1")
                 raise RuntimeError("injected failure after an epoch-end checkpoint")
     (out / f"pid_rank{rank}.txt").write_text(str(os.getpid()))
+    # Every rank's final parameters and running statistics (the test compares them).
+    torch.save(model.module.state_dict(), out / f"final_rank{rank}.pt")

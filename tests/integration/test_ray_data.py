@@ -3,7 +3,10 @@
 * Local files: GeoTIFFs read as bytes and decoded by a ``map_batches`` (Ray Data tasks), a
   plan switch mid-epoch, a failure after epoch 0's checkpoint (the new group resumes at the
   epoch boundary through a new stream server), a parquet validation set split unevenly.
-* The S3 server's bucket: parquet, an equal start (no probe) and the live scheduler.
+* The S3 server's bucket: parquet, an equal start (no probe), the live scheduler and
+  ``batchnorm: ghost``: every slice whole groups (the merged tail's remainder on the last
+  rank), and every rank's parameters and running statistics those of one device running
+  ghost BatchNorm over the same global batches (float64, 1e-10).
 
 Asserted from the per-rank ledgers: every row once per epoch, the same steps on every rank,
 each rank's slice the governing plan's, the ragged tail merged as the map-style carving does.
@@ -48,12 +51,16 @@ WORKERS = [
 ]
 
 
-def _check_ledger(out, trainer, rows: int, batch: int, epochs: int, column: str) -> list[dict]:
-    """Rows once per epoch, step parity, slices per the governing plan; the committed steps."""
-    assert_restores_match(out, params_digest(fresh_model(column)))
+def _check_ledger(
+    out, trainer, rows: int, batch: int, epochs: int, column: str, *, ghost: int = 1, dtype=None
+) -> list[dict]:
+    """Rows once per epoch, step parity, slices per the governing plan (in whole groups of
+    ``ghost``, the merged tail's remainder on the last rank); the committed steps."""
+    model = fresh_model(column) if dtype is None else fresh_model(column, dtype)
+    assert_restores_match(out, params_digest(model))
     entries, _ = committed_ledger(out)
     assert_exactly_once(entries, rows, range(epochs))
-    carver = EpochCarver(rows, batch, min_step_size=len(WORKERS), shuffle=False)
+    carver = EpochCarver(rows, batch, min_step_size=len(WORKERS) * ghost, shuffle=False)
     steps = carver.steps_per_epoch * epochs
     by_step: dict[int, dict[int, int]] = {}
     for e in entries:
@@ -64,6 +71,8 @@ def _check_ledger(out, trainer, rows: int, batch: int, epochs: int, column: str)
         plan = max((p for p in trainer.plans if p.effective_step <= step), key=lambda p: p.version)
         size = carver.step_size(step % carver.steps_per_epoch)
         assert [slices[r] for r in range(3)] == list(plan.split(size)), (step, plan)
+        whole = [slices[0], slices[1], slices[2] - size % ghost]
+        assert all(n >= ghost and n % ghost == 0 for n in whole), (step, slices)
     return entries
 
 
@@ -140,11 +149,21 @@ def test_geotiffs_from_local_files_carved_with_a_switch_and_an_epoch_resume(ray_
         assert got == Counter(range(23)), f"epoch {epoch} validation rows"
 
 
-def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_store, tmp_path):
+def test_parquet_from_the_s3_bucket_equal_start_live_scheduler_ghost_batchnorm(
+    ray_local, s3_store, tmp_path
+):
+    import numpy as np
     import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
     import ray
+    import torch
+    import torch.nn.functional as F
 
-    rows, batch, epochs = 150, 24, 2  # 7 steps per epoch: 24 x 6 and a short 6 (>= 3: its own step)
+    from raytrain_hetero.worker.batchnorm import GhostBatchNorm, convert_ghost_batchnorm
+
+    # Groups of 4: 6 steps per epoch, 24 x 5 and 30 (a tail of 6 < 3 workers x 1 group
+    # merged: 7 groups and 2 samples, which join the last group, on the last rank).
+    rows, batch, epochs, ghost = 150, 24, 2, 4
     # Credentials travel in the pickled filesystem to Ray Data's read tasks.
     fs = pafs.S3FileSystem(
         endpoint_override=s3_store.endpoint,
@@ -152,6 +171,8 @@ def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_sto
         access_key=s3_store.env["AWS_ACCESS_KEY_ID"],
         secret_key=s3_store.env["AWS_SECRET_ACCESS_KEY"],
         region=s3_store.env["AWS_DEFAULT_REGION"],
+        # Small files in one PutObject: pyarrow 25's multipart completion fails on moto 5.2.
+        allow_delayed_open=True,
     )
     write_parquet(f"{s3_store.bucket}/table", rows, files=4, filesystem=fs)
     train = ray.data.read_parquet(f"{s3_store.bucket}/table", filesystem=fs).map_batches(
@@ -161,9 +182,15 @@ def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_sto
     out.mkdir()
     trainer = HeteroTrainer(
         ray_data_loop,
-        train_loop_config={"out": str(out), "epochs": epochs, "column": "x", "replan_at": -1},
+        train_loop_config={
+            "out": str(out),
+            "epochs": epochs,
+            "column": "x",
+            "replan_at": -1,
+            "dtype": "float64",
+        },
         workers=WORKERS,
-        batch=BatchConfig(global_batch_size=batch),
+        batch=BatchConfig(global_batch_size=batch, batchnorm="ghost", ghost_size=ghost),
         scheduler=SchedulerConfig(
             live=True,
             plan_sync_every=2,
@@ -177,8 +204,43 @@ def test_parquet_from_the_s3_bucket_equal_start_live_scheduler(ray_local, s3_sto
     result = trainer.fit()
     assert result.error is None
     first = trainer.plans[0]
-    assert first.reason.startswith("equal start") and max(first.slices) - min(first.slices) <= 1
-    _check_ledger(out, trainer, rows, batch, epochs, "x")
+    assert first.reason.startswith("equal start") and first.slices == (8, 8, 8)
+    assert all(p.quantum == ghost for p in trainer.plans)
+    entries = _check_ledger(
+        out, trainer, rows, batch, epochs, "x", ghost=ghost, dtype=torch.float64
+    )
+    # One device running ghost BatchNorm over the same global batches (the ranks' rows of a
+    # step in rank order are its stream positions in order).
+    table = pq.read_table(f"{s3_store.bucket}/table", filesystem=fs).to_pydict()
+    order = np.argsort(table["id"])
+    x = np.stack([np.asarray(table[f"x{j}"], dtype=np.float32) for j in range(6)], axis=1)
+    x = torch.as_tensor(x[order], dtype=torch.float64)
+    y = torch.as_tensor(np.asarray(table["label"])[order])
+    model = convert_ghost_batchnorm(fresh_model("x", torch.float64), ghost)
+    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    by_step: dict[int, list] = {}
+    for e in sorted(entries, key=lambda e: (e["step"], e["rank"])):
+        by_step.setdefault(e["step"], []).extend(e["ids"])
+    for step in sorted(by_step):
+        ids = torch.as_tensor(by_step[step])
+        loss = F.cross_entropy(model(x[ids]), y[ids])
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    want = model.state_dict()
+    assert int(want["1.num_batches_tracked"]) == len(by_step) == 12
+    for rank in range(3):
+        got = torch.load(out / f"final_rank{rank}.pt", weights_only=True)
+        assert sorted(got) == sorted(want)
+        for key, value in want.items():
+            assert torch.allclose(got[key].double(), value.double(), rtol=0, atol=1e-10), (
+                rank,
+                key,
+                (got[key] - value).abs().max(),
+            )
+    assert isinstance(model[1], GhostBatchNorm)
+    fresh = fresh_model("x", torch.float64).state_dict()
+    assert (want["1.running_mean"] - fresh["1.running_mean"]).abs().max() > 1e-3  # it moved
 
 
 def test_yaml_ray_data_source_decodes_the_registered_dataset_in_ray_data(

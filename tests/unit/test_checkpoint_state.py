@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from raytrain_hetero.config import BatchConfig
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
@@ -102,3 +104,78 @@ def test_resuming_from_a_checkpoint_without_state_is_refused_with_the_fix(tmp_pa
         require_state(tmp_path, "/ckpt_7")
     write_state(tmp_path, _state())
     assert require_state(tmp_path, "/ckpt_7") == _state()
+
+
+def _ghost_state(ghost: int, min_slice: int = 1) -> CheckpointState:
+    """A 3-rank run's state whose plans cut groups of ``ghost`` (1: not ghost)."""
+    batch = BatchConfig(
+        global_batch_size=48,
+        batchnorm="ghost" if ghost > 1 else "exact",
+        ghost_size=max(ghost, 2),
+        min_slice=min_slice,
+    )
+    carver = EpochCarver(470, 48, seed=3, min_step_size=3 * batch.min_slice_samples)
+    plans = [
+        Plan.from_shares(48, [1.0, 2.0, 3.0], quantum=ghost, min_slice=batch.min_slice_samples),
+        Plan.from_costs(
+            48,
+            [CostModel(0.001, 0.01)] * 3,
+            version=2,
+            effective_step=6,
+            quantum=ghost,
+            min_slice=batch.min_slice_samples,
+        ),
+    ]
+    return CheckpointState.capture(carver, Cursor(1, 4), 3, plans, [0, 1, 2])
+
+
+def test_resuming_with_another_ghost_size_is_refused_by_name(tmp_path):
+    write_state(tmp_path, _ghost_state(4))
+    state = read_state(tmp_path)  # the group size survives the file
+    assert [p.quantum for p in state.plans] == [4, 4]
+    state.check_group_size(4)
+    with pytest.raises(
+        ConfigError, match=r"ghost_size 4, this run asks for .*ghost_size 8.*new run"
+    ):
+        state.check_group_size(8)
+    with pytest.raises(ConfigError, match=r"ghost_size 4, this run asks for no ghost BatchNorm"):
+        state.check_group_size(1)
+    with pytest.raises(ConfigError, match=r"trained with no ghost BatchNorm.*ghost_size 16"):
+        _ghost_state(1).check_group_size(16)
+    _ghost_state(1).check_group_size(1)  # exact or local: nothing to compare
+    # min_slice 8 in groups of 4 or of 8: the same carving (min_step_size 24), other groups.
+    a, b = _ghost_state(4, min_slice=8), _ghost_state(8, min_slice=8)
+    assert a.min_step_size == b.min_step_size == 24
+    carver_b = EpochCarver(470, 48, seed=3, min_step_size=b.min_step_size)
+    a.check_carving(carver_b)  # the carving alone would let it resume
+    with pytest.raises(ConfigError, match=r"ghost_size 4.*ghost_size 8"):
+        a.check_group_size(8)
+
+
+def test_restore_from_checkpoint_refuses_another_ghost_size_before_adopting_plans(
+    tmp_path, monkeypatch
+):
+    """The resume path itself (``restore_from_checkpoint``, no Ray session): a checkpoint
+    cut in groups of 4 under a run with ghost_size 8 is refused, the plans not adopted."""
+    import ray.train
+
+    from raytrain_hetero.worker.planning import PlanState
+    from raytrain_hetero.worker.resume import restore_from_checkpoint
+
+    state = _ghost_state(4, min_slice=8)  # min_step_size 24 under ghost_size 8 too
+    write_state(tmp_path, state)
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint(str(tmp_path)))
+    carver = EpochCarver(470, 48, seed=3, min_step_size=state.min_step_size)
+
+    def runtime(ghost: int) -> SimpleNamespace:
+        batch = BatchConfig(global_batch_size=48, batchnorm="ghost", ghost_size=ghost, min_slice=8)
+        identity = SimpleNamespace(setup=SimpleNamespace(batch=batch), rank=0, world_size=3)
+        return SimpleNamespace(identity=identity, plans=PlanState(), pending_rng=None)
+
+    refused = runtime(8)
+    with pytest.raises(ConfigError, match=r"ghost_size 4, this run asks for .*ghost_size 8"):
+        restore_from_checkpoint(refused, carver)
+    assert refused.plans.history == []
+    same = runtime(4)
+    assert restore_from_checkpoint(same, carver) == Cursor(1, 4)
+    assert [p.quantum for p in same.plans.history] == [4, 4]

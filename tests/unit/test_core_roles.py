@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytrain_hetero.core.admission import group_samples_per_second
-from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.allocation import CostModel, allocate, makespan
 from raytrain_hetero.core.roles import EXACT_UP_TO, decide_roles
 from raytrain_hetero.errors import AllocationError
 
@@ -81,8 +81,10 @@ _cost = st.builds(
     ),
     delivery=st.floats(1.0, 5000.0),
     collective=st.floats(0.0, 0.02),
+    quantum=st.sampled_from([1, 2, 4, 16, 32]),
 )
-def test_the_chosen_roles_are_the_best_assignment(workers, delivery, collective):
+def test_the_chosen_roles_are_the_best_assignment(workers, delivery, collective, quantum):
+    """Also under ghost BatchNorm (``quantum`` g): every prediction from whole-group plans."""
     costs = [c for c, _, _ in workers]
     flags = [f for _, f, _ in workers]
     feed = [r for _, _, r in workers]
@@ -93,13 +95,14 @@ def test_the_chosen_roles_are_the_best_assignment(workers, delivery, collective)
         feed_samples_per_s=feed,
         delivery_samples_per_s=delivery,
         collective_s=collective,
+        quantum=quantum,
     )
     n = len(costs)
 
     def predict(feeders):
         trainers = [costs[r] for r in range(n) if r not in feeders]
         compute = group_samples_per_second(
-            B, trainers, collective_s=collective if len(trainers) > 1 else 0.0
+            B, trainers, collective_s=collective if len(trainers) > 1 else 0.0, quantum=quantum
         )
         return min(compute, delivery + sum(feed[r] for r in feeders))
 
@@ -119,6 +122,45 @@ def test_the_chosen_roles_are_the_best_assignment(workers, delivery, collective)
     # A feeder is only chosen if it strictly helps (ties keep the stock role).
     if d.feeders:
         assert d.chosen_samples_per_s > d.all_train_samples_per_s
+    # The chosen trainers' compute is that of a plan in whole groups (the run's plan).
+    trainers = [costs[w.rank] for w in d.workers if w.role == "train"]
+    if d.compute_samples_per_s > 0:
+        slices = allocate(B, trainers, quantum=quantum)
+        assert all(b > 0 and b % quantum == 0 for b in slices)
+        step = makespan(slices, trainers) + (collective if len(trainers) > 1 else 0.0)
+        assert d.compute_samples_per_s == pytest.approx(B / step)
+    else:  # fewer whole groups than trainers: no plan at all
+        assert B // quantum < len(trainers)
+
+
+def test_ghost_groups_fewer_than_trainers_make_a_feeder_of_a_candidate():
+    # B = 64 in groups of 32 holds 2 groups: three trainers cannot all take one. Planned in
+    # single samples the CPU node would keep training (feeding adds nothing: a tie).
+    args = dict(
+        candidates=[False, False, True],
+        feed_samples_per_s=[0.0, 0.0, 0.0],
+        delivery_samples_per_s=300.0,
+    )
+    assert decide_roles(B, [GPU, GPU, CPU], **args).feeders == ()
+    d = decide_roles(B, [GPU, GPU, CPU], quantum=32, **args)
+    assert d.all_train_compute_samples_per_s == 0.0 and d.all_train_samples_per_s == 0.0
+    assert d.feeders == (2,) and d.chosen_samples_per_s == pytest.approx(300.0)
+    # Whole groups also change the trainers' predicted compute (a slice of 24 is not a plan).
+    slow = CostModel(alpha=0.001, beta=0.002)
+    single = decide_roles(
+        B,
+        [GPU, slow],
+        candidates=[False, False],
+        feed_samples_per_s=[0.0, 0.0],
+        delivery_samples_per_s=float("inf"),
+    )
+    ghost = decide_roles(B, [GPU, slow], candidates=[False, False],
+                         feed_samples_per_s=[0.0, 0.0], delivery_samples_per_s=float("inf"),
+                         quantum=16)  # fmt: skip
+    assert ghost.compute_samples_per_s < single.compute_samples_per_s
+    assert ghost.compute_samples_per_s == pytest.approx(
+        group_samples_per_second(B, [GPU, slow], collective_s=0.0, quantum=16)
+    )
 
 
 def test_many_candidates_use_ratio_prefixes_and_never_lose_to_all_training():

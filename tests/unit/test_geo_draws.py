@@ -172,3 +172,61 @@ def test_cli_construction_errors_are_one_line_and_write_nothing(
     assert len(err.splitlines()) == 1 and err.startswith("raytrain-hetero: error: ")
     assert "Fix:" in err and all(name in err for name in names), err
     assert not out.exists()
+
+
+def test_ghost_groups_hold_on_a_geodatamodules_carved_draws(l7irish):
+    """``batchnorm: ghost`` on a torchgeo GeoDataModule (L7Irish: RandomBatchGeoSampler over
+    an IntersectionDataset), carved as HeteroDDPStrategy carves it: under plans in whole groups
+    of 2 (5:3:2, then 2:3:5 from step 2; the short last step of 7 = 3 groups + 1 joining the
+    last), every rank's collated slice, through the datamodule's batch augmentation, holds
+    whole groups of the global step's draws in order, so GhostBatchNorm's output on each rank
+    is the one-device output on the step's global batch (float64, 1e-12)."""
+    from raytrain_hetero.worker.batchnorm import GhostBatchNorm, convert_ghost_batchnorm
+
+    ghost = 2
+    dm = L7IrishDataModule(paths=str(l7irish), batch_size=4, patch_size=16, length=LENGTH)
+    dm.setup("fit")
+    draws = geo_draws(dm.train_dataloader(), seed=0)
+    carver = EpochCarver(LENGTH, BATCH, seed=0, min_step_size=3 * ghost)
+    schedule = PlanSchedule()
+    schedule.add(Plan.from_shares(BATCH, SHARES, quantum=ghost))
+    schedule.add(Plan.from_shares(BATCH, SWITCHED, version=2, effective_step=2, quantum=ghost))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(9, 4, 3, padding=1), torch.nn.BatchNorm2d(4))
+    model = convert_ghost_batchnorm(model.double(), ghost).train()
+    assert isinstance(model[1], GhostBatchNorm)
+
+    def prepared(batch: dict) -> torch.Tensor:
+        # The datamodule's own batch augmentation (normalisation: order and count kept).
+        return dm.aug({"image": batch["image"].float()})["image"].double()
+
+    loaders = [
+        iter(
+            DataLoader(
+                draws.dataset,
+                batch_sampler=CarvingBatchSampler(carver, schedule, r, draws=draws.queries),
+                collate_fn=stack_samples,
+            )
+        )
+        for r in range(3)
+    ]
+    queries = draws.queries(0)
+    permutation = carver.permutation(0)
+    for k in range(carver.steps_per_epoch):
+        plan = schedule.plan_for(k)
+        counts = carver.step_counts(k, plan)
+        start, stop = carver.step_bounds(k)
+        size = stop - start
+        assert all(n % ghost == 0 for n in counts[:-1]) and (counts[-1] - size % ghost) % ghost == 0
+        slices = [next(loader) for loader in loaders]
+        assert [len(s["bounds"]) for s in slices] == list(counts)
+        # The ranks' draws, in rank order, are the step's draws in carving order.
+        step_queries = [queries[i] for i in permutation[start:stop]]
+        assert [_key(b) for s in slices for b in s["bounds"]] == [_key(q) for q in step_queries]
+        whole = next(iter(DataLoader(draws.dataset, batch_sampler=[step_queries],
+                                     collate_fn=stack_samples)))  # fmt: skip
+        with torch.no_grad():
+            want = model(prepared(whole))
+            got = torch.cat([model(prepared(s)) for s in slices])
+        assert (got - want).abs().max().item() <= 1e-12, k
+    assert carver.steps_per_epoch == 5 and size == 7  # the short last step ran too

@@ -379,3 +379,88 @@ def test_half_precision_groups_accumulate_in_float32():
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     assert abs(out.float().std().item() - 1.0) < 1e-2
     assert torch.isfinite(layer.running_var).all()
+
+
+def _timm_rank(rank: int, world_size: int) -> dict:
+    """A timm ResNet-18 (torchgeo's backbones; 13 Sentinel-2 bands, no pretrained weights)
+    through prepare_model's ghost conversion (g=16) on a one-rank gloo group, ``layer1`` frozen
+    in eval mode; one forward/backward of 32 samples beside an unbound one-device copy."""
+    import timm
+
+    from raytrain_hetero.config import BatchConfig, WorkerSpec
+    from raytrain_hetero.worker.api import prepare_model
+    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+
+    setup = HeteroSetup(
+        run_id="timm-ghost",
+        specs=(WorkerSpec(name="w0"),),
+        batch=BatchConfig(global_batch_size=32, batchnorm="ghost", ghost_size=16),
+    )
+    runtime = WorkerRuntime.start(RankIdentity(setup=setup, slot=0, rank=0, world_size=1))
+    install_runtime(runtime)
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, in_chans=13, num_classes=10)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    one_device = convert_ghost_batchnorm(copy.deepcopy(model), 16)
+    ddp = prepare_model(model)
+    for m in (ddp.module, one_device):
+        m.train()
+        m.layer1.eval()  # a frozen stage: uses and keeps its running statistics
+    gen = torch.Generator().manual_seed(5)
+    x = torch.rand(32, 13, 32, 32, generator=gen) * 3000 + 500  # raw reflectance-like values
+    y = torch.randint(0, 10, (32,), generator=gen)
+    outputs, grads = [], []
+    for m in (ddp, one_device):
+        if m is ddp:  # the step a carved loader would open (the hook refuses others)
+            runtime.timing.begin(StepInfo(0, 0, 0, (32,), 0, 1))
+        out = m(x)
+        F.cross_entropy(out, y).backward()
+        if m is ddp:
+            runtime.timing.end()
+        outputs.append(out.detach())
+        grads.append({n: p.grad.clone() for n, p in getattr(m, "module", m).named_parameters()})
+    with torch.no_grad():
+        evals = [m.eval()(x[:5]) for m in (ddp, one_device)]  # running statistics, no groups
+
+    def names(m: torch.nn.Module) -> dict[str, str]:
+        return {n: type(b).__name__ for n, b in m.named_modules() if "Norm" in type(b).__name__}
+
+    return {
+        "norms": names(ddp.module),
+        "reference_norms": names(one_device),
+        "outputs": outputs,
+        "grads": grads,
+        "evals": evals,
+        "states": [ddp.module.state_dict(), one_device.state_dict()],
+        "before": before,
+    }
+
+
+def test_a_timm_resnet18_converts_and_trains_a_step_like_one_device():
+    """Real-world BatchNorm layouts: a timm ResNet-18 (BatchNorm2d in nested blocks and in the
+    downsample paths, a stage in eval mode) converted by prepare_model under ghost g=16 gives
+    one device's forward, gradients, running statistics (the frozen stage's untouched) and
+    eval outputs."""
+    (got,) = run_gloo_group(_timm_rank, 1, timeout_s=180).values()
+    norms = got["norms"]
+    assert len(norms) == 20 and set(norms.values()) == {"GhostBatchNorm"}, norms
+    assert "layer2.0.downsample.1" in norms and "layer4.1.bn2" in norms
+    assert got["reference_norms"] == norms
+    ddp_out, ref_out = got["outputs"]
+    assert torch.allclose(ddp_out, ref_out, rtol=1e-5, atol=1e-5)
+    for name, want in got["grads"][1].items():
+        scale = want.abs().max().item()
+        assert (got["grads"][0][name] - want).abs().max().item() <= 1e-5 * scale + 1e-8, name
+    state, reference = got["states"]
+    before = got["before"]
+    assert state.keys() == reference.keys() == before.keys()  # BatchNorm's state-dict layout
+    for key, want in reference.items():
+        if "running" in key or "num_batches" in key:
+            assert torch.allclose(state[key].double(), want.double(), rtol=1e-5, atol=1e-6), key
+    # The frozen stage kept its statistics; the training stages' moved, once (one step).
+    assert torch.equal(state["layer1.0.bn1.running_var"], before["layer1.0.bn1.running_var"])
+    assert int(state["layer1.0.bn1.num_batches_tracked"]) == 0
+    assert int(state["layer2.0.bn1.num_batches_tracked"]) == 1
+    assert not torch.equal(state["bn1.running_mean"], before["bn1.running_mean"])
+    assert torch.allclose(got["evals"][0], got["evals"][1], rtol=1e-5, atol=1e-5)
