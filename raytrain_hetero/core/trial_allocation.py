@@ -191,7 +191,9 @@ class AllocationDecision:
 # ----------------------------------------------------------------------------- the model
 
 
-def asha_expected_epochs(done: int, max_t: int, grace_period: int, reduction_factor: float) -> float:
+def asha_expected_epochs(
+    done: int, max_t: int, grace_period: int, reduction_factor: float
+) -> float:
     """Expected epochs still to run of a trial that has run ``done`` under ASHA.
 
     The epochs up to the next rung are certain; each later segment counts with the probability
@@ -541,16 +543,14 @@ def decide_trial_allocation(
     # current holdings on slots that still exist and that the trial can use
     current: list[Counts] = []
     for demand in trials:
-        held: Counts = {}
+        holding: Counts = {}
         for sid in demand.current:
-            s = slot_by_id.get(sid)
-            if s is not None and s.worker_type in demand.costs:
-                held = _plus(held, s.worker_type, 1)
-        current.append(held)
+            known = slot_by_id.get(sid)
+            if known is not None and known.worker_type in demand.costs:
+                holding = _plus(holding, known.worker_type, 1)
+        current.append(holding)
     current_exact = [
-        all(
-            sid in slot_by_id and slot_by_id[sid].worker_type in d.costs for sid in d.current
-        )
+        all(sid in slot_by_id and slot_by_id[sid].worker_type in d.costs for sid in d.current)
         and bool(d.current)
         for d in trials
     ]
@@ -587,10 +587,10 @@ def decide_trial_allocation(
                 )
                 for j, d in enumerate(trials)
             )
-            held = {sid for d in trials for sid in d.current}
+            in_use = {sid for d in trials for sid in d.current}
             return AllocationDecision(
                 assignments=assignments,
-                free_slots=tuple(sorted(s.slot_id for s in slots if s.slot_id not in held)),
+                free_slots=tuple(sorted(s.slot_id for s in slots if s.slot_id not in in_use)),
                 makespan_s=kept[0],
                 mean_completion_s=kept[1] / max(len(trials), 1),
                 changed=False,
