@@ -150,10 +150,12 @@ def format_table(name: str, figures: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks tune-sim [--output DIR] [--seed N] [--trials N]``."""
+    """``python -m benchmarks tune-sim [--output DIR] [--seeds 0,1,2] [--trials N]``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks tune-sim", description=__doc__)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results/tune_sim"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", default="0,1,2", help="comma-separated seeds (trial draw, curves, node order)"
+    )
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--restart-s", type=float, default=30.0)
     args = parser.parse_args(argv)
@@ -172,16 +174,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     tables = []
     started = time.perf_counter()
+    seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+    summary = [
+        f"{'search':<12} {'seed':>4} {'fifo/ours':>9} {'distribute/ours':>15} "
+        f"{'ours/bound':>10} {'slowest decision ms':>19}"
+    ]
     for name, families in SEARCHES.items():
-        cfg = TuneSimConfig(
-            trials=args.trials, seed=args.seed, restart_s=args.restart_s, families=families
-        )
-        figures = run(cfg, table)
-        report["searches"][name] = figures
-        text = format_table(name, figures)
-        tables.append(text)
-        print(text, flush=True)
-        print()
+        report["searches"][name] = {}
+        for seed in seeds:
+            cfg = TuneSimConfig(
+                trials=args.trials, seed=seed, restart_s=args.restart_s, families=families
+            )
+            figures = run(cfg, table)
+            report["searches"][name][str(seed)] = figures
+            text = format_table(f"{name} (seed {seed})", figures)
+            tables.append(text)
+            print(text, flush=True)
+            print()
+            summary.append(
+                f"{name:<12} {seed:>4} {figures['speedup_vs_fifo']:>9.2f} "
+                f"{figures['speedup_vs_distribute']:>15.2f} {figures['ours_vs_bound']:>10.3f} "
+                f"{figures['policies']['ours']['decision_s_max'] * 1e3:>19.1f}"
+            )
+    print("\n".join(summary))
+    print()
+    tables.insert(0, "\n".join(summary))
     bench = decision_benchmark(table, trials=args.trials)
     report["decision_benchmark"] = bench
     timing = (

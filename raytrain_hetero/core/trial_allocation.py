@@ -129,10 +129,15 @@ class TrialAllocationConfig:
         min_gain_s: Keep the current holdings unless the new makespan is at least this many
             seconds shorter (or equal makespan and the mean this much shorter).
         max_workers_per_trial: Cap on one trial's workers (None: no cap).
+        max_start_slowdown: A trial that holds no worker yet starts only on a free worker
+            whose step is at most this many times its step on one worker of its fastest
+            offered type; otherwise it waits (``waiting``) for a later decision. A trial
+            started on a far slower worker than the cluster has would end last.
     """
 
     min_gain_s: float = 0.0
     max_workers_per_trial: int | None = None
+    max_start_slowdown: float = 8.0
 
 
 @dataclass(frozen=True)
@@ -163,13 +168,15 @@ class AllocationDecision:
     """The holdings of every live trial.
 
     Attributes:
-        assignments: One per trial, in the order given.
+        assignments: One per started trial, in the order given.
         free_slots: Slots no trial holds (sorted).
         makespan_s: Latest predicted completion.
         mean_completion_s: Mean predicted completion.
         changed: Some trial's slots changed.
         findings: Warnings about the input (a node no trial can use, ...), one line each.
         reason: One line: why this allocation (kept, or how much better).
+        waiting: Trials that held no worker and still wait (no free worker fast enough for
+            them, see ``max_start_slowdown``), in the order given.
     """
 
     assignments: tuple[TrialAssignment, ...]
@@ -179,6 +186,7 @@ class AllocationDecision:
     changed: bool
     findings: tuple[str, ...]
     reason: str
+    waiting: tuple[str, ...] = ()
 
     def slots_of(self, trial_id: str) -> tuple[str, ...]:
         """The slots ``trial_id`` holds."""
@@ -507,11 +515,12 @@ def decide_trial_allocation(
         config: Hysteresis and caps.
 
     Returns:
-        The decision; a slot type no trial can use is reported in ``findings``.
+        The decision; a slot type no trial can use is reported in ``findings``; trials that
+        hold nothing yet and find no fast enough free worker are ``waiting``.
 
     Raises:
         AllocationError: A trial no offered slot can hold (one line naming it and the types
-            offered), more trials than slots, a slot held twice, or invalid numbers.
+            offered), more running trials than slots, a slot held twice, or invalid numbers.
     """
     _validate(slots, trials)
     slot_by_id = {s.slot_id: s for s in slots}
@@ -531,14 +540,20 @@ def decide_trial_allocation(
                 f"{sorted(demand.costs) or 'no type'} but the cluster offers "
                 f"{sorted(offered) or 'no slot'}; measure it on an offered type or add a node"
             )
-    if len(trials) > len(slots):
+    running = [d for d in trials if d.current]
+    if len(running) > len(slots):
         raise AllocationError(
-            f"{len(trials)} live trials but {len(slots)} worker slots: every trial needs at "
-            f"least one worker; run at most {len(slots)} trials at once"
+            f"{len(running)} running trials but {len(slots)} worker slots: every trial needs "
+            f"at least one worker; run at most {len(slots)} trials at once"
         )
     cap = config.max_workers_per_trial
     if cap is not None and cap < 1:
         raise AllocationError(f"max_workers_per_trial must be >= 1 or None, got {cap}")
+    if not (math.isfinite(config.max_start_slowdown) and config.max_start_slowdown >= 1):
+        raise AllocationError(
+            f"max_start_slowdown must be a finite number >= 1, got {config.max_start_slowdown}"
+        )
+    trials, waiting = _admit(slot_by_id, offered, trials, config.max_start_slowdown)
 
     # current holdings on slots that still exist and that the trial can use
     current: list[Counts] = []
@@ -596,6 +611,7 @@ def decide_trial_allocation(
                 changed=False,
                 findings=tuple(findings),
                 reason="kept the current holdings",
+                waiting=waiting,
             )
         reason = (
             f"makespan {kept[0]:.4g} s -> {best.objective()[0]:.4g} s, mean completion "
@@ -633,7 +649,39 @@ def decide_trial_allocation(
         changed=any(a.changed for a in assignments_list),
         findings=tuple(findings),
         reason=reason,
+        waiting=waiting,
     )
+
+
+def _admit(
+    slot_by_id: Mapping[str, WorkerSlot],
+    offered: Counts,
+    trials: Sequence[TrialDemand],
+    max_slowdown: float,
+) -> tuple[list[TrialDemand], tuple[str, ...]]:
+    """The trials to place (every running one, and the new ones that get a fast enough free
+    worker, in the order given) and the new ones that wait."""
+    free = dict(offered)
+    for d in trials:
+        for sid in d.current:
+            known = slot_by_id.get(sid)
+            if known is not None and known.worker_type in d.costs:
+                free[known.worker_type] -= 1
+    placed: list[TrialDemand] = []
+    waiting: list[str] = []
+    for d in trials:
+        if d.current:
+            placed.append(d)
+            continue
+        usable = sorted((step_seconds({t: 1}, d), t) for t in d.costs if t in offered)
+        fastest = usable[0][0]
+        options = [(step, t) for step, t in usable if free.get(t, 0) > 0]
+        if options and options[0][0] <= max_slowdown * fastest * (1 + _EPSILON):
+            free[options[0][1]] -= 1
+            placed.append(d)
+        else:
+            waiting.append(d.trial_id)
+    return placed, tuple(waiting)
 
 
 def _key(state: _State) -> tuple[tuple[tuple[str, int], ...], ...]:

@@ -44,7 +44,6 @@ from raytrain_hetero.core.trial_allocation import (
     asha_expected_epochs,
     cluster_slots,
     decide_trial_allocation,
-    step_seconds,
 )
 
 __all__ = [
@@ -57,7 +56,6 @@ __all__ = [
     "lower_bound",
     "make_cluster",
     "make_trials",
-    "replace_sync",
     "simulate_search",
 ]
 
@@ -376,9 +374,11 @@ def simulate_search(
         )
 
     def reallocate() -> None:
-        # admit pending trials while each can get a worker, then decide every holding
-        while pending and len(live) < len(usable):
-            spec = pending.pop(0)
+        # offer the allocator the next pending trials (as many as there are slots left);
+        # those it finds no fast enough worker for stay pending, in order
+        offered = pending[: max(0, len(usable) - len(live))]
+        del pending[: len(offered)]
+        for spec in offered:
             live[spec.trial_id] = _Live(spec)
         if not live:
             return
@@ -386,6 +386,10 @@ def simulate_search(
         started = time.perf_counter()
         decision = decide_trial_allocation(slots, [demand(live[i]) for i in ids])
         decision_times.append(time.perf_counter() - started)
+        waiting = set(decision.waiting)
+        pending[:0] = [spec for spec in offered if spec.trial_id in waiting]
+        for trial_id in waiting:
+            del live[trial_id]
         for a in decision.assignments:
             t = live[a.trial_id]
             if a.changed or not t.slots:
@@ -486,17 +490,24 @@ def lower_bound(
     samples: Sequence[float],
 ) -> float:
     """A lower bound of the makespan of running ``samples`` per trial (e.g. what ``ours``
-    ran) on the cluster: the larger of
+    ran) on the cluster: an LP relaxation of every schedule.
 
-    * the LP relaxation: worker-seconds ``x[j, t] >= 0`` of each type per trial, with each
-      type's total at most ``n_t * M``, worker-steps ``y[j, t] >= 0`` with at least one per
-      step of the trial, and each trial's samples at most ``sum_t (x - alpha_t y) / beta_t``
-      (a worker busy for a step pays its fixed cost; no exchange, restart or ASHA order,
-      each of which can only add time);
-    * each trial alone on the whole cluster: its start (``restart_s``, paid by every trial
-      under every policy) plus its steps times the faster of its best single worker and the
-      carved compute level on every slot plus one ``sync_s`` (any group of >= 2 pays at
-      least that).
+    Per trial ``j`` and type ``t``: ``x`` worker-seconds held, ``y`` worker-steps, ``z`` steps
+    run on one worker of type ``t`` alone, ``u`` samples processed; ``M`` the makespan. Each
+    is what any schedule (of this simulator's step model) satisfies:
+
+    * each type's held worker-seconds fit: ``sum_j x[j, t] <= n_t * M``;
+    * a worker-step costs its fixed and per-sample time, and the exchange's
+      ``sync_s * 2 (N - 1) / N >= sync_s`` unless it runs alone:
+      ``x >= alpha_t y + beta_t u + sync_s (y - z)``;
+    * ``sum_t u = samples``; ``sum_t y >= steps`` (>= 1 worker per step); ``z <= y``;
+      ``sum_t z <= steps``; a lone step processes the whole batch: ``B z <= u``;
+    * the trial's wall time: its start (``restart_s``, paid by every trial under every
+      policy), each lone step's ``alpha_t + beta_t B`` and each other step at least
+      :func:`_fastest_group_step`, within ``M``.
+
+    What it leaves out (restarts after the start, ASHA's order, integrality, which slot
+    is where) only adds time, so the bound stays below every policy's makespan.
     """
     from scipy.optimize import linprog
 
@@ -508,45 +519,65 @@ def lower_bound(
     types = sorted(counts)
     n_trials, n_types = len(specs), len(types)
     size = n_trials * n_types
-    # variables: x[j, t] worker-seconds, y[j, t] worker-steps (row-major), then M
-    cost = np.zeros(2 * size + 1)
-    cost[-1] = 1.0
-    rows, rhs = [], []
-    for k, t in enumerate(types):  # each type's worker-seconds fit in n_t * M
-        row = np.zeros_like(cost)
-        row[k:size:n_types] = 1.0
-        row[-1] = -counts[t]
+    # variable blocks (row-major per trial, type): x, y, z, u; then M
+    x0, y0, z0, u0, m_index = 0, size, 2 * size, 3 * size, 4 * size
+    width = 4 * size + 1
+    rows: list[np.ndarray] = []
+    rhs: list[float] = []
+
+    def constraint(entries: dict[int, float], bound: float) -> None:
+        row = np.zeros(width)
+        for index, value in entries.items():
+            row[index] += value
         rows.append(row)
-        rhs.append(0.0)
+        rhs.append(bound)
+
+    for k, t in enumerate(types):
+        entries = {x0 + j * n_types + k: 1.0 for j in range(n_trials)}
+        entries[m_index] = -float(counts[t])
+        constraint(entries, 0.0)
     for j, spec in enumerate(specs):
-        # samples <= sum_t (x - alpha_t y) / beta_t: every worker-step pays alpha_t ...
-        row = np.zeros_like(cost)
-        steps = np.zeros_like(cost)
+        work = float(samples[j])
+        steps = work / spec.global_batch
+        multi_step = _fastest_group_step(spec, counts)
+        wall: dict[int, float] = {m_index: -1.0}
         for k, t in enumerate(types):
             c = spec.costs[t]
-            row[j * n_types + k] = -1.0 / c.beta
-            row[size + j * n_types + k] = c.alpha / c.beta
-            steps[size + j * n_types + k] = -1.0
-        rows.append(row)
-        rhs.append(-float(samples[j]))
-        # ... and each of the trial's steps has at least one worker
-        rows.append(steps)
-        rhs.append(-float(samples[j]) / spec.global_batch)
-    result = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs), method="highs")
+            i = j * n_types + k
+            constraint(
+                {
+                    y0 + i: c.alpha + spec.sync_s,
+                    u0 + i: c.beta,
+                    z0 + i: -spec.sync_s,
+                    x0 + i: -1.0,
+                },
+                0.0,
+            )
+            constraint({z0 + i: 1.0, y0 + i: -1.0}, 0.0)
+            constraint({z0 + i: float(spec.global_batch), u0 + i: -1.0}, 0.0)
+            wall[z0 + i] = c.time(spec.global_batch) - multi_step
+        constraint({u0 + j * n_types + k: -1.0 for k in range(n_types)}, -work)
+        constraint({y0 + j * n_types + k: -1.0 for k in range(n_types)}, -steps)
+        constraint({z0 + j * n_types + k: 1.0 for k in range(n_types)}, steps)
+        constraint(wall, -cfg.restart_s - steps * multi_step)
+    objective = np.zeros(width)
+    objective[m_index] = 1.0
+    result = linprog(objective, A_ub=np.array(rows), b_ub=np.array(rhs), method="highs")
     if not result.success:  # pragma: no cover - the LP is always feasible
         raise RuntimeError(f"the bound's LP failed: {result.message}")
-    lp = float(result.x[-1])
-    alone = 0.0
-    for j, spec in enumerate(specs):
-        # one worker: its best type; N >= 2: no faster than every slot's level, plus the
-        # exchange's 2 (N - 1) / N >= 1 times sync_s
-        single = min(spec.costs[t].time(spec.global_batch) for t in types)
-        spread = step_seconds(counts, replace_sync(spec)) + spec.sync_s
-        steps = samples[j] / spec.global_batch
-        alone = max(alone, cfg.restart_s + steps * min(single, spread))
-    return max(lp, alone)
+    return float(result.x[m_index])
 
 
-def replace_sync(spec: TrialSpec) -> TrialDemand:
-    """``spec`` as a demand without gradient exchange (for the bound)."""
-    return TrialDemand(spec.trial_id, spec.costs, spec.global_batch, 0.0)
+def _fastest_group_step(spec: TrialSpec, counts: Mapping[str, int]) -> float:
+    """A lower bound of one step of ``spec`` on any group of >= 2 of the slots: on ``N``
+    workers ``T >= min alpha + B / (the N largest 1/beta)`` (every worker's slice is at most
+    ``(T - alpha_min) / beta``) plus the ring's ``sync_s * 2 (N - 1) / N``; the least over N."""
+    rates = sorted(
+        (1.0 / spec.costs[t].beta for t, n in counts.items() for _ in range(n)), reverse=True
+    )
+    alpha = min(spec.costs[t].alpha for t in counts)
+    best, total = math.inf, rates[0]
+    for n, rate in enumerate(rates[1:], start=2):
+        total += rate
+        best = min(best, alpha + spec.global_batch / total + spec.sync_s * 2 * (n - 1) / n)
+    return best

@@ -70,6 +70,12 @@ def held_by(decision):
     return {a.trial_id: set(a.slots) for a in decision.assignments}
 
 
+def holding(trials, decision):
+    """The started trials of ``decision`` with ``current`` set to what it gave them."""
+    given = {a.trial_id: a.slots for a in decision.assignments}
+    return [replace(t, current=given[t.trial_id]) for t in trials if t.trial_id in given]
+
+
 def counts_of(slot_ids, slots):
     kinds = {s.slot_id: s.worker_type for s in slots}
     out: dict[str, int] = {}
@@ -91,7 +97,11 @@ def test_each_worker_one_trial_each_trial_one_worker(problem):
         assert not seen & set(a.slots), "a worker held by two trials"
         seen |= set(a.slots)
     assert set(decision.free_slots) == ids - seen
-    assert [a.trial_id for a in decision.assignments] == [t.trial_id for t in trials]
+    started = [a.trial_id for a in decision.assignments]
+    assert sorted(started + list(decision.waiting)) == sorted(t.trial_id for t in trials)
+    assert started == [t.trial_id for t in trials if t.trial_id in set(started)]
+    # only trials that held nothing may wait
+    assert all(not t.current for t in trials if t.trial_id in decision.waiting)
 
 
 @PROPERTY_SETTINGS
@@ -107,8 +117,7 @@ def test_nothing_changed_nothing_moves(problem):
     """Decide, then decide again on the holdings it chose: the same holdings, no restart."""
     slots, trials = problem
     first = decide_trial_allocation(slots, trials)
-    again = [replace(t, current=a.slots) for t, a in zip(trials, first.assignments)]
-    second = decide_trial_allocation(slots, again)
+    second = decide_trial_allocation(slots, holding(trials, first))
     assert not second.changed
     assert held_by(second) == held_by(first)
 
@@ -120,7 +129,7 @@ def test_never_worse_than_the_current_holdings(problem):
     that of keeping them."""
     slots, trials = problem
     first = decide_trial_allocation(slots, trials)
-    held = [replace(t, current=a.slots) for t, a in zip(trials, first.assignments)]
+    held = holding(trials, first)
     # perturb: the work left changes (some trials advanced), so a new split may pay off
     moved = [
         replace(t, remaining_samples=t.remaining_samples * (1 + j % 3)) for j, t in enumerate(held)
@@ -137,7 +146,9 @@ def test_never_worse_than_one_best_worker_each(problem):
     first, its best free worker (a fixed split of one worker per trial)."""
     slots, trials = problem
     fresh = [replace(t, current=()) for t in trials]
-    decision = decide_trial_allocation(slots, fresh)
+    everyone = TrialAllocationConfig(max_start_slowdown=1e12)  # no trial waits
+    decision = decide_trial_allocation(slots, fresh, everyone)
+    assert not decision.waiting
     free = {t: sum(1 for s in slots if s.worker_type == t) for t in TYPES}
     worst = 0.0
     for t in sorted(fresh, key=lambda d: (-d.remaining_samples, d.trial_id)):
@@ -154,7 +165,9 @@ def test_never_worse_than_one_best_worker_each(problem):
 def test_reported_figures_are_the_model(problem):
     slots, trials = problem
     decision = decide_trial_allocation(slots, trials)
-    for t, a in zip(trials, decision.assignments):
+    by_id = {t.trial_id: t for t in trials}
+    for a in decision.assignments:
+        t = by_id[a.trial_id]
         counts = counts_of(a.slots, slots)
         assert dict(a.counts) == counts
         assert a.changed == (set(a.slots) != set(t.current))
@@ -225,9 +238,17 @@ def test_unusable_worker_type_is_a_finding_not_an_error():
 def test_bad_input_is_refused():
     slot = WorkerSlot("n0/0", "n0", "gpu")
     cost = {"gpu": CostModel(0.0, 0.001)}
-    with pytest.raises(AllocationError, match="2 live trials but 1 worker slots"):
+    with pytest.raises(AllocationError, match="2 running trials but 1 worker slots"):
         decide_trial_allocation(
-            [slot], [TrialDemand("a", cost, 8, 1), TrialDemand("b", cost, 8, 1)]
+            [slot],
+            [
+                TrialDemand("a", cost, 8, 1, current=("gone/0",)),
+                TrialDemand("b", cost, 8, 1, current=("gone/1",)),
+            ],
+        )
+    with pytest.raises(AllocationError, match="max_start_slowdown"):
+        decide_trial_allocation(
+            [slot], [TrialDemand("a", cost, 8, 1)], TrialAllocationConfig(max_start_slowdown=0.5)
         )
     with pytest.raises(AllocationError, match="held by both"):
         decide_trial_allocation(
@@ -277,3 +298,19 @@ def test_asha_expected_epochs():
     assert asha_expected_epochs(0, 27, 1, 3) == pytest.approx(1 + 2 / 3 + 6 / 9 + 18 / 27)
     assert asha_expected_epochs(3, 27, 1, 3) == pytest.approx(6 + 18 / 3)
     assert asha_expected_epochs(27, 27, 1, 3) == 0.0
+
+
+def test_a_new_trial_waits_rather_than_start_on_a_far_slower_worker():
+    fast, slow = CostModel(0.0, 0.001), CostModel(0.0, 0.02)  # 20x slower
+    slots = [WorkerSlot("g/0", "g", "gpu"), WorkerSlot("c/0", "c", "cpu")]
+    costs = {"gpu": fast, "cpu": slow}
+    running = TrialDemand("a", costs, 8, 1e5, current=("g/0",))
+    new = TrialDemand("b", costs, 8, 1e5)
+    decision = decide_trial_allocation(slots, [running, new])
+    assert decision.waiting == ("b",) and [a.trial_id for a in decision.assignments] == ["a"]
+    # more new trials than slots: the extra ones wait (no error)
+    many = [TrialDemand(f"n{i}", {"gpu": fast}, 8, 1e5) for i in range(3)]
+    decision = decide_trial_allocation(slots, many)
+    assert decision.waiting == ("n1", "n2")
+    lenient = TrialAllocationConfig(max_start_slowdown=25.0)
+    assert decide_trial_allocation(slots, [running, new], lenient).waiting == ()
