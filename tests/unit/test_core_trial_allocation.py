@@ -314,3 +314,55 @@ def test_a_new_trial_waits_rather_than_start_on_a_far_slower_worker():
     assert decision.waiting == ("n1", "n2")
     lenient = TrialAllocationConfig(max_start_slowdown=25.0)
     assert decide_trial_allocation(slots, [running, new], lenient).waiting == ()
+
+
+@st.composite
+def clusters(draw):
+    kinds = ("a100", "v100", "none")
+    types = [
+        WorkerType("a100", {"GPU": 1, "CPU": draw(st.integers(1, 4))}, {"acc": "a100"}),
+        WorkerType("v100", {"GPU": draw(st.sampled_from([0.5, 1, 2]))}, {"acc": "v100"}),
+        WorkerType("cpu", {"CPU": draw(st.integers(1, 16))}, {}),
+    ]
+    nodes = [
+        ClusterNode(
+            f"n{i}",
+            {"CPU": draw(st.integers(0, 64)), "GPU": draw(st.integers(0, 8))},
+            {"acc": draw(st.sampled_from(kinds))},
+        )
+        for i in range(draw(st.integers(1, 8)))
+    ]
+    return nodes, types
+
+
+@PROPERTY_SETTINGS
+@given(clusters())
+def test_cluster_slots_respect_resources_and_labels(cluster):
+    nodes, types = cluster
+    slots, findings = cluster_slots(nodes, types)
+    by_type = {t.name: t for t in types}
+    for node in nodes:
+        mine = [s for s in slots if s.node_id == node.node_id]
+        assert len({s.worker_type for s in mine}) <= 1  # one type per node
+        if not mine:
+            assert any(f.startswith(f"node {node.node_id} ") for f in findings)
+            continue
+        kind = by_type[mine[0].worker_type]
+        assert all(v == node.labels.get(k) for k, v in kind.label_selector.items())
+        for resource, need in kind.resources.items():
+            assert len(mine) * need <= node.resources.get(resource, 0) + 1e-9
+    assert len({s.slot_id for s in slots}) == len(slots)
+
+
+@PROPERTY_SETTINGS
+@given(problems())
+def test_a_trial_whose_counts_stay_keeps_its_slots(problem):
+    """Whatever else moves, a trial given as many workers of each type as it holds keeps
+    exactly the slots it holds (no needless restart)."""
+    slots, trials = problem
+    decision = decide_trial_allocation(slots, trials)
+    by_id = {t.trial_id: t for t in trials}
+    for a in decision.assignments:
+        current = by_id[a.trial_id].current
+        if current and dict(a.counts) == counts_of(current, slots):
+            assert set(a.slots) == set(current) and not a.changed
