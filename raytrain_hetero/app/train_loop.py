@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.tune.allocator import epoch_end_moves
 
 if TYPE_CHECKING:
     import torch
@@ -273,16 +274,37 @@ def classification_loop(config: dict[str, Any]) -> None:
         metrics["hetero/val_samples"] = seen  # over all ranks: each sample once
         if rank != 0:
             rh.report(metrics)
-            continue
-        with tempfile.TemporaryDirectory() as directory:
-            torch.save(
-                {
-                    "model": model_state,
-                    "optimizer": optimizer_state,
-                    "meta": _checkpoint_meta(job, workload),
-                },
-                Path(directory) / "model.pt",
-            )
-            if "hetero/layout" in metrics:  # the driver's progress view shows it
-                atomic_write_json(Path(directory) / LAYOUT_FILE, _layout_record(epoch, metrics))
-            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+        else:
+            _report_with_checkpoint(job, workload, epoch, metrics, model_state, optimizer_state)
+        # tune.allocation: auto: the trial's workers changed -> end this fit after its
+        # checkpoint; the trial resumes it on its new workers (every rank agrees).
+        if epoch + 1 < job.train.epochs and epoch_end_moves(config.get("allocation"), epoch + 1):
+            return
+
+
+def _report_with_checkpoint(
+    job: JobConfig,
+    workload: Any,
+    epoch: int,
+    metrics: dict[str, Any],
+    model_state: Any,
+    optimizer_state: Any,
+) -> None:
+    """Rank 0's epoch report with the full-model checkpoint (and the layout record)."""
+    import ray.train
+    import torch
+
+    import raytrain_hetero as rh
+
+    with tempfile.TemporaryDirectory() as directory:
+        torch.save(
+            {
+                "model": model_state,
+                "optimizer": optimizer_state,
+                "meta": _checkpoint_meta(job, workload),
+            },
+            Path(directory) / "model.pt",
+        )
+        if "hetero/layout" in metrics:  # the driver's progress view shows it
+            atomic_write_json(Path(directory) / LAYOUT_FILE, _layout_record(epoch, metrics))
+        rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
