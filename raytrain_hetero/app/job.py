@@ -218,7 +218,7 @@ def run_job(
         sizes["train"],
         job.train.global_batch_size,
         seed=job.train.seed,
-        min_step_size=job.total_workers * job.train.min_slice,
+        min_step_size=max(job.total_workers, job.train.step_workers or 0) * job.train.min_slice,
     ).steps_per_epoch
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).

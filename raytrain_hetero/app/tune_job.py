@@ -244,11 +244,15 @@ def check_auto_allocation(job: JobConfig) -> None:
         )
 
 
-def _auto_concurrency(job: JobConfig) -> int:
-    """Trials at once under ``allocation: auto``: every trial needs one worker at least.
+def _auto_capacity(job: JobConfig) -> tuple[int, int]:
+    """Under ``allocation: auto``: trials at once (every trial needs one worker at least)
+    and the most workers one trial may hold (``tune.allocator.max_workers_per_trial``, else
+    the worker slots now; a trial's step boundaries are fixed for it, see
+    ``BatchConfig.step_workers``).
 
     Raises:
-        ConfigError: No alive node holds any worker type.
+        ConfigError: No alive node holds any worker type, or the global batch is smaller
+            than the most workers times ``train.min_slice``.
     """
     from raytrain_hetero.core.trial_allocation import cluster_slots
     from raytrain_hetero.tune.allocator import live_cluster_nodes, worker_types
@@ -265,13 +269,14 @@ def _auto_concurrency(job: JobConfig) -> int:
     for finding in findings:
         logger.info("tune.allocation: auto: %s", finding)
     limit = cfg.max_concurrent_trials or len(slots)
-    return max(1, min(limit, len(slots), trial_count(job)))
-
-
-def _train_samples(job: JobConfig) -> int:
-    from raytrain_hetero.app.datasets import open_configured_datasets
-
-    return len(open_configured_datasets(job.data, ("train",)).datasets["train"])
+    cap = cfg.allocator.max_workers_per_trial or len(slots)
+    if job.train.global_batch_size < cap * job.train.min_slice:
+        raise ConfigError(
+            f"tune.allocation: auto: a trial may hold {cap} workers, but train.global_batch_size "
+            f"{job.train.global_batch_size} < {cap} x train.min_slice {job.train.min_slice}. "
+            "Fix: set tune.allocator.max_workers_per_trial lower or raise the global batch."
+        )
+    return max(1, min(limit, len(slots), trial_count(job))), cap
 
 
 def _concurrency(job: JobConfig, nodes: list[dict[str, Any]]) -> int:
@@ -321,22 +326,29 @@ def run_tune(
     auto = cfg.allocation == "auto"
     if auto:
         check_auto_allocation(job)
-    prepare_dataset(job)
+    sizes = prepare_dataset(job)
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
     out = staging.local
     out.mkdir(parents=True, exist_ok=True)
     storage = job.ray.storage(target)
-    concurrency = _auto_concurrency(job) if auto else _concurrency(job, cluster_nodes())
+    base_job = job.model_dump(mode="json")
+    allocator = None
     experiment = unique_run_name(f"{job.name}-tune")
-    allocator = _start_allocator(job, experiment) if auto else None
+    if auto:
+        concurrency, cap = _auto_capacity(job)
+        # Every trial carves its steps for the most workers it may hold: exact on any.
+        base_job["train"]["step_workers"] = cap
+        allocator = _start_allocator(job, experiment, cap=cap, samples=sizes["train"])
+    else:
+        concurrency = _concurrency(job, cluster_nodes())
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
     search_run = search_tracker(job, out, experiment)
     trainable = tune.with_resources(
         tune.with_parameters(
             run_trial,
-            base_job=job.model_dump(mode="json"),
+            base_job=base_job,
             storage_path=storage,
             tracking=resolved_tracking(job, out).model_dump(mode="json"),
             parent_run_id=search_run.open().mlflow_run_id if search_run is not None else None,
@@ -434,7 +446,7 @@ def run_tune(
     return summary
 
 
-def _start_allocator(job: JobConfig, experiment: str) -> Any:
+def _start_allocator(job: JobConfig, experiment: str, *, cap: int, samples: int) -> Any:
     from raytrain_hetero.tune.allocator import start_allocator, worker_types
 
     cfg = job.tune
@@ -443,9 +455,9 @@ def _start_allocator(job: JobConfig, experiment: str) -> Any:
         experiment,
         types=worker_types(job.workers),
         max_epochs=job.train.epochs,
-        samples_per_epoch=_train_samples(job),
+        samples_per_epoch=samples,
         asha=(cfg.grace_period, cfg.reduction_factor) if cfg.scheduler == "asha" else None,
-        config=cfg.allocator,
+        config=cfg.allocator.model_copy(update={"max_workers_per_trial": cap}),
         driver_cpus=cfg.trial_cpus,
     )
 
