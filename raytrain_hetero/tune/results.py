@@ -259,7 +259,9 @@ def plot_allocations(events: Sequence[Any], path: str | Path, *, title: str = "A
     ax.set_title(title)
     for lane, trial_id, start, stop in placed:
         y = order.index(lane)
-        ax.barh(y, max(stop - start, end_s * 0.005 + 1e-3), left=start, color=colours[trial_id])
+        width = max(stop - start, end_s * 0.005 + 1e-3)
+        # White edges mark where a trial's holding changed (it moved).
+        ax.barh(y, width, left=start, color=colours[trial_id], edgecolor="white", linewidth=1.5)
     ax.set_yticks(range(len(order)), [f"{_short(n)} #{k}" for n, k in order], fontsize=8)
     ax.set_xlabel("seconds since the search's allocator started")
     ax.set_ylabel("node, worker")

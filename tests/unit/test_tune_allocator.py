@@ -256,3 +256,24 @@ def test_auto_refuses_what_it_cannot_move_in_one_line():
     text = str(info.value)
     assert text.startswith("tune.allocation: auto cannot run this job: train.fixed_shares")
     assert "\n" not in text
+
+
+def test_auto_capacity_needs_a_node_for_some_type_and_a_batch_for_the_most_workers(monkeypatch):
+    from raytrain_hetero.app import tune_job
+    from raytrain_hetero.tune import allocator as allocator_module
+
+    nodes = [ClusterNode("n1", {"CPU": 3.0})]
+    monkeypatch.setattr(allocator_module, "live_cluster_nodes", lambda: list(nodes))
+    job = _job({"allocation": "auto", "num_samples": 8, "max_concurrent_trials": None})
+    # The example's two types (fast, slow) both fit the node; it offers 3 slots.
+    assert tune_job._auto_capacity(job) == (3, 3)
+    capped = _job({"allocation": "auto", "allocator": {"max_workers_per_trial": 2}})
+    assert tune_job._auto_capacity(capped)[1] == 2
+    small = _job({"allocation": "auto"}, train={"global_batch_size": 2})
+    with pytest.raises(ConfigError, match=r"train.global_batch_size 2 < 3 x train.min_slice 1"):
+        tune_job._auto_capacity(small)
+    nodes[:] = [ClusterNode("n1", {"GPU": 1.0})]
+    with pytest.raises(ConfigError) as info:
+        tune_job._auto_capacity(job)
+    assert "no node of this Ray cluster holds any worker type" in str(info.value)
+    assert "\n" not in str(info.value)
