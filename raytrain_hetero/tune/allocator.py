@@ -220,6 +220,8 @@ class TrialAllocator:
             except AllocationError:
                 del self._trials[trial_id]
                 raise
+        elif self._trials[trial_id].holding is None:
+            self.refresh()  # a waiting trial's poll: a node may have joined since
         return self._trials[trial_id].holding
 
     def epoch_ended(self, trial_id: str, epochs_done: int) -> TrialHolding | None:

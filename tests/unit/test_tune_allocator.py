@@ -90,6 +90,11 @@ def test_a_trial_waits_for_a_free_worker_and_starts_when_one_is_released():
     alloc.release("a")
     held = alloc.holding("b")
     assert held is not None and held.version == 1 and len(held.workers) == 1
+    # A waiting trial's poll sees a node that joined meanwhile.
+    assert alloc.request("c", global_batch=32) is None
+    nodes.append(ClusterNode("n2", {"CPU": 1.0}))
+    started = alloc.request("c", global_batch=32)
+    assert started is not None and started.nodes == ("n2",)
 
 
 def test_restart_cost_keeps_a_trial_in_place_when_growing_gains_less():
