@@ -6,7 +6,8 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
 * ``python -m benchmarks SCENARIO [--output DIR] [--repeats N]``: a scenario, every contender
   alternating in one Ray session (:mod:`benchmarks.suite`; scenarios in
   :mod:`benchmarks.scenarios`: hetero2, hetero3, drift, homogeneous3, join, cpu-gpu,
-  conv-split, branches);
+  conv-split, branches); ``python -m benchmarks tune-sim``: the simulated Tune search on a
+  mixed cluster (:mod:`benchmarks.tune_sim`, pure Python, no Ray);
 * ``python -m benchmarks.<module>`` for the single-question benchmarks:
   ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
   ``bn_exchange``, ``bn_price``, ``bn_segments``, and ``soak`` (fault injection);

@@ -106,6 +106,11 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m benchmarks SCENARIO ...``."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["tune-sim"]:  # a simulation, not a Ray scenario: its own options
+        from benchmarks.tune_sim import main as tune_sim_main
+
+        return tune_sim_main(given[1:])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )

@@ -106,10 +106,13 @@ def build_trainer(
     run_config: RunConfig,
     *,
     probe_only: bool = False,
+    allocation: Mapping[str, Any] | None = None,
 ) -> HeteroTrainer:
     """The job's HeteroTrainer, built from its sections (the library's config objects); the
     loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections itself.
     ``probe_only`` (``raytrain-hetero probe``): a fixed group, no live re-planning, no tracking.
+    ``allocation``: a Tune trial's holding under ``tune.allocation: auto`` (the loop config's
+    ``"allocation"``: the loop ends the fit at an epoch end when the holding changes).
     """
     from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
@@ -127,7 +130,10 @@ def build_trainer(
         parallel = ParallelConfig()
     return HeteroTrainer(
         train_loop,
-        train_loop_config={"job": job.model_dump(mode="json")},
+        train_loop_config={
+            "job": job.model_dump(mode="json"),
+            **({"allocation": dict(allocation)} if allocation else {}),
+        },
         workers=job.workers,
         batch=job.train.batch(),
         probe=probe,
@@ -212,7 +218,8 @@ def run_job(
         sizes["train"],
         job.train.global_batch_size,
         seed=job.train.seed,
-        min_step_size=job.total_workers * job.train.min_slice_samples,
+        min_step_size=max(job.total_workers, job.train.step_workers or 0)
+        * job.train.min_slice_samples,
     ).steps_per_epoch
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).

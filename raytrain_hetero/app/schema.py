@@ -34,6 +34,7 @@ from raytrain_hetero.config import (
     expand_worker_specs,
     run_setting_problems,
 )
+from raytrain_hetero.config.allocation import AllocationMode, TrialAllocatorConfig
 from raytrain_hetero.config.fields import (
     Float,
     Int,
@@ -196,6 +197,11 @@ class TuneConfig(HeteroModel):
             holds at once (their worker groups all placed).
         trial_cpus: CPUs each trial's driver process reserves (it only coordinates).
         seed: Seed of the search (which values are drawn).
+        allocation: ``fixed``: every trial gets the whole ``workers:`` list (``count`` each);
+            ``auto``: ``workers:`` lists worker *types* and the search's allocator decides
+            which workers each trial holds, moving a trial at an epoch end when that
+            changes (docs/design/tune-allocation.md).
+        allocator: Settings of ``allocation: auto``.
     """
 
     search_space: dict[str, SearchDistribution] = Field(
@@ -210,6 +216,8 @@ class TuneConfig(HeteroModel):
     max_concurrent_trials: PositiveInt | None = None
     trial_cpus: NonNegFloat = 0.25
     seed: Int | None = Field(0, ge=0)
+    allocation: AllocationMode = "fixed"
+    allocator: TrialAllocatorConfig = Field(default_factory=TrialAllocatorConfig)
 
 
 def _section_fields(section: str) -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.atomic import atomic_write_json
+from raytrain_hetero.tune.allocator import epoch_end_moves
 
 if TYPE_CHECKING:
     import torch
@@ -278,6 +279,10 @@ def classification_loop(config: dict[str, Any]) -> None:
         metrics["val_accuracy"] = correct / seen if seen else 0.0
         metrics["hetero/val_samples"] = seen  # over all ranks: each sample once
         _report_checkpoint(job, workload, state, rank, metrics, epoch)
+        # tune.allocation: auto: the trial's workers changed -> end this fit after its
+        # checkpoint; the trial resumes it on its new workers (every rank agrees).
+        if epoch + 1 < job.train.epochs and epoch_end_moves(config.get("allocation"), epoch + 1):
+            return
 
 
 def _report_checkpoint(

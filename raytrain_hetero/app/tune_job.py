@@ -25,7 +25,14 @@ from raytrain_hetero.app.outputs import format_worker_table
 from raytrain_hetero.errors import ConfigError, HeteroError
 from raytrain_hetero.storage import StagingDir, StorageLocation
 from raytrain_hetero.tune.capacity import cluster_nodes, decide_concurrency
-from raytrain_hetero.tune.results import finite, plot_trials, trial_rows, write_trials_csv
+from raytrain_hetero.tune.results import (
+    add_allocation_history,
+    finite,
+    plot_allocations,
+    plot_trials,
+    trial_rows,
+    write_trials_csv,
+)
 from raytrain_hetero.tune.search import grid_size, param_space, trial_scheduler
 from raytrain_hetero.tune.trial import (
     abort_train_on_stop,
@@ -34,7 +41,15 @@ from raytrain_hetero.tune.trial import (
     trial_report_callback,
 )
 
-__all__ = ["format_best", "param_space", "run_trial", "run_tune", "trial_count", "trial_job"]
+__all__ = [
+    "check_auto_allocation",
+    "format_best",
+    "param_space",
+    "run_trial",
+    "run_tune",
+    "trial_count",
+    "trial_job",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +83,14 @@ def run_trial(
     storage_path: StorageLocation,
     tracking: dict[str, Any] | None = None,
     parent_run_id: str | None = None,
+    allocator: str | None = None,
 ) -> None:
     """Tune function trainable: train ``base_job`` (the job as JSON) with ``params`` (dotted
     job keys) merged over it, its Train run kept under ``storage_path`` (on any store); with
     ``tracking`` (the search's, resolved) the trial gets its own TensorBoard directory and an
-    MLflow run nested under ``parent_run_id``.
+    MLflow run nested under ``parent_run_id``. With ``allocator`` (the search's experiment
+    name, ``tune.allocation: auto``) the trial trains on the workers the search's allocator
+    gives it, and resumes on new ones when they change (:func:`_allocated_fits`).
     """
     from ray import tune
 
@@ -84,9 +102,6 @@ def run_trial(
     # The trial's own Train run: its FailureConfig restarts the worker group from the
     # trial's last checkpoint; a retried trial reuses the name and so resumes it too.
     run = RunIdentity(f"{context.get_experiment_name()}-{context.get_trial_id()}", storage_path)
-    trainer = build_trainer(
-        job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
-    )
     tracker = None
     if tracking is not None:
         from raytrain_hetero.app.tracking import trial_tracker
@@ -98,6 +113,17 @@ def run_trial(
             run_name=run.name,
             parent_run_id=parent_run_id,
         )
+    if allocator is not None:
+        fits = _allocated_fits(job, run, allocator, context.get_trial_id())
+        if tracker is None:
+            fits(None)
+            return
+        with track_trial(tracker.open(), reports=job.train.epochs):
+            fits(tracker)
+        return
+    trainer = build_trainer(
+        job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
+    )
     if tracker is None:
         trainer.fit()
         return
@@ -105,6 +131,152 @@ def run_trial(
         result = trainer.fit(tracker=tracker)
         if result.error is not None:
             tracker.close(failed=True)
+
+
+def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) -> Any:
+    """The trial's fits under ``tune.allocation: auto`` as one call (taking the tracker):
+    ask the allocator for workers (waiting while it has none to give), train on them pinned
+    to their nodes, and when the loop ends a fit because the holding changed, resume the same
+    Train run (so from its last checkpoint and data cursor) on the new workers; the allocator
+    gets the trial's measured costs after each fit and its release at the end.
+    """
+    import ray
+
+    from raytrain_hetero.app.job import build_trainer, classification_loop, run_config
+    from raytrain_hetero.tune.allocator import (
+        allocated_worker_specs,
+        allocator_actor_name,
+        lookup_allocator,
+        measured_type_costs,
+        wait_for_holding,
+    )
+    from raytrain_hetero.tune.trial import set_active_allocation
+
+    assert job.tune is None
+    actor = lookup_allocator(experiment)
+    types = {spec.name: spec for spec in job.workers}
+    node = ray.get_runtime_context().get_node_id()
+    poll_s = float(ray.get(actor.wait_poll_s.remote()))
+
+    def fits(tracker: Any) -> None:
+        set_active_allocation(actor, trial_id)
+        try:
+            while True:
+                holding = wait_for_holding(
+                    actor,
+                    trial_id,
+                    global_batch=job.train.global_batch_size,
+                    driver_node=node,
+                    poll_s=poll_s,
+                )
+                specs = allocated_worker_specs(holding, types)
+                segment = validate_config(
+                    {**job.model_dump(mode="json"), "workers": [s.model_dump() for s in specs]},
+                    source="trial config",
+                    note=f" (trial {trial_id} on its allocated workers)",
+                )
+                allocation = {
+                    "actor": allocator_actor_name(experiment),
+                    "trial_id": trial_id,
+                    "version": holding.version,
+                }
+                trainer = build_trainer(
+                    segment,
+                    classification_loop,
+                    run_config(segment, run, callbacks=[trial_report_callback()]),
+                    allocation=allocation,
+                )
+                result = trainer.fit(tracker=tracker) if tracker is not None else trainer.fit()
+                costs = measured_type_costs(trainer.plans, trainer.specs, holding)
+                if costs:
+                    actor.measured.remote(trial_id, costs)
+                if result.error is not None:
+                    if tracker is not None:
+                        tracker.close(failed=True)
+                    raise result.error
+                done = int((result.metrics or {}).get("epoch", -1)) + 1
+                if done >= job.train.epochs:
+                    return
+                logger.info("trial %s: workers changed after epoch %d; resuming", trial_id, done)
+        finally:
+            set_active_allocation(None, None)
+            actor.release.remote(trial_id)
+
+    return fits
+
+
+def check_auto_allocation(job: JobConfig) -> None:
+    """What ``tune.allocation: auto`` cannot run, as one clear error.
+
+    Raises:
+        ConfigError: A setting that assumes a fixed worker list, or a loop that cannot move.
+    """
+    problems = []
+    if job.model.task is not None:
+        problems.append(
+            "model.task (a Lightning loop) cannot move between worker sets; use the "
+            "classification loop (no model.task) or tune.allocation: fixed"
+        )
+    if job.parallel.mode != "data":
+        problems.append(
+            f"parallel.mode {job.parallel.mode!r} needs a fixed group; use parallel.mode: data "
+            "or tune.allocation: fixed"
+        )
+    if job.train.fixed_shares is not None:
+        problems.append(
+            "train.fixed_shares names one share per listed worker, but a trial's workers "
+            "change; remove it (slices follow measured speed) or use tune.allocation: fixed"
+        )
+    if job.probe.admission == "auto" or job.elastic.min_workers is not None:
+        problems.append(
+            "probe.admission: auto and elastic.min_workers resize a trial's group themselves; "
+            "the allocator does that under tune.allocation: auto: remove them"
+        )
+    if job.emulation.slowdowns:
+        problems.append(
+            "emulation.slowdowns name workers, but a trial's workers are named by the "
+            "allocator; use emulated_slowdown on the worker types instead"
+        )
+    if problems:
+        raise ConfigError(
+            f"tune.allocation: auto cannot run this job: {problems[0]}."
+            + (f" ({len(problems) - 1} more: {'; '.join(problems[1:])})" if problems[1:] else "")
+        )
+
+
+def _auto_capacity(job: JobConfig) -> tuple[int, int]:
+    """Under ``allocation: auto``: trials at once (every trial needs one worker at least)
+    and the most workers one trial may hold (``tune.allocator.max_workers_per_trial``, else
+    the worker slots now; a trial's step boundaries are fixed for it, see
+    ``BatchConfig.step_workers``).
+
+    Raises:
+        ConfigError: No alive node holds any worker type, or the global batch is smaller
+            than the most workers times ``train.min_slice``.
+    """
+    from raytrain_hetero.core.trial_allocation import cluster_slots
+    from raytrain_hetero.tune.allocator import live_cluster_nodes, worker_types
+
+    cfg = job.tune
+    assert cfg is not None
+    slots, findings = cluster_slots(live_cluster_nodes(), worker_types(job.workers))
+    if not slots:
+        raise ConfigError(
+            "tune.allocation: auto: no node of this Ray cluster holds any worker type "
+            f"({'; '.join(findings)}). Fix: match the workers' resources and label_selector "
+            "to the nodes (ray.num_cpus for an embedded Ray)."
+        )
+    for finding in findings:
+        logger.info("tune.allocation: auto: %s", finding)
+    limit = cfg.max_concurrent_trials or len(slots)
+    cap = cfg.allocator.max_workers_per_trial or len(slots)
+    if job.train.global_batch_size < cap * job.train.min_slice:
+        raise ConfigError(
+            f"tune.allocation: auto: a trial may hold {cap} workers, but train.global_batch_size "
+            f"{job.train.global_batch_size} < {cap} x train.min_slice {job.train.min_slice}. "
+            "Fix: set tune.allocator.max_workers_per_trial lower or raise the global batch."
+        )
+    return max(1, min(limit, len(slots), trial_count(job))), cap
 
 
 def _concurrency(job: JobConfig, nodes: list[dict[str, Any]]) -> int:
@@ -151,24 +323,36 @@ def run_tune(
     cfg = job.tune
     target = job.ray.location(output_dir or job.output_dir)
     check_output_dir(target, overwrite=overwrite, resume=False)
-    prepare_dataset(job)
+    auto = cfg.allocation == "auto"
+    if auto:
+        check_auto_allocation(job)
+    sizes = prepare_dataset(job)
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
     out = staging.local
     out.mkdir(parents=True, exist_ok=True)
     storage = job.ray.storage(target)
-    concurrency = _concurrency(job, cluster_nodes())
+    base_job = job.model_dump(mode="json")
+    allocator = None
     experiment = unique_run_name(f"{job.name}-tune")
+    if auto:
+        concurrency, cap = _auto_capacity(job)
+        # Every trial carves its steps for the most workers it may hold: exact on any.
+        base_job["train"]["step_workers"] = cap
+        allocator = _start_allocator(job, experiment, cap=cap, samples=sizes["train"])
+    else:
+        concurrency = _concurrency(job, cluster_nodes())
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
     search_run = search_tracker(job, out, experiment)
     trainable = tune.with_resources(
         tune.with_parameters(
             run_trial,
-            base_job=job.model_dump(mode="json"),
+            base_job=base_job,
             storage_path=storage,
             tracking=resolved_tracking(job, out).model_dump(mode="json"),
             parent_run_id=search_run.open().mlflow_run_id if search_run is not None else None,
+            allocator=experiment if auto else None,
         ),
         {"cpu": cfg.trial_cpus},
     )
@@ -200,11 +384,21 @@ def run_tune(
     started = time.perf_counter()
     # The search's MLflow run ends FAILED if the search or its outputs fail, never RUNNING.
     with search_run if search_run is not None else contextlib.nullcontext():
-        grid = tuner.fit()
+        try:
+            grid = tuner.fit()
+            events = _allocation_history(allocator)
+        finally:
+            if allocator is not None:
+                import ray
+
+                ray.kill(allocator, no_restart=True)
         wall = time.perf_counter() - started
         rows, histories = trial_rows(
             grid, search_keys=list(cfg.search_space), epochs=job.train.epochs
         )
+        if events is not None:
+            add_allocation_history(rows, events)
+            plot_allocations(events, out / "allocations.png", title=f"{job.name}: allocation")
         write_trials_csv(rows, out / "trials.csv")
         plot_trials(
             histories,
@@ -222,6 +416,7 @@ def run_tune(
                 "mode": cfg.mode,
                 "scheduler": cfg.scheduler,
                 "max_concurrent_trials": concurrency,
+                "allocation": cfg.allocation,
                 "trials": len(rows),
                 "failed_trials": sum(1 for r in rows if r["error"]),
                 "wall_time_s": wall,
@@ -249,6 +444,30 @@ def run_tune(
             first = next((r["error"] for r in rows if r["error"]), "no trial reported the metric")
             raise HeteroError(f"no trial finished with {cfg.metric}: {first}")
     return summary
+
+
+def _start_allocator(job: JobConfig, experiment: str, *, cap: int, samples: int) -> Any:
+    from raytrain_hetero.tune.allocator import start_allocator, worker_types
+
+    cfg = job.tune
+    assert cfg is not None
+    return start_allocator(
+        experiment,
+        types=worker_types(job.workers),
+        max_epochs=job.train.epochs,
+        samples_per_epoch=samples,
+        asha=(cfg.grace_period, cfg.reduction_factor) if cfg.scheduler == "asha" else None,
+        config=cfg.allocator.model_copy(update={"max_workers_per_trial": cap}),
+        driver_cpus=cfg.trial_cpus,
+    )
+
+
+def _allocation_history(allocator: Any) -> Any:
+    if allocator is None:
+        return None
+    import ray
+
+    return ray.get(allocator.history.remote(), timeout=60)
 
 
 def format_best(summary: Mapping[str, Any]) -> str:

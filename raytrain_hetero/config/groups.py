@@ -66,6 +66,9 @@ class BatchConfig(HeteroModel):
         fixed_shares: One relative share per worker slot (counts expanded, in order); skips
             probing and, by default, live re-planning.
         seed: Seed of the per-epoch permutations (and, in the YAML job, of the model init).
+        step_workers: Workers the step boundaries are fixed for (``None``: every worker
+            slot). A run whose workers change between fits (``tune.allocation: auto``) fixes
+            it at the most it may hold, so it resumes exactly on any of them.
     """
 
     global_batch_size: PositiveInt = Field(description="samples per step over all workers")
@@ -77,6 +80,7 @@ class BatchConfig(HeteroModel):
     memory_cap_mode: Literal["accumulate", "slice"] = "accumulate"
     fixed_shares: tuple[PositiveFloat, ...] | None = Field(None, min_length=1)
     seed: Int = Field(0, ge=0)
+    step_workers: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _whole_ghost_groups(self) -> BatchConfig:

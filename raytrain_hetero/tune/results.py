@@ -12,7 +12,17 @@ from typing import IO, Any
 from raytrain_hetero.atomic import atomic_write
 from raytrain_hetero.tune.trial import plain_value
 
-__all__ = ["TRIAL_COLUMNS", "finite", "plot_trials", "trial_rows", "write_trials_csv"]
+__all__ = [
+    "TRIAL_COLUMNS",
+    "add_allocation_history",
+    "allocation_spans",
+    "allocation_text",
+    "finite",
+    "plot_allocations",
+    "plot_trials",
+    "trial_rows",
+    "write_trials_csv",
+]
 
 #: Columns every row of ``trials.csv`` starts with (then ``config/...`` and ``workers/...``).
 TRIAL_COLUMNS: tuple[str, ...] = (
@@ -173,4 +183,91 @@ def plot_trials(
     if names:
         ax_tp.legend(fontsize=8)
 
+    return atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)
+
+
+def _short(node_id: str) -> str:
+    return node_id[:8]
+
+
+def allocation_text(events: Sequence[Any], trial_id: str) -> str:
+    """One trial's allocation history (``tune.allocation: auto``) as one cell: per change,
+    ``<seconds>s v<version> <workers> on <node>[*<workers there>],...`` (``released`` at the end), ``; ``
+    between changes; node ids shortened to 8 characters."""
+    parts = []
+    for e in events:
+        if e.trial_id != trial_id:
+            continue
+        if not e.slots:
+            parts.append(f"{e.time_s:.1f}s released")
+            continue
+        counts: dict[str, int] = {}
+        for node in e.nodes:
+            counts[node] = counts.get(node, 0) + 1
+        nodes = ",".join(_short(n) + (f"*{k}" if k > 1 else "") for n, k in counts.items())
+        parts.append(f"{e.time_s:.1f}s v{e.version} {len(e.slots)} on {nodes}")
+    return "; ".join(parts)
+
+
+def add_allocation_history(rows: Sequence[dict[str, Any]], events: Sequence[Any]) -> None:
+    """Add ``allocation`` (:func:`allocation_text`) and ``allocations`` (how many worker
+    sets the trial held) to each row of :func:`trial_rows`, from the allocator's history
+    (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`)."""
+    for row in rows:
+        trial_id = str(row["trial_id"])
+        row["allocation"] = allocation_text(events, trial_id)
+        row["allocations"] = sum(1 for e in events if e.trial_id == trial_id and e.slots)
+
+
+def allocation_spans(events: Sequence[Any], end_s: float) -> list[tuple[str, str, float, float]]:
+    """``(trial_id, node_id, start_s, end_s)`` per worker of each holding: from the change
+    that gave it until the trial's next change (or ``end_s``)."""
+    spans: list[tuple[str, str, float, float]] = []
+    by_trial: dict[str, list[Any]] = defaultdict(list)
+    for e in events:
+        by_trial[e.trial_id].append(e)
+    for trial_id, changes in by_trial.items():
+        for i, e in enumerate(changes):
+            until = changes[i + 1].time_s if i + 1 < len(changes) else end_s
+            spans.extend((trial_id, node, e.time_s, until) for node in e.nodes)
+    return spans
+
+
+def plot_allocations(events: Sequence[Any], path: str | Path, *, title: str = "Allocation") -> Path:
+    """A Gantt chart of which nodes each trial held over time (one row per node and worker
+    slot, one colour per trial), next to ``trials.png``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    end_s = max((e.time_s for e in events), default=0.0)
+    spans = allocation_spans(events, end_s)
+    trials = sorted({t for t, *_ in spans})
+    colours = {t: f"C{i % 10}" for i, t in enumerate(trials)}
+    # One lane per (node, k-th worker of a trial on that node at once).
+    lanes: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+    placed: list[tuple[tuple[str, int], str, float, float]] = []
+    for trial_id, node, start, stop in sorted(spans, key=lambda s: (s[1], s[2], s[0])):
+        k = 0
+        while any(a < stop and start < b for a, b in lanes[(node, k)]):
+            k += 1
+        lanes[(node, k)].append((start, stop))
+        placed.append(((node, k), trial_id, start, stop))
+    order = sorted(lanes)
+    fig = Figure(figsize=(10, 1.5 + 0.4 * max(len(order), 1)), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.set_title(title)
+    for lane, trial_id, start, stop in placed:
+        y = order.index(lane)
+        width = max(stop - start, end_s * 0.005 + 1e-3)
+        # White edges mark where a trial's holding changed (it moved).
+        ax.barh(y, width, left=start, color=colours[trial_id], edgecolor="white", linewidth=1.5)
+    ax.set_yticks(range(len(order)), [f"{_short(n)} #{k}" for n, k in order], fontsize=8)
+    ax.set_xlabel("seconds since the search's allocator started")
+    ax.set_ylabel("node, worker")
+    for t in trials:
+        ax.barh(0, 0, color=colours[t], label=t)
+    if trials:
+        ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3, axis="x")
     return atomic_write(path, lambda fh: fig.savefig(fh, format="png"), binary=True)

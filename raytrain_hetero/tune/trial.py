@@ -35,6 +35,8 @@ __all__ = [
     "abort_active_train_run",
     "abort_train_on_stop",
     "plain_value",
+    "release_active_allocation",
+    "set_active_allocation",
     "throughput_metrics",
     "track_trial",
     "trial_report_callback",
@@ -147,6 +149,7 @@ class _AbortTrainOnStop:
     def cleanup(self) -> None:
         try:
             abort_active_train_run()
+            release_active_allocation()  # tune.allocation: auto: the workers go to others
             # Tune also stops a trial whose last report it has (ASHA at max_t): not early.
             close_active_tracker(reports=int(getattr(self, "training_iteration", 0) or 0))
         finally:
@@ -165,6 +168,33 @@ def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
 #: This trial process's mailbox (set by :func:`trial_report_callback`, read when Tune stops
 #: the trial).
 _ACTIVE_MAILBOX: Any = None
+
+
+#: This trial process's allocator and trial id under ``tune.allocation: auto`` (set by
+#: :func:`set_active_allocation`, released when Tune stops the trial).
+_ACTIVE_ALLOCATION: tuple[Any, str] | None = None
+
+
+def set_active_allocation(allocator: Any, trial_id: str | None) -> None:
+    """Remember (or forget, with None) this trial's allocator actor, so that a stop by Tune
+    gives its workers back at once."""
+    global _ACTIVE_ALLOCATION
+    _ACTIVE_ALLOCATION = (allocator, trial_id) if allocator is not None and trial_id else None
+
+
+def release_active_allocation() -> bool:
+    """Give this trial's workers back to its allocator (Tune stopped it); True if it had one."""
+    active = _ACTIVE_ALLOCATION
+    if active is None:
+        return False
+    allocator, trial_id = active
+    try:
+        ray.get(allocator.release.remote(trial_id, "stopped by the trial scheduler"), timeout=10)
+    except Exception as exc:  # noqa: BLE001 - best effort while the trial stops
+        logger.warning("could not release the stopped trial's workers: %s", exc)
+        return False
+    set_active_allocation(None, None)
+    return True
 
 
 #: This trial process's open experiment tracker and the reports that complete its trial

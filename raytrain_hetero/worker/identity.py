@@ -66,8 +66,9 @@ class HeteroSetup:
 
     @property
     def max_world_size(self) -> int:
-        """Largest world the run may reach (every slot filled; fixes step boundaries)."""
-        return len(self.specs)
+        """Largest world the run may reach (every slot filled, or ``batch.step_workers``
+        when a run's workers change between fits; fixes step boundaries)."""
+        return max(len(self.specs), self.batch.step_workers or 0)
 
     def reading_group(self, rank: int, world_size: int) -> tuple[int, ...]:
         """The ranks whose plan slices ``rank`` reads: its model-parallel group, or itself."""

@@ -17,6 +17,7 @@ from train_loops import (
     bn_model,
     flat_params,
     make_regression_data,
+    moving_trajectory_loop,
     one_device_steps,
     plain_model,
     trajectory_loop,
@@ -207,3 +208,53 @@ def test_ghost_batchnorm_three_uneven_workers_equal_one_device_ghost_float64(
         assert params[name].shape == want.shape == (31, want.shape[1])
         assert np.abs(params[name] - want).max() <= 1e-10, name
     assert relative_errors(want[-1:], want[:1])[0] > 1e-2
+
+
+def test_a_run_moved_twice_to_other_worker_sets_ends_as_the_one_device_run_float64(
+    ray_local, tmp_path
+):
+    """``tune.allocation: auto``'s move, without Tune: one Train run continued in three fits
+    (same name, so each resumes the last epoch-end checkpoint) on 1, then 2, then 3 workers
+    of unequal shares, its steps carved for 3 (``step_workers``), ends with the parameters of
+    the one-device run over the same global batches (float64, 1e-10): the trajectory does not
+    depend on the worker sets it moved between."""
+    from ray.train import RunConfig
+
+    out = tmp_path / "out"
+    out.mkdir()
+    run = RunConfig(name="moved", storage_path=str(tmp_path / "ray_results"))
+    config = dict(size=101, batch=24, lr=0.5, dtype="float64", out=str(out))
+    worlds = []
+    for epochs, shares in ((1, (1.0,)), (2, (1.0, 2.0)), (3, (1.0, 3.0, 6.0))):
+        trainer = HeteroTrainer(
+            moving_trajectory_loop,
+            train_loop_config={**config, "epochs": epochs},
+            workers=[WorkerSpec(name=f"w{i}") for i in range(len(shares))],
+            batch=BatchConfig(global_batch_size=24, fixed_shares=shares, step_workers=3),
+            run_config=run,
+        )
+        result = trainer.fit()
+        assert result.error is None, result.error
+        assert result.metrics["epoch"] == epochs - 1  # this fit ran one more epoch
+        worlds.append(result.metrics["world"])
+    assert worlds == [1, 2, 3]
+    want = reference_trajectory(
+        plain_model, size=101, batch=24, epochs=3, lr=0.5, dtype=torch.float64, min_step_size=3
+    )[-1]
+    got = np.load(out / "params.npz")["plain"]
+    assert relative_errors(got[None], want[None])[0] <= 1e-10
+    assert (
+        relative_errors(
+            want[None],
+            reference_trajectory(
+                plain_model,
+                size=101,
+                batch=24,
+                epochs=1,
+                lr=0.5,
+                dtype=torch.float64,
+                min_step_size=3,
+            )[:1],
+        )[0]
+        > 1e-2
+    )  # the model moved: equality is not trivial

@@ -346,3 +346,34 @@ def live_loop(config: dict) -> None:
     if info["rank"] == 0:
         np.save(out / "final_params.npy", flat_params(model))
     rh.report({"done": 1})
+
+
+def moving_trajectory_loop(config: dict) -> None:
+    """The plain model's SGD over the carved batches for ``config['epochs']`` epochs, with a
+    checkpoint (model, optimizer, cursor) at every epoch end and a resume from the latest one:
+    a run that continues on other workers in a new fit (``tune.allocation: auto``'s move);
+    rank 0 saves the final parameters to ``params.npz``."""
+    import ray
+
+    dtype = getattr(torch, config["dtype"])
+    x, y, idx = make_regression_data(config["size"], 6, 3, dtype)
+    model = rh.prepare_model(plain_model(6, 3, dtype))
+    optim = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    restore_model_and_optimizer(model, optim)
+    loader = rh.prepare_data_loader(torch.utils.data.TensorDataset(x, y, idx))
+    rank = rh.get_rank_info()["rank"]
+    for epoch in range(loader.epoch, config["epochs"]):
+        for xb, yb, _ in loader:
+            optim.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            optim.step()
+        metrics = {"epoch": epoch, "world": rh.get_rank_info()["world_size"]}
+        if rank != 0:
+            rh.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            state = {"model": model.module.state_dict(), "optim": optim.state_dict()}
+            torch.save(state, os.path.join(d, "model.pt"))
+            rh.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+    if rank == 0:
+        np.savez(Path(config["out"]) / "params.npz", plain=flat_params(model.module))

@@ -176,8 +176,7 @@ def test_unknown_nested_key_suggests_closest(tmp_path: Path) -> None:
     assert "train.learning_rate: unknown key 'learning_rate' under 'train'" in msg
     assert (
         "valid keys: global_batch_size, min_slice, weighting, batchnorm, ghost_size, "
-        "max_memory_fraction, "
-        "memory_cap_mode, fixed_shares, seed, epochs, lr, "
+        "max_memory_fraction, memory_cap_mode, fixed_shares, seed, step_workers, epochs, lr, "
         "momentum, weight_decay" in msg
     )
     assert "Fix: rename it to 'lr'" in msg

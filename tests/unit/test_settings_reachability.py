@@ -64,6 +64,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (BatchConfig, "memory_cap_mode"): "slice",
     (BatchConfig, "fixed_shares"): [1.0, 3.0],
     (BatchConfig, "seed"): 7,
+    (BatchConfig, "step_workers"): 3,
     (ProbeConfig, "mode"): "probe",
     (ProbeConfig, "passive_steps"): 5,
     (ProbeConfig, "remember"): False,

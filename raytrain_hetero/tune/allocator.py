@@ -1,0 +1,493 @@
+"""The search's allocator (``tune.allocation: auto``): which workers each live trial holds.
+
+One :class:`TrialAllocator` per search owns the allocation state, like the run's scheduler
+actor owns the live plan (:mod:`raytrain_hetero.driver.scheduler`): a plain class (tested as
+an object, clock and node source injected) that :func:`start_allocator` wraps with
+``ray.remote``. It knows the cluster's worker slots (the alive nodes of ``ray.nodes()``, their
+resources and labels, less each trial driver's CPUs, matched to the job's worker *types*), each
+trial's remaining budget (ASHA's rungs, :func:`~raytrain_hetero.core.trial_allocation.
+asha_expected_epochs`) and its step cost per worker type (what the trial's own plans measured,
+the remembered cost models; an unmeasured type is assumed as fast as the trial's measured ones),
+and calls :func:`~raytrain_hetero.core.trial_allocation.decide_trial_allocation` on every
+event: a trial asks for workers, ends or is stopped, reaches an epoch end, or the nodes change
+(re-read at each event).
+
+A trial (:func:`allocated_worker_specs`) pins each of its workers to the node of its slot
+through a per-worker label selector (``ray.io/node-id``, Ray's own node label) and hands the
+holding's version to its loop; at each epoch end the loop asks the allocator
+(:func:`epoch_end_moves`, one collective so every rank agrees) and, when the holding changed,
+ends the fit after its checkpoint: the trial then resumes its Train run (same name, so from
+that checkpoint and data cursor) on its new workers. Exact carving and weighted gradients
+keep its trajectory what it would have been on any worker set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raytrain_hetero.config import WorkerSpec
+from raytrain_hetero.config.allocation import TrialAllocatorConfig
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.trial_allocation import (
+    ClusterNode,
+    TrialAllocationConfig,
+    TrialDemand,
+    WorkerType,
+    asha_expected_epochs,
+    cluster_slots,
+    decide_trial_allocation,
+)
+from raytrain_hetero.errors import AllocationError, ConfigError
+
+__all__ = [
+    "ALLOCATOR_NAMESPACE",
+    "NODE_ID_LABEL",
+    "AllocationEvent",
+    "HeldWorker",
+    "TrialAllocator",
+    "TrialHolding",
+    "allocated_worker_specs",
+    "allocator_actor_name",
+    "epoch_end_moves",
+    "live_cluster_nodes",
+    "lookup_allocator",
+    "measured_type_costs",
+    "start_allocator",
+    "wait_for_holding",
+    "worker_types",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The label Ray 2.60 gives every node, with its node id as value (seen in ``ray.nodes()``;
+#: ``ray.util.placement_group.NODE_ID_LABEL_KEY``).
+NODE_ID_LABEL = "ray.io/node-id"
+ALLOCATOR_NAMESPACE = "raytrain_hetero"
+# Seconds per sample assumed for a type no trial has measured yet (only ratios matter then).
+_PRIOR_BETA = 1e-3
+
+
+def allocator_actor_name(experiment: str) -> str:
+    """Ray actor name of the allocator of the search ``experiment``."""
+    return f"raytrain_hetero_allocator:{experiment}"
+
+
+@dataclass(frozen=True)
+class HeldWorker:
+    """One worker of a trial's holding: its slot (``"<node_id>/<i>"``), node and type."""
+
+    slot_id: str
+    node_id: str
+    worker_type: str
+
+
+@dataclass(frozen=True)
+class TrialHolding:
+    """The workers one trial holds now.
+
+    Attributes:
+        trial_id: The trial.
+        version: Bumped each time its workers change (1: its first holding).
+        workers: Its workers, sorted by slot.
+        reason: Why (the allocator's one line).
+    """
+
+    trial_id: str
+    version: int
+    workers: tuple[HeldWorker, ...]
+    reason: str
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The node of each worker."""
+        return tuple(w.node_id for w in self.workers)
+
+
+@dataclass(frozen=True)
+class AllocationEvent:
+    """One change of one trial's holding (the allocation history).
+
+    Attributes:
+        time_s: Allocator clock seconds since the search's allocator started.
+        trial_id: The trial.
+        version: Its holding's version after the change (0: released).
+        slots: The slots it holds from now on (empty: released).
+        nodes: The node of each slot.
+        cause: The event that made the decision (``"trial started"``, ``"epoch 2 ended"``,
+            ``"trial ended"``, ``"nodes changed"``...).
+        reason: The allocator's line for this trial.
+    """
+
+    time_s: float
+    trial_id: str
+    version: int
+    slots: tuple[str, ...]
+    nodes: tuple[str, ...]
+    cause: str
+    reason: str
+
+
+@dataclass
+class _Trial:
+    global_batch: int
+    epochs_done: int = 0
+    driver_node: str | None = None
+    costs: dict[str, CostModel] | None = None
+    holding: TrialHolding | None = None
+
+
+def worker_types(workers: Sequence[WorkerSpec]) -> tuple[WorkerType, ...]:
+    """The allocator's worker types: one per ``workers:`` entry (its count is ignored).
+
+    Raises:
+        ConfigError: Two entries share a name.
+    """
+    names = [w.name for w in workers]
+    if len(set(names)) != len(names):
+        raise ConfigError(
+            f"tune.allocation: auto reads workers: as worker types, but names repeat ({names}). "
+            "Fix: give each type one entry with a unique name."
+        )
+    return tuple(
+        WorkerType(w.name, dict(w.resources), dict(w.label_selector or {})) for w in workers
+    )
+
+
+class TrialAllocator:
+    """Owns the search's allocation: registers trials, decides on each event, keeps history.
+
+    Args:
+        types: The worker types (:func:`worker_types`).
+        nodes: Returns the alive nodes (:func:`live_cluster_nodes` in the actor).
+        max_epochs: Every trial's epochs (``train.epochs``).
+        samples_per_epoch: Training samples of one epoch (the dataset's train split).
+        asha: ``(grace_period, reduction_factor)`` of the search's ASHA, None for FIFO.
+        config: The allocator's settings.
+        driver_cpus: CPUs each trial's driver reserves on its node (``tune.trial_cpus``).
+        clock: Seconds (injected; ``time.monotonic``).
+    """
+
+    def __init__(
+        self,
+        types: Sequence[WorkerType],
+        nodes: Callable[[], Sequence[ClusterNode]],
+        *,
+        max_epochs: int,
+        samples_per_epoch: int,
+        asha: tuple[int, float] | None = None,
+        config: TrialAllocatorConfig | None = None,
+        driver_cpus: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._types = tuple(types)
+        self._nodes = nodes
+        self._max_epochs = max_epochs
+        self._samples_per_epoch = samples_per_epoch
+        self._asha = asha
+        self._config = config or TrialAllocatorConfig()
+        self._driver_cpus = driver_cpus
+        self._clock = clock
+        self._start = clock()
+        self._trials: dict[str, _Trial] = {}  # in registration order (Tune's)
+        self._history: list[AllocationEvent] = []
+        self._measured: dict[str, CostModel] = {}  # per type, the latest any trial measured
+        self._slot_set: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ events
+
+    def request(
+        self,
+        trial_id: str,
+        *,
+        global_batch: int,
+        driver_node: str | None = None,
+    ) -> TrialHolding | None:
+        """A trial asks for its workers (registering it on its first call): its holding, or
+        None while it waits for a free worker fast enough.
+
+        Raises:
+            AllocationError: No worker slot of the cluster can hold the trial (one line).
+        """
+        if trial_id not in self._trials:
+            self._trials[trial_id] = _Trial(global_batch=global_batch, driver_node=driver_node)
+            try:
+                self._decide("trial started")
+            except AllocationError:
+                del self._trials[trial_id]
+                raise
+        elif self._trials[trial_id].holding is None:
+            self.refresh()  # a waiting trial's poll: a node may have joined since
+        return self._trials[trial_id].holding
+
+    def epoch_ended(self, trial_id: str, epochs_done: int) -> TrialHolding | None:
+        """A trial finished ``epochs_done`` epochs: its budget shrinks (and under ASHA its
+        expected remaining work jumps at a rung); returns its holding after the re-decision."""
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            return None
+        trial.epochs_done = max(trial.epochs_done, epochs_done)
+        self._decide(f"{trial_id} ended epoch {epochs_done}")
+        return trial.holding
+
+    def measured(self, trial_id: str, costs: Mapping[str, tuple[float, float]]) -> None:
+        """The trial's step cost per worker type, ``{type: (alpha, beta)}`` (its plans'
+        calibrated cost models); shared with the trials that have not measured that type."""
+        models = {t: CostModel(float(a), float(b)) for t, (a, b) in costs.items()}
+        self._measured.update(models)
+        trial = self._trials.get(trial_id)
+        if trial is not None:
+            trial.costs = {**(trial.costs or {}), **models}
+
+    def release(self, trial_id: str, cause: str = "trial ended") -> None:
+        """The trial ended or was stopped: its workers go back to the others."""
+        trial = self._trials.pop(trial_id, None)
+        if trial is None:
+            return
+        if trial.holding is not None:
+            self._record(trial_id, 0, (), (), cause, "released its workers")
+        if self._trials:
+            self._decide(f"{trial_id}: {cause}")
+
+    def refresh(self) -> bool:
+        """Re-read the nodes; re-decide if the worker slots changed. True if they did."""
+        before = self._slot_set
+        slots, _ = self._slots()
+        if tuple(s.slot_id for s in slots) == before:
+            return False
+        self._decide("nodes changed")
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    def holding(self, trial_id: str) -> TrialHolding | None:
+        """The trial's holding now (None: unknown or waiting)."""
+        trial = self._trials.get(trial_id)
+        return trial.holding if trial is not None else None
+
+    def wait_poll_s(self) -> float:
+        """Seconds between a waiting trial's requests."""
+        return self._config.wait_poll_s
+
+    def history(self) -> tuple[AllocationEvent, ...]:
+        """Every change of every trial's holding, in order."""
+        return tuple(self._history)
+
+    # ------------------------------------------------------------------ internals
+
+    def _slots(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        nodes = list(self._nodes())
+        reserved: dict[str, float] = {}
+        for trial in self._trials.values():
+            if trial.driver_node is not None:
+                reserved[trial.driver_node] = reserved.get(trial.driver_node, 0.0) + (
+                    self._driver_cpus
+                )
+        usable = [
+            ClusterNode(
+                n.node_id,
+                {
+                    k: v - (reserved.get(n.node_id, 0.0) if k == "CPU" else 0.0)
+                    for k, v in n.resources.items()
+                },
+                n.labels,
+            )
+            for n in nodes
+        ]
+        return cluster_slots(usable, self._types)
+
+    def _remaining_epochs(self, trial: _Trial) -> float:
+        if self._asha is None:
+            return float(max(self._max_epochs - trial.epochs_done, 0))
+        grace, eta = self._asha
+        return asha_expected_epochs(trial.epochs_done, self._max_epochs, grace, eta)
+
+    def _costs(self, trial: _Trial) -> dict[str, CostModel]:
+        known = {**self._measured, **(trial.costs or {})}
+        # A type nobody measured: assumed as fast per sample as the mean of the measured ones
+        # (before any measurement, all types alike); a measurement replaces it.
+        betas = [c.beta for c in known.values()]
+        prior = CostModel(0.0, sum(betas) / len(betas) if betas else _PRIOR_BETA)
+        return {t.name: known.get(t.name, prior) for t in self._types}
+
+    def _decide(self, cause: str) -> None:
+        slots, findings = self._slots()
+        self._slot_set = tuple(s.slot_id for s in slots)
+        existing = set(self._slot_set)
+        demands = [
+            TrialDemand(
+                trial_id=trial_id,
+                costs=self._costs(trial),
+                global_batch=trial.global_batch,
+                remaining_samples=self._remaining_epochs(trial) * self._samples_per_epoch,
+                restart_s=self._config.restart_s,
+                current=tuple(
+                    w.slot_id
+                    for w in (trial.holding.workers if trial.holding is not None else ())
+                    if w.slot_id in existing
+                ),
+            )
+            for trial_id, trial in self._trials.items()
+        ]
+        decision = decide_trial_allocation(
+            slots,
+            demands,
+            TrialAllocationConfig(
+                min_gain_s=self._config.min_gain_s,
+                max_workers_per_trial=self._config.max_workers_per_trial,
+                max_start_slowdown=self._config.max_start_slowdown,
+            ),
+        )
+        for finding in findings + decision.findings:
+            logger.debug("allocation: %s", finding)
+        by_slot = {s.slot_id: s for s in slots}
+        for assignment in decision.assignments:
+            trial = self._trials[assignment.trial_id]
+            old = trial.holding
+            if old is not None and tuple(w.slot_id for w in old.workers) == assignment.slots:
+                continue
+            workers = tuple(
+                HeldWorker(s, by_slot[s].node_id, by_slot[s].worker_type) for s in assignment.slots
+            )
+            version = (old.version if old is not None else 0) + 1
+            trial.holding = TrialHolding(assignment.trial_id, version, workers, assignment.reason)
+            self._record(
+                assignment.trial_id,
+                version,
+                assignment.slots,
+                tuple(w.node_id for w in workers),
+                cause,
+                assignment.reason,
+            )
+
+    def _record(
+        self,
+        trial_id: str,
+        version: int,
+        slots: tuple[str, ...],
+        nodes: tuple[str, ...],
+        cause: str,
+        reason: str,
+    ) -> None:
+        now = self._clock() - self._start
+        self._history.append(AllocationEvent(now, trial_id, version, slots, nodes, cause, reason))
+        logger.info("allocation: %s v%d %s (%s: %s)", trial_id, version, slots, cause, reason)
+
+
+# ---------------------------------------------------------------------------- Ray side
+
+
+def live_cluster_nodes() -> list[ClusterNode]:
+    """The alive nodes of the connected Ray cluster (id, resources, labels)."""
+    import ray
+
+    return [
+        ClusterNode(str(n["NodeID"]), dict(n.get("Resources") or {}), dict(n.get("Labels") or {}))
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+def start_allocator(experiment: str, **kwargs: Any) -> Any:
+    """Start the allocator actor of the search ``experiment`` (keyword arguments: those of
+    :class:`TrialAllocator` but ``nodes``, which is :func:`live_cluster_nodes`). The search's
+    driver owns it and kills it at the end."""
+    import ray
+
+    actor = ray.remote(num_cpus=0)(TrialAllocator)
+    return actor.options(
+        name=allocator_actor_name(experiment), namespace=ALLOCATOR_NAMESPACE
+    ).remote(nodes=live_cluster_nodes, **kwargs)
+
+
+def lookup_allocator(experiment: str) -> Any:
+    """The allocator actor of ``experiment``."""
+    import ray
+
+    return ray.get_actor(allocator_actor_name(experiment), namespace=ALLOCATOR_NAMESPACE)
+
+
+def wait_for_holding(
+    allocator: Any,
+    trial_id: str,
+    *,
+    global_batch: int,
+    driver_node: str | None,
+    poll_s: float,
+) -> TrialHolding:
+    """Ask the allocator for the trial's workers until it has some (a waiting trial polls)."""
+    import ray
+
+    while True:
+        holding = ray.get(
+            allocator.request.remote(trial_id, global_batch=global_batch, driver_node=driver_node)
+        )
+        if holding is not None:
+            return holding
+        time.sleep(poll_s)
+
+
+def allocated_worker_specs(
+    holding: TrialHolding, types: Mapping[str, WorkerSpec]
+) -> list[WorkerSpec]:
+    """One worker spec per held worker: its type's spec (``count`` 1), named ``<type>-<k>``,
+    pinned to its slot's node (the type's label selector plus ``ray.io/node-id``)."""
+    specs: list[WorkerSpec] = []
+    seen: dict[str, int] = {}
+    for worker in holding.workers:
+        base = types[worker.worker_type]
+        k = seen.get(worker.worker_type, 0)
+        seen[worker.worker_type] = k + 1
+        selector = {**(base.label_selector or {}), NODE_ID_LABEL: worker.node_id}
+        specs.append(
+            base.model_copy(
+                update={"name": f"{base.name}-{k}", "count": 1, "label_selector": selector}
+            )
+        )
+    return specs
+
+
+def measured_type_costs(
+    plans: Sequence[Any], specs: Sequence[WorkerSpec], holding: TrialHolding
+) -> dict[str, tuple[float, float]]:
+    """Per worker type the mean ``(alpha, beta)`` of the last cost-model plan of a segment
+    (``HeteroTrainer.plans``; rank ``i`` is ``specs[i]``, held worker ``i``); {} without one."""
+    costed = [p for p in plans if getattr(p, "costs", None) is not None]
+    if not costed:
+        return {}
+    plan = costed[-1]
+    sums: dict[str, list[float]] = {}
+    for rank, cost in enumerate(plan.costs):
+        if rank >= len(holding.workers):
+            break
+        t = holding.workers[rank].worker_type
+        acc = sums.setdefault(t, [0.0, 0.0, 0.0])
+        acc[0] += cost.alpha
+        acc[1] += cost.beta
+        acc[2] += 1
+    return {t: (a / n, b / n) for t, (a, b, n) in sums.items() if math.isfinite(b / n) and b > 0}
+
+
+def epoch_end_moves(allocation: Mapping[str, Any] | None, epochs_done: int) -> bool:
+    """On every rank at an epoch end, after its report: whether the trial's holding changed
+    (it should end this fit and resume on its new workers). Rank 0 tells the allocator the
+    epoch ended and compares the holding's version; one all-reduce makes every rank agree.
+    ``allocation`` is the loop config's ``"allocation"`` entry (None: fixed, never moves).
+    """
+    if not allocation:
+        return False
+    import ray
+
+    from raytrain_hetero.worker.api import get_rank_info, sum_across_ranks
+
+    moved = 0
+    if get_rank_info()["rank"] == 0:
+        actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
+        holding = ray.get(actor.epoch_ended.remote(allocation["trial_id"], epochs_done))
+        moved = int(holding is None or holding.version != allocation["version"])
+    (total,) = sum_across_ranks(moved)
+    return total > 0
