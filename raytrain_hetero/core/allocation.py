@@ -180,6 +180,22 @@ def _index(value: object, name: str) -> int:
         raise AllocationError(f"{name} must be an integer, got {value!r}") from None
 
 
+def _check_min_slice_and_caps(
+    min_slice: int, caps: Sequence[int | None] | None, n_workers: int
+) -> None:
+    """Refuse an empty minimum slice and a cap list of the wrong length, naming the fix."""
+    if min_slice < 1:
+        raise AllocationError(
+            f"min_slice must be >= 1, got {min_slice}: a worker with an empty slice deadlocks "
+            "DDP or produces a NaN mean loss"
+        )
+    if caps is not None and len(caps) != n_workers:
+        raise AllocationError(
+            f"caps has {len(caps)} entries but there are {n_workers} workers; give one cap "
+            "(or None) per worker"
+        )
+
+
 def _slice_bounds(
     total: int, n_workers: int, caps: Sequence[int | None] | None, min_slice: int
 ) -> tuple[int, int, np.ndarray]:
@@ -194,16 +210,7 @@ def _slice_bounds(
         raise AllocationError(
             "no workers to allocate to (empty cost/share list); start at least one worker"
         )
-    if min_slice < 1:
-        raise AllocationError(
-            f"min_slice must be >= 1, got {min_slice}: a worker with an empty slice deadlocks "
-            "DDP or produces a NaN mean loss"
-        )
-    if caps is not None and len(caps) != n_workers:
-        raise AllocationError(
-            f"caps has {len(caps)} entries but there are {n_workers} workers; give one cap "
-            "(or None) per worker"
-        )
+    _check_min_slice_and_caps(min_slice, caps, n_workers)
     minimum_total = n_workers * min_slice
     if total < minimum_total:
         raise AllocationError(
@@ -371,16 +378,7 @@ def grouped_request(
     min_slice = _index(min_slice, "min_slice")
     if quantum < 1:
         raise AllocationError(f"quantum must be >= 1 sample per group, got {quantum}")
-    if min_slice < 1:
-        raise AllocationError(
-            f"min_slice must be >= 1, got {min_slice}: a worker with an empty slice deadlocks "
-            "DDP or produces a NaN mean loss"
-        )
-    if caps is not None and len(caps) != n_workers:
-        raise AllocationError(
-            f"caps has {len(caps)} entries but there are {n_workers} workers; give one cap "
-            "(or None) per worker"
-        )
+    _check_min_slice_and_caps(min_slice, caps, n_workers)
     groups, remainder = divmod(total, quantum)
     min_groups = -(-min_slice // quantum)
     if n_workers and groups < n_workers * min_groups:
