@@ -37,6 +37,7 @@ from raytrain_hetero.core.trial_allocation import (
     ClusterNode,
     TrialAllocationConfig,
     TrialDemand,
+    WorkerSlot,
     WorkerType,
     asha_expected_epochs,
     cluster_slots,
@@ -48,7 +49,6 @@ __all__ = [
     "ALLOCATOR_NAMESPACE",
     "NODE_ID_LABEL",
     "AllocationEvent",
-    "HeldWorker",
     "TrialAllocator",
     "TrialHolding",
     "allocated_worker_specs",
@@ -78,15 +78,6 @@ def allocator_actor_name(experiment: str) -> str:
 
 
 @dataclass(frozen=True)
-class HeldWorker:
-    """One worker of a trial's holding: its slot (``"<node_id>/<i>"``), node and type."""
-
-    slot_id: str
-    node_id: str
-    worker_type: str
-
-
-@dataclass(frozen=True)
 class TrialHolding:
     """The workers one trial holds now.
 
@@ -99,7 +90,7 @@ class TrialHolding:
 
     trial_id: str
     version: int
-    workers: tuple[HeldWorker, ...]
+    workers: tuple[WorkerSlot, ...]
     reason: str
 
     @property
@@ -350,9 +341,7 @@ class TrialAllocator:
             old = trial.holding
             if old is not None and tuple(w.slot_id for w in old.workers) == assignment.slots:
                 continue
-            workers = tuple(
-                HeldWorker(s, by_slot[s].node_id, by_slot[s].worker_type) for s in assignment.slots
-            )
+            workers = tuple(by_slot[s] for s in assignment.slots)
             version = (old.version if old is not None else 0) + 1
             trial.holding = TrialHolding(assignment.trial_id, version, workers, assignment.reason)
             self._record(
