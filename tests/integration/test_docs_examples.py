@@ -1,0 +1,66 @@
+"""The docs' Python examples that train run here, on one shared local Ray (``ray_local``).
+
+Each block is read from its page (by a marker it contains, see
+:func:`docs_fixtures.docs_block`) and executed as shown, with only what a laptop cannot
+provide swapped: the cluster pools of ``workers=`` become two local 1-CPU workers, cluster-only
+settings named in ``drop`` go, ``train_loop_config`` gets small sizes merged in, results go to
+tmp storage; the names a block assumes (``build_model``, ``train_dataset``...) come from
+:mod:`docs_fixtures`. A renamed function, a changed signature or a loop that no longer trains
+fails here. Which blocks run where is listed in tests/unit/test_docs.py (``RUN_BLOCKS``).
+
+Three worker-group starts (the Python API page's loop is the README's, checked in
+tests/unit/test_docs_examples_run.py, so it is not trained twice), 48 generated samples, 1-2 steps per epoch.
+"""
+
+from __future__ import annotations
+
+from docs_fixtures import docs_block, run_block
+
+
+def _fit(page: str, marker: str, run_config, **overrides):
+    where, code = docs_block(page, marker)
+    namespace = run_block(code, where, run_config=run_config, **overrides)
+    return where, namespace
+
+
+def test_readme_example_trains(ray_local, run_config):
+    where, ns = _fit("README.md", "def train_loop", run_config, loop_config={"epochs": 2})
+    result, trainer = ns["result"], ns["trainer"]
+    assert result.error is None, f"{where}: {result.error}"
+    assert trainer.plans and len(trainer.plans[-1].slices) == 2
+
+
+def test_loop_fragments_run_inside_a_training_loop(ray_local, run_config):
+    """The guards page's step and the micro-batch loop of the heterogeneous-workers page, in
+    one worker group: the guard fragment prepares the model, optimizer and loader; the
+    micro-batch fragment trains a second epoch with them, in parts of at most 4 samples."""
+    from docs_fixtures import fragment_loop
+
+    import raytrain_hetero as rh
+
+    guards = docs_block("docs/reliability/guards.md", "prepare_model")
+    micro = docs_block("docs/how-to/heterogeneous-workers.md", "micro_batches")
+    trainer = rh.HeteroTrainer(
+        fragment_loop,
+        train_loop_config={
+            "fragments": [
+                (guards[0], "", guards[1]),
+                (micro[0], "opt = optimizer", micro[1]),
+            ]
+        },
+        workers=[rh.WorkerSpec(name="a", max_micro_batch=4), rh.WorkerSpec(name="b")],
+        batch=rh.BatchConfig(global_batch_size=24, memory_cap_mode="accumulate"),
+        run_config=run_config,
+    )
+    result = trainer.fit()
+    assert result.error is None, result.error
+
+
+def test_model_parallel_page_example_trains(ray_local, run_config):
+    where, ns = _fit(
+        "docs/how-to/model-parallelism.md",
+        "prepare_model_parallel",
+        run_config,
+        loop_config={"epochs": 1},
+    )
+    assert "loop" in ns, where
