@@ -14,7 +14,7 @@ tests/unit/test_docs_examples_run.py, so it is not trained twice), 48 generated 
 
 from __future__ import annotations
 
-from docs_fixtures import docs_block, run_block
+from docs_fixtures import REPO, docs_block, run_block
 
 
 def _fit(page: str, marker: str, run_config, **overrides):
@@ -64,3 +64,31 @@ def test_model_parallel_page_example_trains(ray_local, run_config):
         loop_config={"epochs": 1},
     )
     assert "loop" in ns, where
+
+
+def test_ray_data_example_trains(ray_local, tmp_path, monkeypatch):
+    """examples/train_ray_data.py, included by docs/how-to/ray-data.md, on 30 generated
+    GeoTIFFs for one epoch (one step of 30 rows over its three workers), in this Ray."""
+    import runpy
+
+    monkeypatch.chdir(tmp_path)  # its generated data goes to ./data
+    example = runpy.run_path(str(REPO / "examples" / "train_ray_data.py"))
+    trainer = example["main"](
+        ["--epochs", "1", "--samples-per-class", "3", "--storage-path", str(tmp_path / "runs")]
+    )
+    assert trainer.plans and len(trainer.plans[-1].slices) == 3
+    assert sum(r.slice for r in trainer.step_records) == 30  # every row once, in one epoch
+
+
+def test_torchgeo_page_example_trains(ray_local, run_config, tmp_path):
+    """The torchgeo page's Lightning program: torchgeo's ClassificationTask and
+    EuroSATDataModule, unmodified, on a generated EuroSAT (30 images of 32x32) for one epoch."""
+    from raytrain_hetero.workloads import generate_eurosat
+
+    root = generate_eurosat(tmp_path / "eurosat", samples_per_class=3, size=32)
+    _fit(  # the block's bare .fit() raises if training fails
+        "docs/how-to/torchgeo.md",
+        'EuroSATDataModule(root=config["root"], batch_size=64)',
+        run_config,
+        loop_config={"root": str(root), "epochs": 1},
+    )
