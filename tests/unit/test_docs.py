@@ -1,7 +1,10 @@
 """The docs cannot rot: the site builds with warnings as errors, the generated configuration
 reference lists every field, and every example in the docs and the README still matches the
 code (YAML validated by the job loader, ``--set`` keys resolved in the schema, Python compiled
-with every ``raytrain_hetero`` name and keyword resolved, included files loaded).
+with every ``raytrain_hetero`` name and keyword resolved, included files loaded), and every
+Python block and included example file is RUN by a named test (``RUN_BLOCKS``,
+``RUN_INCLUDED``: tests/integration/test_docs_examples.py trains on one shared Ray,
+tests/unit/test_docs_examples_run.py runs the rest) or listed check-only with its reason.
 
 No Ray is started. The build imports the package (autodoc), ~15 s on 2 cores.
 """

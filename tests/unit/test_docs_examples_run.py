@@ -19,7 +19,7 @@ import torch
 from gloo_group import run_gloo_group
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))  # docs_fixtures: the names blocks assume
+sys.path.append(str(REPO / "tests" / "integration"))  # docs_fixtures: the names blocks assume
 
 from docs_fixtures import docs_block, fixture_namespace, run_block
 
@@ -62,7 +62,7 @@ def _run_fragments(rank: int, world_size: int, blocks: list[tuple[str, str]], tm
     """On each rank of a gloo group: the page's fragments with the names they assume."""
     import torch.distributed as dist
 
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    sys.path.append(str(REPO / "tests" / "integration"))
     from docs_fixtures import fixture_namespace
 
     torch.manual_seed(0)
