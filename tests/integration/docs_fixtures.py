@@ -103,11 +103,11 @@ def fixture_namespace() -> dict[str, Any]:
 
 class _Overrides(ast.NodeTransformer):
     """Swap keyword values of ``HeteroTrainer(...)`` calls: ``workers=`` becomes
-    ``LOCAL_WORKERS``, ``train_loop_config`` gets the test's sizes merged in, and the keywords
-    in ``drop`` (cluster-only settings such as ``elastic=ElasticConfig(min_workers=3)``) go."""
+    ``LOCAL_WORKERS`` (when the block runs, or its pools are elided), ``train_loop_config``
+    gets the test's sizes merged in, and ``run_config=`` (tmp storage) is added if absent."""
 
-    def __init__(self, loop_config: dict[str, Any], drop: set[str], fit: bool) -> None:
-        self.loop_config, self.drop, self.fit = loop_config, drop, fit
+    def __init__(self, loop_config: dict[str, Any], fit: bool) -> None:
+        self.loop_config, self.fit = loop_config, fit
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         self.generic_visit(node)
@@ -115,7 +115,7 @@ class _Overrides(ast.NodeTransformer):
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
         if name != "HeteroTrainer":
             return node
-        keywords = [kw for kw in node.keywords if kw.arg not in self.drop]
+        keywords = list(node.keywords)
         if not any(kw.arg == "run_config" for kw in keywords):  # results in tmp, not ~/
             keywords.append(ast.keyword("run_config", ast.Name("RUN_CONFIG", ast.Load())))
         for kw in keywords:
@@ -161,7 +161,6 @@ def run_block(
     where: str,
     *,
     loop_config: dict[str, Any] | None = None,
-    drop: set[str] = frozenset(),  # type: ignore[assignment]
     run_config: Any = None,
     fit: bool = True,
     extra: dict[str, Callable[..., Any] | Any] | None = None,
@@ -172,7 +171,7 @@ def run_block(
     The namespace's ``__name__`` is no importable module, so Ray pickles the block's own
     functions (its ``train_loop``) by value and the fixtures they use by reference.
     """
-    tree = _Overrides(loop_config or {}, set(drop), fit).visit(ast.parse(code))
+    tree = _Overrides(loop_config or {}, fit).visit(ast.parse(code))
     if not fit:
         tree = _NoFit().visit(tree)
     tree = ast.fix_missing_locations(tree)

@@ -2,14 +2,16 @@
 
 Each block is read from its page (by a marker it contains, see
 :func:`docs_fixtures.docs_block`) and executed as shown, with only what a laptop cannot
-provide swapped: the cluster pools of ``workers=`` become two local 1-CPU workers, cluster-only
-settings named in ``drop`` go, ``train_loop_config`` gets small sizes merged in, results go to
-tmp storage; the names a block assumes (``build_model``, ``train_dataset``...) come from
-:mod:`docs_fixtures`. A renamed function, a changed signature or a loop that no longer trains
-fails here. Which blocks run where is listed in tests/unit/test_docs.py (``RUN_BLOCKS``).
+provide swapped: the cluster pools of ``workers=`` become two local 1-CPU workers,
+``train_loop_config`` gets small sizes merged in, results go to tmp storage; the names a block
+assumes (``build_model``, ``train_dataset``...) come from :mod:`docs_fixtures`. Included
+example files run with small sizes through their own arguments. A renamed function, a
+changed signature or a loop that no longer trains fails here. Which blocks run where is
+listed in tests/unit/test_docs.py (``RUN_BLOCKS``, ``RUN_INCLUDED``).
 
-Three worker-group starts (the Python API page's loop is the README's, checked in
-tests/unit/test_docs_examples_run.py, so it is not trained twice), 48 generated samples, 1-2 steps per epoch.
+Five worker-group starts (the Python API page's loop is the README's, checked in
+tests/unit/test_docs_examples_run.py, so it is not trained twice); 30-48 generated samples,
+1-2 steps per epoch. ~150 CPU-s in all, ~106 s of wall on a lightly loaded 2-core machine.
 """
 
 from __future__ import annotations
