@@ -19,6 +19,7 @@ import numpy as np
 import ray
 import torch
 import torch.nn.functional as F
+from ray.train import RunConfig
 
 import raytrain_hetero as rh
 from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
@@ -56,18 +57,26 @@ def train_loop(config: dict) -> None:
         rh.report({"epoch": epoch, "train_accuracy_rank": correct / seen})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> HeteroTrainer:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", help="EuroSAT root (local or s3://); default: generated")
     parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args()
-    root = args.root or str(generate_eurosat("data/eurosat_synth", samples_per_class=30))
+    parser.add_argument("--samples-per-class", type=int, default=30)
+    parser.add_argument(
+        "--storage-path", help="where Ray Train keeps the run (default ~/ray_results)"
+    )
+    args = parser.parse_args(argv)
+    root = args.root or str(
+        generate_eurosat("data/eurosat_synth", samples_per_class=args.samples_per_class)
+    )
     tifs = f"{root.rstrip('/')}/ds/images/remote_sensing/otherDatasets/sentinel_2/tif"
-    ray.init(num_cpus=4)
+    if not ray.is_initialized():  # a cluster joined already (Ray Jobs, a test) is kept
+        ray.init(num_cpus=4)
+    # pipeline: start
     train = (
         ray.data.read_binary_files(tifs, include_paths=True, file_extensions=["tif"])
         .random_shuffle()
-        .map_batches(decode, batch_size=32)
+        .map_batches(decode, batch_size=32)  # decodes in Ray Data tasks, on any node
     )
     trainer = HeteroTrainer(
         train_loop,
@@ -79,10 +88,13 @@ def main() -> None:
         ],
         batch=BatchConfig(global_batch_size=48),
         datasets={"train": train},
+        run_config=RunConfig(storage_path=args.storage_path),
     )
     result = trainer.fit()
+    # pipeline: end
     print("plans:", [(p.effective_step, list(p.slices), p.reason) for p in trainer.plans])
     print("final metrics:", result.metrics)
+    return trainer
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """The docs cannot rot: the site builds with warnings as errors, the generated configuration
 reference lists every field, and every example in the docs and the README still matches the
 code (YAML validated by the job loader, ``--set`` keys resolved in the schema, Python compiled
-with every ``raytrain_hetero`` name and keyword resolved, included files loaded).
+with every ``raytrain_hetero`` name and keyword resolved, included files loaded), and every
+Python block and included example file is RUN by a named test (``RUN_BLOCKS``,
+``RUN_INCLUDED``: tests/integration/test_docs_examples.py trains on one shared Ray,
+tests/unit/test_docs_examples_run.py runs the rest) or listed check-only with its reason.
 
 No Ray is started. The build imports the package (autodoc), ~15 s on 2 cores.
 """
@@ -389,6 +392,119 @@ def test_python_example_matches_the_api(where: str, code: str) -> None:
 def test_included_python_files_match_the_api(where: str, path: Path) -> None:
     assert path.is_relative_to(REPO / "examples"), f"{where}: include examples from examples/"
     assert check_python(path.read_text(), str(path)) > 0
+
+
+_INTEG = "tests/integration/test_docs_examples.py"
+_UNIT = "tests/unit/test_docs_examples_run.py"
+
+#: Where each Python block of the pages RUNS, by (page, a text only that block of the page
+#: holds): the test that executes it. Pages that include a file from examples/ instead
+#: (``literalinclude``) are covered by the test that runs that file (test_docs_examples_run).
+RUN_BLOCKS: dict[tuple[str, str], str] = {
+    ("README.md", "def train_loop"): f"{_INTEG}::test_readme_example_trains",
+    ("docs/how-to/python-api.md", "def train_loop"): (
+        f"{_UNIT}::test_python_api_page_builds_its_trainer_and_trains_the_readme_loop"
+    ),
+    ("docs/reliability/guards.md", "prepare_model"): (
+        f"{_INTEG}::test_loop_fragments_run_inside_a_training_loop"
+    ),
+    ("docs/how-to/heterogeneous-workers.md", "micro_batches"): (
+        f"{_INTEG}::test_loop_fragments_run_inside_a_training_loop"
+    ),
+    ("docs/how-to/model-parallelism.md", "prepare_model_parallel"): (
+        f"{_INTEG}::test_model_parallel_page_example_trains"
+    ),
+    ("docs/how-to/model-parallelism.md", "split_conv_layers("): (
+        f"{_UNIT}::test_model_parallel_fragments_run_on_a_gloo_group"
+    ),
+    ("docs/how-to/model-parallelism.md", "BranchPipeline("): (
+        f"{_UNIT}::test_model_parallel_fragments_run_on_a_gloo_group"
+    ),
+    (
+        "docs/reliability/faults.md",
+        "FaultSpec(",
+    ): f"{_UNIT}::test_fault_injection_page_builds_its_trainer",
+    ("docs/how-to/torchgeo.md", "batch_size=64)  # batch_size: validation"): (
+        f"{_INTEG}::test_torchgeo_page_example_trains"
+    ),
+}
+
+#: Blocks that are only compiled and name-checked (test_python_example_matches_the_api), with
+#: why they cannot sensibly run in the suite. Keep this short: a new block must run.
+CHECK_ONLY: dict[tuple[str, str], str] = {
+    ("docs/how-to/ray-cluster.md", "JobSubmissionClient"): (
+        "submits a job to a running cluster's Jobs API with its auth token (the dashboard's "
+        "job server); the job it submits is examples/configs/eurosat_local_cluster.yaml, "
+        "loaded by test_included_job_files_load"
+    ),
+    ("docs/how-to/torchgeo.md", "in_channels=13, num_classes=10)\n    trainer"): (
+        "the overview's abridged copy of the Python section's program, which runs "
+        "(test_torchgeo_page_example_trains)"
+    ),
+    ("docs/how-to/torchgeo.md", "L7IrishDataModule(paths="): (
+        "a second Lightning worker group would cost ~30 CPU-s more; its calls are the Python "
+        "section's (which runs) with torchgeo's L7IrishDataModule and SemanticSegmentationTask, "
+        "which tests/integration/test_lightning.py trains through the same raytrain_hetero."
+        "lightning calls"
+    ),
+}
+
+#: Files under examples/ that pages include, and the test that runs each ("": check-only).
+RUN_INCLUDED: dict[str, str] = {
+    "examples/train_ray_data.py": f"{_INTEG}::test_ray_data_example_trains",
+    "examples/measure_file_check.py": f"{_UNIT}::test_measure_file_check_example_runs",
+    "examples/predict_distributed.py": "",
+}
+
+#: Included example files only compiled and name-checked, with why.
+CHECK_ONLY_INCLUDED = {
+    "examples/predict_distributed.py": (
+        "trains a job, then runs three Ray Data predict passes (~3 min on 2 cores); its calls "
+        "(run_job, predictor_spec, measure_worker_speeds, run_predict) run in "
+        "tests/integration/test_inference.py"
+    ),
+}
+
+
+def _block_key(where: str, code: str) -> list[tuple[str, str]]:
+    page = where.rsplit(":", 1)[0]
+    return [key for key in {**RUN_BLOCKS, **CHECK_ONLY} if key[0] == page and key[1] in code]
+
+
+@pytest.mark.parametrize(("where", "code"), PY_BLOCKS, ids=_ids(PY_BLOCKS))
+def test_every_python_block_runs_or_says_why_not(where: str, code: str) -> None:
+    """A new Python block in the docs fails here until a test runs it (RUN_BLOCKS) or it is
+    listed, with the reason, as check-only (CHECK_ONLY)."""
+    keys = _block_key(where, code)
+    assert len(keys) == 1, (
+        f"{where}: {len(keys)} entries of RUN_BLOCKS/CHECK_ONLY match this block ({keys}); run "
+        "it in tests/integration/test_docs_examples.py (trains) or tests/unit/"
+        "test_docs_examples_run.py, or include it from a file under examples/ that a test runs"
+    )
+
+
+def test_run_blocks_name_existing_blocks_and_tests() -> None:
+    for key, test in {**RUN_BLOCKS, **dict.fromkeys(CHECK_ONLY, "")}.items():
+        assert sum(bool(_block_key(w, c) == [key]) for w, c in PY_BLOCKS) == 1, key
+        if test:
+            path, name = test.split("::")
+            tree = ast.parse((REPO / path).read_text())
+            assert any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body), test
+
+
+@pytest.mark.parametrize(("where", "path"), _included(".py"), ids=_ids(_included(".py")))
+def test_every_included_example_file_runs_or_says_why_not(where: str, path: Path) -> None:
+    name = str(path.relative_to(REPO))
+    assert name in RUN_INCLUDED, f"{where}: add a test that runs {name} to RUN_INCLUDED"
+    test = RUN_INCLUDED[name]
+    if not test:
+        assert name in CHECK_ONLY_INCLUDED
+        return
+    file, func = test.split("::")
+    text = (REPO / file).read_text()
+    assert path.name in text, f"{test} does not run {name}"
+    tree = ast.parse(text)
+    assert any(isinstance(n, ast.FunctionDef) and n.name == func for n in tree.body), test
 
 
 def test_python_checker_fails_on_a_renamed_name_or_keyword() -> None:
