@@ -447,6 +447,11 @@ CHECK_ONLY: dict[tuple[str, str], str] = {
         "which tests/integration/test_lightning.py trains through the same raytrain_hetero."
         "lightning calls"
     ),
+    ("docs/reliability/preemption.md", "raytrain_hetero.checkpoint_due()"): (
+        "a fragment of the user's own loop (its step is '...'); the same two calls "
+        "(checkpoint_due, report with a checkpoint) run in tests/integration/test_preemption.py's "
+        "loop (tests/integration/train_loops.py), through a real drain with a deadline"
+    ),
 }
 
 #: Files under examples/ that pages include, and the test that runs each ("": check-only).
