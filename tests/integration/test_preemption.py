@@ -122,3 +122,102 @@ def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
         "from the deadline)"
     )
     assert ray.is_initialized()
+
+
+def test_the_yaml_jobs_loop_checkpoints_at_the_agreed_step_and_hands_off(
+    cluster,  # noqa: F811
+    pool,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The same notice, through the YAML job's own loop (``classification_loop``: the
+    generated EuroSAT through torchgeo's loader, SmallCNN, ``checkpoint_due()`` mid-epoch):
+    the job keeps training to the agreed step, checkpoints there, and two workers resume at
+    the next step, so no global step is trained twice and every step of the epoch is run."""
+    from raytrain_hetero.app.job import build_trainer, prepare_dataset
+    from raytrain_hetero.app.loading import validate_config
+    from raytrain_hetero.app.train_loop import classification_loop
+
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
+    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
+    pool(2)
+    spot = pool(1)
+    cluster.wait_for_nodes()
+    job = validate_config(
+        {
+            "name": "preempt-yaml",
+            "data": {
+                "dataset": "eurosat",
+                "root": str(tmp_path / "eurosat"),
+                "generate": {"samples_per_class": 80},
+                "bands": "rgb",
+            },
+            "model": {"name": "small_cnn", "width": 8},
+            # B=12 over 3 workers; each step waits >= 0.2 s before its gradient exchange
+            # (EMULATION of a slow link): the 12 s notice ends well inside the one epoch.
+            "train": {"epochs": 1, "global_batch_size": 12, "lr": 0.05},
+            "workers": [
+                {
+                    "name": "w",
+                    "count": 3,
+                    "resources": {"CPU": 1},
+                    "device": "cpu",
+                    "label_selector": {"pool": pool.name},
+                    "emulated_collective_delay_s": 0.2,
+                }
+            ],
+            "elastic": {"min_workers": 2, "resize_monitor_interval_s": 1.0},
+            "ray": {"address": cluster.address},
+            "output_dir": str(tmp_path / "out"),
+        },
+        source="test job",
+    )
+    sizes = prepare_dataset(job)
+    steps = -(-sizes["train"] // 12)
+    trainer = build_trainer(
+        job,
+        classification_loop,
+        RunConfig(
+            name="preempt-yaml",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
+        ),
+    )
+    drained = threading.Event()
+    deadline: list[float] = []
+
+    def remove_at_deadline():
+        time.sleep(max(0.0, deadline[0] - time.time()))
+        if spot in cluster.worker_nodes:
+            cluster.remove_node(spot)
+
+    def progress(update):
+        if not drained.is_set() and any(r.world_size == 3 for r in update.records):
+            deadline.append(drain_node_for_preemption(cluster.address, spot.node_id, NOTICE_S))
+            drained.set()
+            threading.Thread(target=remove_at_deadline, daemon=True).start()
+
+    result = trainer.fit(progress=progress, poll_interval_s=0.5)
+    assert result.error is None
+    assert drained.is_set()
+    records = trainer.step_records
+    groups_by_step: dict[int, set[str]] = {}
+    for r in records:
+        groups_by_step.setdefault(r.step, set()).add(r.group)
+    # No global step trained twice (Ray's default would redo every step since the last
+    # checkpoint, here the run's start), and the epoch's every step ran.
+    assert all(len(g) == 1 for g in groups_by_step.values()), groups_by_step
+    assert sorted(groups_by_step) == list(range(steps))
+    worlds = {}
+    for r in sorted(records, key=lambda r: r.time):
+        worlds.setdefault(r.group, r.world_size)
+    assert list(worlds.values()) == [3, 2], worlds
+    last_at_three = max(r.step for r in records if r.world_size == 3)
+    first_at_two = min(r.step for r in records if r.world_size == 2)
+    assert first_at_two == last_at_three + 1
+    assert last_at_three < steps - 1, "the notice outlasted the epoch: nothing left for 2"
+    handoff = max(r.time for r in records if r.world_size == 3)
+    assert handoff <= deadline[0], (handoff, deadline[0])
+    # The epoch-end report (the job's val_accuracy) came from the two-worker group.
+    assert result.metrics is not None and "val_accuracy" in result.metrics
