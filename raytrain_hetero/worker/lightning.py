@@ -16,8 +16,9 @@ support works (``RayDDPStrategy`` + ``RayLightningEnvironment`` + ``prepare_trai
 Every part reuses the core (no second sync, sampler or planner): the strategy is
 ``prepare_model`` + the guarded optimizer + ``prepare_data_loader`` over the training
 dataset (a ``GeoDataset`` is carved by its sampler's draws, :func:`geo_draws`); a step
-callback ends each step into the scheduler, metrics and guard; :class:`HeteroReportCallback`
-checkpoints at epoch ends and :func:`fit` resumes. Evaluation loaders are shared out by speed.
+callback ends each step into the scheduler, metrics and guard (and checkpoints at the step
+agreed after a preemption notice); :class:`HeteroReportCallback` checkpoints at epoch ends and
+:func:`fit` resumes, mid-epoch too. Evaluation loaders are shared out by speed.
 Not exact, by design: training-step ``self.log`` metrics describe the rank's slice. See
 docs/how-to/torchgeo.md.
 """
