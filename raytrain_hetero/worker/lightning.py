@@ -16,8 +16,9 @@ support works (``RayDDPStrategy`` + ``RayLightningEnvironment`` + ``prepare_trai
 Every part reuses the core (no second sync, sampler or planner): the strategy is
 ``prepare_model`` + the guarded optimizer + ``prepare_data_loader`` over the training
 dataset (a ``GeoDataset`` is carved by its sampler's draws, :func:`geo_draws`); a step
-callback ends each step into the scheduler, metrics and guard; :class:`HeteroReportCallback`
-checkpoints at epoch ends and :func:`fit` resumes. Evaluation loaders are shared out by speed.
+callback ends each step into the scheduler, metrics and guard (and checkpoints at the step
+agreed after a preemption notice); :class:`HeteroReportCallback` checkpoints at epoch ends and
+:func:`fit` resumes, mid-epoch too. Evaluation loaders are shared out by speed.
 Not exact, by design: training-step ``self.log`` metrics describe the rank's slice. See
 docs/how-to/torchgeo.md.
 """
@@ -217,6 +218,9 @@ class HeteroDDPStrategy(DDPStrategy):
 
     def _carved_loader(self, dataloader: object) -> HeteroDataLoader:
         if isinstance(dataloader, HeteroDataLoader):
+            # Lightning counts an epoch's batches itself (restored from a mid-epoch checkpoint
+            # with the batches already done): its length is the whole epoch.
+            dataloader.len_counts_whole_epoch = True
             self.hetero_loader = dataloader
             return dataloader
         if not isinstance(dataloader, DataLoader):
@@ -243,6 +247,7 @@ class HeteroDDPStrategy(DDPStrategy):
             kwargs["persistent_workers"] = dataloader.persistent_workers
         kwargs.update(self._hetero_loader_kwargs)
         loader = api.prepare_data_loader(dataset, move_to_device=False, **kwargs)
+        loader.len_counts_whole_epoch = True  # as above
         self.hetero_loader, self._hetero_dataset = loader, dataloader.dataset
         logger.info(
             "training dataloader replaced by the carved loader (%d steps per epoch)",
@@ -274,6 +279,12 @@ class HeteroStepCallback(pl.Callback):
     The step's record (slice, weight, timings, ``loss``) goes to the core loop's machinery:
     the scheduler (live re-planning at the agreed step, a collective every
     ``plan_sync_every`` steps on every rank) and the Ray metrics.
+
+    At the step agreed after a preemption notice
+    (:func:`~raytrain_hetero.worker.api.checkpoint_due`), it first checkpoints and reports
+    as :class:`HeteroReportCallback` does at an epoch end (its metrics if the Trainer has
+    one), mid-epoch: the group then hands off when the step ends, and :func:`fit` resumes
+    at the next step (Lightning's loop progress and the sampler cursor, saved together).
     """
 
     def on_train_batch_end(
@@ -290,6 +301,13 @@ class HeteroStepCallback(pl.Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
             api.log_step_metrics(loss=float(loss.detach()))
+        if api.checkpoint_due():  # before the step ends: the hand-off checks this report
+            reporter = next(
+                (cb for cb in trainer.callbacks if isinstance(cb, HeteroReportCallback)), None
+            )
+            metrics = (reporter or HeteroReportCallback()).collect_metrics(trainer)
+            logger.info("preemption: checkpointing at step %d", api.current_step_number())
+            _report_with_checkpoint(trainer, metrics)
         loader.finish_step()
 
 
@@ -315,13 +333,7 @@ class HeteroReportCallback(pl.Callback):
         last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
         if (epoch + 1) % self.every_n_epochs and not last:
             return
-        metrics = self.collect_metrics(trainer)
-        with tempfile.TemporaryDirectory() as directory:
-            trainer.save_checkpoint(Path(directory) / CHECKPOINT_NAME)  # barrier on all ranks
-            checkpoint = None
-            if trainer.global_rank == 0:
-                checkpoint = ray.train.Checkpoint.from_directory(directory)
-            api.report(metrics, checkpoint=checkpoint)
+        _report_with_checkpoint(trainer, self.collect_metrics(trainer))
 
     def collect_metrics(self, trainer: pl.Trainer) -> dict[str, Any]:
         """What to report: epoch, step and every scalar of ``trainer.callback_metrics``."""
@@ -330,6 +342,17 @@ class HeteroReportCallback(pl.Callback):
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 metrics[key] = float(value.detach())
         return metrics
+
+
+def _report_with_checkpoint(trainer: pl.Trainer, metrics: dict[str, Any]) -> None:
+    """Save Lightning's checkpoint (a barrier on all ranks) and report it, on every rank;
+    rank 0 attaches it (``report`` adds the sampler cursor and plan history)."""
+    with tempfile.TemporaryDirectory() as directory:
+        trainer.save_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        checkpoint = None
+        if trainer.global_rank == 0:
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        api.report(metrics, checkpoint=checkpoint)
 
 
 def _strategy(trainer: pl.Trainer) -> HeteroDDPStrategy:

@@ -256,6 +256,9 @@ class CarvedStepLoader:
         # The iteration in progress: a superseded one (an unfinished generator closed late,
         # e.g. by a Lightning epoch that never resumes it) must not abandon the newer step.
         self._iteration: object | None = None
+        #: ``len()`` counts the whole epoch, not what is left of it (set by the Lightning
+        #: strategy: Lightning restores its own count of the epoch's batches done).
+        self.len_counts_whole_epoch = False
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
         """This rank's batches of ``epoch`` from step ``start`` on (one per step, in order)."""
@@ -272,7 +275,32 @@ class CarvedStepLoader:
         return self.state.carver.steps_per_epoch
 
     def __len__(self) -> int:
+        if self.len_counts_whole_epoch:
+            return self.steps_per_epoch
         return self.steps_per_epoch - self.state.cursor.step_in_epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """The cursor, for a framework that checkpoints its loaders (Lightning's loop state)."""
+        cursor = self.state.cursor
+        return {"epoch": cursor.epoch, "step_in_epoch": cursor.step_in_epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check a framework checkpoint's cursor against the one restored with the run's
+        checkpoint (``prepare_data_loader`` restores it; this sets nothing).
+
+        Raises:
+            DataError: They differ: the framework would resume at another step than the
+                carving, skipping or repeating steps.
+        """
+        cursor = self.state.cursor
+        saved = Cursor(int(state["epoch"]), int(state["step_in_epoch"]))
+        if saved != cursor:
+            raise DataError(
+                f"The checkpoint's loop state resumes at epoch {saved.epoch} step "
+                f"{saved.step_in_epoch}, but the run's cursor is at epoch {cursor.epoch} step "
+                f"{cursor.step_in_epoch}: the two were not saved together. Fix: resume from a "
+                "checkpoint reported through raytrain_hetero.report."
+            )
 
     def ensure_plan(self) -> None:
         """Probe and agree the first plan now (a collective), instead of at the first epoch."""

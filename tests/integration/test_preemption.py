@@ -2,7 +2,9 @@
 with reason PREEMPTION and a deadline through Ray's own drain API, then removed at the
 deadline. The group trains on all three workers to the step it agreed on, checkpoints there
 and continues at once on the two that stay: no step is computed twice, every sample is seen
-once, and the smaller group starts before the node is gone.
+once, and the smaller group starts before the node is gone. The same under
+``raytrain_hetero.lightning``: the step callback checkpoints at the agreed step, mid-epoch,
+and the smaller group's Trainer resumes there (Lightning's counters in step with the carving).
 
 Ray Train's preemption watcher (off for the other tests, tests/conftest.py) is on here.
 """
@@ -15,6 +17,7 @@ import time
 import ledgers
 import pytest
 import ray
+from lightning_loops import lightning_live_loop
 from ray.train import FailureConfig, RunConfig
 from test_elastic import cluster, fresh_digest, pool  # noqa: F401 - the module's fixtures
 from train_loops import live_loop
@@ -27,17 +30,52 @@ pytestmark = pytest.mark.ray
 NOTICE_S = 12.0
 
 
+class _DrainAfterFirstStep:
+    """The driver's progress callback: once the three-worker group ran a step, drain the spot
+    node with a NOTICE_S deadline through Ray's API and remove it at the deadline."""
+
+    def __init__(self, ray_cluster, spot) -> None:
+        self.cluster, self.spot = ray_cluster, spot
+        self.drained, self.removed = threading.Event(), threading.Event()
+        self.deadline: float | None = None
+
+    def progress(self, update) -> None:
+        at_three = [r for r in update.records if r.world_size == 3]
+        if not self.drained.is_set() and len({r.step for r in at_three}) >= 1:
+            self.deadline = drain_node_for_preemption(
+                self.cluster.address, self.spot.node_id, NOTICE_S
+            )
+            self.drained.set()
+            threading.Thread(target=self._remove_at_deadline, daemon=True).start()
+
+    def _remove_at_deadline(self) -> None:
+        time.sleep(max(0.0, self.deadline - time.time()))
+        if self.spot in self.cluster.worker_nodes:
+            self.cluster.remove_node(self.spot)
+        self.removed.set()
+
+    def finished(self) -> float:
+        """After the fit: the node was drained (and is removed); its deadline."""
+        assert self.drained.is_set()
+        self.removed.wait(timeout=NOTICE_S + 5)
+        return self.deadline
+
+
+def _set_up_preemption(monkeypatch) -> None:
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
+    # Slower than the resize monitor (1 s): the elastic policy sees the drained node before
+    # the workers see the notice, and must not shrink the running group for it.
+    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
+
+
 def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
     cluster,  # noqa: F811
     pool,  # noqa: F811
     tmp_path,
     monkeypatch,
 ):
-    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
-    # Slower than the resize monitor (1 s): the elastic policy sees the drained node before
-    # the workers see the notice, and must not shrink the running group for it.
-    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
-    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
+    _set_up_preemption(monkeypatch)
     pool(2)  # ranks 0 and 1 (Ray Train packs its workers)
     spot = pool(1)  # rank 2, the node taken back
     cluster.wait_for_nodes()
@@ -63,27 +101,10 @@ def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
             failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
         ),
     )
-    drained = threading.Event()
-    deadline: list[float] = []
-    removed = threading.Event()
-
-    def remove_at_deadline():
-        time.sleep(max(0.0, deadline[0] - time.time()))
-        if spot in cluster.worker_nodes:
-            cluster.remove_node(spot)
-        removed.set()
-
-    def progress(update):
-        at_three = [r for r in update.records if r.world_size == 3]
-        if not drained.is_set() and len({r.step for r in at_three}) >= 1:
-            deadline.append(drain_node_for_preemption(cluster.address, spot.node_id, NOTICE_S))
-            drained.set()
-            threading.Thread(target=remove_at_deadline, daemon=True).start()
-
-    result = trainer.fit(progress=progress, poll_interval_s=0.5)
+    drain = _DrainAfterFirstStep(cluster, spot)
+    result = trainer.fit(progress=drain.progress, poll_interval_s=0.5)
     assert result.error is None
-    assert drained.is_set()
-    removed.wait(timeout=NOTICE_S + 5)
+    deadline = drain.finished()
 
     # Every group's restore matches the checkpoint it resumed from, bit for bit.
     starts = ledgers.assert_restores_match(out, fresh_digest())
@@ -111,16 +132,82 @@ def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
     records = sorted(trainer.step_records, key=lambda r: r.time)
     handoff = max(r.time for r in records if r.world_size == 3)
     first_two = min(r.time - r.wall_s for r in records if r.world_size == 2)
-    assert handoff <= deadline[0], (handoff, deadline[0])
+    assert handoff <= deadline, (handoff, deadline)
     assert first_two > handoff
     plans_two = [p for p in trainer.plans if p.world_size == 2]
     assert plans_two and "remembered cost models" in plans_two[0].reason, plans_two
     print(
         f"notice {NOTICE_S:.0f} s: {last_at_three + 1} steps done when 3 workers handed off "
-        f"{deadline[0] - handoff:.1f} s before the deadline; first step of 2 workers "
-        f"{first_two - handoff:.1f} s after the hand-off ({first_two - deadline[0]:+.1f} s "
+        f"{deadline - handoff:.1f} s before the deadline; first step of 2 workers "
+        f"{first_two - handoff:.1f} s after the hand-off ({first_two - deadline:+.1f} s "
         "from the deadline)"
     )
+    assert ray.is_initialized()
+
+
+def test_a_lightning_run_checkpoints_mid_epoch_at_the_agreed_step_and_resumes_there(
+    cluster,  # noqa: F811
+    pool,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The same preemption under ``raytrain_hetero.lightning`` (a LightningModule, epoch-end
+    checkpoints only): the step callback checkpoints at the agreed step, mid-epoch, and the
+    two-worker group's Trainer resumes from it at the next step, with Lightning's own step
+    and batch counters in step with the carving."""
+    _set_up_preemption(monkeypatch)
+    pool(2)
+    spot = pool(1)
+    cluster.wait_for_nodes()
+    out = tmp_path / "lightning"
+    out.mkdir()
+    size, steps = 7200, 150  # B=48, one epoch
+    trainer = HeteroTrainer(
+        lightning_live_loop,
+        train_loop_config={"size": size, "epochs": 1, "out": str(out), "step_sleep_s": 0.1},
+        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
+        batch=BatchConfig(global_batch_size=48),
+        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
+        run_config=RunConfig(
+            name="preempt-lightning",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
+        ),
+    )
+    drain = _DrainAfterFirstStep(cluster, spot)
+    result = trainer.fit(progress=drain.progress, poll_interval_s=0.5)
+    assert result.error is None
+    drain.finished()
+
+    # The two-worker group's Trainer holds, bit for bit, the model rank 0 had at the
+    # checkpoint of its cursor (Lightning restored the mid-epoch checkpoint).
+    starts = ledgers.assert_restores_match(out, fresh_digest())
+    assert [s["world"] for s in starts] == [3, 2], starts
+    entries = []
+    for path in out.glob("ledger_rank*_*.jsonl"):
+        mine = ledgers._read_jsonl(path)
+        assert len({e["step"] for e in mine}) == len(mine), path
+        entries.extend(mine)
+    last_at_three = max(e["step"] for e in entries if e["world"] == 3)
+    assert 0 < last_at_three < steps - 1, "the hand-off was not mid-epoch"
+    assert starts[1]["resume_step"] == last_at_three + 1
+    by_step: dict[int, set[str]] = {}
+    for e in entries:
+        by_step.setdefault(e["step"], set()).add(e["group"])
+    assert all(len(groups) == 1 for groups in by_step.values()), by_step
+    assert sorted(by_step) == list(range(steps))
+    ledgers.assert_exactly_once(entries, size, [0])
+    # Lightning resumed in step: its global_step and the epoch's batch_idx are the carved
+    # step's in both groups (no batch skipped or repeated by its loop).
+    for e in entries:
+        assert e["lightning_global_step"] == e["step"], e
+        assert (e["lightning_epoch"], e["batch_idx"]) == (e["epoch"], e["step_in_epoch"]), e
+    # The driver's records agree: three workers up to the hand-off, two after it.
+    records = trainer.step_records
+    assert max(r.step for r in records if r.world_size == 3) == last_at_three
+    assert min(r.step for r in records if r.world_size == 2) == last_at_three + 1
+    assert sorted({r.step for r in records}) == list(range(steps))
+    print(f"lightning, notice {NOTICE_S:.0f} s: handed off after step {last_at_three} of {steps}")
     assert ray.is_initialized()
 
 
@@ -138,9 +225,7 @@ def test_the_yaml_jobs_loop_checkpoints_at_the_agreed_step_and_hands_off(
     from raytrain_hetero.app.loading import validate_config
     from raytrain_hetero.app.train_loop import classification_loop
 
-    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
-    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "2")
-    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
+    _set_up_preemption(monkeypatch)
     pool(2)
     spot = pool(1)
     cluster.wait_for_nodes()
@@ -184,23 +269,10 @@ def test_the_yaml_jobs_loop_checkpoints_at_the_agreed_step_and_hands_off(
             failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
         ),
     )
-    drained = threading.Event()
-    deadline: list[float] = []
-
-    def remove_at_deadline():
-        time.sleep(max(0.0, deadline[0] - time.time()))
-        if spot in cluster.worker_nodes:
-            cluster.remove_node(spot)
-
-    def progress(update):
-        if not drained.is_set() and any(r.world_size == 3 for r in update.records):
-            deadline.append(drain_node_for_preemption(cluster.address, spot.node_id, NOTICE_S))
-            drained.set()
-            threading.Thread(target=remove_at_deadline, daemon=True).start()
-
-    result = trainer.fit(progress=progress, poll_interval_s=0.5)
+    drain = _DrainAfterFirstStep(cluster, spot)
+    result = trainer.fit(progress=drain.progress, poll_interval_s=0.5)
     assert result.error is None
-    assert drained.is_set()
+    deadline = drain.finished()
     records = trainer.step_records
     groups_by_step: dict[int, set[str]] = {}
     for r in records:
@@ -218,6 +290,6 @@ def test_the_yaml_jobs_loop_checkpoints_at_the_agreed_step_and_hands_off(
     assert first_at_two == last_at_three + 1
     assert last_at_three < steps - 1, "the notice outlasted the epoch: nothing left for 2"
     handoff = max(r.time for r in records if r.world_size == 3)
-    assert handoff <= deadline[0], (handoff, deadline[0])
+    assert handoff <= deadline, (handoff, deadline)
     # The epoch-end report (the job's val_accuracy) came from the two-worker group.
     assert result.metrics is not None and "val_accuracy" in result.metrics

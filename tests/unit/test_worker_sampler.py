@@ -110,3 +110,19 @@ def test_a_superseded_iteration_leaves_the_new_steps_alone():
     next(second)  # the next epoch's first step is in progress
     first.close()  # the old generator is finalised late
     assert loader.timing.current is not None
+
+
+def test_lightning_length_and_loop_state_check_the_cursor():
+    """Lightning's view: the whole epoch's length (it restores the batches done itself) and a
+    loop state that must agree with the cursor restored from the run's checkpoint."""
+    from raytrain_hetero.errors import DataError
+
+    loader = _loader(0, [], Cursor(0, 2))
+    assert len(loader) == 1
+    loader.len_counts_whole_epoch = True
+    assert len(loader) == 3
+    assert loader.state_dict() == {"epoch": 0, "step_in_epoch": 2}
+    loader.load_state_dict({"epoch": 0, "step_in_epoch": 2})  # agrees: nothing changes
+    with pytest.raises(DataError, match="epoch 0 step 1"):
+        loader.load_state_dict({"epoch": 0, "step_in_epoch": 1})
+    assert loader.state.cursor == Cursor(0, 2)
