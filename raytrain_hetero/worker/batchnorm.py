@@ -387,8 +387,8 @@ class _GhostNormFunction(torch.autograd.Function):
     """Equal contiguous groups normalised by their own statistics, in one vectorised pass.
 
     ``input`` is the view ``[groups, size, C, *S]`` of a batch; statistics reduce over
-    ``(size, *S)`` per (group, channel). The output is returned flat (one row per sample and
-    channel): the caller reshapes it.
+    ``(size, *S)`` per (group, channel). The output has the batch's shape ``[groups * size, C,
+    *S]`` and is no view (``ReLU(inplace=True)`` on a view of it would cost a copy in backward).
 
     Few passes over the activation, each a vectorised kernel. Forward: the rows' sums (a first
     mean), ``centred = x - shift`` (``shift``: that mean in the input's dtype), the rows' sums
@@ -435,7 +435,8 @@ class _GhostNormFunction(torch.autograd.Function):
         ctx.stats = (delta, inv_std, gain, count, input.shape)
         ctx.mark_non_differentiable(mean, var)
         ctx.set_materialize_grads(False)
-        return _affine(centred, gain, offset.neg_()), mean, var
+        flat = (groups * size, *input.shape[2:])  # what the caller reshapes it to: no view
+        return _affine(centred, gain, offset.neg_(), torch.Size(flat)), mean, var
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -459,7 +460,7 @@ class _GhostNormFunction(torch.autograd.Function):
         offset = torch.addcmul(coef * delta, gain, sum_dy, value=1.0 / count).neg_()
         groups, _, channels, _ = centred.shape
         scale = gain.to(centred.dtype).view(groups, 1, channels, 1)
-        grad_input = _affine(centred, coef, offset).view(centred.shape).addcmul_(grad, scale)
+        grad_input = _affine(centred, coef, offset, centred.shape).addcmul_(grad, scale)
         return grad_input.view(input_shape), grad_weight, grad_bias, None
 
 
@@ -508,9 +509,13 @@ def _row_sums(values: torch.Tensor, centred: torch.Tensor) -> torch.Tensor:
     return per_row.view(2, groups, size, channels).sum(2, dtype=torch.float64)
 
 
-def _affine(centred: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+def _affine(
+    centred: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, shape: torch.Size
+) -> torch.Tensor:
     """``centred * scale + offset`` with ``scale`` and ``offset`` per group and channel
-    (``[groups, C]``, float64), in ``centred``'s dtype: a new tensor of its values, flat.
+    (``[groups, C]``, float64), in ``centred``'s dtype: a new tensor of those values, of
+    ``shape`` (not a view: the caller's in-place ops, such as ``ReLU(inplace=True)``, then
+    need no copy of it in backward).
 
     One vectorised pass: torch's BatchNorm inference kernel with one channel per row (mean 0,
     variance 1, eps 0: exactly ``x * weight + bias``); ``addcmul`` for other dtypes.
@@ -518,15 +523,28 @@ def _affine(centred: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) ->
     groups, size, channels, _ = centred.shape
     dtype = centred.dtype
     both = torch.stack((scale, offset)).to(dtype)
+    output = centred.new_empty(shape)
     if dtype not in _NATIVE:
         weight, bias = both.view(2, groups, 1, channels, 1).unbind()
-        return torch.addcmul(bias, centred, weight)
+        torch.addcmul(bias, centred, weight, out=output.view(centred.shape))
+        return output
     rows = groups * size * channels
     weight, bias = both.unsqueeze(2).expand(2, groups, size, channels).reshape(2, rows).unbind()
     zeros, ones = _unit(rows, dtype, centred.device)
-    return torch.batch_norm(
-        centred.view(1, rows, -1), weight, bias, zeros, ones, False, 0.0, 0.0, False
+    torch.ops.aten.native_batch_norm.out(
+        centred.view(1, rows, -1),
+        weight,
+        bias,
+        zeros,
+        ones,
+        False,
+        0.0,
+        0.0,
+        out=output.view(1, rows, -1),
+        save_mean=centred.new_empty(0),
+        save_invstd=centred.new_empty(0),
     )
+    return output
 
 
 class GhostStatistics:
@@ -656,7 +674,7 @@ class GhostBatchNorm(_BatchNorm):
         for piece, piece_groups in pieces:
             grouped = piece.reshape(piece_groups, -1, *piece.shape[1:])
             out, mean, var = _GhostNormFunction.apply(grouped, self.weight, self.bias, self.eps)
-            outputs.append(out.reshape(piece.shape))
+            outputs.append(out)  # piece's shape already, and not a view
             means.append(mean)
             variances.append(var)
         if self.training and self.track_running_stats and self.sync_enabled:
