@@ -2,7 +2,8 @@
 
 Times forward + backward on one torch thread of three BatchNorm implementations on the
 BatchNorm inputs of the benchmarks' SmallCNN (width 32, 13-band 64x64 chips: ``[n, 32, 32,
-32]``, ``[n, 64, 16, 16]``, ``[n, 64, 8, 8]``) at hetero2's slices, and of whole SmallCNN
+32]``, ``[n, 64, 16, 16]``, ``[n, 64, 8, 8]``) at hetero2's slices (global batch 192 split
+3:1 in whole groups: 144 and 48 at g=16, 128 and 64 at g=32), and of whole SmallCNN
 steps (forward + backward of the model and the loss) with each of them:
 
 - ``native``: ``nn.BatchNorm2d`` (torch's fused CPU kernel; statistics over the whole slice);
@@ -17,7 +18,7 @@ standard deviation 1 (a gradient correlated with the input, as in the unit tests
 contender's input gradient against the same contender in float64 (``native``: torch's
 BatchNorm run on each group alone, the same normalisation).
 
-Usage: ``python -m benchmarks.bn_ghost_kernel [--slices 144,48] [--ghost-size 16]
+Usage: ``python -m benchmarks.bn_ghost_kernel [--ghost-size 16] [--slices 144,48]
 [--rounds 9] [--iters 5] [--model-rounds 5]``
 """
 
@@ -253,7 +254,9 @@ def _precision(ghost_size: int) -> dict[str, tuple[float, float]]:
 def main(argv: list[str] | None = None) -> None:
     """Print the kernels' and the SmallCNN steps' times and ratios, then the precision."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slices", default="144,48")
+    parser.add_argument(
+        "--slices", default=None, help="default: hetero2's 3:1 split of 192 in whole groups"
+    )
     parser.add_argument("--ghost-size", type=int, default=16)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=9)
@@ -265,8 +268,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.wall:
         _clock = time.perf_counter
     torch.set_num_threads(1)
-    slices = [int(s) for s in args.slices.split(",")]
     g, w = args.ghost_size, args.width
+    if args.slices is None:  # hetero2: global batch 192, speeds 3:1, slices in whole groups
+        fast = max(1, min(192 // g - 1, round(144 / g))) * g
+        slices = [fast, 192 - fast]
+    else:
+        slices = [int(s) for s in args.slices.split(",")]
     shapes = [(w, 32), (2 * w, 16), (2 * w, 8)]  # SmallCNN's BatchNorm inputs at 64x64 chips
     print(
         f"torch {torch.__version__}, 1 thread; ghost_size {g}; "
