@@ -7,8 +7,9 @@ BatchNorm inputs of the benchmarks' SmallCNN (width 32, 13-band 64x64 chips: ``[
 steps (forward + backward of the model and the loss) with each of them:
 
 - ``native``: ``nn.BatchNorm2d`` (torch's fused CPU kernel; statistics over the whole slice);
-- ``first``: the first GhostBatchNorm kernel (issue 35's first version, copied below as it
-  was: about 8 passes over the activation each way);
+- ``first``: the first GhostBatchNorm kernel and forward wrapper (issue 35's first version,
+  copied below as they were: about 8 passes over the activation each way, an output that is a
+  view; the running-statistics record is today's);
 - ``ghost``: :class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm` as it is now.
 
 The contenders alternate call by call in rounds (their order rotating), so a loaded machine
