@@ -464,3 +464,27 @@ def test_a_timm_resnet18_converts_and_trains_a_step_like_one_device():
     assert int(state["layer2.0.bn1.num_batches_tracked"]) == 1
     assert not torch.equal(state["bn1.running_mean"], before["bn1.running_mean"])
     assert torch.allclose(got["evals"][0], got["evals"][1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_output_is_no_view_so_an_inplace_relu_costs_no_copy():
+    """The layer returns a new tensor of the batch's shape, not a view of the kernel's: an
+    in-place ReLU after it backpropagates straight into the kernel, as after torch's
+    BatchNorm (no CopySlices / AsStrided copies), with the out-of-place ReLU's gradients."""
+    gen = torch.Generator().manual_seed(3)
+    for count in (32, 37):  # whole groups; a merged tail (two pieces, concatenated)
+        x = torch.randn(count, 3, 4, 4, generator=gen, dtype=torch.float64)
+        dy = torch.randn(count, 3, 4, 4, generator=gen, dtype=torch.float64)
+        layer = GhostBatchNorm(3, G).double()
+        twin = copy.deepcopy(layer)
+        xs, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out = layer(xs)
+        assert out._base is None and out.shape == x.shape
+        activated = torch.relu_(out)
+        if count == 32:
+            assert type(activated.grad_fn).__name__ == "ReluBackward0"
+            (parent, _), *_ = activated.grad_fn.next_functions
+            assert type(parent).__name__ == "_GhostNormFunctionBackward"
+        activated.backward(dy)
+        torch.relu(twin(xt)).backward(dy)
+        assert torch.equal(xs.grad, xt.grad)
+        assert torch.equal(layer.weight.grad, twin.weight.grad)
