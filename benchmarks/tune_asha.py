@@ -776,10 +776,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated, in running order (default {','.join(CONTENDERS)})",
     )
     parser.add_argument("--seed", type=int, default=None, help="the search's seed (default 0)")
+    parser.add_argument(
+        "--max-workers-per-trial",
+        type=int,
+        default=None,
+        help="auto: the most workers one trial may hold (default: every worker node)",
+    )
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     if args.seed is not None:
         setup = replace(setup, seed=args.seed)
+    if args.max_workers_per_trial is not None:
+        setup = replace(setup, max_workers_per_trial=args.max_workers_per_trial)
     contenders = [c for c in args.contenders.split(",") if c]
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
