@@ -354,7 +354,7 @@ def stock_trial(
     trainer.fit()
 
 
-def run_stock(setup: Setup, base: dict[str, Any], out: Path) -> dict[str, Any]:
+def run_stock(setup: Setup, base: dict[str, Any], out: Path, verbose: int = 0) -> dict[str, Any]:
     """The ``stock`` search; returns ``{"wall_time_s", "storage", "started"}``."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
@@ -396,7 +396,7 @@ def run_stock(setup: Setup, base: dict[str, Any], out: Path) -> dict[str, Any]:
             search_alg=BasicVariantGenerator(random_state=cfg.seed),
             num_samples=cfg.num_samples,
         ),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0),
+        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose),
     )
     started = time.time()
     t0 = time.perf_counter()
@@ -603,13 +603,14 @@ def _per_type(rates: Mapping[str, list[float]], factors: Mapping[str, float]) ->
 
 
 def run_contender(
-    contender: str, setup: Setup, out: Path, data_root: Path, address: str
+    contender: str, setup: Setup, out: Path, data_root: Path, address: str, verbose: int = 0
 ) -> dict[str, Any]:
-    """One search; its figures and CPU check."""
+    """One search; its figures and CPU check (``verbose``: Tune's, and under ``auto`` the
+    live allocation view)."""
     base = job_dict(setup, contender, data_root, address)
     with CpuMonitor() as monitor:
         if contender == "stock":
-            ran = run_stock(setup, base, out / contender)
+            ran = run_stock(setup, base, out / contender, verbose)
             reports = _reports(Path(ran["storage"]))
             wall, started = ran["wall_time_s"], ran["started"]
             check = stock_cpu_check(out / contender / "steps", setup.factors)
@@ -619,7 +620,7 @@ def run_contender(
 
             job = validate_config(base, source=f"{contender} job")
             started = time.time()
-            summary = run_tune(job, output_dir=out / contender, verbose=0, overwrite=True)
+            summary = run_tune(job, output_dir=out / contender, verbose=verbose, overwrite=True)
             wall = float(summary["wall_time_s"])
             reports = _reports(Path(summary["storage"]))
             check = hetero_cpu_check(reports, setup.factors)
@@ -753,6 +754,8 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"best accuracy within {TARGET_ACCURACY_PT} pt: {done['accuracy_gap_pt']:+.2f} pt "
             f"below fixed, {'met' if done['accuracy_met'] else 'NOT met'}.",
         ]
+    for name, error in (result.get("errors") or {}).items():
+        lines += ["", f"{name} FAILED: {error}"]
     lines += ["", "One run per contender, in the order listed; the search is seeded alike."]
     return "\n".join(lines) + "\n"
 
@@ -782,6 +785,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="auto: the most workers one trial may hold (default: every worker node)",
     )
+    parser.add_argument(
+        "--verbose",
+        type=int,
+        default=0,
+        help="Tune's progress output (1: its tables and, under auto, the allocation lines)",
+    )
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     if args.seed is not None:
@@ -801,40 +810,55 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from benchmarks.contenders import machine_description
 
+    machine = machine_description()  # before the run: its load average says how quiet
+
+    def write(results: dict[str, Any], errors: dict[str, str]) -> str:
+        result = {
+            "setup": asdict(setup),
+            "quick": args.quick,
+            "emulated": True,
+            "emulated_cores": setup.emulated_cores,
+            "command": command,
+            "machine": machine,
+            "contenders": results,
+            "errors": errors,
+            "verdicts": verdicts(results),
+        }
+        table = format_table(result)
+        atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=str) + "\n")
+        atomic_write_text(out / "results.md", table)
+        return table
+
     cluster = start_cluster(setup)
     results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     try:
         for contender in contenders:
             t0 = time.perf_counter()
-            results[contender] = run_contender(
-                contender, setup, out, out / "data" / "eurosat", cluster.address
-            )
+            try:
+                figures = run_contender(
+                    contender, setup, out, out / "data" / "eurosat", cluster.address, args.verbose
+                )
+            except Exception as exc:  # noqa: BLE001 - the others still run and are written
+                errors[contender] = f"{type(exc).__name__}: {exc}"
+                print(f"{contender}: FAILED: {errors[contender]}", file=sys.stderr, flush=True)
+                write(results, errors)
+                continue
+            results[contender] = figures
             print(
-                f"{contender}: makespan {results[contender]['makespan_s']:.0f} s, best "
-                f"{_num(results[contender]['best_accuracy'], '.4f')}, epochs per trial "
-                f"{results[contender]['epochs_per_trial']} "
-                f"({time.perf_counter() - t0:.0f} s with outputs)",
+                f"{contender}: makespan {figures['makespan_s']:.0f} s, best "
+                f"{_num(figures['best_accuracy'], '.4f')}, epochs per trial "
+                f"{figures['epochs_per_trial']} ({time.perf_counter() - t0:.0f} s with outputs)",
                 flush=True,
             )
+            write(results, errors)  # what ran so far survives a later failure
     finally:
         ray.shutdown()
         cluster.shutdown()
-    result = {
-        "setup": asdict(setup),
-        "quick": args.quick,
-        "emulated": True,
-        "emulated_cores": setup.emulated_cores,
-        "command": command,
-        "machine": machine_description(),
-        "contenders": results,
-        "verdicts": verdicts(results),
-    }
-    table = format_table(result)
-    atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=str) + "\n")
-    atomic_write_text(out / "results.md", table)
+    table = write(results, errors)
     print()
     print(table)
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
