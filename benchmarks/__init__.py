@@ -10,7 +10,9 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
   mixed cluster (:mod:`benchmarks.tune_sim`, pure Python, no Ray);
 * ``python -m benchmarks.<module>`` for the single-question benchmarks:
   ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
-  ``bn_exchange``, ``bn_price``, ``bn_segments``, and ``soak`` (fault injection);
+  ``bn_exchange``, ``bn_price``, ``bn_segments``, ``soak`` (fault injection) and
+  ``tune_asha`` (a real ASHA search on a local labelled cluster: ``tune.allocation: auto`` vs
+  ``fixed`` vs plain Ray Tune + ``TorchTrainer``);
 * ``results/``: the measured figures the README and docs cite (``bench.json``, ``COMMAND``,
   tables and plots per run), kept as historical data. A ``COMMAND`` written before the suite
   left the package says ``raytrain-hetero bench SCENARIO ...`` or ``python -m

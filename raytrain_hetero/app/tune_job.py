@@ -379,6 +379,7 @@ def run_tune(
             verbose=verbose,
             # A trial whose driver dies is retried (its Train run resumes by name).
             failure_config=tune.FailureConfig(max_failures=job.resolved_max_failures()),
+            callbacks=_progress_callbacks(allocator, verbose),
         ),
     )
     started = time.perf_counter()
@@ -460,6 +461,18 @@ def _start_allocator(job: JobConfig, experiment: str, *, cap: int, samples: int)
         config=cfg.allocator.model_copy(update={"max_workers_per_trial": cap}),
         driver_cpus=cfg.trial_cpus,
     )
+
+
+def _progress_callbacks(allocator: Any, verbose: int) -> list[Any] | None:
+    """The live view's Tune callbacks: under ``auto`` (with output), each running trial's
+    allocation as it changes (:class:`~raytrain_hetero.tune.progress.AllocationProgress`)."""
+    if allocator is None or verbose <= 0:
+        return None
+    import functools
+
+    from raytrain_hetero.tune.progress import AllocationProgress, fetch_holdings
+
+    return [AllocationProgress(functools.partial(fetch_holdings, allocator))]
 
 
 def _allocation_history(allocator: Any) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -183,10 +183,18 @@ class EmulationConfig(HeteroModel):
             draw uniform in ``[1 - noise, 1 + noise]`` (deterministic per worker and step,
             the same on every call within a step). A factor cannot go below 1 (emulation only
             slows down), so give base slowdowns >= ``1 / (1 - noise)`` for symmetric noise.
+        node_slowdowns: ``{label key: {label value: factor}}``: a worker on a node whose
+            label ``key`` has ``value`` is ``factor`` times slower (multiplied onto its
+            ``emulated_slowdown``; several keys multiply; a node without the label: 1). The
+            node decides, whatever the worker's name: emulates a cluster of unequal nodes
+            where a worker may land on any of them (``benchmarks/tune_asha.py``).
     """
 
     slowdowns: tuple[SlowdownInjection, ...] = ()
     noise: NonNegFloat = Field(0.0, lt=1.0)
+    node_slowdowns: dict[str, dict[str, Annotated[float, Field(ge=1.0, allow_inf_nan=False)]]] = (
+        Field(default_factory=dict)
+    )
 
 
 class BackendConfig(HeteroModel):

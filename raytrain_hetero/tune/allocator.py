@@ -260,6 +260,11 @@ class TrialAllocator:
         trial = self._trials.get(trial_id)
         return trial.holding if trial is not None else None
 
+    def holdings(self) -> tuple[TrialHolding, ...]:
+        """What every live trial holds now (trials still waiting left out), in the order
+        they registered: the live progress view's source."""
+        return tuple(t.holding for t in self._trials.values() if t.holding is not None)
+
     def wait_poll_s(self) -> float:
         """Seconds between a waiting trial's requests."""
         return self._config.wait_poll_s

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.emulation import SlowdownSchedule
+from raytrain_hetero.worker.emulation import (
+    SlowdownSchedule,
+    current_node_labels,
+    node_slowdown,
+)
 from raytrain_hetero.worker.guard import StepGuard
 from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.worker.planning import PlanState
@@ -85,8 +89,11 @@ class WorkerRuntime:
     def start(cls, identity: RankIdentity) -> WorkerRuntime:
         """A fresh runtime for ``identity`` (a worker-group start)."""
         setup = identity.setup
+        base = identity.spec.emulated_slowdown
+        if setup.emulation.node_slowdowns:  # EMULATION: the node this worker landed on
+            base *= node_slowdown(setup.emulation.node_slowdowns, current_node_labels())
         slowdowns = SlowdownSchedule(
-            identity.spec.emulated_slowdown,
+            base,
             worker=identity.spec.name,
             rank=identity.rank,
             planned=setup.emulation.slowdowns,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 __all__ = [
     "SlowdownEmulator",
     "SlowdownSchedule",
+    "current_node_labels",
     "emulate_collective_delay",
+    "node_slowdown",
     "noise_multiplier",
     "slowdown_factor",
 ]
@@ -54,6 +56,29 @@ def slowdown_factor(
         if injection.applies_to(worker, rank, step):
             factor *= float(injection.factor)
     return factor
+
+
+def node_slowdown(
+    node_slowdowns: Mapping[str, Mapping[str, float]], labels: Mapping[str, str]
+) -> float:
+    """EMULATION factor of a node from its ``labels``: the product, over each label key of
+    ``node_slowdowns`` (``{key: {value: factor}}``), of the factor of the node's value (1 for
+    a node without the label or with another value). ``EmulationConfig.node_slowdowns``."""
+    factor = 1.0
+    for key, factors in node_slowdowns.items():
+        value = labels.get(key)
+        if value is not None:
+            factor *= float(factors.get(value, 1.0))
+    return factor
+
+
+def current_node_labels() -> dict[str, str]:
+    """The labels of the Ray node this process runs on ({} outside Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    return dict(ray.get_runtime_context().get_node_labels() or {})
 
 
 def noise_multiplier(noise: float, *, worker: str, step: int) -> float:

@@ -108,6 +108,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (SlowdownInjection, "rank"): 1,
     (SlowdownInjection, "from_step"): 5,
     (EmulationConfig, "noise"): 0.05,
+    (EmulationConfig, "node_slowdowns"): {"speed": {"slow": 4.0}},
     (ParallelConfig, "mode"): "conv_split",
     (ParallelConfig, "layers"): ["features.0", "features.4"],
     (ParallelConfig, "group_size"): 2,

@@ -156,3 +156,25 @@ def test_compute_clock_with_several_threads_reads_wall_time():
         assert clock.now() - start >= 0.09
     finally:
         torch.set_num_threads(previous)
+
+
+def test_node_slowdown_is_the_factor_of_the_node_label_and_multiplies_across_keys():
+    from raytrain_hetero.config import EmulationConfig
+    from raytrain_hetero.worker.emulation import node_slowdown
+
+    factors = EmulationConfig(
+        node_slowdowns={"speed": {"fast": 2, "slow": 6}, "rack": {"far": 1.5}}
+    ).node_slowdowns
+    assert node_slowdown(factors, {"speed": "slow"}) == 6.0
+    assert node_slowdown(factors, {"speed": "fast", "rack": "far"}) == 3.0
+    # No label, or a value without a factor: not slowed.
+    assert node_slowdown(factors, {}) == 1.0
+    assert node_slowdown(factors, {"speed": "medium", "rack": "near"}) == 1.0
+
+
+def test_node_slowdowns_below_one_are_refused():
+    from raytrain_hetero.config import EmulationConfig
+    from raytrain_hetero.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        EmulationConfig(node_slowdowns={"speed": {"fast": 0.5}})
