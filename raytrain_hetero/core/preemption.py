@@ -90,5 +90,7 @@ def last_step_before_deadline(
     while steps < cap and (steps + 1) * step_s <= budget:
         steps += 1
     done = steps * step_s + checkpoint_s
-    slack = deadline_s - now_s - done - margin_s
-    return HandoffDecision(next_step + steps - 1, slack >= 0, done, slack + margin_s)
+    # Fits by the same comparison that chose ``steps`` (re-deriving it from the deadline
+    # rounds differently, and a step chosen to fit could then be called too late).
+    fits = steps * step_s <= budget
+    return HandoffDecision(next_step + steps - 1, fits, done, deadline_s - now_s - done)

@@ -117,3 +117,19 @@ def test_bad_times_are_refused_naming_the_field(field, value):
     }
     with pytest.raises(ConfigError, match=field):
         last_step_before_deadline(**{**args, field: value})
+
+
+def test_a_step_chosen_to_fit_is_called_fitting_on_a_tie():
+    """Six 1 ms steps end exactly at the deadline less a subnormal margin: the step count is
+    chosen by ``steps * step_s <= budget`` and ``fits`` must agree with it (hypothesis found
+    the deadline-side formula rounding to a 5e-324 shortfall: 6 steps, yet "too short")."""
+    decision = last_step_before_deadline(
+        now_s=0.0,
+        deadline_s=0.006,
+        next_step=0,
+        max_step=10,
+        step_s=0.001,
+        checkpoint_s=0.0,
+        margin_s=5e-324,
+    )
+    assert (decision.last_step, decision.fits) == (5, True)
