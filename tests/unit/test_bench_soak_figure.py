@@ -16,9 +16,11 @@ def _write_run(folder: Path, name: str, summary: dict, fired: list[tuple[str, st
     report.write_text("table lines\nfaults injected: ...\n" + json.dumps(summary) + "\n")
     markers = folder / name / "soak" / "faults"
     markers.mkdir(parents=True)
-    for i, (action, phase) in enumerate(fired):
+    for i, (action, phase, *effect) in enumerate(fired):
         what = f"{action} rank 1 at {phase}"
         body = {"fault": i, "what": what, "phase": phase, "time": 1000.0 + 7 * i}
+        if effect:
+            body["effect"] = effect[0]
         (markers / f"fault{i:02d}-{phase}-{action}.fired.json").write_text(json.dumps(body))
     return f"{report}:{folder / name}"
 
@@ -39,7 +41,13 @@ def _summary(injected: int, lost: int = 0, matched: str = "yes", diff: float = 3
 
 
 def test_totals_add_runs_and_keep_the_worst_check(tmp_path):
-    a = _write_run(tmp_path, "a", _summary(4), [("kill", "probe"), ("hang", "mid_epoch")])
+    fired_a = [
+        ("kill", "probe"),
+        ("hang", "mid_epoch"),
+        ("kill_scheduler", "calibration", soak_figure.KILLED_SCHEDULER),
+        ("kill_scheduler", "calibration"),  # fired, found no actor: not injected
+    ]
+    a = _write_run(tmp_path, "a", _summary(4), fired_a)
     b = _write_run(
         tmp_path, "b", _summary(3, lost=2, matched="NO (x)", diff=5e-5), [("kill", "probe")]
     )
@@ -55,6 +63,8 @@ def test_totals_add_runs_and_keep_the_worst_check(tmp_path):
     # By phase and action: two kills at probe, one hang mid-epoch.
     probe = next(line for line in text.splitlines() if line.startswith("probe "))
     assert probe.split()[1:] == ["2", "0", "0"]
+    calibration = next(line for line in text.splitlines() if line.startswith("calibration "))
+    assert calibration.split()[1:] == ["0", "0", "1"]
     assert (tmp_path / "out" / "soak.png").stat().st_size > 0
 
 
