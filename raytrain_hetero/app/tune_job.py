@@ -460,6 +460,7 @@ def _start_allocator(job: JobConfig, experiment: str, *, cap: int, samples: int)
         asha=(cfg.grace_period, cfg.reduction_factor) if cfg.scheduler == "asha" else None,
         config=cfg.allocator.model_copy(update={"max_workers_per_trial": cap}),
         driver_cpus=cfg.trial_cpus,
+        expected_trials=trial_count(job),
     )
 
 

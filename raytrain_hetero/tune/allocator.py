@@ -161,6 +161,13 @@ class TrialAllocator:
         config: The allocator's settings.
         driver_cpus: CPUs each trial's driver reserves on its node (``tune.trial_cpus``).
         clock: Seconds (injected; ``time.monotonic``).
+        expected_trials: The search's trial count (None: unknown). While some of them have
+            not asked yet, no trial holds more than an equal share of the worker slots
+            (``slots // min(slots, trials not ended)``): Tune starts its trials one by one, and
+            without the share the first to ask would take every worker (the allocator knows
+            no one else yet, and moving a started trial costs a restart), leaving the others
+            to wait; ASHA then has no peers to compare the first trial with. Once every trial
+            has asked, the configured cap applies and survivors grow into what ASHA frees.
     """
 
     def __init__(
@@ -174,6 +181,7 @@ class TrialAllocator:
         config: TrialAllocatorConfig | None = None,
         driver_cpus: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        expected_trials: int | None = None,
     ) -> None:
         self._types = tuple(types)
         self._nodes = nodes
@@ -188,6 +196,8 @@ class TrialAllocator:
         self._history: list[AllocationEvent] = []
         self._measured: dict[str, CostModel] = {}  # per type, the latest any trial measured
         self._slot_set: tuple[str, ...] = ()
+        self._expected_trials = expected_trials
+        self._ended = 0  # trials released (ended or stopped)
 
     # ------------------------------------------------------------------ events
 
@@ -239,6 +249,7 @@ class TrialAllocator:
         trial = self._trials.pop(trial_id, None)
         if trial is None:
             return
+        self._ended += 1
         if trial.holding is not None:
             self._record(trial_id, 0, (), (), cause, "released its workers")
         if self._trials:
@@ -310,6 +321,18 @@ class TrialAllocator:
         prior = CostModel(0.0, sum(betas) / len(betas) if betas else _PRIOR_BETA)
         return {t.name: known.get(t.name, prior) for t in self._types}
 
+    def _cap(self, slot_count: int) -> int | None:
+        """Most workers one trial may hold now: the configured cap, and the equal share while
+        trials of the search have not asked yet (see ``expected_trials``)."""
+        cap = self._config.max_workers_per_trial
+        if self._expected_trials is None or slot_count == 0:
+            return cap
+        unstarted = self._expected_trials - self._ended - len(self._trials)
+        if unstarted <= 0:
+            return cap
+        share = max(1, slot_count // min(slot_count, len(self._trials) + unstarted))
+        return share if cap is None else min(cap, share)
+
     def _decide(self, cause: str) -> None:
         slots, findings = self._slots()
         self._slot_set = tuple(s.slot_id for s in slots)
@@ -334,7 +357,7 @@ class TrialAllocator:
             demands,
             TrialAllocationConfig(
                 min_gain_s=self._config.min_gain_s,
-                max_workers_per_trial=self._config.max_workers_per_trial,
+                max_workers_per_trial=self._cap(len(slots)),
                 max_start_slowdown=self._config.max_start_slowdown,
             ),
         )

@@ -282,3 +282,51 @@ def test_auto_capacity_needs_a_node_for_some_type_and_a_batch_for_the_most_worke
         tune_job._auto_capacity(job)
     assert "no node of this Ray cluster holds any worker type" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_trials_yet_to_ask_keep_an_equal_share_free_then_survivors_grow():
+    """Tune starts the search's trials one by one: the first to ask must not take every worker
+    while the others are known to come (they would wait, and ASHA would have no peers)."""
+    clock = Clock()
+    nodes = [ClusterNode("n1", {"CPU": 4.0})]
+    alone = allocator(nodes, cap=None, clock=clock)
+    first = alone.request("a", global_batch=64)
+    assert first is not None and len(first.workers) == 4  # knows of no other trial
+    shared = TrialAllocator(
+        (CPU,),
+        lambda: list(nodes),
+        max_epochs=4,
+        samples_per_epoch=640,
+        config=TrialAllocatorConfig(max_workers_per_trial=None, restart_s=0.0),
+        clock=clock,
+        expected_trials=4,
+    )
+    held = [shared.request(t, global_batch=64) for t in "abcd"]
+    assert all(h is not None and len(h.workers) == 1 for h in held), held
+    slots = [w.slot_id for h in held for w in h.workers]
+    assert len(set(slots)) == 4
+    # Three trials end (ASHA stops them): every trial has asked, the cap is lifted, and the
+    # survivor grows into the freed workers at its epoch end.
+    for t in "bcd":
+        shared.release(t)
+    grown = shared.epoch_ended("a", 1)
+    assert grown is not None and len(grown.workers) == 4
+
+
+def test_a_search_larger_than_the_cluster_starts_one_worker_per_trial():
+    nodes = [ClusterNode("n1", {"CPU": 2.0})]
+    alloc = TrialAllocator(
+        (CPU,),
+        lambda: list(nodes),
+        max_epochs=4,
+        samples_per_epoch=640,
+        config=TrialAllocatorConfig(max_workers_per_trial=None, restart_s=0.0),
+        expected_trials=6,
+    )
+    a = alloc.request("a", global_batch=64)
+    b = alloc.request("b", global_batch=64)
+    assert a is not None and b is not None and len(a.workers) == len(b.workers) == 1
+    assert alloc.request("c", global_batch=64) is None  # waits for a free worker
+    alloc.release("a")
+    c = alloc.holding("c")
+    assert c is not None and len(c.workers) == 1  # 3 trials still to come: a share of 1
