@@ -69,6 +69,23 @@ def _set_up_preemption(monkeypatch) -> None:
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "8")
 
 
+def _elastic_trainer(loop, loop_config, pool, tmp_path, name):  # noqa: F811 - pool is a fixture
+    """Three workers on the test's pool (ranks 0 and 1 on the 2-CPU node, rank 2 on the spot
+    node), B=48, elastic down to two; the hand-off is no failure (``max_failures=0``)."""
+    return HeteroTrainer(
+        loop,
+        train_loop_config=loop_config,
+        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
+        batch=BatchConfig(global_batch_size=48),
+        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
+
+
 def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
     cluster,  # noqa: F811
     pool,  # noqa: F811
@@ -83,23 +100,18 @@ def test_a_preempted_node_hands_off_at_the_agreed_step_and_no_step_runs_twice(
     out.mkdir()
     # B=48: 150 steps in one epoch; ~0.1 s steps: the notice ends well inside the epoch.
     size = 7200
-    trainer = HeteroTrainer(
+    trainer = _elastic_trainer(
         live_loop,
-        train_loop_config={
+        {
             "size": size,
             "epochs": 1,
             "out": str(out),
             "checkpoint_every": 25,
             "step_sleep_s": 0.1,
         },
-        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
-        batch=BatchConfig(global_batch_size=48),
-        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
-        run_config=RunConfig(
-            name="preempt",
-            storage_path=str(tmp_path / "results"),
-            failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
-        ),
+        pool,
+        tmp_path,
+        "preempt",
     )
     drain = _DrainAfterFirstStep(cluster, spot)
     result = trainer.fit(progress=drain.progress, poll_interval_s=0.5)
@@ -162,17 +174,12 @@ def test_a_lightning_run_checkpoints_mid_epoch_at_the_agreed_step_and_resumes_th
     out = tmp_path / "lightning"
     out.mkdir()
     size, steps = 7200, 150  # B=48, one epoch
-    trainer = HeteroTrainer(
+    trainer = _elastic_trainer(
         lightning_live_loop,
-        train_loop_config={"size": size, "epochs": 1, "out": str(out), "step_sleep_s": 0.1},
-        workers=[WorkerSpec(name="w", count=3, label_selector={"pool": pool.name})],
-        batch=BatchConfig(global_batch_size=48),
-        elastic=ElasticConfig(min_workers=2, resize_monitor_interval_s=1.0),
-        run_config=RunConfig(
-            name="preempt-lightning",
-            storage_path=str(tmp_path / "results"),
-            failure_config=FailureConfig(max_failures=0),  # the hand-off is no failure
-        ),
+        {"size": size, "epochs": 1, "out": str(out), "step_sleep_s": 0.1},
+        pool,
+        tmp_path,
+        "preempt-lightning",
     )
     drain = _DrainAfterFirstStep(cluster, spot)
     result = trainer.fit(progress=drain.progress, poll_interval_s=0.5)
