@@ -102,7 +102,8 @@ class Setup:
         fixed_workers: Workers per trial of ``fixed`` (any worker node).
         stock_workers: Workers per trial of ``stock`` (any worker node).
         max_workers_per_trial: ``auto``: the most workers one trial may hold (None: all).
-        restart_s: ``auto``: what the allocator charges a move (seconds).
+        restart_s: ``auto``: what the allocator charges a move (seconds; None: the
+            trials' measured fit starts, the library's default).
         seed: The search's seed (and every trial's model seed).
         head_cpus: Logical CPUs of the head (trial drivers only).
     """
@@ -121,7 +122,7 @@ class Setup:
     fixed_workers: int = 1
     stock_workers: int = 2
     max_workers_per_trial: int | None = None
-    restart_s: float = 30.0
+    restart_s: float | None = None
     seed: int = 0
     head_cpus: int = 8
 
@@ -155,7 +156,6 @@ QUICK = Setup(
     samples_per_class=20,
     width=8,
     global_batch_size=32,
-    restart_s=5.0,
     head_cpus=4,
 )
 
@@ -198,8 +198,9 @@ def job_dict(setup: Setup, contender: str, data_root: Path, address: str) -> dic
     if contender == "auto":
         tune["allocator"] = {
             "max_workers_per_trial": setup.max_workers_per_trial or setup.worker_nodes,
-            "restart_s": setup.restart_s,
         }
+        if setup.restart_s is not None:
+            tune["allocator"]["restart_s"] = setup.restart_s
     return {
         "name": f"tune-asha-{contender}",
         "data": {

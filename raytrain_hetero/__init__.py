@@ -57,6 +57,7 @@ _LAZY = {
     "update_plan": "raytrain_hetero.worker.api",
     "current_plan": "raytrain_hetero.worker.api",
     "current_step_number": "raytrain_hetero.worker.api",
+    "first_step_time": "raytrain_hetero.worker.api",
     "checkpoint_due": "raytrain_hetero.worker.api",
     "micro_batches": "raytrain_hetero.worker.api",
     "HeteroBatchNorm": "raytrain_hetero.worker.batchnorm",

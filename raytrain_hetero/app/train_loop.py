@@ -278,10 +278,14 @@ def classification_loop(config: dict[str, Any]) -> None:
         correct, seen = rh.sum_across_ranks(*correct_counts(evaluated, shard, rh.get_device()))
         metrics["val_accuracy"] = correct / seen if seen else 0.0
         metrics["hetero/val_samples"] = seen  # over all ranks: each sample once
+        # tune.allocation: auto: the allocator learns what this epoch measured before the
+        # report (ASHA may stop the trial there); if the trial's workers changed, end this
+        # fit after its checkpoint and the trial resumes it on its new workers.
+        moves = epoch_end_moves(
+            config.get("allocation"), epoch + 1, final=epoch + 1 >= job.train.epochs
+        )
         _report_checkpoint(job, workload, state, rank, metrics, epoch)
-        # tune.allocation: auto: the trial's workers changed -> end this fit after its
-        # checkpoint; the trial resumes it on its new workers (every rank agrees).
-        if epoch + 1 < job.train.epochs and epoch_end_moves(config.get("allocation"), epoch + 1):
+        if moves:
             return
 
 

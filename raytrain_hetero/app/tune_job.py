@@ -137,8 +137,9 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
     """The trial's fits under ``tune.allocation: auto`` as one call (taking the tracker):
     ask the allocator for workers (waiting while it has none to give), train on them pinned
     to their nodes, and when the loop ends a fit because the holding changed, resume the same
-    Train run (so from its last checkpoint and data cursor) on the new workers; the allocator
-    gets the trial's measured costs after each fit and its release at the end.
+    Train run (so from its last checkpoint and data cursor) on the new workers. The loop
+    sends the allocator its measured costs and start at each epoch end
+    (:func:`~raytrain_hetero.tune.allocator.epoch_end_moves`); the release comes at the end.
     """
     import ray
 
@@ -147,7 +148,6 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
         allocated_worker_specs,
         allocator_actor_name,
         lookup_allocator,
-        measured_type_costs,
         wait_for_holding,
     )
     from raytrain_hetero.tune.trial import set_active_allocation
@@ -160,6 +160,7 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
 
     def fits(tracker: Any) -> None:
         set_active_allocation(actor, trial_id)
+        done = 0  # epochs finished
         try:
             while True:
                 holding = wait_for_holding(
@@ -179,6 +180,9 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
                     "actor": allocator_actor_name(experiment),
                     "trial_id": trial_id,
                     "version": holding.version,
+                    "worker_types": [w.worker_type for w in holding.workers],  # per rank
+                    "resumed_epochs": done,
+                    "fit_called_at": time.time(),  # the loop measures the fit's start
                 }
                 trainer = build_trainer(
                     segment,
@@ -187,9 +191,6 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
                     allocation=allocation,
                 )
                 result = trainer.fit(tracker=tracker) if tracker is not None else trainer.fit()
-                costs = measured_type_costs(trainer.plans, trainer.specs, holding)
-                if costs:
-                    actor.measured.remote(trial_id, costs)
                 if result.error is not None:
                     if tracker is not None:
                         tracker.close(failed=True)
@@ -387,7 +388,7 @@ def run_tune(
     with search_run if search_run is not None else contextlib.nullcontext():
         try:
             grid = tuner.fit()
-            events = _allocation_history(allocator)
+            events, fit_starts = _allocation_history(allocator)
         finally:
             if allocator is not None:
                 import ray
@@ -398,7 +399,7 @@ def run_tune(
             grid, search_keys=list(cfg.search_space), epochs=job.train.epochs
         )
         if events is not None:
-            add_allocation_history(rows, events)
+            add_allocation_history(rows, events, fit_starts)
             plot_allocations(events, out / "allocations.png", title=f"{job.name}: allocation")
         write_trials_csv(rows, out / "trials.csv")
         plot_trials(
@@ -476,12 +477,16 @@ def _progress_callbacks(allocator: Any, verbose: int) -> list[Any] | None:
     return [AllocationProgress(functools.partial(fetch_holdings, allocator))]
 
 
-def _allocation_history(allocator: Any) -> Any:
+def _allocation_history(allocator: Any) -> tuple[Any, Any]:
+    """The allocator's history and per-trial fit starts (None, None under ``fixed``)."""
     if allocator is None:
-        return None
+        return None, None
     import ray
 
-    return ray.get(allocator.history.remote(), timeout=60)
+    events, starts = ray.get(
+        [allocator.history.remote(), allocator.fit_starts.remote()], timeout=60
+    )
+    return events, starts
 
 
 def format_best(summary: Mapping[str, Any]) -> str:

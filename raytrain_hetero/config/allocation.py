@@ -31,7 +31,9 @@ class TrialAllocatorConfig(HeteroModel):
         min_gain_s: Keep the current holdings unless a change ends the search at least this
             many seconds sooner (hysteresis).
         restart_s: Seconds a change of a trial's workers costs it (checkpoint, new worker
-            group, restore), charged to every change.
+            group, restore), charged to every change. None (the default): measured, the
+            median of the fit starts the search's trials report (from a fit's call to its
+            first step), 30 s until the first is in; a number: that charge, always.
         max_start_slowdown: A new trial waits rather than start on a worker this many times
             slower than one worker of its fastest type.
         wait_poll_s: Seconds between a waiting trial's questions to the allocator.
@@ -39,6 +41,6 @@ class TrialAllocatorConfig(HeteroModel):
 
     max_workers_per_trial: PositiveInt | None = None
     min_gain_s: NonNegFloat = 0.0
-    restart_s: NonNegFloat = 30.0
+    restart_s: NonNegFloat | None = None
     max_start_slowdown: Float = Field(8.0, ge=1.0, allow_inf_nan=False)
     wait_poll_s: Float = Field(0.5, gt=0, allow_inf_nan=False)

@@ -14,8 +14,10 @@ event: a trial asks for workers, ends or is stopped, reaches an epoch end, or th
 
 A trial (:func:`allocated_worker_specs`) pins each of its workers to the node of its slot
 through a per-worker label selector (``ray.io/node-id``, Ray's own node label) and hands the
-holding's version to its loop; at each epoch end the loop asks the allocator
-(:func:`epoch_end_moves`, one collective so every rank agrees) and, when the holding changed,
+holding's version to its loop; at each epoch end, before its report, the loop tells the
+allocator what the epoch measured (the plan's cost model per worker type and, once per fit, the
+fit's start) and asks it (:func:`epoch_end_moves`, one collective so every rank agrees); when
+the holding changed it
 ends the fit after its checkpoint: the trial then resumes its Train run (same name, so from
 that checkpoint and data cursor) on its new workers. Exact carving and weighted gradients
 keep its trajectory what it would have been on any worker set.
@@ -56,8 +58,8 @@ __all__ = [
     "epoch_end_moves",
     "live_cluster_nodes",
     "lookup_allocator",
-    "measured_type_costs",
     "start_allocator",
+    "type_costs",
     "wait_for_holding",
     "worker_types",
 ]
@@ -70,6 +72,8 @@ NODE_ID_LABEL = "ray.io/node-id"
 ALLOCATOR_NAMESPACE = "raytrain_hetero"
 # Seconds per sample assumed for a type no trial has measured yet (only ratios matter then).
 _PRIOR_BETA = 1e-3
+# Seconds a change is charged under a measured restart cost until a fit start is in.
+_PRIOR_RESTART_S = 30.0
 
 
 def allocator_actor_name(experiment: str) -> str:
@@ -198,6 +202,7 @@ class TrialAllocator:
         self._slot_set: tuple[str, ...] = ()
         self._expected_trials = expected_trials
         self._ended = 0  # trials released (ended or stopped)
+        self._starts: dict[str, list[float]] = {}  # per trial, its fits' measured starts
 
     # ------------------------------------------------------------------ events
 
@@ -225,9 +230,28 @@ class TrialAllocator:
             self.refresh()  # a waiting trial's poll: a node may have joined since
         return self._trials[trial_id].holding
 
-    def epoch_ended(self, trial_id: str, epochs_done: int) -> TrialHolding | None:
+    def epoch_ended(
+        self,
+        trial_id: str,
+        epochs_done: int,
+        *,
+        costs: Mapping[str, tuple[float, float]] | None = None,
+        start_s: float | None = None,
+    ) -> TrialHolding | None:
         """A trial finished ``epochs_done`` epochs: its budget shrinks (and under ASHA its
-        expected remaining work jumps at a rung); returns its holding after the re-decision."""
+        expected remaining work jumps at a rung); returns its holding after the re-decision.
+
+        Args:
+            trial_id: The trial.
+            epochs_done: Epochs it has finished.
+            costs: What its plan measured so far, per worker type (as :meth:`measured`).
+            start_s: Its fit's start, from the fit's call to the first step (sent once per
+                fit): a measured change cost (:meth:`restart_s`).
+        """
+        if start_s is not None and math.isfinite(start_s) and start_s >= 0:
+            self._starts.setdefault(trial_id, []).append(float(start_s))
+        if costs:
+            self.measured(trial_id, costs)
         trial = self._trials.get(trial_id)
         if trial is None:
             return None
@@ -276,9 +300,26 @@ class TrialAllocator:
         they registered: the live progress view's source."""
         return tuple(t.holding for t in self._trials.values() if t.holding is not None)
 
+    def restart_s(self) -> float:
+        """Seconds a change of a trial's workers is charged: the configured ``restart_s``,
+        or when that is None the median of the fit starts trials measured (the search's own
+        model, cluster and Ray), 30 s until one is in."""
+        if self._config.restart_s is not None:
+            return self._config.restart_s
+        ordered = sorted(s for starts in self._starts.values() for s in starts)
+        if not ordered:
+            return _PRIOR_RESTART_S
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
     def wait_poll_s(self) -> float:
         """Seconds between a waiting trial's requests."""
         return self._config.wait_poll_s
+
+    def fit_starts(self) -> dict[str, tuple[float, ...]]:
+        """Per trial, the measured start of each of its fits (seconds from the fit's call to
+        its first step), in order: what each (re)start cost it."""
+        return {t: tuple(starts) for t, starts in self._starts.items()}
 
     def history(self) -> tuple[AllocationEvent, ...]:
         """Every change of every trial's holding, in order."""
@@ -337,13 +378,14 @@ class TrialAllocator:
         slots, findings = self._slots()
         self._slot_set = tuple(s.slot_id for s in slots)
         existing = set(self._slot_set)
+        restart_s = self.restart_s()
         demands = [
             TrialDemand(
                 trial_id=trial_id,
                 costs=self._costs(trial),
                 global_batch=trial.global_batch,
                 remaining_samples=self._remaining_epochs(trial) * self._samples_per_epoch,
-                restart_s=self._config.restart_s,
+                restart_s=restart_s,
                 current=tuple(
                     w.slot_id
                     for w in (trial.holding.workers if trial.holding is not None else ())
@@ -468,43 +510,62 @@ def allocated_worker_specs(
     return specs
 
 
-def measured_type_costs(
-    plans: Sequence[Any], specs: Sequence[WorkerSpec], holding: TrialHolding
-) -> dict[str, tuple[float, float]]:
-    """Per worker type the mean ``(alpha, beta)`` of the last cost-model plan of a segment
-    (``HeteroTrainer.plans``; rank ``i`` is ``specs[i]``, held worker ``i``); {} without one."""
-    costed = [p for p in plans if getattr(p, "costs", None) is not None]
-    if not costed:
-        return {}
-    plan = costed[-1]
+def type_costs(costs: Sequence[Any], worker_types: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Per worker type the mean ``(alpha, beta)`` of a plan's per-rank cost models (rank
+    ``i`` is of type ``worker_types[i]``)."""
     sums: dict[str, list[float]] = {}
-    for rank, cost in enumerate(plan.costs):
-        if rank >= len(holding.workers):
-            break
-        t = holding.workers[rank].worker_type
-        acc = sums.setdefault(t, [0.0, 0.0, 0.0])
+    for cost, worker_type in zip(costs, worker_types):
+        acc = sums.setdefault(worker_type, [0.0, 0.0, 0.0])
         acc[0] += cost.alpha
         acc[1] += cost.beta
         acc[2] += 1
-    return {t: (a / n, b / n) for t, (a, b, n) in sums.items() if math.isfinite(b / n) and b > 0}
+    return {t: (a / n, b / n) for t, (a, b, n) in sums.items()}
 
 
-def epoch_end_moves(allocation: Mapping[str, Any] | None, epochs_done: int) -> bool:
-    """On every rank at an epoch end, after its report: whether the trial's holding changed
-    (it should end this fit and resume on its new workers). Rank 0 tells the allocator the
-    epoch ended and compares the holding's version; one all-reduce makes every rank agree.
-    ``allocation`` is the loop config's ``"allocation"`` entry (None: fixed, never moves).
+def epoch_end_moves(
+    allocation: Mapping[str, Any] | None, epochs_done: int, *, final: bool = False
+) -> bool:
+    """On every rank at an epoch end, before its report: whether the trial's holding changed
+    (it should end this fit after the report and resume on its new workers).
+
+    Rank 0 tells the allocator the epoch ended, with what the fit measured: the plan's cost
+    model per worker type (so the allocator knows the types' speeds while trials run, and
+    ASHA's stopped trials have told it too) and, at the fit's first epoch end, the fit's
+    start (its call to the first step). It compares the holding's version; one all-reduce
+    makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
+    fixed, never moves); ``final``: the trial's last epoch (measurements only, no move).
     """
     if not allocation:
         return False
     import ray
 
-    from raytrain_hetero.worker.api import get_rank_info, sum_across_ranks
+    from raytrain_hetero.worker.api import (
+        current_plan,
+        first_step_time,
+        get_rank_info,
+        sum_across_ranks,
+    )
 
     moved = 0
     if get_rank_info()["rank"] == 0:
+        plan = current_plan()
+        costs = (
+            type_costs(plan.costs, allocation["worker_types"])
+            if plan is not None and plan.costs is not None
+            else {}
+        )
+        first_step = first_step_time()
+        start_s = None
+        if first_step is not None and epochs_done == allocation["resumed_epochs"] + 1:
+            start_s = first_step - allocation["fit_called_at"]
         actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
-        holding = ray.get(actor.epoch_ended.remote(allocation["trial_id"], epochs_done))
+        holding = ray.get(
+            actor.epoch_ended.remote(
+                allocation["trial_id"], epochs_done, costs=costs or None, start_s=start_s
+            )
+        )
         moved = int(holding is None or holding.version != allocation["version"])
+    if final:  # every rank knows it is the last epoch: no collective needed
+        return False
     (total,) = sum_across_ranks(moved)
     return total > 0

@@ -209,14 +209,21 @@ def allocation_text(events: Sequence[Any], trial_id: str) -> str:
     return "; ".join(parts)
 
 
-def add_allocation_history(rows: Sequence[dict[str, Any]], events: Sequence[Any]) -> None:
+def add_allocation_history(
+    rows: Sequence[dict[str, Any]],
+    events: Sequence[Any],
+    fit_starts: Mapping[str, Sequence[float]] | None = None,
+) -> None:
     """Add ``allocation`` (:func:`allocation_text`) and ``allocations`` (how many worker
     sets the trial held) to each row of :func:`trial_rows`, from the allocator's history
-    (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`)."""
+    (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`), and ``fit_starts_s``: each
+    of the trial's fits' measured start (its call to the first step), space-separated."""
     for row in rows:
         trial_id = str(row["trial_id"])
         row["allocation"] = allocation_text(events, trial_id)
         row["allocations"] = sum(1 for e in events if e.trial_id == trial_id and e.slots)
+        starts = (fit_starts or {}).get(trial_id, ())
+        row["fit_starts_s"] = " ".join(f"{s:.1f}" for s in starts)
 
 
 def allocation_spans(events: Sequence[Any], end_s: float) -> list[tuple[str, str, float, float]]:

@@ -79,6 +79,7 @@ __all__ = [
     "checkpoint_due",
     "current_plan",
     "current_step_number",
+    "first_step_time",
     "get_dataset_shard",
     "get_device",
     "get_rank_info",
@@ -371,6 +372,13 @@ def checkpoint_due() -> bool:
     Always false when ``ElasticConfig.preemption_notice`` is off.
     """
     return _checkpoint_due(get_runtime())
+
+
+def first_step_time() -> float | None:
+    """When this worker group's first step began (``time.time()``), None before it: with the
+    moment its fit was called, the group's whole start (Ray Train's controller, placement
+    group, worker processes, the library's own start-up, the restore)."""
+    return get_runtime().plans.first_step_at
 
 
 def current_plan() -> Plan | None:

@@ -11,7 +11,6 @@ import pytest
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.config.allocation import TrialAllocatorConfig
 from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.trial_allocation import ClusterNode, WorkerType
 from raytrain_hetero.errors import AllocationError, ConfigError
 from raytrain_hetero.tune.allocator import (
@@ -19,7 +18,7 @@ from raytrain_hetero.tune.allocator import (
     TrialAllocator,
     allocated_worker_specs,
     epoch_end_moves,
-    measured_type_costs,
+    type_costs,
     worker_types,
 )
 from raytrain_hetero.tune.results import (
@@ -170,20 +169,68 @@ def test_allocated_worker_specs_pin_each_worker_to_its_node():
     assert all(s.label_selector["pool"] == "x" and s.count == 1 for s in specs)
 
 
-def test_measured_type_costs_average_the_last_costed_plan_per_type():
-    alloc = allocator([ClusterNode("n1", {"CPU": 2.0})], cap=2)
-    holding = alloc.request("a", global_batch=64)
-    plans = [
-        Plan(version=1, effective_step=0, slices=(32, 32), shares=(1.0, 1.0)),
-        Plan(
-            version=2,
-            effective_step=3,
-            slices=(32, 32),
-            costs=(CostModel(0.1, 0.01), CostModel(0.3, 0.03)),
-        ),
+def test_type_costs_average_each_types_ranks():
+    costs = (CostModel(0.1, 0.01), CostModel(0.5, 0.08), CostModel(0.3, 0.03))
+    assert type_costs(costs, ["cpu", "gpu", "cpu"]) == {
+        "cpu": pytest.approx((0.2, 0.02)),
+        "gpu": pytest.approx((0.5, 0.08)),
+    }
+    assert type_costs((), []) == {}
+
+
+def _fast_and_slow(restart_s=0.0):
+    fast = WorkerType("fast", {"CPU": 1.0}, {"kind": "fast"})
+    slow = WorkerType("slow", {"CPU": 1.0}, {"kind": "slow"})
+    nodes = [
+        ClusterNode("f1", {"CPU": 1.0}, {"kind": "fast"}),
+        ClusterNode("s1", {"CPU": 1.0}, {"kind": "slow"}),
     ]
-    assert measured_type_costs(plans, [], holding) == {"cpu": pytest.approx((0.2, 0.02))}
-    assert measured_type_costs(plans[:1], [], holding) == {}
+    return allocator(nodes, cap=1, types=(fast, slow), restart_s=restart_s)
+
+
+@pytest.mark.parametrize("sent", [True, False])
+def test_costs_sent_at_epoch_ends_move_a_survivor_onto_the_worker_asha_freed(sent):
+    # a on the fast node, b on the slow one (unmeasured, the types look alike). a reports
+    # its epoch (with its costs when sent) and ASHA stops it; at b's epoch end the allocator
+    # knows the fast type is 10x faster only if the costs came with the epoch ends.
+    alloc = _fast_and_slow()
+    assert alloc.request("a", global_batch=64).nodes == ("f1",)
+    b = alloc.request("b", global_batch=64)
+    assert b.nodes == ("s1",)
+    alloc.epoch_ended("a", 1, costs={"fast": (0.0, 1e-3)} if sent else None)
+    alloc.release("a", "stopped by ASHA")
+    after = alloc.epoch_ended("b", 1, costs={"slow": (0.0, 1e-2)} if sent else None)
+    if sent:
+        assert after.nodes == ("f1",) and after.version == b.version + 1
+    else:
+        assert after == b
+
+
+def test_a_measured_start_replaces_the_prior_restart_cost_unless_one_is_configured():
+    nodes = [ClusterNode("n1", {"CPU": 4.0})]
+    alloc = allocator(nodes, restart_s=None)
+    assert alloc.restart_s() == 30.0  # the prior
+    alloc.request("a", global_batch=64, driver_node="n1")
+    b = alloc.request("b", global_batch=64, driver_node="n1")
+    alloc.release("a")
+    # Unusable figures are not measurements; under the prior, growing does not pay.
+    assert alloc.epoch_ended("b", 1, start_s=float("nan")) == b
+    assert alloc.epoch_ended("b", 1, start_s=-1.0) == b
+    assert alloc.restart_s() == 30.0
+    # b's 1,920 remaining samples take ~1.9 s on one worker, ~1 s on two: with a measured
+    # 0.1 s start, growing pays.
+    grown = alloc.epoch_ended("b", 1, start_s=0.1)
+    assert grown is not None and grown.version == b.version + 1
+    assert len(grown.workers) > len(b.workers)
+    alloc.epoch_ended("b", 2, start_s=6.0)
+    alloc.epoch_ended("b", 3, start_s=3.0)
+    assert alloc.restart_s() == 3.0  # the median of 0.1, 3, 6
+    alloc.epoch_ended("unknown", 1, start_s=5.0)  # a stopped trial's last word still counts
+    assert alloc.restart_s() == 4.0
+    # A configured charge is kept whatever the trials measure.
+    fixed = allocator(nodes, restart_s=1e6)
+    fixed.epoch_ended("x", 1, start_s=0.1)
+    assert fixed.restart_s() == 1e6
 
 
 def test_fixed_trials_never_move():
@@ -205,13 +252,16 @@ def test_allocation_history_in_trials_csv_and_gantt_chart(tmp_path):
     alloc.release("a")
     events = alloc.history()
     rows = [{"trial_id": "a", "status": "completed"}, {"trial_id": "b", "status": "completed"}]
-    add_allocation_history(rows, events)
+    alloc.epoch_ended("b", 1, start_s=21.34)
+    alloc.epoch_ended("b", 2, start_s=9.0)
+    add_allocation_history(rows, events, alloc.fit_starts())
     write_trials_csv(rows, tmp_path / "trials.csv")
     with open(tmp_path / "trials.csv", newline="") as fh:
         read = {r["trial_id"]: r for r in csv.DictReader(fh)}
     assert read["a"]["allocation"] == "0.0s v1 2 on node1abc*2; 12.5s released"
     assert read["b"]["allocation"] == "0.0s v1 1 on node1abc; 12.5s v2 2 on node1abc*2"
     assert read["a"]["allocations"] == "1" and read["b"]["allocations"] == "2"
+    assert read["a"]["fit_starts_s"] == "" and read["b"]["fit_starts_s"] == "21.3 9.0"
     spans = allocation_spans(events, end_s=20.0)
     assert ("a", "node1abcdefgh", 0.0, 12.5) in spans and (
         "b",
