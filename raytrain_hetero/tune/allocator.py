@@ -203,6 +203,7 @@ class TrialAllocator:
         self._expected_trials = expected_trials
         self._ended = 0  # trials released (ended or stopped)
         self._starts: dict[str, list[float]] = {}  # per trial, its fits' measured starts
+        self._restarts: list[float] = []  # the measured starts of fits that resumed a trial
 
     # ------------------------------------------------------------------ events
 
@@ -237,6 +238,7 @@ class TrialAllocator:
         *,
         costs: Mapping[str, tuple[float, float]] | None = None,
         start_s: float | None = None,
+        resumed: bool = False,
     ) -> TrialHolding | None:
         """A trial finished ``epochs_done`` epochs: its budget shrinks (and under ASHA its
         expected remaining work jumps at a rung); returns its holding after the re-decision.
@@ -247,9 +249,13 @@ class TrialAllocator:
             costs: What its plan measured so far, per worker type (as :meth:`measured`).
             start_s: Its fit's start, from the fit's call to the first step (sent once per
                 fit): a measured change cost (:meth:`restart_s`).
+            resumed: The fit resumed the trial on new workers (a change's real cost; a
+                search's first fits start all at once, on a busier cluster).
         """
         if start_s is not None and math.isfinite(start_s) and start_s >= 0:
             self._starts.setdefault(trial_id, []).append(float(start_s))
+            if resumed:
+                self._restarts.append(float(start_s))
         if costs:
             self.measured(trial_id, costs)
         trial = self._trials.get(trial_id)
@@ -302,11 +308,14 @@ class TrialAllocator:
 
     def restart_s(self) -> float:
         """Seconds a change of a trial's workers is charged: the configured ``restart_s``,
-        or when that is None the median of the fit starts trials measured (the search's own
-        model, cluster and Ray), 30 s until one is in."""
+        or when that is None the median of the measured starts of the fits that resumed a
+        trial on new workers (the search's own model, cluster and Ray), of every fit's start
+        until one of those is in, and 30 s before any."""
         if self._config.restart_s is not None:
             return self._config.restart_s
-        ordered = sorted(s for starts in self._starts.values() for s in starts)
+        ordered = sorted(self._restarts) or sorted(
+            s for starts in self._starts.values() for s in starts
+        )
         if not ordered:
             return _PRIOR_RESTART_S
         mid = len(ordered) // 2
@@ -555,13 +564,18 @@ def epoch_end_moves(
             else {}
         )
         first_step = first_step_time()
+        resumed_epochs = allocation["resumed_epochs"]
         start_s = None
-        if first_step is not None and epochs_done == allocation["resumed_epochs"] + 1:
+        if first_step is not None and epochs_done == resumed_epochs + 1:
             start_s = first_step - allocation["fit_called_at"]
         actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
         holding = ray.get(
             actor.epoch_ended.remote(
-                allocation["trial_id"], epochs_done, costs=costs or None, start_s=start_s
+                allocation["trial_id"],
+                epochs_done,
+                costs=costs or None,
+                start_s=start_s,
+                resumed=resumed_epochs > 0,
             )
         )
         moved = int(holding is None or holding.version != allocation["version"])

@@ -227,6 +227,11 @@ def test_a_measured_start_replaces_the_prior_restart_cost_unless_one_is_configur
     assert alloc.restart_s() == 3.0  # the median of 0.1, 3, 6
     alloc.epoch_ended("unknown", 1, start_s=5.0)  # a stopped trial's last word still counts
     assert alloc.restart_s() == 4.0
+    # Once a fit that resumed a trial on new workers is in, changes cost what those took
+    # (the search's first fits start all at once, on a busier cluster).
+    alloc.epoch_ended("b", 4, start_s=1.5, resumed=True)
+    assert alloc.restart_s() == 1.5
+    assert alloc.fit_starts()["b"] == (0.1, 6.0, 3.0, 1.5)
     # A configured charge is kept whatever the trials measure.
     fixed = allocator(nodes, restart_s=1e6)
     fixed.epoch_ended("x", 1, start_s=0.1)
