@@ -120,6 +120,9 @@ def test_a_trial_grows_onto_joining_nodes_moving_twice_and_resumes_at_its_cursor
     holdings = [h for h in row["allocation"].split("; ") if "released" not in h]
     assert [h.split(" ")[1:3] for h in holdings] == [["v1", "1"], ["v2", "2"], ["v3", "3"]], row
     assert row["allocations"] == "3" and row["allocation"].endswith("released")
+    # Each fit told the allocator its start at its first epoch end (a change's measured cost).
+    starts = [float(s) for s in row["fit_starts_s"].split()]
+    assert len(starts) == 3 and all(s > 0 for s in starts), row
     short = {n[:8] for n in nodes}
     for h in holdings:
         pinned = {part.split("*")[0] for part in h.split(" on ")[1].split(",")}
