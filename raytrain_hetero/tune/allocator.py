@@ -309,13 +309,13 @@ class TrialAllocator:
     def restart_s(self) -> float:
         """Seconds a change of a trial's workers is charged: the configured ``restart_s``,
         or when that is None the median of the measured starts of the fits that resumed a
-        trial on new workers (the search's own model, cluster and Ray), of every fit's start
-        until one of those is in, and 30 s before any."""
+        trial on new workers (the search's own model, cluster and Ray), 30 s before one is
+        in. A search's first fits are not used: they all start at once, on a cluster busy
+        with every trial's start (up to ~10x a later move's start on a 2-core machine), and
+        charging that would keep every trial where it started."""
         if self._config.restart_s is not None:
             return self._config.restart_s
-        ordered = sorted(self._restarts) or sorted(
-            s for starts in self._starts.values() for s in starts
-        )
+        ordered = sorted(self._restarts)
         if not ordered:
             return _PRIOR_RESTART_S
         mid = len(ordered) // 2

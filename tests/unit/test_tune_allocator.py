@@ -206,7 +206,7 @@ def test_costs_sent_at_epoch_ends_move_a_survivor_onto_the_worker_asha_freed(sen
         assert after == b
 
 
-def test_a_measured_start_replaces_the_prior_restart_cost_unless_one_is_configured():
+def test_resumed_fits_measured_starts_replace_the_prior_restart_cost_unless_configured():
     nodes = [ClusterNode("n1", {"CPU": 4.0})]
     alloc = allocator(nodes, restart_s=None)
     assert alloc.restart_s() == 30.0  # the prior
@@ -214,27 +214,25 @@ def test_a_measured_start_replaces_the_prior_restart_cost_unless_one_is_configur
     b = alloc.request("b", global_batch=64, driver_node="n1")
     alloc.release("a")
     # Unusable figures are not measurements; under the prior, growing does not pay.
-    assert alloc.epoch_ended("b", 1, start_s=float("nan")) == b
-    assert alloc.epoch_ended("b", 1, start_s=-1.0) == b
+    assert alloc.epoch_ended("b", 1, start_s=float("nan"), resumed=True) == b
+    assert alloc.epoch_ended("b", 1, start_s=-1.0, resumed=True) == b
+    # A first fit's start is reported but not charged (every trial starts at once).
+    assert alloc.epoch_ended("b", 1, start_s=0.1) == b
     assert alloc.restart_s() == 30.0
     # b's 1,920 remaining samples take ~1.9 s on one worker, ~1 s on two: with a measured
-    # 0.1 s start, growing pays.
-    grown = alloc.epoch_ended("b", 1, start_s=0.1)
+    # 0.1 s restart, growing pays.
+    grown = alloc.epoch_ended("b", 1, start_s=0.1, resumed=True)
     assert grown is not None and grown.version == b.version + 1
     assert len(grown.workers) > len(b.workers)
-    alloc.epoch_ended("b", 2, start_s=6.0)
-    alloc.epoch_ended("b", 3, start_s=3.0)
+    alloc.epoch_ended("b", 2, start_s=6.0, resumed=True)
+    alloc.epoch_ended("b", 3, start_s=3.0, resumed=True)
     assert alloc.restart_s() == 3.0  # the median of 0.1, 3, 6
-    alloc.epoch_ended("unknown", 1, start_s=5.0)  # a stopped trial's last word still counts
+    alloc.epoch_ended("unknown", 1, start_s=5.0, resumed=True)  # a stopped trial's too
     assert alloc.restart_s() == 4.0
-    # Once a fit that resumed a trial on new workers is in, changes cost what those took
-    # (the search's first fits start all at once, on a busier cluster).
-    alloc.epoch_ended("b", 4, start_s=1.5, resumed=True)
-    assert alloc.restart_s() == 1.5
-    assert alloc.fit_starts()["b"] == (0.1, 6.0, 3.0, 1.5)
+    assert alloc.fit_starts()["b"] == (0.1, 0.1, 6.0, 3.0)
     # A configured charge is kept whatever the trials measure.
     fixed = allocator(nodes, restart_s=1e6)
-    fixed.epoch_ended("x", 1, start_s=0.1)
+    fixed.epoch_ended("x", 1, start_s=0.1, resumed=True)
     assert fixed.restart_s() == 1e6
 
 
