@@ -752,8 +752,9 @@ def format_table(result: Mapping[str, Any]) -> str:
             "",
             f"Done-when (issue 34): makespan >= {TARGET_MAKESPAN_VS_FIXED}x better than fixed: "
             f"{done['makespan_vs_fixed']:.2f}x, {'met' if done['makespan_met'] else 'NOT met'}; "
-            f"best accuracy within {TARGET_ACCURACY_PT} pt: {done['accuracy_gap_pt']:+.2f} pt "
-            f"below fixed, {'met' if done['accuracy_met'] else 'NOT met'}.",
+            f"best accuracy within {TARGET_ACCURACY_PT} pt: auto's "
+            f"{-done['accuracy_gap_pt']:+.2f} pt against fixed's, "
+            f"{'met' if done['accuracy_met'] else 'NOT met'}.",
         ]
     for name, error in (result.get("errors") or {}).items():
         lines += ["", f"{name} FAILED: {error}"]

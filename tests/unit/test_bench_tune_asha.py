@@ -109,6 +109,7 @@ def test_done_when_compares_auto_with_fixed_and_the_table_says_it():
         }
     )
     assert "| auto | 200 |" in table and "1.50x, met" in table and "EMULATED" in table
+    assert "auto's -0.40 pt against fixed's, met" in table
 
 
 @pytest.mark.parametrize("setup", [FULL, QUICK])
