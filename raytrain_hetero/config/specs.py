@@ -21,12 +21,17 @@ from raytrain_hetero.config.problems import raise_validation_error
 from raytrain_hetero.errors import ConfigError
 
 __all__ = [
+    "NODE_ID_LABEL",
     "ProbeConfig",
     "SlowdownInjection",
     "WorkerSpec",
     "expand_worker_specs",
     "worker_groups",
 ]
+
+#: The label Ray 2.60 gives every node, with its node id as value (seen in ``ray.nodes()``;
+#: ``ray.util.placement_group.NODE_ID_LABEL_KEY``): a selector on it pins a worker to a node.
+NODE_ID_LABEL = "ray.io/node-id"
 
 
 class WorkerSpec(HeteroModel):
@@ -125,6 +130,15 @@ class WorkerSpec(HeteroModel):
         if self.device == "auto":
             return "cuda" if self.resources.get("GPU", 0.0) > 0 else "cpu"
         return self.device
+
+    def worker_type(self) -> dict[str, Any]:
+        """What makes two workers the same type (as JSON): the spec but its name, count and
+        caps, and but a pin to one node (``NODE_ID_LABEL``; nodes of a type are alike)."""
+        about = self.model_dump(mode="json", exclude={"name", "count", "max_batch"})
+        selector = dict(about.get("label_selector") or {})
+        selector.pop(NODE_ID_LABEL, None)
+        about["label_selector"] = selector or None
+        return about
 
     def remote_options(self) -> dict[str, Any]:
         """Ray ``.options()`` of a task or actor placed as this worker (resources, labels)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.config.allocation import TrialAllocatorConfig
+from raytrain_hetero.config.specs import NODE_ID_LABEL
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.trial_allocation import (
     ClusterNode,
@@ -66,9 +67,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The label Ray 2.60 gives every node, with its node id as value (seen in ``ray.nodes()``;
-#: ``ray.util.placement_group.NODE_ID_LABEL_KEY``).
-NODE_ID_LABEL = "ray.io/node-id"
 ALLOCATOR_NAMESPACE = "raytrain_hetero"
 # Seconds per sample assumed for a type no trial has measured yet (only ratios matter then).
 _PRIOR_BETA = 1e-3

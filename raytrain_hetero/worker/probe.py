@@ -206,8 +206,8 @@ def cost_key(
 
     Covers the model (every module's class, every parameter's and buffer's name, shape and
     dtype), the input (shape and dtype of each tensor of a one-sample batch), the worker type
-    (its WorkerSpec but its name, count and caps: the same type under another slot name is the
-    same), the hardware (GPU name, or CPU model and torch threads) and ``setup`` (step settings
+    (:meth:`WorkerSpec.worker_type`: the spec but its name, count, caps and node pin, so the
+    same type under another slot name or on another node of the type is the same), the hardware (GPU name, or CPU model and torch threads) and ``setup`` (step settings
     that change the cost, e.g. exact BatchNorm, loading in the step).
     """
     module = getattr(model, "module", model)
@@ -234,7 +234,7 @@ def cost_key(
         "modules": [type(m).__name__ for m in module.modules()],
         "tensors": tensors,
         "input": shapes(sample_batch),
-        "worker": spec.model_dump(mode="json", exclude={"name", "count", "max_batch"}),
+        "worker": spec.worker_type(),
         "hardware": hardware,
         "setup": setup,
     }

@@ -112,6 +112,18 @@ def test_cost_key_changes_with_the_model_input_and_worker_type_only():
         cost_key(model, batch, spec.model_copy(update={"name": "fast-1"}), **base),
         cost_key(model, (torch.ones(4, 6), torch.ones(4)), spec, **base),  # batch size
     ]
+    # A tune.allocation: auto worker pinned to one node of its type (Ray's node-id label):
+    # nodes of a type share one key; the type's own labels still tell types apart.
+    typed = spec.model_copy(update={"label_selector": {"speed": "fast"}})
+    pinned = [
+        typed.model_copy(update={"label_selector": {"speed": "fast", "ray.io/node-id": node}})
+        for node in ("n1", "n2")
+    ]
+    assert {cost_key(model, batch, s, **base).digest for s in [typed, *pinned]} == {
+        cost_key(model, batch, typed, **base).digest
+    }
+    only_pinned = spec.model_copy(update={"label_selector": {"ray.io/node-id": "n1"}})
+    assert cost_key(model, batch, only_pinned, **base).digest == key
     assert {k.digest for k in same} == {key}
     changed = [
         cost_key(torch.nn.Linear(6, 3), batch, spec, **base),  # parameter shapes
@@ -121,6 +133,7 @@ def test_cost_key_changes_with_the_model_input_and_worker_type_only():
         cost_key(model, batch, spec.model_copy(update={"emulated_slowdown": 2.0}), **base),
         cost_key(model, batch, spec.model_copy(update={"resources": {"CPU": 2}}), **base),
         cost_key(model, batch, spec, setup={"batchnorm": "local"}, device="cpu"),
+        cost_key(model, batch, typed, **base),  # a type's labels
     ]
     assert len({k.digest for k in changed} | {key}) == len(changed) + 1
 
