@@ -547,20 +547,17 @@ def epoch_end_moves(
     import ray
 
     from raytrain_hetero.worker.api import (
-        current_plan,
         first_step_time,
         get_rank_info,
+        newest_costs,
         sum_across_ranks,
     )
 
     moved = 0
     if get_rank_info()["rank"] == 0:
-        plan = current_plan()
-        costs = (
-            type_costs(plan.costs, allocation["worker_types"])
-            if plan is not None and plan.costs is not None
-            else {}
-        )
+        # The newest, not the plan's: a one-worker trial's plan never takes measured costs.
+        measured = newest_costs()
+        costs = type_costs(measured, allocation["worker_types"]) if measured else {}
         first_step = first_step_time()
         resumed_epochs = allocation["resumed_epochs"]
         start_s = None

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler, default_collate
 
+from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
@@ -85,6 +86,7 @@ __all__ = [
     "get_rank_info",
     "log_step_metrics",
     "micro_batches",
+    "newest_costs",
     "prepare_data_loader",
     "prepare_eval_data_loader",
     "prepare_model",
@@ -379,6 +381,13 @@ def first_step_time() -> float | None:
     moment its fit was called, the group's whole start (Ray Train's controller, placement
     group, worker processes, the library's own start-up, the restore)."""
     return get_runtime().plans.first_step_at
+
+
+def newest_costs() -> tuple[CostModel, ...] | None:
+    """Every rank's newest cost model (``t(b) = alpha + beta * b``, rank order): the current
+    plan's, or what the first measured steps gave when the plan they measured stayed (one
+    worker, or a gain under the threshold); None before any."""
+    return get_runtime().plans.newest_costs()
 
 
 def current_plan() -> Plan | None:

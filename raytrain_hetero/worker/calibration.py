@@ -435,6 +435,7 @@ def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -
         return None
     estimates, decision = box[0]
     if estimates is not None:
+        plans.measured_costs = tuple(estimates.costs)
         remember_cost(identity, plans, estimates.costs[identity.rank])
     if not isinstance(decision, Replan):
         logger.info("measured plan: the prior stays (%s)", decision.reason)

@@ -68,6 +68,8 @@ class PlanState:
         passive: The steps timed for the first measured plan of a group that started on a
             prior (``ProbeConfig.mode="passive"``), until it is decided.
         started_at: When this worker group started; with ``first_step_at`` its start-up.
+        measured_costs: Every rank's cost model as this group's passive window measured
+            it, kept when the prior plan stayed (a plan carries costs only when adopted).
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
@@ -79,11 +81,20 @@ class PlanState:
     cost_key: CostKey | None = None
     started_at: float = field(default_factory=time.time)
     first_step_at: float | None = None
+    measured_costs: tuple[CostModel, ...] | None = None
 
     @property
     def current(self) -> Plan | None:
         """The newest plan of this worker group."""
         return self.schedule.current
+
+    def newest_costs(self) -> tuple[CostModel, ...] | None:
+        """Every rank's newest cost model: the current plan's when it has them (measured
+        or remembered), else what the passive window measured; None before either."""
+        plan = self.current
+        if plan is not None and plan.costs is not None:
+            return tuple(plan.costs)
+        return self.measured_costs
 
     def restore(self, history: Sequence[Plan], slot_costs: dict[int, CostModel]) -> None:
         """Adopt the plan history and slot costs of the checkpoint this group resumes from."""

@@ -4,6 +4,7 @@ under a key that a changed model or worker type does not match."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from gloo_group import run_gloo_group
 from torch.utils.data import TensorDataset, default_collate
@@ -66,6 +67,43 @@ def _one_start(rank: int, world: int, storage: str, slow: float) -> dict:
         if measured is not None:
             switched.append(install_plan(plans, measured))
     return {"passive": starts_passive(identity), "first": first, "switched": switched}
+
+
+def _one_worker_start(rank: int, world: int, storage: str) -> dict:
+    """A one-worker group's start: the prior plan stays (nothing to split), and what the
+    passive window measured is still the group's newest cost model."""
+    setup = HeteroSetup(
+        run_id="r",
+        specs=(WorkerSpec(name="solo"),),
+        batch=BatchConfig(global_batch_size=192),
+        probe=ProbeConfig(passive_steps=3),
+        storage=storage_location(storage),
+    )
+    identity = RankIdentity(setup, slot=rank, rank=rank, world_size=world)
+    plans = PlanState()
+    gather_rank_slots(identity, plans)
+    known = known_costs(identity, plans, torch.nn.Linear(6, 2), _inputs(), stored=True)
+    first = install_plan(plans, prior_plan(identity, plans, known, start=0))
+    before = plans.newest_costs()
+    switched = []
+    for step in range(6):
+        plans.schedule.carved_through = step
+        measured = passive_step(identity, plans, _record(rank, step, 192, first.version))
+        if measured is not None:
+            switched.append(install_plan(plans, measured))
+    return {
+        "before": before,
+        "switched": switched,
+        "plan_costs": plans.current.costs,
+        "newest": plans.newest_costs(),
+    }
+
+
+def test_a_one_worker_group_keeps_its_measured_costs_though_its_plan_stays(tmp_path):
+    (solo,) = run_gloo_group(_one_worker_start, 1, str(tmp_path / "runs")).values()
+    assert solo["before"] is None and solo["switched"] == [] and solo["plan_costs"] is None
+    (cost,) = solo["newest"]
+    assert cost.time(192) == pytest.approx(192 * PER_SAMPLE_S[0], rel=0.05)
 
 
 def _three_runs(rank: int, world: int, storage: str) -> list[dict]:
