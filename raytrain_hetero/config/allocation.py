@@ -32,8 +32,8 @@ class TrialAllocatorConfig(HeteroModel):
             many seconds sooner (hysteresis).
         restart_s: Seconds a change of a trial's workers costs it (checkpoint, new worker
             group, restore), charged to every change. None (the default): measured, the
-            median of the fit starts the search's trials report (from a fit's call to its
-            first step), 30 s until the first is in; a number: that charge, always.
+            median start (a fit's call to its first step) of the fits that resumed a trial
+            on new workers, 30 s until one is in; a number: that charge, always.
         max_start_slowdown: A new trial waits rather than start on a worker this many times
             slower than one worker of its fastest type.
         wait_poll_s: Seconds between a waiting trial's questions to the allocator.

@@ -15,8 +15,8 @@ event: a trial asks for workers, ends or is stopped, reaches an epoch end, or th
 A trial (:func:`allocated_worker_specs`) pins each of its workers to the node of its slot
 through a per-worker label selector (``ray.io/node-id``, Ray's own node label) and hands the
 holding's version to its loop; at each epoch end, before its report, the loop tells the
-allocator what the epoch measured (the plan's cost model per worker type and, once per fit, the
-fit's start) and asks it (:func:`epoch_end_moves`, one collective so every rank agrees); when
+allocator what the epoch measured (the newest cost models per worker type and, once per fit,
+the fit's start) and asks it (:func:`epoch_end_moves`, one collective so every rank agrees); when
 the holding changed it
 ends the fit after its checkpoint: the trial then resumes its Train run (same name, so from
 that checkpoint and data cursor) on its new workers. Exact carving and weighted gradients
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -244,7 +245,7 @@ class TrialAllocator:
         Args:
             trial_id: The trial.
             epochs_done: Epochs it has finished.
-            costs: What its plan measured so far, per worker type (as :meth:`measured`).
+            costs: Its newest measured cost models, per worker type (as :meth:`measured`).
             start_s: Its fit's start, from the fit's call to the first step (sent once per
                 fit): a measured change cost (:meth:`restart_s`).
             resumed: The fit resumed the trial on new workers (a change's real cost; a
@@ -313,11 +314,7 @@ class TrialAllocator:
         charging that would keep every trial where it started."""
         if self._config.restart_s is not None:
             return self._config.restart_s
-        ordered = sorted(self._restarts)
-        if not ordered:
-            return _PRIOR_RESTART_S
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return statistics.median(self._restarts) if self._restarts else _PRIOR_RESTART_S
 
     def wait_poll_s(self) -> float:
         """Seconds between a waiting trial's requests."""
@@ -535,8 +532,8 @@ def epoch_end_moves(
     """On every rank at an epoch end, before its report: whether the trial's holding changed
     (it should end this fit after the report and resume on its new workers).
 
-    Rank 0 tells the allocator the epoch ended, with what the fit measured: the plan's cost
-    model per worker type (so the allocator knows the types' speeds while trials run, and
+    Rank 0 tells the allocator the epoch ended, with what the fit measured: the newest cost
+    models per worker type (``newest_costs``) (so the allocator knows the types' speeds while trials run, and
     ASHA's stopped trials have told it too) and, at the fit's first epoch end, the fit's
     start (its call to the first step). It compares the holding's version; one all-reduce
     makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
