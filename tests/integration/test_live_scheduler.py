@@ -97,7 +97,16 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
     assert prior.reason.startswith("prior: equal slices"), prior.reason
     measured = trainer.plans[1]
     assert measured.reason.startswith("measured: "), trainer.plans
-    assert measured.slices[b] == min(measured.slices) < 16, measured
+    # b (3x emulated) gets less than the equal share. Which rank gets the *least* is a
+    # measurement: under CI load rank 0 (which also reports) once measured as slow as b
+    # (slices 11, 12, 25). What the planner guarantees is that slices follow the measured
+    # per-step times: a rank measured slower at every batch size never gets more.
+    assert measured.slices[b] < 16, measured
+    costs = measured.costs
+    assert costs is not None, measured
+    for i, j in [(i, j) for i in range(3) for j in range(3) if i != j]:
+        if costs[i].alpha >= costs[j].alpha and costs[i].beta > costs[j].beta:
+            assert measured.slices[i] <= measured.slices[j], measured
     assert 4 <= measured.effective_step <= 8, measured
     assert ledger_slices(measured.effective_step) == list(enumerate(measured.slices))
     assert ledger_slices(measured.effective_step - 1) == [(r, 16) for r in range(3)]
