@@ -20,6 +20,7 @@ from raytrain_hetero.config.problems import construct
 from raytrain_hetero.errors import DataError
 from raytrain_hetero.workloads.data import (
     bad_files,
+    decoded_once_per_node,
     generate_dataset,
     open_datasets,
 )
@@ -82,16 +83,14 @@ def open_configured_datasets(
 def open_worker_data(
     job: JobConfig, splits: Sequence[str]
 ) -> tuple[WorkloadData, dict[str, Any], Any]:
-    """On a worker: the job's splits (with ``data.cache``, decoded once into memory) and its
-    model, built; returns ``(workload, datasets, model)``."""
+    """On a worker: the job's splits (with ``data.cache``, decoded once per node and
+    memory-mapped) and its model, built; returns ``(workload, datasets, model)``."""
     from raytrain_hetero.workloads.models import build_model
 
     workload = open_configured_datasets(job.data, splits)
     datasets = workload.datasets
     if job.data.cache:
-        from raytrain_hetero.workloads.cache import InMemoryDataset
-
-        datasets = {split: InMemoryDataset(ds) for split, ds in datasets.items()}
+        datasets = decoded_once_per_node(data_source(job.data), datasets)
     return workload, datasets, build_model(job.model.name, **model_arguments(job.model, workload))
 
 

@@ -57,7 +57,11 @@ class DataConfig(HeteroModel):
         bands: EuroSAT only: ``"all"`` (13 bands), ``"rgb"`` or a list of band names.
         generate: If set and ``root`` holds no dataset, generate a synthetic one there.
         num_workers: DataLoader worker processes per training worker.
-        cache: Decode every sample once and keep it in memory in each worker (small datasets).
+        cache: Decode every sample once per node, into memory-mapped arrays under the
+            root's ``.raytrain_hetero_cache`` that every worker, fit, restart and Tune trial
+            on the node shares; decoded afresh when a file or option changes (small
+            datasets; samples that are not dicts of fixed-shape tensors, or a read-only root,
+            keep a decoded copy in each worker instead).
         image_size: UC Merced only: resize the 256 x 256 images further (cheaper training).
         on_bad_file: Decode every file on the driver before training; ``"error"`` stops with
             a list of corrupt/truncated files (EuroSAT: or files without 13 bands),

@@ -10,11 +10,18 @@ again read the list instead of decoding the dataset a second time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import inspect
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.workloads.registry import DataSource, WorkloadData, dataset_adapter
+from raytrain_hetero.workloads.registry import (
+    CACHE_DIR_NAME,
+    DataSource,
+    WorkloadData,
+    dataset_adapter,
+)
 
 
 def generate_dataset(source: DataSource) -> Path | None:
@@ -83,6 +90,41 @@ def open_datasets(
     adapter = dataset_adapter(source.dataset)
     excluded = list(bad_files(source) if exclude is None else exclude)
     return adapter.open(source, tuple(splits), excluded)
+
+
+def decoded_once_per_node(source: DataSource, datasets: Mapping[str, Any]) -> dict[str, Any]:
+    """``datasets`` (the source's opened splits) decoded once per node and memory-mapped.
+
+    The decoded arrays live under the source's cache directory, keyed by the source's
+    options, the split, the identity (path, size, mtime) of every file under the root and of
+    the reading code (this package's ``workloads`` modules and the module of a dataset the
+    user registered), and the torch and torchgeo
+    versions, so every worker of every fit, restart and Tune trial on a node shares one
+    decode, and any change decodes afresh (see :func:`~raytrain_hetero.workloads.cache.
+    node_shared_dataset`, which also says when each worker keeps its own copy instead).
+    """
+    import torch
+    import torchgeo
+
+    from raytrain_hetero.workloads.cache import file_identities_under, node_shared_dataset
+    from raytrain_hetero.workloads.generated_tree import resolve_version
+    from raytrain_hetero.workloads.normalization import file_identity
+
+    code = set(Path(__file__).parent.rglob("*.py"))
+    opener = inspect.getsourcefile(dataset_adapter(source.dataset).open)
+    if opener is not None:  # a dataset registered by the user's own module
+        code.add(Path(opener))
+    common = {
+        "kind": "decoded-samples",
+        "source": dataclasses.asdict(source),
+        "files": file_identities_under(resolve_version(source.root), skip=CACHE_DIR_NAME),
+        "code": [file_identity(path) for path in sorted(code)],
+        "versions": {"torch": torch.__version__, "torchgeo": torchgeo.__version__},
+    }
+    return {
+        split: node_shared_dataset(dataset, {**common, "split": split}, source.cache_dir)
+        for split, dataset in datasets.items()
+    }
 
 
 def model_arguments(

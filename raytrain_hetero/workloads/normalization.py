@@ -85,12 +85,14 @@ def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _digest(key: Mapping[str, Any]) -> str:
+def key_digest(key: Mapping[str, Any]) -> str:
+    """A short digest of a JSON-able cache key (names the cached file or directory)."""
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _normalised(key: Mapping[str, Any]) -> Any:
+def normalised_key(key: Mapping[str, Any]) -> Any:
+    """``key`` as it reads back from JSON (compared with a cached copy's stored key)."""
     return json.loads(json.dumps(dict(key), sort_keys=True, default=str))
 
 
@@ -110,8 +112,8 @@ def cached_json(
     if cache_dir is None:
         return compute()
     directory = Path(cache_dir)
-    path = directory / f"{prefix}-{_digest(key)}.json"
-    normal_key = _normalised(key)
+    path = directory / f"{prefix}-{key_digest(key)}.json"
+    normal_key = normalised_key(key)
     try:
         data = json.loads(path.read_text())
         if data.get("format") == _STATS_FORMAT and data.get("key") == normal_key:
