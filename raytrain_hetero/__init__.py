@@ -58,6 +58,7 @@ _LAZY = {
     "current_plan": "raytrain_hetero.worker.api",
     "current_step_number": "raytrain_hetero.worker.api",
     "first_step_time": "raytrain_hetero.worker.api",
+    "group_start_time": "raytrain_hetero.worker.api",
     "newest_costs": "raytrain_hetero.worker.api",
     "checkpoint_due": "raytrain_hetero.worker.api",
     "micro_batches": "raytrain_hetero.worker.api",

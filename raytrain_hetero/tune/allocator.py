@@ -53,6 +53,7 @@ __all__ = [
     "ALLOCATOR_NAMESPACE",
     "NODE_ID_LABEL",
     "AllocationEvent",
+    "FitStart",
     "TrialAllocator",
     "TrialHolding",
     "allocated_worker_specs",
@@ -73,6 +74,27 @@ ALLOCATOR_NAMESPACE = "raytrain_hetero"
 _PRIOR_BETA = 1e-3
 # Seconds a change is charged under a measured restart cost until a fit start is in.
 _PRIOR_RESTART_S = 30.0
+
+
+@dataclass(frozen=True)
+class FitStart:
+    """Where one fit's start went, measured by its rank 0 (seconds).
+
+    Attributes:
+        total_s: From the trial's call of the fit to the worker group's first step.
+        library_s: Of it, from the group's start on the workers (the backend's set-up) to
+            the first step: this library's part (data, model, restore, the first plan);
+            ``None`` when not measured.
+    """
+
+    total_s: float
+    library_s: float | None = None
+
+    @property
+    def ray_train_s(self) -> float | None:
+        """The rest: Ray Train's controller, the placement group, the worker processes and
+        their imports, the process group."""
+        return None if self.library_s is None else self.total_s - self.library_s
 
 
 def allocator_actor_name(experiment: str) -> str:
@@ -201,7 +223,7 @@ class TrialAllocator:
         self._slot_set: tuple[str, ...] = ()
         self._expected_trials = expected_trials
         self._ended = 0  # trials released (ended or stopped)
-        self._starts: dict[str, list[float]] = {}  # per trial, its fits' measured starts
+        self._starts: dict[str, list[FitStart]] = {}  # per trial, its fits' measured starts
         self._restarts: list[float] = []  # the measured starts of fits that resumed a trial
 
     # ------------------------------------------------------------------ events
@@ -237,6 +259,7 @@ class TrialAllocator:
         *,
         costs: Mapping[str, tuple[float, float]] | None = None,
         start_s: float | None = None,
+        library_s: float | None = None,
         resumed: bool = False,
     ) -> TrialHolding | None:
         """A trial finished ``epochs_done`` epochs: its budget shrinks (and under ASHA its
@@ -248,11 +271,13 @@ class TrialAllocator:
             costs: Its newest measured cost models, per worker type (as :meth:`measured`).
             start_s: Its fit's start, from the fit's call to the first step (sent once per
                 fit): a measured change cost (:meth:`restart_s`).
+            library_s: Of ``start_s``, the library's part (:class:`FitStart`).
             resumed: The fit resumed the trial on new workers (a change's real cost; a
                 search's first fits start all at once, on a busier cluster).
         """
         if start_s is not None and math.isfinite(start_s) and start_s >= 0:
-            self._starts.setdefault(trial_id, []).append(float(start_s))
+            part = library_s if library_s is not None and 0 <= library_s <= start_s else None
+            self._starts.setdefault(trial_id, []).append(FitStart(float(start_s), part))
             if resumed:
                 self._restarts.append(float(start_s))
         if costs:
@@ -320,9 +345,9 @@ class TrialAllocator:
         """Seconds between a waiting trial's requests."""
         return self._config.wait_poll_s
 
-    def fit_starts(self) -> dict[str, tuple[float, ...]]:
-        """Per trial, the measured start of each of its fits (seconds from the fit's call to
-        its first step), in order: what each (re)start cost it."""
+    def fit_starts(self) -> dict[str, tuple[FitStart, ...]]:
+        """Per trial, the measured start of each of its fits, in order: what each (re)start
+        cost it, and where it went."""
         return {t: tuple(starts) for t, starts in self._starts.items()}
 
     def history(self) -> tuple[AllocationEvent, ...]:
@@ -535,7 +560,7 @@ def epoch_end_moves(
     Rank 0 tells the allocator the epoch ended, with what the fit measured: the newest cost
     models per worker type (``newest_costs``) (so the allocator knows the types' speeds while trials run, and
     ASHA's stopped trials have told it too) and, at the fit's first epoch end, the fit's
-    start (its call to the first step). It compares the holding's version; one all-reduce
+    start (its call to the first step, and the library's part of it). It compares the holding's version; one all-reduce
     makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
     fixed, never moves); ``final``: the trial's last epoch (measurements only, no move).
     """
@@ -546,6 +571,7 @@ def epoch_end_moves(
     from raytrain_hetero.worker.api import (
         first_step_time,
         get_rank_info,
+        group_start_time,
         newest_costs,
         sum_across_ranks,
     )
@@ -557,9 +583,10 @@ def epoch_end_moves(
         costs = type_costs(measured, allocation["worker_types"]) if measured else {}
         first_step = first_step_time()
         resumed_epochs = allocation["resumed_epochs"]
-        start_s = None
+        start_s = library_s = None
         if first_step is not None and epochs_done == resumed_epochs + 1:
             start_s = first_step - allocation["fit_called_at"]
+            library_s = first_step - group_start_time()
         actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
         holding = ray.get(
             actor.epoch_ended.remote(
@@ -567,6 +594,7 @@ def epoch_end_moves(
                 epochs_done,
                 costs=costs or None,
                 start_s=start_s,
+                library_s=library_s,
                 resumed=resumed_epochs > 0,
             )
         )

@@ -212,18 +212,27 @@ def allocation_text(events: Sequence[Any], trial_id: str) -> str:
 def add_allocation_history(
     rows: Sequence[dict[str, Any]],
     events: Sequence[Any],
-    fit_starts: Mapping[str, Sequence[float]] | None = None,
+    fit_starts: Mapping[str, Sequence[Any]] | None = None,
 ) -> None:
     """Add ``allocation`` (:func:`allocation_text`) and ``allocations`` (how many worker
     sets the trial held) to each row of :func:`trial_rows`, from the allocator's history
-    (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`), and ``fit_starts_s``: each
-    of the trial's fits' measured start (its call to the first step), space-separated."""
+    (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`), and from its fits' measured
+    starts (:class:`~raytrain_hetero.tune.allocator.FitStart`), space-separated per fit:
+    ``fit_starts_s`` (the fit's call to its first step), ``fit_starts_ray_train_s`` (Ray
+    Train's part: controller, placement group, worker processes) and
+    ``fit_starts_library_s`` (the library's: data, model, restore, first plan)."""
+
+    def seconds(values: Sequence[float | None]) -> str:
+        return " ".join("-" if v is None else f"{v:.1f}" for v in values)
+
     for row in rows:
         trial_id = str(row["trial_id"])
         row["allocation"] = allocation_text(events, trial_id)
         row["allocations"] = sum(1 for e in events if e.trial_id == trial_id and e.slots)
         starts = (fit_starts or {}).get(trial_id, ())
-        row["fit_starts_s"] = " ".join(f"{s:.1f}" for s in starts)
+        row["fit_starts_s"] = seconds([s.total_s for s in starts])
+        row["fit_starts_ray_train_s"] = seconds([s.ray_train_s for s in starts])
+        row["fit_starts_library_s"] = seconds([s.library_s for s in starts])
 
 
 def allocation_spans(events: Sequence[Any], end_s: float) -> list[tuple[str, str, float, float]]:

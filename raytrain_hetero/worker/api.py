@@ -84,6 +84,7 @@ __all__ = [
     "get_dataset_shard",
     "get_device",
     "get_rank_info",
+    "group_start_time",
     "log_step_metrics",
     "micro_batches",
     "newest_costs",
@@ -381,6 +382,13 @@ def first_step_time() -> float | None:
     moment its fit was called, the group's whole start (Ray Train's controller, placement
     group, worker processes, the library's own start-up, the restore)."""
     return get_runtime().plans.first_step_at
+
+
+def group_start_time() -> float:
+    """When this worker group started on this worker (``time.time()`` at the backend's
+    set-up, after Ray Train's controller, placement group and worker processes): with
+    :func:`first_step_time`, the library's own part of the group's start."""
+    return get_runtime().plans.started_at
 
 
 def newest_costs() -> tuple[CostModel, ...] | None:

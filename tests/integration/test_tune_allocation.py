@@ -123,6 +123,12 @@ def test_a_trial_grows_onto_joining_nodes_moving_twice_and_resumes_at_its_cursor
     # Each fit told the allocator its start at its first epoch end (a change's measured cost).
     starts = [float(s) for s in row["fit_starts_s"].split()]
     assert len(starts) == 3 and all(s > 0 for s in starts), row
+    # ... split into Ray Train's part and the library's, which add up to it.
+    library = [float(s) for s in row["fit_starts_library_s"].split()]
+    ray_train = [float(s) for s in row["fit_starts_ray_train_s"].split()]
+    assert len(library) == len(ray_train) == 3 and min(library + ray_train) >= 0, row
+    for whole, parts in zip(starts, zip(library, ray_train, strict=True), strict=True):
+        assert sum(parts) == pytest.approx(whole, abs=0.16), row  # three roundings to 0.1 s
     short = {n[:8] for n in nodes}
     for h in holdings:
         pinned = {part.split("*")[0] for part in h.split(" on ")[1].split(",")}

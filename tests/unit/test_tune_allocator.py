@@ -229,7 +229,7 @@ def test_resumed_fits_measured_starts_replace_the_prior_restart_cost_unless_conf
     assert alloc.restart_s() == 3.0  # the median of 0.1, 3, 6
     alloc.epoch_ended("unknown", 1, start_s=5.0, resumed=True)  # a stopped trial's too
     assert alloc.restart_s() == 4.0
-    assert alloc.fit_starts()["b"] == (0.1, 0.1, 6.0, 3.0)
+    assert [s.total_s for s in alloc.fit_starts()["b"]] == [0.1, 0.1, 6.0, 3.0]
     # A configured charge is kept whatever the trials measure.
     fixed = allocator(nodes, restart_s=1e6)
     fixed.epoch_ended("x", 1, start_s=0.1, resumed=True)
@@ -255,8 +255,9 @@ def test_allocation_history_in_trials_csv_and_gantt_chart(tmp_path):
     alloc.release("a")
     events = alloc.history()
     rows = [{"trial_id": "a", "status": "completed"}, {"trial_id": "b", "status": "completed"}]
-    alloc.epoch_ended("b", 1, start_s=21.34)
+    alloc.epoch_ended("b", 1, start_s=21.34, library_s=5.12)
     alloc.epoch_ended("b", 2, start_s=9.0)
+    alloc.epoch_ended("b", 3, start_s=4.0, library_s=7.0)  # a part over the whole: unknown
     add_allocation_history(rows, events, alloc.fit_starts())
     write_trials_csv(rows, tmp_path / "trials.csv")
     with open(tmp_path / "trials.csv", newline="") as fh:
@@ -264,7 +265,9 @@ def test_allocation_history_in_trials_csv_and_gantt_chart(tmp_path):
     assert read["a"]["allocation"] == "0.0s v1 2 on node1abc*2; 12.5s released"
     assert read["b"]["allocation"] == "0.0s v1 1 on node1abc; 12.5s v2 2 on node1abc*2"
     assert read["a"]["allocations"] == "1" and read["b"]["allocations"] == "2"
-    assert read["a"]["fit_starts_s"] == "" and read["b"]["fit_starts_s"] == "21.3 9.0"
+    assert read["a"]["fit_starts_s"] == "" and read["b"]["fit_starts_s"] == "21.3 9.0 4.0"
+    assert read["b"]["fit_starts_library_s"] == "5.1 - -"
+    assert read["b"]["fit_starts_ray_train_s"] == "16.2 - -"
     spans = allocation_spans(events, end_s=20.0)
     assert ("a", "node1abcdefgh", 0.0, 12.5) in spans and (
         "b",
