@@ -218,6 +218,15 @@ def _decode_into(dataset: Any, directory: Path) -> None:
     atomic_write_json(directory / "meta.json", meta)
 
 
+def _drop_older_versions(base: Path, family: str, *, keep: Path) -> None:
+    """Delete the family's other decoded directories (their lock files stay: a worker may
+    be waiting on one, and an unlinked lock would no longer exclude anyone)."""
+    for old in base.glob(f"decoded-{family}-*"):
+        if old.is_dir() and old != keep:
+            shutil.rmtree(old, ignore_errors=True)
+            logger.info("data.cache: dropped the superseded copy %s", old)
+
+
 def _published(directory: Path, key: Mapping[str, Any]) -> bool:
     try:
         meta = json.loads((directory / "meta.json").read_text())
@@ -228,7 +237,11 @@ def _published(directory: Path, key: Mapping[str, Any]) -> bool:
 
 
 def node_shared_dataset(
-    dataset: Any, key: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None
+    dataset: Any,
+    key: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str] | None,
+    *,
+    family: str = "samples",
 ) -> Dataset:
     """``dataset``'s samples decoded once per node under ``cache_dir`` and memory-mapped.
 
@@ -238,6 +251,9 @@ def node_shared_dataset(
         key: Everything the samples depend on (JSON-able); its digest names the arrays'
             directory and the full key is checked when they are read.
         cache_dir: Directory of the decoded arrays (created); ``None``: no shared cache.
+        family: What the arrays are versions of (e.g. one split of one source): publishing
+            a new version deletes the family's older ones, so a changed file or code
+            version does not leave a stale copy of the dataset behind on disk.
 
     Returns:
         A :class:`DecodedArrays` over the node's arrays, or an :class:`InMemoryDataset`
@@ -246,7 +262,7 @@ def node_shared_dataset(
     if cache_dir is None:
         return InMemoryDataset(dataset)
     base = Path(cache_dir)
-    target = base / f"decoded-{key_digest(key)}"
+    target = base / f"decoded-{family}-{key_digest(key)}"
     if _published(target, key):  # the common case: another worker or fit decoded it
         return DecodedArrays(target, dataset)
     started = time.perf_counter()
@@ -270,6 +286,7 @@ def node_shared_dataset(
                 move_into_place(staged, target)
             finally:
                 shutil.rmtree(staged, ignore_errors=True)
+            _drop_older_versions(base, family, keep=target)
     except NotStackable as exc:
         logger.info("data.cache: %s, so each worker keeps its own decoded copy", exc)
         return InMemoryDataset(dataset)

@@ -108,7 +108,7 @@ def decoded_once_per_node(source: DataSource, datasets: Mapping[str, Any]) -> di
 
     from raytrain_hetero.workloads.cache import file_identities_under, node_shared_dataset
     from raytrain_hetero.workloads.generated_tree import resolve_version
-    from raytrain_hetero.workloads.normalization import file_identity
+    from raytrain_hetero.workloads.normalization import file_identity, key_digest
 
     code = set(Path(__file__).parent.rglob("*.py"))
     opener = inspect.getsourcefile(dataset_adapter(source.dataset).open)
@@ -121,8 +121,14 @@ def decoded_once_per_node(source: DataSource, datasets: Mapping[str, Any]) -> di
         "code": [file_identity(path) for path in sorted(code)],
         "versions": {"torch": torch.__version__, "torchgeo": torchgeo.__version__},
     }
+    options = key_digest({"source": common["source"]})
     return {
-        split: node_shared_dataset(dataset, {**common, "split": split}, source.cache_dir)
+        split: node_shared_dataset(
+            dataset,
+            {**common, "split": split},
+            source.cache_dir,
+            family=f"{source.dataset}-{split}-{options}",  # versions differ in files/code
+        )
         for split, dataset in datasets.items()
     }
 

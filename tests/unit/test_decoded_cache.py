@@ -81,13 +81,17 @@ def test_decoded_once_then_served_from_the_arrays_equal_to_the_source(tmp_path: 
     assert again[-1]["id"] == 10
     with pytest.raises(IndexError):
         again[11]
-    # Another key (a changed file or option) decodes afresh, beside the first.
-    other = node_shared_dataset(source, {"k": 2}, tmp_path / "cache")
-    assert isinstance(other, DecodedArrays) and other.directory != first.directory
+    # Another family (another split or source) is decoded beside it.
+    split = node_shared_dataset(source, {"k": 2}, tmp_path / "cache", family="val")
+    assert isinstance(split, DecodedArrays) and split.directory != first.directory
     assert reads(log) == 11
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted(
-        [first.directory.name, other.directory.name]
-    )  # nothing staged is left behind
+    # A new version of the family (a changed file or code) decodes afresh and replaces it.
+    log.unlink()
+    newer = node_shared_dataset(source, {"k": 3}, tmp_path / "cache")
+    assert isinstance(newer, DecodedArrays) and newer.directory != first.directory
+    assert reads(log) == 11
+    kept = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir())
+    assert kept == sorted([split.directory.name, newer.directory.name])  # nothing staged left
 
 
 def test_served_items_are_fresh_copies_and_the_dataset_pickles_as_a_path(tmp_path: Path) -> None:
