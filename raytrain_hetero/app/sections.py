@@ -61,8 +61,8 @@ class DataConfig(HeteroModel):
             root's ``.raytrain_hetero_cache`` that every worker, fit, restart and Tune trial
             on the node shares; decoded afresh (the old copy deleted) when a file, option
             or the library changes. Disk: the decoded size once per node (700 13-band
-            64x64 float32 EuroSAT images: 142 MiB). Small datasets; samples that are not dicts of
-            fixed-shape tensors, or a read-only root, keep a decoded copy in each worker.
+            64x64 float32 EuroSAT images: 142 MiB). Small datasets; samples that are not
+            dicts of fixed-shape tensors, or a read-only root, keep a copy in each worker.
         image_size: UC Merced only: resize the 256 x 256 images further (cheaper training).
         on_bad_file: Decode every file on the driver before training; ``"error"`` stops with
             a list of corrupt/truncated files (EuroSAT: or files without 13 bands),
