@@ -107,12 +107,15 @@ def build_trainer(
     *,
     probe_only: bool = False,
     allocation: Mapping[str, Any] | None = None,
+    fit_called_at: float | None = None,
 ) -> HeteroTrainer:
     """The job's HeteroTrainer, built from its sections (the library's config objects); the
     loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections itself.
     ``probe_only`` (``raytrain-hetero probe``): a fixed group, no live re-planning, no tracking.
     ``allocation``: a Tune trial's holding under ``tune.allocation: auto`` (the loop config's
     ``"allocation"``: the loop ends the fit at an epoch end when the holding changes).
+    ``fit_called_at``: ``time.time()`` when the caller calls the fit (the loop then reports
+    ``hetero/fit_start_s``, the fit's call to its first step: the start the user waits).
     """
     from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
@@ -133,6 +136,7 @@ def build_trainer(
         train_loop_config={
             "job": job.model_dump(mode="json"),
             **({"allocation": dict(allocation)} if allocation else {}),
+            **({"fit_called_at": fit_called_at} if fit_called_at is not None else {}),
         },
         workers=job.workers,
         batch=job.train.batch(),
@@ -226,7 +230,9 @@ def run_job(
     staging = StagingDir(target)
     out = staging.local
     out.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(job, classification_loop, run_config(job, run))
+    trainer = build_trainer(
+        job, classification_loop, run_config(job, run), fit_called_at=time.time()
+    )
     header = LAYOUT_HEADERS.get(job.parallel.mode)
     folder = run.folder
     view = (

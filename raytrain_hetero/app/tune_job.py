@@ -122,7 +122,10 @@ def run_trial(
             fits(tracker)
         return
     trainer = build_trainer(
-        job, classification_loop, run_config(job, run, callbacks=[trial_report_callback()])
+        job,
+        classification_loop,
+        run_config(job, run, callbacks=[trial_report_callback()]),
+        fit_called_at=time.time(),
     )
     if tracker is None:
         trainer.fit()
@@ -182,13 +185,13 @@ def _allocated_fits(job: JobConfig, run: Any, experiment: str, trial_id: str) ->
                     "version": holding.version,
                     "worker_types": [w.worker_type for w in holding.workers],  # per rank
                     "resumed_epochs": done,
-                    "fit_called_at": time.time(),  # the loop measures the fit's start
                 }
                 trainer = build_trainer(
                     segment,
                     classification_loop,
                     run_config(segment, run, callbacks=[trial_report_callback()]),
                     allocation=allocation,
+                    fit_called_at=time.time(),  # the loop measures the fit's start
                 )
                 result = trainer.fit(tracker=tracker) if tracker is not None else trainer.fit()
                 if result.error is not None:

@@ -552,7 +552,11 @@ def type_costs(costs: Sequence[Any], worker_types: Sequence[str]) -> dict[str, t
 
 
 def epoch_end_moves(
-    allocation: Mapping[str, Any] | None, epochs_done: int, *, final: bool = False
+    allocation: Mapping[str, Any] | None,
+    epochs_done: int,
+    *,
+    final: bool = False,
+    fit_called_at: float | None = None,
 ) -> bool:
     """On every rank at an epoch end, before its report: whether the trial's holding changed
     (it should end this fit after the report and resume on its new workers).
@@ -562,7 +566,8 @@ def epoch_end_moves(
     ASHA's stopped trials have told it too) and, at the fit's first epoch end, the fit's
     start (its call to the first step, and the library's part of it). It compares the holding's version; one all-reduce
     makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
-    fixed, never moves); ``final``: the trial's last epoch (measurements only, no move).
+    fixed, never moves); ``final``: the trial's last epoch (measurements only, no move);
+    ``fit_called_at``: when the fit was called (``time.time()``; None: no start is sent).
     """
     if not allocation:
         return False
@@ -584,8 +589,9 @@ def epoch_end_moves(
         first_step = first_step_time()
         resumed_epochs = allocation["resumed_epochs"]
         start_s = library_s = None
-        if first_step is not None and epochs_done == resumed_epochs + 1:
-            start_s = first_step - allocation["fit_called_at"]
+        first_epoch = epochs_done == resumed_epochs + 1  # the start is sent once per fit
+        if first_step is not None and fit_called_at is not None and first_epoch:
+            start_s = first_step - fit_called_at
             library_s = first_step - group_start_time()
         actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
         holding = ray.get(

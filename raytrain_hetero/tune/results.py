@@ -75,6 +75,7 @@ def trial_rows(
             "best_val_accuracy": max(accuracies) if accuracies else None,
             "samples_per_s": metrics.get("samples_per_s"),
             "startup_s": metrics.get("hetero/startup_s"),  # the last worker group's
+            "fit_start_s": metrics.get("hetero/fit_start_s"),  # the last fit's
             "slices": " ".join(f"{n}:{w['slice']}" for n, w in workers.items()),  # rank order
             "error": _first_line(result.error) if result.error else "",
         }

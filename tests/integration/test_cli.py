@@ -72,6 +72,8 @@ def test_train_writes_outputs_and_prints_accuracy(cli_train):
     reported = summary["reported"]
     assert {f"hetero/rank{r}/slice" for r in range(3)} <= set(reported)
     assert reported["hetero/plan_version"] >= 1
+    # The start the user waits: the fit's call to its first step holds the library's part.
+    assert reported["hetero/fit_start_s"] > reported["hetero/startup_s"] > 0
     rows = read_metrics_csv(out / "metrics.csv")
     assert {r["rank"] for r in rows} == {0, 1, 2}
     assert len(rows) == 3 * summary["steps"]

@@ -273,6 +273,8 @@ def test_asha_search_stops_slow_trial_releases_it_and_reports_best(ray_local, as
     for row in rows.values():  # each trial reports its per-worker slices (fixed shares 2:1)
         assert row["workers/fast/slice"] == "43" and row["workers/slow/slice"] == "21"
         assert float(row["samples_per_s"]) > 0
+        # Each trial's fit start (its call to the first step) holds the library's start-up.
+        assert float(row["fit_start_s"]) > float(row["startup_s"]) > 0, row
     assert summary["best"]["config"]["model.width"] == 4
     assert summary["max_concurrent_trials"] == 1 and summary["failed_trials"] == 0
     assert json.loads((out / "tune_summary.json").read_text())["best"] == summary["best"]

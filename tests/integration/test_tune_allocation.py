@@ -129,6 +129,7 @@ def test_a_trial_grows_onto_joining_nodes_moving_twice_and_resumes_at_its_cursor
     assert len(library) == len(ray_train) == 3 and min(library + ray_train) >= 0, row
     for whole, parts in zip(starts, zip(library, ray_train, strict=True), strict=True):
         assert sum(parts) == pytest.approx(whole, abs=0.16), row  # three roundings to 0.1 s
+    assert float(row["fit_start_s"]) == pytest.approx(starts[-1], abs=0.06)  # the last fit's
     short = {n[:8] for n in nodes}
     for h in holdings:
         pinned = {part.split("*")[0] for part in h.split(" on ")[1].split(",")}
