@@ -85,6 +85,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("directories", nargs="+", type=Path)
     args = parser.parse_args()
+    missing = [str(p) for p in args.directories if not (p / "bench.json").is_file()]
+    if missing:
+        parser.error(
+            f"no bench.json in {', '.join(missing)}: pass the --output directory of a "
+            "`python -m benchmarks SCENARIO` run (e.g. benchmarks/results/ghost_seeds/hetero2)"
+        )
     print("\n".join(seed_table(path) for path in args.directories))
 
 

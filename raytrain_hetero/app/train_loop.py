@@ -281,14 +281,16 @@ def classification_loop(config: dict[str, Any]) -> None:
         # tune.allocation: auto: the allocator learns what this epoch measured before the
         # report (ASHA may stop the trial there); if the trial's workers changed, end this
         # fit after its checkpoint and the trial resumes it on its new workers.
-        if config.get("fit_called_at") is not None and rh.first_step_time() is not None:
+        first_step, called = rh.first_step_time(), config.get("fit_called_at")
+        fit_start = first_step - called if first_step is not None and called is not None else None
+        if fit_start is not None:
             # The fit's call to its first step (Ray Train's start, the library's, the restore).
-            metrics["hetero/fit_start_s"] = rh.first_step_time() - config["fit_called_at"]
+            metrics["hetero/fit_start_s"] = fit_start
         moves = epoch_end_moves(
             config.get("allocation"),
             epoch + 1,
             final=epoch + 1 >= job.train.epochs,
-            fit_called_at=config.get("fit_called_at"),
+            fit_start_s=fit_start,
         )
         _report_checkpoint(job, workload, state, rank, metrics, epoch)
         if moves:

@@ -556,7 +556,7 @@ def epoch_end_moves(
     epochs_done: int,
     *,
     final: bool = False,
-    fit_called_at: float | None = None,
+    fit_start_s: float | None = None,
 ) -> bool:
     """On every rank at an epoch end, before its report: whether the trial's holding changed
     (it should end this fit after the report and resume on its new workers).
@@ -567,7 +567,8 @@ def epoch_end_moves(
     start (its call to the first step, and the library's part of it). It compares the holding's version; one all-reduce
     makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
     fixed, never moves); ``final``: the trial's last epoch (measurements only, no move);
-    ``fit_called_at``: when the fit was called (``time.time()``; None: no start is sent).
+    ``fit_start_s``: the fit's call to its first step, as the loop reports it
+    (``hetero/fit_start_s``; None: no start is sent).
     """
     if not allocation:
         return False
@@ -590,8 +591,8 @@ def epoch_end_moves(
         resumed_epochs = allocation["resumed_epochs"]
         start_s = library_s = None
         first_epoch = epochs_done == resumed_epochs + 1  # the start is sent once per fit
-        if first_step is not None and fit_called_at is not None and first_epoch:
-            start_s = first_step - fit_called_at
+        if first_step is not None and fit_start_s is not None and first_epoch:
+            start_s = fit_start_s
             library_s = first_step - group_start_time()
         actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
         holding = ray.get(
