@@ -201,8 +201,20 @@ class HeteroScheduler:
         self._reports: list[dict[str, Any]] = []
         self._metrics = _RayMetrics(run_id)
 
-    def register_group(self, group_id: str, world_size: int, plan: Plan | None = None) -> None:
-        """A worker group (re)started, or rank 0 re-registers after the actor was recreated."""
+    def register_group(
+        self,
+        group_id: str,
+        world_size: int,
+        plan: Plan | None = None,
+        history: Sequence[Plan] = (),
+    ) -> None:
+        """A worker group (re)started, or rank 0 re-registers after the actor was recreated.
+
+        ``history`` is the run's plans as rank 0 holds them: a restarted actor starts empty,
+        and plans installed since the driver's last drain would otherwise be lost to it.
+        """
+        for known in history:
+            self._append_plan(known)
         if group_id != self._group_id:
             self._group_id = group_id
             self._world_size = world_size
@@ -216,11 +228,15 @@ class HeteroScheduler:
 
     def record_plan(self, plan: Plan, group_id: str | None = None) -> None:
         """A plan was installed by the workers (append to history; it becomes current)."""
-        if plan not in self._plans:
-            self._plans.append(plan)
+        self._append_plan(plan)
         if group_id is not None and group_id != self._group_id:
             self.register_group(group_id, plan.world_size)
         self._set_current(plan)
+
+    def _append_plan(self, plan: Plan) -> None:
+        if plan not in self._plans:
+            self._plans.append(plan)
+            self._plans.sort(key=lambda p: p.version)
 
     def _set_current(self, plan: Plan) -> None:
         self._current = plan

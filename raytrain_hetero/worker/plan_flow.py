@@ -128,7 +128,7 @@ def sync_with_scheduler(runtime: WorkerRuntime) -> None:
     answer: PollAnswer | None = None
     if runtime.identity.rank == 0:
         runtime.scheduler.flush()  # a failed push is retried at every sync
-        answer = runtime.scheduler.poll(runtime.plans.current)
+        answer = runtime.scheduler.poll(runtime.plans.current, runtime.plans.history)
     box = [answer]
     dist.broadcast_object_list(box, src=0)
     answer = box[0]

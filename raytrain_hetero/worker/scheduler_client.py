@@ -9,7 +9,7 @@ actor no longer knows the group: ``poll`` says so and the client registers it ag
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,10 +101,11 @@ class SchedulerClient:
         if wait:
             self._collect(timeout=FLUSH_WAIT_S)
 
-    def poll(self, plan: Plan | None) -> PollAnswer | None:
+    def poll(self, plan: Plan | None, history: Sequence[Plan] = ()) -> PollAnswer | None:
         """The scheduler's answer for this group (rank 0 only), or None if unreachable.
 
-        Re-registers the group when the actor does not know it (it was restarted).
+        Re-registers the group when the actor does not know it (it was restarted), with
+        ``history``, the run's plans so far, so the restarted actor's history stays whole.
         """
         version = plan.version if plan is not None else 0
         actor = self._handle()
@@ -115,7 +116,13 @@ class SchedulerClient:
                 actor.poll.remote(self.group_id, version), timeout=POLL_TIMEOUT_S
             )
             if not answer.known_group:
-                actor.register_group.remote(self.group_id, self.world_size, plan)
+                # Waited for: the driver's last drain must find the history put back.
+                ray.get(
+                    actor.register_group.remote(
+                        self.group_id, self.world_size, plan, tuple(history)
+                    ),
+                    timeout=POLL_TIMEOUT_S,
+                )
             return answer
         except Exception as exc:  # noqa: BLE001 - training goes on with the current plan
             logger.warning("scheduler unreachable (%s); continuing on plan v%s", exc, version)

@@ -113,6 +113,17 @@ def test_cheap_start_then_live_replans_and_the_ledger_stays_exact(ray_local, tmp
     remembered = list((tmp_path / "results" / ".raytrain_hetero" / "cost_models").iterdir())
     assert len(remembered) == 2, remembered  # a and c are one worker type, b another
 
+    # The driver's plan history is whole although the actor died: every full step of the
+    # ledger was carved by the plan the history says governed it (a plan installed after the
+    # driver's last drain before the kill is put back by rank 0's re-registration).
+    versions = [p.version for p in trainer.plans]
+    assert versions == list(range(1, len(versions) + 1)), trainer.plans
+    for step in range(50):
+        governing = [p for p in trainer.plans if p.effective_step <= step][-1]
+        carved = ledger_slices(step)
+        if sum(n for _, n in carved) == 48:  # an epoch's tail step is cut smaller
+            assert carved == list(enumerate(governing.slices)), (step, trainer.plans)
+
     live_plans = [p for p in trainer.plans if p.reason.startswith("live")]
     assert live_plans, f"no live re-plan; decisions={trainer.decisions}"
     # Under CI load the tiny model's per-step compute is noisy enough that an aggressive policy

@@ -72,10 +72,11 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
         except ray.exceptions.RayActorError:
             pass  # restarting
         time.sleep(0.2)
-    payload = client.poll(plan)
+    payload = client.poll(plan, history=(plan,))
     assert payload is not None and payload.known_group is False
-    # The client registered the group again, with its current plan.
+    # The client registered the group again, with its current plan and the run's history.
     assert client.poll(plan).known_group is True
+    assert _drain(actor).plans == (plan,)
     client.add(_record(3))
     client.flush(wait=True)
     drained = _drain(ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE))

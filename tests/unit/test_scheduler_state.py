@@ -129,3 +129,25 @@ def test_a_live_replan_travels_as_typed_records() -> None:
     drained = sched.drain()
     assert drained.plans == (second,) and drained.decisions == (answer.pending,)
     assert drained.policy == policy
+
+
+def test_a_restarted_scheduler_takes_back_the_plan_history_rank_0_holds() -> None:
+    # The actor died after plan v2 was installed but before the driver drained it: the
+    # restarted (empty) actor gets the run's plans when rank 0 re-registers the group.
+    first = Plan(version=1, effective_step=0, slices=(10, 10), shares=(1.0, 1.0))
+    second = Plan(version=2, effective_step=7, slices=(14, 6), shares=(0.7, 0.3))
+    restarted = HeteroScheduler("run", live=False)
+    restarted.register_group("g", 2, second, history=(first, second))
+    assert restarted.drain().plans == (first, second)
+    # A later install appends once; a re-sent history adds nothing and keeps version order.
+    third = Plan(version=3, effective_step=12, slices=(16, 4), shares=(0.8, 0.2))
+    restarted.record_plan(third, "g")
+    restarted.register_group("g", 2, third, history=(second, first, third))
+    assert restarted.drain().plans == (first, second, third)
+    assert restarted.poll("g", 3).known_group
+    # A plan installed right after the restart may arrive before the re-registration: the
+    # history still comes out in version order.
+    again = HeteroScheduler("run", live=False)
+    again.record_plan(third, "g")
+    again.register_group("g", 2, third, history=(first, second, third))
+    assert again.drain().plans == (first, second, third)
