@@ -35,22 +35,10 @@ def _data() -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(x, torch.randint(0, 3, (SAMPLES,), generator=gen))
 
 
-class _FakeScheduler:
-    """The scheduler client's surface, answering nothing (fixed shares: no live plans)."""
-
-    buffered = 0
-
-    def add(self, record) -> None:
-        pass
-
-    def flush(self, *, wait: bool = False) -> None:
-        pass
-
-    def poll(self, plan):
-        return None
-
-    def record_plan(self, plan) -> None:
-        pass
+def _no_actor(name, namespace=None):
+    """The scheduler actor's lookup when there is none: the client keeps its records and
+    polls answer None (fixed shares: no live plans), as when the actor is unreachable."""
+    raise ValueError(f"no actor {name}")
 
 
 def _fit(rank: int, world: int, store: Path, last_step: int | None, resume: Path | None):
@@ -65,6 +53,7 @@ def _fit(rank: int, world: int, store: Path, last_step: int | None, resume: Path
     from raytrain_hetero.worker import api
     from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
     from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.scheduler_client import SchedulerClient
 
     setup = HeteroSetup(
         run_id="lightning-preempt",
@@ -73,7 +62,10 @@ def _fit(rank: int, world: int, store: Path, last_step: int | None, resume: Path
     )
     identity = RankIdentity(setup=setup, slot=rank, rank=rank, world_size=world)
     runtime = WorkerRuntime.start(identity)
-    runtime.scheduler = _FakeScheduler()
+    # The real client, with no actor to reach (this test runs without Ray).
+    runtime.scheduler = SchedulerClient(
+        "absent", None, group_id="g", world_size=world, lookup=_no_actor
+    )
     install_runtime(runtime)
     if last_step is not None:
         runtime.preemption.decision = HandoffDecision(last_step, True, 1.0, 10.0)
