@@ -108,11 +108,13 @@ def job_table(path: Path) -> str:
         mine = [by[(mode, s)] for s in seeds if (mode, s) in by]
         accuracies = slash(f"{a:.3f}" if (a := acc(mode, s)) is not None else "-" for s in seeds)
         vs_stock = (
-            "" if mode == "stock" else slash(_points(acc(mode, s), acc("stock", s)) for s in seeds)
+            ""
+            if mode == "stock" or "stock" not in modes  # a Lightning job has no stock bench
+            else slash(_points(acc(mode, s), acc("stock", s)) for s in seeds)
         )
         vs_exact = (
             ""
-            if mode in ("stock", "exact")
+            if mode in ("stock", "exact") or "exact" not in modes
             else slash(_points(acc(mode, s), acc("exact", s)) for s in seeds)
         )
         lines.append(

@@ -64,11 +64,12 @@ def test_the_table_gives_points_against_stock_and_exact_per_seed_and_the_worst(j
 
 
 def test_a_job_without_stock_fits_still_compares_with_exact(tmp_path):
-    write_train(tmp_path, 0, "exact", 0.8)
-    write_train(tmp_path, 0, "ghost4", 0.85)
+    for seed, (exact, ghost) in enumerate([(0.8, 0.85), (0.9, 0.88)]):
+        write_train(tmp_path, seed, "exact", exact)
+        write_train(tmp_path, seed, "ghost4", ghost)
     text = job_table(tmp_path)
     assert "| stock |" not in text
-    assert "| ghost4 | 0.850 |  | +5.0 |" in text
+    assert "| ghost4 | 0.850 / 0.880 |  | +5.0 / -2.0 |" in text  # no stock column at all
 
 
 def test_a_directory_without_fits_is_named_with_what_to_pass(tmp_path):
