@@ -226,8 +226,16 @@ class HeteroScheduler:
         if plan is not None:
             self._set_current(plan)
 
-    def record_plan(self, plan: Plan, group_id: str | None = None) -> None:
-        """A plan was installed by the workers (append to history; it becomes current)."""
+    def record_plan(
+        self, plan: Plan, group_id: str | None = None, history: Sequence[Plan] = ()
+    ) -> None:
+        """A plan was installed by the workers (append to history; it becomes current).
+
+        ``history`` is the run's plans as rank 0 holds them (merged, as in
+        :meth:`register_group`: a restarted actor may hear of a plan before rank 0 polls).
+        """
+        for known in history:
+            self._append_plan(known)
         self._append_plan(plan)
         if group_id is not None and group_id != self._group_id:
             self.register_group(group_id, plan.world_size)

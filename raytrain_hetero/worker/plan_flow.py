@@ -41,7 +41,12 @@ __all__ = ["install_first_plan", "install_run_plan", "on_step_end", "sync_with_s
 
 def install_run_plan(runtime: WorkerRuntime, plan: Plan) -> Plan:
     scheduler = runtime.scheduler
-    announce = scheduler.record_plan if scheduler and runtime.identity.rank == 0 else None
+    announce = None
+    if scheduler is not None and runtime.identity.rank == 0:
+
+        def announce(installed: Plan) -> None:
+            scheduler.record_plan(installed, runtime.plans.history)
+
     return install_plan(runtime.plans, plan, announce=announce)
 
 

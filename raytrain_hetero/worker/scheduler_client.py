@@ -129,13 +129,14 @@ class SchedulerClient:
             self._actor = None
             return None
 
-    def record_plan(self, plan: Plan) -> None:
-        """Tell the scheduler a plan was installed (fire and forget)."""
+    def record_plan(self, plan: Plan, history: Sequence[Plan] = ()) -> None:
+        """Tell the scheduler a plan was installed (fire and forget), with ``history``, the
+        run's plans so far (a restarted actor may hear of this plan before the next poll)."""
         actor = self._handle()
         if actor is None:
             return
         try:
-            actor.record_plan.remote(plan, self.group_id)
+            actor.record_plan.remote(plan, self.group_id, tuple(history))
         except Exception as exc:  # noqa: BLE001
             logger.warning("plan v%d not recorded by the scheduler (%s)", plan.version, exc)
             self._actor = None
