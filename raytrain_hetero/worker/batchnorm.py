@@ -158,8 +158,20 @@ class _GlobalBatchNormFunction(torch.autograd.Function):
         local_sum_dy = local_sum_dy_xhat = torch.zeros(channels, dtype=wide, device=input.device)
         if input.numel() > 0:
             acc = wide if input.dtype == wide else torch.float32
+            # A unit weight, not None: CUDA's kernel reads the weight's device even when it
+            # forms no input gradient ("tensor does not have a device"); the two sums ignore it.
+            unit_weight = _unit(channels, acc, input.device)[1]
             _, dy_xhat, dy = torch.ops.aten.native_batch_norm_backward(
-                grad, input, None, None, None, mean.to(acc), inv_std.to(acc), True, 0.0, [0, 1, 1]
+                grad,
+                input,
+                unit_weight,
+                None,
+                None,
+                mean.to(acc),
+                inv_std.to(acc),
+                True,
+                0.0,
+                [False, True, True],
             )
             local_sum_dy, local_sum_dy_xhat = dy.to(wide), dy_xhat.to(wide)
 
@@ -492,7 +504,7 @@ def _row_sums(values: torch.Tensor, centred: torch.Tensor) -> torch.Tensor:
         _, dot, total = torch.ops.aten.native_batch_norm_backward(
             values.view(1, rows, -1),
             centred.view(1, rows, -1),
-            None,
+            ones,  # not None: CUDA's kernel reads the weight's device (see HeteroBatchNorm)
             None,
             None,
             zeros,
