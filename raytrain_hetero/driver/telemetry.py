@@ -69,9 +69,17 @@ class RecordCollector:
         self._keys: set[tuple[str, int, int]] = set()
         self._cursor = 0
         self._incarnation: str | None = None
+        # The fit's draining thread and a stopping Tune trial (RunTracker.catch_up) may drain
+        # at once; one at a time keeps the cursor and "new" exact.
+        self._drain_lock = threading.RLock()
 
     def drain(self) -> list[StepRecord]:
-        """Drain the actor once; returns the records new to the driver (never raises)."""
+        """Drain the actor once; returns the records new to the driver (never raises;
+        thread-safe)."""
+        with self._drain_lock:
+            return self._drain()
+
+    def _drain(self) -> list[StepRecord]:
         try:
             drained = ray.get(
                 self.scheduler.drain.remote(self._cursor, self._incarnation),

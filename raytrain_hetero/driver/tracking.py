@@ -181,6 +181,27 @@ class RunTracker:
         self._metrics: list[Any] = []
         # Tune may close a stopped trial's tracker while the trial's fit thread feeds it.
         self._lock = threading.Lock()
+        self._source: Callable[[], object] | None = None
+
+    def attach_source(self, drain: Callable[[], object] | None) -> None:
+        """The call that brings the run's undelivered updates to this tracker (the fit's
+        :meth:`RecordCollector.drain <raytrain_hetero.driver.telemetry.RecordCollector.drain>`;
+        ``HeteroTrainer.fit`` attaches it while it runs), or None to detach."""
+        self._source = drain
+
+    def catch_up(self) -> None:
+        """Take what the run has reported but not yet delivered (one drain of its scheduler).
+
+        Tune stops a trial as soon as it has the report it acts on (ASHA at ``max_t``), which
+        can be before the fit's next drain brings that report here; the trial calls this before
+        it aborts the run and closes the tracker, so the last epoch is logged too.
+        """
+        source = self._source
+        if source is not None:
+            try:
+                source()
+            except Exception as exc:  # noqa: BLE001 - tracking never stops training
+                logger.warning("could not take the run's last updates: %s", exc)
 
     def open(self) -> RunTracker:
         """Create the event-file writer and the MLflow run (with its params); returns self.

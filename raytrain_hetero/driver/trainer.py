@@ -391,9 +391,12 @@ class HeteroTrainer:
         run_config = self.run_config
         if tracker is not None:
             # Rank 0's epoch reports reach the tracker through the scheduler actor's drain.
-            callbacks = [*(run_config.callbacks or []), ReportForwarder(self.run_id)]
+            # First, so the actor holds a report before Tune's callback acts on it (a stop).
+            callbacks = [ReportForwarder(self.run_id), *(run_config.callbacks or [])]
             run_config = dataclasses.replace(run_config, callbacks=callbacks)
         collector = RecordCollector(scheduler, fan_out(progress, tracker))
+        if tracker is not None:
+            tracker.attach_source(collector.drain)
         self.step_records, self.plans, self.decisions = (
             collector.records,
             collector.plans,
@@ -407,6 +410,8 @@ class HeteroTrainer:
             failed = result.error is not None
             return result
         finally:
+            if tracker is not None:
+                tracker.attach_source(None)
             if owned is not None:
                 owned.close(failed=failed)
             self.admission = collector.admission

@@ -34,6 +34,7 @@ __all__ = [
     "HeteroTuneReportCallback",
     "abort_active_train_run",
     "abort_train_on_stop",
+    "catch_up_active_tracker",
     "plain_value",
     "release_active_allocation",
     "set_active_allocation",
@@ -148,6 +149,9 @@ class _AbortTrainOnStop:
 
     def cleanup(self) -> None:
         try:
+            # The report Tune acted on may not be in the tracker yet: take it while the run's
+            # scheduler still lives (the abort ends it).
+            catch_up_active_tracker()
             abort_active_train_run()
             release_active_allocation()  # tune.allocation: auto: the workers go to others
             # Tune also stops a trial whose last report it has (ASHA at max_t): not early.
@@ -226,6 +230,13 @@ def track_trial(tracker: Any, *, reports: int | None = None) -> Iterator[Any]:
         tracker.close()
     finally:
         _ACTIVE_TRACKER, _ACTIVE_REPORTS = None, None
+
+
+def catch_up_active_tracker() -> None:
+    """Bring this trial's open tracker what its run reported but has not delivered yet."""
+    tracker = _ACTIVE_TRACKER
+    if tracker is not None:
+        tracker.catch_up()
 
 
 def close_active_tracker(reports: int = 0) -> None:

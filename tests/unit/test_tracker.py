@@ -248,6 +248,42 @@ def test_a_trial_stopped_after_its_last_report_closes_finished(tmp_path, mlflow_
     assert statuses["early"].info.status == "KILLED"
 
 
+def test_a_stopped_trial_takes_the_report_tune_acted_on_before_it_closes(tmp_path, mlflow_uri):
+    # Tune stops a trial as soon as it has the report it acts on (ASHA at max_t), which can
+    # be before the fit's next drain brings that report to the tracker: the last epoch's
+    # val_accuracy was missing from MLflow (seen in CI). The stop (the trainable's cleanup)
+    # first drains the run through the source the fit attached, then closes.
+    from raytrain_hetero.tune.trial import _AbortTrainOnStop, track_trial
+
+    class Trainable:  # the base Tune's function trainable gives the mixin
+        cleaned = False
+
+        def cleanup(self) -> None:
+            self.cleaned = True
+
+    class Stopping(_AbortTrainOnStop, Trainable):
+        training_iteration = 2
+
+    mlflow = {"enabled": True, "tracking_uri": mlflow_uri, "artifact_location": str(tmp_path)}
+    job = validate_config({**BASE, "tracking": {"mlflow": mlflow}})
+    tracking = resolved_tracking(job, tmp_path / "out").model_dump(mode="json")
+    trial = trial_tracker(job, tracking, experiment="catch-up", run_name="t", parent_run_id=None)
+    assert trial is not None
+    undelivered = [
+        FitProgress(reports=({"val_accuracy": 0.75, "epoch": 1, "hetero/global_step": 6},))
+    ]
+    trainable = Stopping()
+    with track_trial(trial.open(), reports=2):
+        trial(FitProgress(reports=({"val_accuracy": 0.5, "epoch": 0, "hetero/global_step": 3},)))
+        trial.attach_source(lambda: [trial(u) for u in undelivered] and undelivered.clear())
+        trainable.cleanup()  # what Tune's stop does, while the fit still runs
+    assert trainable.cleaned
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    history = client.get_metric_history(trial.mlflow_run_id, "val_accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(3, 0.5), (6, 0.75)]
+    assert client.get_run(trial.mlflow_run_id).info.status == "FINISHED"
+
+
 def test_unusable_mlflow_store_is_a_config_error_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
