@@ -87,14 +87,31 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}; give {minimum} or more")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, probe, print a table and the JSON."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.conv_gpu_probe")
-    parser.add_argument("--width", type=int, default=500, help="MarquesCNN width (paper: 500)")
-    parser.add_argument("--batch", type=int, default=64, help="batch of the probe")
-    parser.add_argument("--cpus", type=int, default=3, help="CPU workers beside the GPU")
-    parser.add_argument("--cpu-threads", type=int, default=4, help="threads per CPU worker")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per count")
+    parser.add_argument(
+        "--width", type=_at_least(2), default=500, help="MarquesCNN width (paper: 500)"
+    )
+    parser.add_argument("--batch", type=_at_least(1), default=64, help="batch of the probe")
+    parser.add_argument("--cpus", type=_at_least(0), default=3, help="CPU workers beside the GPU")
+    parser.add_argument(
+        "--cpu-threads", type=_at_least(1), default=4, help="threads per CPU worker"
+    )
+    parser.add_argument("--repeats", type=_at_least(1), default=3, help="timed rounds per count")
     args = parser.parse_args(argv)
     result = probe(args)
     print(f"GPU {result['gpu']}, torch {result['torch']}, width {args.width}, batch {args.batch}")

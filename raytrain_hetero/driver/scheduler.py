@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -213,8 +213,7 @@ class HeteroScheduler:
         ``history`` is the run's plans as rank 0 holds them: a restarted actor starts empty,
         and plans installed since the driver's last drain would otherwise be lost to it.
         """
-        for known in history:
-            self._append_plan(known)
+        self._merge_plans(history)
         if group_id != self._group_id:
             self._group_id = group_id
             self._world_size = world_size
@@ -234,17 +233,17 @@ class HeteroScheduler:
         ``history`` is the run's plans as rank 0 holds them (merged, as in
         :meth:`register_group`: a restarted actor may hear of a plan before rank 0 polls).
         """
-        for known in history:
-            self._append_plan(known)
-        self._append_plan(plan)
+        self._merge_plans((*history, plan))
         if group_id is not None and group_id != self._group_id:
             self.register_group(group_id, plan.world_size)
         self._set_current(plan)
 
-    def _append_plan(self, plan: Plan) -> None:
-        if plan not in self._plans:
-            self._plans.append(plan)
-            self._plans.sort(key=lambda p: p.version)
+    def _merge_plans(self, plans: Iterable[Plan]) -> None:
+        """Add the plans the history lacks (each once), kept in version order."""
+        for plan in plans:
+            if plan not in self._plans:
+                self._plans.append(plan)
+        self._plans.sort(key=lambda p: p.version)
 
     def _set_current(self, plan: Plan) -> None:
         self._current = plan

@@ -23,3 +23,14 @@ def test_the_probed_shapes_are_what_each_conv_layer_sees_in_the_network():
 def test_without_a_gpu_it_says_so_and_probes_nothing():
     with pytest.raises(SystemExit, match="needs a CUDA device"):
         main(["--width", "8"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [("--width", "1", "below 2"), ("--batch", "0", "below 1"), ("--cpus", "x", "not a whole")],
+)
+def test_bad_options_are_refused_by_name(flag, value, says, capsys):
+    with pytest.raises(SystemExit):
+        main([flag, value])
+    err = capsys.readouterr().err
+    assert flag in err and says in err

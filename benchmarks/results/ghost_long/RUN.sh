@@ -14,23 +14,23 @@ mode_args() {
     ghost*) echo "--set train.batchnorm=ghost --set train.ghost_size=${1#ghost}";;
   esac
 }
+# train JOB SEED MODE CONFIG...: one fit, its outputs in $OUT/JOB/sSEED-MODE.
+train() {
+  local job=$1 seed=$2 mode=$3; shift 3
+  echo "=== $job seed $seed $mode $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
+  python -m raytrain_hetero train "$@" --set train.seed=$seed $(mode_args $mode) \
+    --output $OUT/$job/s$seed-$mode --no-progress > $OUT/$job-s$seed-$mode.log 2>&1
+  echo "rc $?"
+}
 EUROSAT="--config examples/configs/eurosat_local.yaml --set data.root=data/eurosat_synth400 --set data.generate.samples_per_class=400"
 for seed in 0 1 2; do
   echo "=== eurosat400 seed $seed bench $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
   python -m raytrain_hetero bench $EUROSAT --set train.seed=$seed --output $OUT/eurosat400/s$seed-bench --overwrite > $OUT/eurosat400-s$seed-bench.log 2>&1
   echo "rc $?"
-  for mode in exact ghost16 ghost32 local; do
-    echo "=== eurosat400 seed $seed $mode $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
-    python -m raytrain_hetero train $EUROSAT --set train.seed=$seed $(mode_args $mode) --output $OUT/eurosat400/s$seed-$mode --no-progress > $OUT/eurosat400-s$seed-$mode.log 2>&1
-    echo "rc $?"
-  done
+  for mode in exact ghost16 ghost32 local; do train eurosat400 $seed $mode $EUROSAT; done
 done
 GDM="--config examples/configs/torchgeo_geodatamodule_local.yaml"
 for seed in 0 1 2; do
-  for mode in exact ghost2 ghost4 local; do
-    echo "=== geodatamodule seed $seed $mode $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
-    python -m raytrain_hetero train $GDM --set train.seed=$seed $(mode_args $mode) --output $OUT/geodatamodule/s$seed-$mode --no-progress > $OUT/geodatamodule-s$seed-$mode.log 2>&1
-    echo "rc $?"
-  done
+  for mode in exact ghost2 ghost4 local; do train geodatamodule $seed $mode $GDM; done
 done
 echo "DONE $(date +%T)"
