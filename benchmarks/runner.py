@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks.arguments import command_line, scenario_options
 from benchmarks.report import fit_line
-from benchmarks.scenarios import CONTENDERS, SCENARIOS, Scenario
+from benchmarks.scenarios import SCENARIOS, Scenario, describe_contender
 
 __all__ = ["ScenarioUnavailable", "run_scenario"]
 
@@ -91,7 +91,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "options": options,
         "workers": [s.model_dump() for s in specs],
         "schedule": list(scenario.schedule),
-        "contenders": {c: CONTENDERS[c] for c in options["contenders"]},
+        "contenders": {c: describe_contender(c) for c in options["contenders"]},
         "machine": machine,
         "data": {
             "train_samples": data.train_size,

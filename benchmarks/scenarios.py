@@ -18,6 +18,7 @@ __all__ = [
     "SCENARIOS",
     "Scenario",
     "Target",
+    "describe_contender",
     "ghost_size_of",
 ]
 
@@ -48,6 +49,18 @@ def ghost_size_of(contender: str) -> int | None:
     if contender.startswith(prefix) and contender[len(prefix) :].isdigit():
         return int(contender[len(prefix) :])
     return None
+
+
+def describe_contender(contender: str) -> str:
+    """The line a result file carries for ``contender`` (any ``hetero-ghost<g>`` included).
+
+    Raises:
+        KeyError: ``contender`` is neither in ``CONTENDERS`` nor a ``hetero-ghost<g>``.
+    """
+    ghost = ghost_size_of(contender)
+    if contender not in CONTENDERS and ghost is not None:
+        return f"hetero with batchnorm: ghost, groups of {ghost}"
+    return CONTENDERS[contender]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.arguments import add_arguments, scenario_options
 from benchmarks.contenders import _batchnorm_setting
-from benchmarks.scenarios import CONTENDERS, SCENARIOS, ghost_size_of
+from benchmarks.scenarios import CONTENDERS, SCENARIOS, describe_contender, ghost_size_of
 from raytrain_hetero.config import BatchConfig
 
 
@@ -32,3 +32,12 @@ def test_any_ghost_size_is_accepted_on_the_command_line():
     assert options["contenders"] == ["stock", "hetero-ghost24"]
     with pytest.raises(ValueError, match="hetero-ghost<g>"):
         scenario_options(SCENARIOS[name], parser.parse_args([name, "--contenders", "ghost"]))
+
+
+def test_a_ghost_size_outside_the_table_is_described_for_the_result_file():
+    # The runner writes every contender's line into bench.json: hetero-ghost48 once crashed
+    # there (KeyError) after the command line had accepted it.
+    assert describe_contender("hetero-ghost48") == "hetero with batchnorm: ghost, groups of 48"
+    assert describe_contender("hetero-ghost16") == CONTENDERS["hetero-ghost16"]
+    with pytest.raises(KeyError):
+        describe_contender("hetero-nosuch")
