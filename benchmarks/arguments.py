@@ -189,6 +189,12 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
     options["seed"] = args.seed
     if args.slowdown_scale < 1.0:
         raise ValueError("--slowdown-scale must be >= 1")
+    if args.slowdown_scale != 1.0 and not scenario.emulated:
+        # The scale stretches emulated slowdowns; a scenario without any would run unscaled.
+        raise ValueError(
+            f"--slowdown-scale {args.slowdown_scale:g} has nothing to scale: this scenario's "
+            "workers run at real speed (no emulated slowdowns); drop --slowdown-scale"
+        )
     options["slowdown_scale"] = args.slowdown_scale
     options["alone_steps"] = args.alone_steps
     if args.gpu_loader_workers < 0:

@@ -41,3 +41,17 @@ def test_a_ghost_size_outside_the_table_is_described_for_the_result_file():
     assert describe_contender("hetero-ghost16") == CONTENDERS["hetero-ghost16"]
     with pytest.raises(KeyError):
         describe_contender("hetero-nosuch")
+
+
+def test_slowdown_scale_is_refused_where_nothing_is_emulated():
+    # homogeneous3's workers run at real speed: a scale would be silently ignored.
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    real = next(n for n, s in SCENARIOS.items() if not s.emulated)
+    with pytest.raises(ValueError, match="nothing to scale"):
+        scenario_options(SCENARIOS[real], parser.parse_args([real, "--slowdown-scale", "3"]))
+    emulated = next(n for n, s in SCENARIOS.items() if s.emulated)
+    options = scenario_options(
+        SCENARIOS[emulated], parser.parse_args([emulated, "--slowdown-scale", "2"])
+    )
+    assert options["slowdown_scale"] == 2.0
