@@ -10,7 +10,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scenarios import CONTENDERS, MP_SCENARIOS, SCENARIOS, Scenario, ghost_size_of
+from benchmarks.scenarios import (
+    CONTENDERS,
+    MP_SCENARIOS,
+    SCENARIOS,
+    Scenario,
+    describe_contender,
+)
 
 __all__ = ["add_arguments", "command_line", "parse_scheduler", "scenario_options"]
 
@@ -151,6 +157,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _is_contender(name: str) -> bool:
+    """Whether the runner knows ``name`` (the table's contenders and any ``hetero-ghost<g>``)."""
+    try:
+        describe_contender(name)
+    except KeyError:
+        return False
+    return True
+
+
 def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """The scenario's default options with those given on the command line instead."""
     options = dict(scenario.defaults)
@@ -174,7 +189,7 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         if args.contenders
         else list(scenario.contenders)
     )
-    unknown = [c for c in options["contenders"] if c not in CONTENDERS and ghost_size_of(c) is None]
+    unknown = [c for c in options["contenders"] if not _is_contender(c)]
     if unknown or not options["contenders"]:
         raise ValueError(
             f"unknown contenders {unknown}; choose from {sorted(CONTENDERS)} "
