@@ -23,6 +23,7 @@ Assumptions (what it does not price) are listed in ``docs/concepts/renting.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -352,9 +353,14 @@ class RentPlan:
         """Instance types of the plan priced from published figures."""
         return tuple(sorted({n.instance_type for n in self.nodes if n.estimate}))
 
-    def describe(self) -> str:
+    @functools.cached_property
+    def description(self) -> str:
         """``"2 x p3.8xlarge spot + 3 x g5.xlarge on-demand"`` (estimates marked ``*``)."""
         return " + ".join(n.label + ("*" if n.estimate else "") for n in self.nodes)
+
+    def describe(self) -> str:
+        """:attr:`description`."""
+        return self.description
 
 
 #: A mix: ``(option index, nodes)`` pairs, ascending by index, every count > 0.
@@ -421,14 +427,28 @@ class RentModel:
         return self._memo[mix]
 
     def _plan(self, mix: Mix) -> RentPlan | None:
-        used = [(self.options[i], n) for i, n in mix]
-        workers = sum(o.workers_per_node * n for o, n in used)
-        if not used or len(used) > self.settings.max_types or workers > self.job.global_batch:
+        options, held = self.options, self._held
+        if not mix or len(mix) > self.settings.max_types:
             return None
-        if any(n > o.max_nodes or n < 0 for o, n in used):
+        workers = nodes = 0
+        losses_per_h = price = startup = 0.0
+        per_key: dict[str, int] = {}
+        types: set[str] = set()
+        for i, n in mix:
+            o = options[i]
+            if n < 0 or n > o.max_nodes:
+                return None
+            workers += o.workers_per_node * n
+            nodes += n
+            losses_per_h += o.loss_per_h * n
+            price += o.price_per_h * n
+            if n > held.get(i, 0) and o.startup_s > startup:
+                startup = o.startup_s
+            per_key[o.key] = o.workers_per_node * n
+            types.add(o.instance_type)
+        if workers > self.job.global_batch:
             return None
-        nodes = sum(n for _, n in used)
-        exchange = self.exchange.for_group({o.instance_type for o, _ in used}, nodes)
+        exchange = self.exchange.for_group(types, nodes)
         demand = TrialDemand(
             trial_id="rent",
             costs=self._costs,
@@ -436,26 +456,24 @@ class RentModel:
             remaining_samples=self.job.samples,
             sync_s=exchange,
         )
-        step = step_seconds({o.key: o.workers_per_node * n for o, n in used}, demand)
-        losses_per_s = sum(o.loss_per_h * n for o, n in used) / 3600.0
-        if losses_per_s * self._penalty_s >= 1.0 or not math.isfinite(step):
+        step = step_seconds(per_key, demand)
+        lost = losses_per_h / 3600.0 * self._penalty_s
+        if lost >= 1.0 or not math.isfinite(step):
             return None
         train = self.job.samples / self.job.global_batch * step
-        startup = max(
-            (self.options[i].startup_s for i, n in mix if n > self._held.get(i, 0)),
-            default=0.0,
-        )
         reshape = self.settings.restart_s if self.held and mix != self.held else 0.0
-        running = train / (1.0 - losses_per_s * self._penalty_s)
+        running = train / (1.0 - lost)
         total = startup + reshape + running
-        price = sum(o.price_per_h * n for o, n in used)
         ring = 2.0 * (workers - 1) / workers if workers > 1 else 0.0
         return RentPlan(
             nodes=tuple(
                 NodeCount(
                     o.instance_type, o.market, n, o.workers_per_node * n, o.price_per_h, o.estimate
                 )
-                for o, n in sorted(used, key=lambda x: (x[0].instance_type, x[0].market))
+                for o, n in sorted(
+                    ((options[i], n) for i, n in mix),
+                    key=lambda x: (x[0].instance_type, x[0].market),
+                )
             ),
             expected_time_s=total,
             expected_cost=price * total / 3600.0,
@@ -463,6 +481,6 @@ class RentModel:
             exchange_s=exchange * ring,
             train_s=train,
             startup_s=startup,
-            expected_losses=losses_per_s * running,
+            expected_losses=losses_per_h / 3600.0 * running,
             price_per_h=price,
         )

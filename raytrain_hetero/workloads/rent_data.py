@@ -5,7 +5,7 @@ SkyPilot's catalog format (``vms.csv``, format version 8; the format and the num
 ``skypilot-org/skypilot-catalog``, ``catalogs/v8/aws/vms.csv`` at commit
 ``00148f2af3672e2229b4f7bf8157d5a3f36e3c35``). A **snapshot**: spot prices move hourly and
 on-demand prices change too; use a current catalog (your own ``vms.csv``) for real decisions.
-Kept: eight instance types in us-east-1 and us-west-2, every regular zone the catalog listed
+Kept: nine instance types in us-east-1 and us-west-2, every regular zone the catalog listed
 for them there (Local Zones such as ``use1-atl2-az1`` left out), the ``GpuInfo`` column left
 empty; one ``mac1.metal`` row without a price, as the catalog has it (a real-world example of
 a row the planner refuses to rent).
@@ -91,6 +91,14 @@ _ROWS: tuple[tuple[str, str, str, str, str, str, dict[str, list[tuple[str, str]]
                           ("use1-az4", "8.120300"), ("use1-az6", "7.879900")],
             "us-west-2": [("usw2-az1", "7.999200"), ("usw2-az2", "8.225900"),
                           ("usw2-az3", "9.731500"), ("usw2-az4", "8.479400")],
+        },
+    ),
+    (
+        "p4de.24xlarge", "A100-80GB", "8.0", "96.0", "1152.0", "27.44705",
+        {
+            "us-east-1": [("use1-az4", "9.973400"), ("use1-az6", "8.650500")],
+            "us-west-2": [("usw2-az1", "10.999100"), ("usw2-az2", "11.014400"),
+                          ("usw2-az3", "10.333800")],
         },
     ),
     (
