@@ -10,7 +10,7 @@ steps (forward + backward of the model and the loss) with each of them:
 - ``first``: the first GhostBatchNorm kernel and forward wrapper (issue 35's first version,
   copied below as they were: about 8 passes over the activation each way, an output that is a
   view; the running-statistics record is today's);
-- ``ghost``: :class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm` as it is now.
+- ``ghost``: :class:`~raytrain_hetero.worker.sync.batchnorm.ghost.GhostBatchNorm` as it is now.
 
 The contenders alternate call by call in rounds (their order rotating), so a loaded machine
 slows all of them alike; the ratios are medians of per-round ratios, each round's time the
@@ -35,12 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raytrain_hetero.worker.batchnorm import (
-    GhostBatchNorm,
-    _accumulator,
-    convert_ghost_batchnorm,
-    ghost_groups,
-)
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_ghost_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.ghost import GhostBatchNorm, ghost_groups
+from raytrain_hetero.worker.sync.batchnorm.kernels import accumulator_dtype as _accumulator
 from raytrain_hetero.workloads import build_model
 
 CONTENDERS = ("native", "first", "ghost")

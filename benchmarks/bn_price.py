@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from raytrain_hetero.worker.batchnorm import convert_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm
 from raytrain_hetero.workloads import build_model
 
 

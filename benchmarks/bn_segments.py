@@ -39,8 +39,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from raytrain_hetero.worker.batchnorm import BatchNormBinding, convert_batchnorm
-from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.sync.batchnorm.binding import BatchNormBinding
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm
 from raytrain_hetero.workloads import build_model
 
 MODES = ("local", "exact")

@@ -7,21 +7,32 @@ per-band standardisation, and saved as ``.npy`` arrays. Workers memory-map them,
 workers on one machine share one copy in the page cache and nobody decodes TIFFs inside a
 timed step. The train split is cut to a multiple of the global batch, so every step of every
 contender carries exactly B samples (stock's DistributedSampler pads otherwise).
+
+EMULATED slow storage (:func:`slow_storage_view`): a directory of links to the same arrays
+plus a ``read_delay.json``; an :class:`ArrayDataset` opened there sleeps that long per sample
+it reads (``__getitem__``: every contender's training loader and the alone measurements;
+evaluation reads the arrays directly and waits for nothing). A sleep, not work: it makes a
+worker loader-bound without taking a core from anyone, as storage or a network file system
+would.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayDataset", "BenchData", "prepare_bench_data"]
+__all__ = ["ArrayDataset", "BenchData", "prepare_bench_data", "slow_storage_view"]
 
 _FORMAT = 1
+
+#: The file of a slow-storage view holding its EMULATED read delay.
+READ_DELAY_FILE = "read_delay.json"
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,11 @@ class ArrayDataset:
         self._y: Any = None
         size = int(np.load(labels, mmap_mode="r").shape[0])
         self.size = size if limit is None else min(size, int(limit))
+        marker = Path(images).parent / READ_DELAY_FILE
+        # EMULATED slow storage (slow_storage_view): seconds each sample read waits.
+        self.read_delay_s = (
+            float(json.loads(marker.read_text())["seconds_per_sample"]) if marker.exists() else 0.0
+        )
 
     def _open(self) -> None:
         if self._x is None:
@@ -92,6 +108,8 @@ class ArrayDataset:
         if not 0 <= index < self.size:
             raise IndexError(index)
         self._open()
+        if self.read_delay_s > 0:
+            time.sleep(self.read_delay_s)
         return {
             "image": torch.from_numpy(np.array(self._x[index], dtype=np.float32)),
             "label": torch.tensor(int(self._y[index]), dtype=torch.int64),
@@ -175,3 +193,33 @@ def prepare_bench_data(
     return BenchData(
         str(arrays), meta["train_size"], meta["val_size"], meta["bands"], meta["num_classes"]
     )
+
+
+def slow_storage_view(data: BenchData, seconds_per_sample: float) -> BenchData:
+    """The same arrays behind EMULATED slow storage: each sample read waits this long.
+
+    A sibling directory ``<arrays>_read<microseconds>us`` of symbolic links to the arrays
+    and their ``meta.json``, plus :data:`READ_DELAY_FILE`; made once, reused after. 0 returns
+    ``data`` itself.
+
+    Raises:
+        ValueError: A negative or non-finite delay.
+    """
+    delay = float(seconds_per_sample)
+    if not (delay >= 0 and delay < float("inf")):
+        raise ValueError(f"a read delay must be >= 0 seconds per sample, got {seconds_per_sample}")
+    if delay == 0:
+        return data
+    source = Path(data.directory)
+    view = source.with_name(f"{source.name}_read{round(delay * 1e6)}us")
+    marker = view / READ_DELAY_FILE
+    if not marker.exists():
+        view.mkdir(parents=True, exist_ok=True)
+        for item in source.iterdir():
+            link = view / item.name
+            if not link.exists():
+                link.symlink_to(item.resolve())
+        from raytrain_hetero.atomic import atomic_write_text
+
+        atomic_write_text(marker, json.dumps({"seconds_per_sample": delay, "emulated": True}))
+    return replace(data, directory=str(view))

@@ -49,8 +49,8 @@ def _rank(
     torch.set_num_threads(1)
     import raytrain_hetero as rh
     from raytrain_hetero.config import BatchConfig, WorkerSpec
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
     from raytrain_hetero.workloads import build_model
 
     specs = tuple(WorkerSpec(name=f"w{i}", emulated_slowdown=k) for i, k in enumerate(slowdowns))

@@ -13,9 +13,9 @@ logging are identical for all contenders; only the data-parallel plumbing differ
   global-batch BatchNorm; probing happens at the first iteration of the loader).
 
 Emulated slowdown applies to both the same way, through the one EMULATION helper
-(:class:`raytrain_hetero.worker.emulation.SlowdownEmulator`): a worker with factor k sleeps
+(:class:`raytrain_hetero.worker.measure.emulation.SlowdownEmulator`): a worker with factor k sleeps
 (k - 1) times its own compute (thread CPU time on one torch thread) before every collective of
-the step. raytrain_hetero does it inside its hooks (:class:`raytrain_hetero.worker.timing.StepTiming`);
+the step. raytrain_hetero does it inside its hooks (:class:`raytrain_hetero.worker.measure.timing.StepTiming`);
 for stock, :class:`raytrain_hetero.app.bench_stock.StockEmulation` does it (the one the
 user-facing ``raytrain-hetero bench`` uses) with a forward pre-hook on the inner module (start
 of the step's compute) and a DDP communication hook that stretches before each all-reduce.
@@ -90,7 +90,7 @@ def bench_loop(config: dict[str, Any]) -> None:
         model = ray.train.torch.prepare_model(model, move_to_device=device)
         from raytrain_hetero.app.bench_stock import StockEmulation
         from raytrain_hetero.config import SlowdownInjection
-        from raytrain_hetero.worker.emulation import SlowdownSchedule
+        from raytrain_hetero.worker.measure.emulation import SlowdownSchedule
 
         factors = config.get("factors") or [1.0] * world
         names = config.get("worker_names") or []
@@ -199,7 +199,7 @@ def bench_loop(config: dict[str, Any]) -> None:
             names = config.get("worker_names") or []
             record["worker"] = names[rank] if rank < len(names) else str(rank)
         else:
-            from raytrain_hetero.worker.context import get_runtime
+            from raytrain_hetero.worker.runtime.registry import get_runtime
 
             hetero = get_runtime()  # read-only: this step's emulated factor
             record["factor"] = hetero.timing.slowdown()
@@ -314,8 +314,8 @@ def measure_alone(
     from torch.utils.data import default_collate
 
     from benchmarks.data import ArrayDataset, BenchData
-    from raytrain_hetero.worker.emulation import SlowdownEmulator
-    from raytrain_hetero.worker.timing import ComputeClock
+    from raytrain_hetero.worker.measure.clock import ComputeClock
+    from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
 
     torch.set_num_threads(max(1, int(threads)))
     dev = torch.device(device)

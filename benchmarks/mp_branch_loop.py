@@ -47,9 +47,9 @@ from raytrain_hetero.parallel.branches import (
     data_parallel_bytes_per_step,
     predicted_branch_bytes_per_step,
 )
-from raytrain_hetero.worker.context import get_runtime
-from raytrain_hetero.worker.emulation import SlowdownEmulator
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
+from raytrain_hetero.worker.runtime.registry import get_runtime
 from raytrain_hetero.workloads.models import TwoBranchFusionCNN
 
 __all__ = ["branches_bench_loop"]

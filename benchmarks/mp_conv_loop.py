@@ -2,7 +2,7 @@
 
 Runs inside the Ray Train workers a :class:`~raytrain_hetero.driver.trainer.HeteroTrainer`
 starts (one torch thread each; EMULATED speeds through the one
-:class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`, on process CPU time). For each
+:class:`~raytrain_hetero.worker.measure.emulation.SlowdownEmulator`, on process CPU time). For each
 batch size, four contenders start from the same weights and train on the same batches for
 the same number of steps, in alternating order (A B C D, then D C B A, ...):
 
@@ -46,9 +46,9 @@ from benchmarks.mp_probe import probed_slices
 from raytrain_hetero.core.kernel_split import split_kernels
 from raytrain_hetero.parallel.conv_split import CollectiveHooks, split_conv_layers
 from raytrain_hetero.parallel.conv_state import gather_kernel_costs, probe_kernel_cost
-from raytrain_hetero.worker.context import get_runtime
-from raytrain_hetero.worker.emulation import SlowdownEmulator
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
+from raytrain_hetero.worker.runtime.registry import get_runtime
 from raytrain_hetero.workloads.models import MarquesCNN, build_model
 
 __all__ = ["conv_split_bench_loop"]

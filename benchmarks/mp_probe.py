@@ -10,7 +10,8 @@ import torch.distributed as dist
 from torch import nn
 
 from raytrain_hetero.core.allocation import CostModel, allocate, fit_cost_model
-from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import ProbeTimer
 
 __all__ = ["probed_slices"]
 
@@ -23,7 +24,7 @@ def probed_slices(
     """Slices of ``batch`` from every rank's probed per-sample cost; a collective.
 
     Each rank times forward + backward of a copy of ``model`` at two batch sizes with the
-    library's :class:`~raytrain_hetero.worker.timing.ProbeTimer` (fastest of ``repeats``; its
+    library's :class:`~raytrain_hetero.worker.measure.timing.ProbeTimer` (fastest of ``repeats``; its
     compute stretched by ``factor``, EMULATION, without sleeping), fits the affine cost model,
     and raytrain_hetero's allocation carves the batch from all ranks' models.
     """

@@ -113,7 +113,7 @@ class NodeLosses:
     """
 
     def __init__(self, cluster: Any, faults: Any, count: int, seed: int) -> None:
-        from raytrain_hetero.worker.faults import fired_markers
+        from raytrain_hetero.worker.setup.faults import fired_markers
 
         self._fired_markers = fired_markers
         self._cluster = cluster
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     from raytrain_hetero import HeteroTrainer, WorkerSpec
     from raytrain_hetero.config import FaultInjectionConfig, ProbeConfig
     from raytrain_hetero.config.faults import random_faults
-    from raytrain_hetero.worker.faults import KILLED_SCHEDULER, fired_markers
+    from raytrain_hetero.worker.setup.faults import KILLED_SCHEDULER, fired_markers
 
     steps_per_epoch = -(-args.size // args.batch)
     steps = steps_per_epoch * args.epochs

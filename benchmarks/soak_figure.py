@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.worker.faults import KILLED_SCHEDULER
+from raytrain_hetero.worker.setup.faults import KILLED_SCHEDULER
 
 __all__ = ["SoakRun", "main", "read_run", "totals"]
 

@@ -6,7 +6,7 @@ drivers (logical CPUs, no ``worker_node`` resource) and ``fast_nodes`` + ``slow_
 nodes of 1 logical CPU and 1 ``worker_node`` each, labelled ``speed: fast|slow``. Every
 training worker asks for ``{CPU: 1, worker_node: 1}``, so it lands on a worker node, and the
 node's label decides how much slower it runs (EMULATION, the one emulator:
-``emulation.node_slowdowns`` -> :func:`raytrain_hetero.worker.emulation.node_slowdown`; a
+``emulation.node_slowdowns`` -> :func:`raytrain_hetero.worker.measure.emulation.node_slowdown`; a
 worker computes, then sleeps ``(k - 1)`` times its own compute time, measured as thread CPU
 time). The same search (same space, seed, ASHA grace period and reduction factor, ``trials``
 samples drawn by ``BasicVariantGenerator(random_state=seed)``) runs three times:
@@ -244,7 +244,7 @@ def stock_tune_loop(config: dict[str, Any]) -> None:
     from raytrain_hetero.app.bench_stock import StockEmulation
     from raytrain_hetero.app.config import validate_config
     from raytrain_hetero.app.datasets import open_worker_data
-    from raytrain_hetero.worker.emulation import (
+    from raytrain_hetero.worker.measure.emulation import (
         SlowdownSchedule,
         current_node_labels,
         node_slowdown,

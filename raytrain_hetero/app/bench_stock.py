@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raytrain_hetero.worker.emulation import SlowdownSchedule
+    from raytrain_hetero.worker.measure.emulation import SlowdownSchedule
 
 __all__ = ["StockEmulation", "stock_loop"]
 
@@ -34,8 +34,8 @@ class StockEmulation:
     """
 
     def __init__(self, schedule: SlowdownSchedule, device: Any, link_delay_s: float = 0.0) -> None:
-        from raytrain_hetero.worker.emulation import SlowdownEmulator
-        from raytrain_hetero.worker.timing import ComputeClock
+        from raytrain_hetero.worker.measure.clock import ComputeClock
+        from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
 
         self.schedule = schedule
         self.emulator = SlowdownEmulator(ComputeClock(device))
@@ -54,7 +54,7 @@ class StockEmulation:
 
     def stretch(self) -> None:
         """Before a collective: sleep (k - 1) x the compute since the last mark, and the link."""
-        from raytrain_hetero.worker.emulation import emulate_collective_delay
+        from raytrain_hetero.worker.measure.emulation import emulate_collective_delay
 
         self.emulator.stretch(self.factor)
         emulate_collective_delay(self.link_delay_s)
@@ -109,7 +109,7 @@ def stock_loop(config: dict[str, Any]) -> None:
 
     from raytrain_hetero.app.config import validate_config
     from raytrain_hetero.app.datasets import open_worker_data
-    from raytrain_hetero.worker.emulation import SlowdownSchedule
+    from raytrain_hetero.worker.measure.emulation import SlowdownSchedule
     from raytrain_hetero.workloads.evaluation import dataset_accuracy
 
     job = validate_config(config["job"], source="job config on a worker")

@@ -4,7 +4,7 @@ Active only when a :class:`FaultInjectionConfig` with faults is passed to
 :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` (``faults=``); deliberately not a YAML
 key: it proves the fault tolerance (tests, ``benchmarks/soak.py``) and must not be left on in
 a job file. Each fault fires at most once per run, although the worker group restarts
-(:mod:`raytrain_hetero.worker.faults`).
+(:mod:`raytrain_hetero.worker.setup.faults`).
 """
 
 from __future__ import annotations

@@ -38,13 +38,13 @@ class BatchConfig(HeteroModel):
             exact global-batch gradient); ``"uniform"`` averages them (the seed papers' HDP
             baseline, for comparisons only).
         batchnorm: ``"exact"`` replaces BatchNorm layers by global-batch-statistics
-            :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` (the one-device
+            :class:`~raytrain_hetero.worker.sync.batchnorm.exact.HeteroBatchNorm` (the one-device
             computation; two small collectives per layer per step); ``"local"`` keeps each
             rank's per-slice statistics (stock DDP's semantics: cheaper, but under uneven
             slices neither the normalisation, the gradients nor the running statistics are
             the one-device ones); ``"ghost"`` normalises contiguous groups of ``ghost_size``
             samples of the global batch, in carving order, by their own statistics
-            (:class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm`): slices are planned in
+            (:class:`~raytrain_hetero.worker.sync.batchnorm.ghost.GhostBatchNorm`): slices are planned in
             whole groups, so the update is one device's ghost BatchNorm update whatever the
             split, with no exchange in the layers (running statistics: one all-reduce per
             step). See docs/concepts/ghost-batchnorm.md.
@@ -151,12 +151,19 @@ class SchedulerConfig(HeteroModel):
 
 
 class ElasticConfig(HeteroModel):
-    """Ray Train V2 elastic scaling between ``min_workers`` and all worker slots.
+    """The group's size and room: Ray Train V2 elastic scaling between ``min_workers`` and
+    all worker slots, and how long a run waits for the cluster to hold it.
 
     Attributes:
         min_workers: Smallest group to train with (``None``: fixed size). Slots fill in
             order, so list essential workers first.
         resize_monitor_interval_s: How often Ray Train looks for room to grow.
+        placement_timeout_s: How long ``fit()`` waits, before asking Ray Train for a worker
+            group, for the cluster to hold its first ``min_workers`` slots (all slots for a
+            fixed group) when it may yet: an autoscaler can add nodes, or other work holds
+            the resources. A progress line says what it waits for every 30 s; then the run
+            fails naming the worker and what is missing. A group no node could ever hold
+            fails at once, without waiting.
         preemption_notice: Act on a node drain with a deadline (a spot preemption notice,
             read at the plan-sync steps): train on every worker to the last step that fits
             before the deadline, checkpoint there (the loop's ``checkpoint_due()``) and, in
@@ -169,6 +176,7 @@ class ElasticConfig(HeteroModel):
 
     min_workers: PositiveInt | None = None
     resize_monitor_interval_s: PositiveFloat = 5.0
+    placement_timeout_s: PositiveFloat = 900.0
     preemption_notice: bool = True
     preemption_margin_s: NonNegFloat = 3.0
 

@@ -4,7 +4,7 @@ A spot node is taken back with notice: Ray drains it with a deadline. The group 
 on every worker until the last step whose end, plus one checkpoint, plus a safety margin, is
 predicted to come before the deadline; it checkpoints there and continues without the node.
 :func:`last_step_before_deadline` is that decision, from the clock and the measured step and
-checkpoint times; the worker (:mod:`raytrain_hetero.worker.preemption`) agrees it on every rank.
+checkpoint times; the worker (:mod:`raytrain_hetero.worker.runtime.handoff`) agrees it on every rank.
 """
 
 from __future__ import annotations

@@ -303,6 +303,13 @@ def decide_trial_allocation(
         state = SearchState(trials, counts, free, current, cap, price)
         local_search(state, EPSILON)
         candidates.append(state)
+    unmargined = None
+    if all(current_exact) and (price.step_error > 0 or price.restart_error > 0):
+        # A margin is paid once per moved trial, so a move that pays only when taken whole
+        # (a trial growing by several workers) is not reached one worker at a time: search
+        # without margins, then price what it found with them.
+        unmargined = _best_without_margins(trials, current, offered, cap, price)
+        candidates.append(unmargined)
     best = min(candidates, key=lambda s: (s.objective(), _key(s)))
     figures = _priced(best)
 
@@ -313,11 +320,9 @@ def decide_trial_allocation(
         kept = kept_state.objective()
         gain = kept[0] - figures.makespan
         if not better(best.objective(), kept, max(config.min_gain_s, EPSILON)):
-            if price.step_error > 0 or price.restart_error > 0:
-                # The priced search keeps the holdings; say what the best change charged
-                # without margins would have gained, and its margin.
-                best = _best_without_margins(trials, current, offered, cap, price)
-                figures = _priced(best)
+            if unmargined is not None:
+                # Say what the best change charged without margins would have gained.
+                best, figures = unmargined, _priced(unmargined)
             return _kept(slots, trials, current, kept_state, findings, waiting, best, figures)
         reason = (
             f"makespan {kept[0]:.4g} s -> {figures.makespan:.4g} s (gain {gain:.3g} s after "

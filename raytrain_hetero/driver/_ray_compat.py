@@ -2,7 +2,8 @@
 
 Ray Train V2 has no public hook for a per-slot elastic policy, a backend that places workers
 itself, or aborting a Train run from a Tune trial; those internals are reached *only* here.
-Each :data:`PRIVATE_APIS` entry says why and which public API would drop it;
+Each :data:`PRIVATE_APIS` entry (listed in :mod:`._ray_compat_apis`) says why and which
+public API would drop it;
 :func:`check_ray_compat` fails naming the private API that moved. Upgrading Ray: bump
 :data:`PINNED_RAY_VERSION`, run ``tests/unit/test_ray_compat.py`` and the integration tests
 ``test_elastic.py``, ``test_live_scheduler.py`` and ``test_tune.py``.
@@ -14,7 +15,6 @@ import contextlib
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -48,6 +48,7 @@ from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy
 # Why: the controller takes the train function wrapped in this (mirror of fit below).
 from ray.train.v2._internal.util import ObjectRefWrapper
 
+from raytrain_hetero.driver._ray_compat_apis import PRIVATE_APIS, PrivateRayAPI
 from raytrain_hetero.errors import HeteroError, PreemptionHandoff
 
 logger = logging.getLogger(__name__)
@@ -61,16 +62,21 @@ __all__ = [
     "RayCompatError",
     "TorchBackendBase",
     "abort_train_controller",
+    "autoscaler_may_add_nodes",
     "available_resources_per_node",
     "check_ray_compat",
     "drain_node_for_preemption",
     "draining_node_ids",
     "hetero_error_cause",
     "keep_loopback_node_ip",
+    "machine_cpu_count",
     "mark_trainable_mixins",
+    "max_cluster_resources",
     "preemption_watcher_enabled",
+    "put_run_value",
     "run_backend_config",
     "run_controller_with_scaling_policy",
+    "take_run_value",
     "train_collective_timeout",
     "train_env_passthrough",
     "without_idle_dataset_manager",
@@ -99,209 +105,6 @@ PREEMPTION_WATCHER_ENV_VAR = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 class RayCompatError(HeteroError):
     """The installed Ray is not the pinned version, or a private Ray API we use has moved."""
-
-
-@dataclass(frozen=True)
-class PrivateRayAPI:
-    """One private Ray name the package depends on: ``attribute`` (a dotted path, empty for
-    the module itself) of ``module``, ``why`` it is needed and its public ``replacement``."""
-
-    module: str
-    attribute: str
-    why: str
-    replacement: str
-
-    @property
-    def name(self) -> str:
-        """Fully dotted name, as an error message shows it."""
-        return f"{self.module}.{self.attribute}" if self.attribute else self.module
-
-
-_CONTROLLER = "ray.train.v2._internal.execution.controller.controller"
-_DATASETS = "ray.train.v2._internal.callbacks.datasets"
-_RAY_CONSTANTS = "ray._private.ray_constants"
-_TRAINER = "ray.train.v2.api.data_parallel_trainer"
-_SCALING = "ray.train.v2._internal.execution.scaling_policy"
-
-#: Every private Ray API the package uses (checked by :func:`check_ray_compat`).
-PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
-    PrivateRayAPI(
-        "ray.train.v2.api.config",
-        "ScalingConfig._label_selector_per_worker",
-        "overridden by HeteroScalingConfig: worker j gets the label selector of the slot it "
-        "hosts once admission has reordered the slots",
-        "per-worker placement that a scaling decision can order",
-    ),
-    PrivateRayAPI(
-        "ray._private.state",
-        "available_resources_per_node",
-        "live per-node available resources for slot-by-slot elastic sizing",
-        "a public per-node available-resources call (ray.available_resources is cluster-wide)",
-    ),
-    PrivateRayAPI(
-        _RAY_CONSTANTS,
-        "ENABLE_RAY_CLUSTER",
-        "switched off while the embedded Ray starts, so ray.init keeps the node IP 127.0.0.1 "
-        "(it otherwise swaps 127.0.0.1 for the machine's reachable address, and every gRPC "
-        "server of the node then listens on all interfaces)",
-        "a ray.init argument that binds the local node to loopback (newer Ray binds the node IP)",
-    ),
-    PrivateRayAPI(
-        "ray._private.services",
-        "resolve_ip_for_localhost",
-        "the function whose swap keep_loopback_node_ip prevents; checked so a change is noticed",
-        "as above",
-    ),
-    PrivateRayAPI(
-        "ray.train.torch.config",
-        "_TorchBackend.on_start",
-        "base of HeteroTorchBackend, whose on_start replaces it: per-worker placement, leases "
-        "and context, then a process group whose store listens on one address only",
-        "a public per-worker Backend hook",
-    ),
-    PrivateRayAPI(
-        "ray.train.torch.config",
-        "_TorchBackend.on_shutdown",
-        "HeteroTorchBackend releases its resource leases there",
-        "a public Backend hook",
-    ),
-    PrivateRayAPI(
-        _SCALING,
-        "ElasticScalingPolicy._get_reserved_resources",
-        "overridden: read the live per-node view instead of the coordinator's 20 s tick",
-        "heterogeneous ScalingConfig.resources_per_worker",
-    ),
-    PrivateRayAPI(
-        _SCALING,
-        "ElasticScalingPolicy._count_possible_workers",
-        "overridden: count the placeable slot prefix (resources + label selectors)",
-        "heterogeneous ScalingConfig.resources_per_worker",
-    ),
-    PrivateRayAPI(
-        _SCALING,
-        "ElasticScalingPolicy.make_decision_for_running_worker_group",
-        "overridden: remember what the running group holds per node",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _SCALING,
-        "ElasticScalingPolicy.make_decision_for_non_running_worker_group",
-        "overridden: keep counting the old group until its placement group is gone",
-        "as above",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.execution.failure_handling",
-        "create_failure_policy",
-        "the stock failure policy for the controller we start ourselves",
-        "a TorchTrainer argument taking a scaling policy",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.execution.failure_handling",
-        "FailurePolicy.make_decision",
-        "HandoffFailurePolicy wraps the stock policy: a worker group that ended itself at a "
-        "preemption notice's agreed step (PreemptionHandoff) is retried as a preemption "
-        "(max_preemption_failures), not charged to max_failures",
-        "a public failure-policy hook, or a way for a worker group to end for a preemption",
-    ),
-    PrivateRayAPI(
-        "ray._private.state",
-        "GlobalState.get_draining_nodes",
-        "the elastic policy leaves draining nodes out of its view (Ray schedules nothing "
-        "there, so a group sized with them would wait for placement until the node is gone); "
-        "Ray Train's own preemption watcher reads the same call",
-        "a public per-node drain state (ray.nodes() has none in 2.60)",
-    ),
-    PrivateRayAPI(
-        "ray._raylet",
-        "InnerGcsClient.drain_node",
-        "drain_node_for_preemption: tests and benchmarks deliver a preemption notice as the "
-        "autoscaler does (what the hidden `ray drain-node` CLI calls, through GcsClient, "
-        "which forwards it to this class)",
-        "a public drain API",
-    ),
-    PrivateRayAPI(
-        "ray.core.generated.autoscaler_pb2",
-        "DrainNodeReason",
-        "the PREEMPTION reason of drain_node_for_preemption",
-        "as above",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.constants",
-        "ENABLE_PREEMPTION_WATCHER_ENV_VAR",
-        "preemption_watcher_enabled: the library skips reading notices when Ray Train's "
-        "watcher is off (no notice can come; each read is a collective)",
-        "a RunConfig/FailureConfig field for the watcher",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.util",
-        "ObjectRefWrapper",
-        "wraps the train function for the controller we start ourselves",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _TRAINER,
-        "DataParallelTrainer._initialize_and_run_controller",
-        "mirror of DataParallelTrainer.fit with our scaling policy",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _TRAINER,
-        "DataParallelTrainer._get_train_func",
-        "mirror of DataParallelTrainer.fit",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _TRAINER,
-        "DataParallelTrainer._create_default_callbacks",
-        "mirror of DataParallelTrainer.fit",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _DATASETS,
-        "DatasetsCallback.before_init_train_context",
-        "overridden for a trainer without datasets: no DatasetManager actor per group start",
-        "Ray Train skipping the DatasetManager when there are no datasets",
-    ),
-    PrivateRayAPI(
-        _DATASETS,
-        "DatasetsCallback.after_worker_group_start",
-        "kept: it still hands the driver's DataContext to the workers",
-        "as above",
-    ),
-    PrivateRayAPI(
-        _CONTROLLER,
-        "TrainController.abort",
-        "a Tune trial stopped early (ASHA) aborts its Train run so its placement group is "
-        "removed at once",
-        "Tune/Train integration that aborts the run on trial stop",
-    ),
-    PrivateRayAPI(
-        "ray.tune.trainable.function_trainable",
-        "wrap_function",
-        "reads a function trainable's __mixins__ (our cleanup mixin aborts the Train run)",
-        "a public cleanup hook for function trainables",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.execution.context",
-        "TrainRunContext.backend_config",
-        "callbacks read run_context.backend_config (our setup, naming the scheduler actor)",
-        "public run metadata on TuneReportCallback",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.exceptions",
-        "UserExceptionWithTraceback",
-        "hetero_error_cause reads the worker's original exception from its private _base_exc "
-        "(its str() is the traceback), to show the CLI user the one-line HeteroError",
-        "a public attribute holding the original exception of a worker failure",
-    ),
-    PrivateRayAPI(
-        "ray.train.v2._internal.constants",
-        "COLLECTIVE_TIMEOUT_S_ENV_VAR",
-        "train_collective_timeout sets this variable so Ray Train's report barrier times out "
-        "with BackendConfig.collective_timeout_s (it has no timeout by default)",
-        "a RunConfig field for Ray Train's collective timeout",
-    ),
-)
 
 
 def _resolve(api: PrivateRayAPI, modules: Mapping[str, Any] | None) -> Any:
@@ -601,3 +404,79 @@ def hetero_error_cause(error: BaseException) -> HeteroError | None:
         nested.extend((exc.__cause__, exc.__context__))
         pending.extend(e for e in nested if isinstance(e, BaseException))
     return None
+
+
+#: Internal-KV namespace of the values a run's controller leaves for its driver.
+_KV_NAMESPACE = "raytrain_hetero"
+
+
+def put_run_value(key: str, value: bytes) -> None:
+    """Store ``value`` under ``key`` in Ray's internal KV (overwriting), from any process of
+    the cluster (the Train controller).
+
+    Why: Ray Train V2 builds ``Result.metrics`` from the last report *with a checkpoint*; the
+    driver needs the last report, and one overwritten key carries it without an actor.
+    """
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(key, value, overwrite=True, namespace=_KV_NAMESPACE)
+
+
+def take_run_value(key: str) -> bytes | None:
+    """The value :func:`put_run_value` stored under ``key`` (then removed), or ``None``."""
+    from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
+
+    value = _internal_kv_get(key, namespace=_KV_NAMESPACE)
+    if value is not None:
+        _internal_kv_del(key, namespace=_KV_NAMESPACE)
+    return value
+
+
+def machine_cpu_count() -> int:
+    """The CPUs a new local Ray counts on this machine when ``ray.init`` gets no ``num_cpus``
+    (Ray's own count: cgroup quotas included, which ``os.cpu_count()`` ignores)."""
+    from ray._private import utils
+
+    return int(utils.get_num_cpus())
+
+
+def max_cluster_resources() -> dict[str, float] | None:
+    """What the connected cluster may ever offer, by resource, from the cluster config an
+    autoscaler publishes (``None``: no config published, e.g. a cluster started by hand)."""
+    from ray._private import state
+
+    found = state.state.get_max_resources_from_cluster_config()
+    return {str(k): float(v) for k, v in found.items()} if found else None
+
+
+def autoscaler_may_add_nodes() -> bool | None:
+    """Whether an autoscaler serves the connected cluster, so that nodes may still join;
+    ``None`` when it cannot be told (a Ray Client connection, an unreadable status).
+
+    Why: Ray 2.60 has no public call for it. An autoscaler v2 reports its state to GCS
+    (``get_cluster_status``: a non-zero ``autoscaler_version``). Autoscaler v1's monitor
+    writes a report to the internal KV; a cluster started by hand (and every local Ray) runs
+    it with a read-only provider whose node types are ``node_<id>``, which launches nothing.
+    """
+    import json
+
+    try:
+        from ray._private import ray_constants
+        from ray.autoscaler.v2.sdk import get_cluster_status
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        status = get_cluster_status(ray.get_runtime_context().gcs_address)
+        if str(status.stats.autoscaler_version) not in ("", "0"):
+            return True
+        raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+        report = json.loads(raw).get("autoscaler_report") if raw else None
+    except Exception:  # unknown, and the caller says so
+        logger.debug("could not tell whether an autoscaler serves the cluster", exc_info=True)
+        return None
+    if not report:
+        return False
+    if report.get("pending_launches"):
+        return True
+    types = {*(report.get("active_nodes") or {}), *(report.get("idle_nodes") or {})}
+    types.update(str(pending[1]) for pending in report.get("pending_nodes") or ())
+    return any(not str(node_type).startswith("node_") for node_type in types)

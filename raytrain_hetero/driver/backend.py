@@ -31,7 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raytrain_hetero.driver._ray_compat import TorchBackendBase
 from raytrain_hetero.driver.elastic import kept_slot_order, slot_of_bundle
 from raytrain_hetero.errors import PlacementError
-from raytrain_hetero.worker.context import HeteroSetup
+from raytrain_hetero.worker.setup.identity import HeteroSetup
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +149,8 @@ def _install_on_worker(
     """Runs in each worker process: choose its device, threads and install its runtime."""
     import torch
 
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-    from raytrain_hetero.worker.identity import RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.setup.identity import RankIdentity
 
     spec = setup.specs[spec_index]
     device = "cpu"

@@ -30,7 +30,7 @@ from ray.train import DataConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytrain_hetero.core.row_stream import Chunk, EpochStreams
-from raytrain_hetero.worker.ray_data import CarvedShard
+from raytrain_hetero.worker.data.ray_data import CarvedShard
 
 if TYPE_CHECKING:
     from ray.data import Dataset, ExecutionOptions

@@ -143,7 +143,7 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
             # Ray places nothing on a draining node (a preemption notice): no room for a new
             # group. A running group keeps counting the draining nodes it holds: shrinking it
             # now would restart it from an older checkpoint; its workers hand off at the step
-            # they agree on (worker/preemption.py), then the new group is sized without them.
+            # they agree on (worker/runtime/handoff.py), then the new group is sized without them.
             draining = draining_node_ids()
             if self._view_running:
                 draining -= set(self._held)

@@ -36,7 +36,7 @@ from raytrain_hetero.core.policy import (
     decide,
 )
 from raytrain_hetero.core.records import StepRecord, as_step_record
-from raytrain_hetero.worker.scheduler_client import PollAnswer
+from raytrain_hetero.worker.plan.scheduler_client import PollAnswer
 
 logger = logging.getLogger(__name__)
 

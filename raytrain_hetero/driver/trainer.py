@@ -48,18 +48,23 @@ from raytrain_hetero.driver._ray_compat import (
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
 from raytrain_hetero.driver.data_config import HeteroDataConfig
 from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer, HeteroScalingConfig
+from raytrain_hetero.driver.placement_check import ensure_room, start_embedded_ray
+from raytrain_hetero.driver.run_results import (
+    LastReportKeeper,
+    carry_last_report,
+    with_checkpoint_retention,
+)
 from raytrain_hetero.driver.scheduler import (
     SCHEDULER_NAMESPACE,
     create_scheduler,
     kill_scheduler,
     scheduler_actor_name,
 )
-from raytrain_hetero.driver.session import init_ray
 from raytrain_hetero.driver.telemetry import ProgressCallback, RecordCollector
 from raytrain_hetero.driver.tracking import ReportForwarder, RunTracker, fan_out
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.storage import StorageLocation, storage_location
-from raytrain_hetero.worker.context import HeteroSetup
+from raytrain_hetero.worker.setup.identity import HeteroSetup
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +173,7 @@ class HeteroTrainer:
         emulation: EMULATION: slowdowns injected at given steps (CPU-only tests, demos).
         backend: torch process-group backend and collective timeout.
         faults: FAULT INJECTION (test/ops tooling, off by default): faults fired at phase
-            points of the workers, each once per run (:mod:`raytrain_hetero.worker.faults`).
+            points of the workers, each once per run (:mod:`raytrain_hetero.worker.setup.faults`).
         guard: The step guard of ``prepare_optimizer`` (non-finite steps skipped, then stop).
         parallel: Model parallelism (:class:`~raytrain_hetero.config.ParallelConfig`): mode
             ``data`` (default), ``conv_split`` or ``branches``, in groups of ``group_size``
@@ -179,7 +184,9 @@ class HeteroTrainer:
             them with :func:`raytrain_hetero.get_dataset_shard` (docs/how-to/ray-data.md).
         dataset_config: How they are fed (default :class:`HeteroDataConfig`: ``"train"``
             carved by the plan, the others split unevenly, every row once).
-        run_config: Ray Train RunConfig (name, storage, failure handling, callbacks).
+        run_config: Ray Train RunConfig (name, storage, failure handling, callbacks). Its
+            ``checkpoint_config.num_to_keep`` unset, the latest checkpoint is kept (what
+            resume needs); ``CheckpointConfig(num_to_keep=N)`` keeps more.
 
     Raises:
         ConfigError: Any bad or inconsistent setting, naming the field and the fix.
@@ -235,7 +242,7 @@ class HeteroTrainer:
         self.train_loop_per_worker = train_loop_per_worker
         self._entry = _WorkerEntry(train_loop_per_worker)
         self.train_loop_config = dict(train_loop_config or {})
-        self.run_config = run_config or RunConfig()
+        self.run_config = with_checkpoint_retention(run_config or RunConfig())
         self.datasets = dict(datasets or {})
         self.dataset_config = dataset_config or HeteroDataConfig()
         self._scheduler: Any = None
@@ -347,7 +354,17 @@ class HeteroTrainer:
         poll_interval_s: float = 1.0,
         tracker: RunTracker | None = None,
     ) -> ray.train.Result:
-        """Train; returns Ray Train's Result.
+        """Train; returns Ray Train's Result, whose ``metrics`` are the last report's (rank
+        0's), with a checkpoint or without (Ray Train V2 alone keeps the last report *with* a
+        checkpoint); ``checkpoint`` is the latest checkpoint.
+
+        Before Ray Train is asked for a worker group, the group is checked against the
+        cluster (:func:`~raytrain_hetero.driver.placement_check.ensure_room`): one no node
+        could hold fails at once naming the worker, the resource and the fix; one the
+        cluster may yet hold (an autoscaler, busy resources) is waited for with progress
+        lines, at most ``elastic.placement_timeout_s``. Without a running Ray, an embedded
+        local Ray starts, with as many logical CPUs as the workers declare if the machine
+        has fewer (a warning says so).
 
         Creates the run's scheduler actor (this driver is its only owner), trains, and kills
         the actor at the end. While training, the step records of every rank are drained from
@@ -371,10 +388,23 @@ class HeteroTrainer:
 
         Raises:
             RayCompatError: The installed Ray is not the one raytrain_hetero is pinned to.
+            PlacementError: The cluster cannot hold the group (no room within
+                ``elastic.placement_timeout_s`` where it may yet).
         """
         check_ray_compat()
-        if not ray.is_initialized():
-            init_ray()  # a new local Ray bound to 127.0.0.1, not a cluster left running
+        embedded = not ray.is_initialized()
+        if embedded:  # a new local Ray bound to 127.0.0.1, not a cluster left running
+            start_embedded_ray(
+                self.specs, min_workers=self.resolved_min_workers, datasets=bool(self.datasets)
+            )
+        ensure_room(
+            self.specs,
+            min_workers=self.resolved_min_workers,
+            timeout_s=self.elastic.placement_timeout_s,
+            embedded=embedded,
+            datasets=bool(self.datasets),
+            strategy=self.scaling_config().placement_strategy,
+        )
         scheduler = create_scheduler(
             self.run_id,
             ray.get_runtime_context().get_node_id(),
@@ -388,12 +418,13 @@ class HeteroTrainer:
             owned = tracker = RunTracker(
                 self.tracking, run_name=name, params=self.tracked_params()
             ).open()
-        run_config = self.run_config
+        # Ours first, so a report is kept (and forwarded) before Tune's callback acts on it
+        # (a stop): the Result carries the last report, the tracker gets it too.
+        callbacks = [LastReportKeeper(self.run_id), *(self.run_config.callbacks or [])]
         if tracker is not None:
             # Rank 0's epoch reports reach the tracker through the scheduler actor's drain.
-            # First, so the actor holds a report before Tune's callback acts on it (a stop).
-            callbacks = [ReportForwarder(self.run_id), *(run_config.callbacks or [])]
-            run_config = dataclasses.replace(run_config, callbacks=callbacks)
+            callbacks.insert(1, ReportForwarder(self.run_id))
+        run_config = dataclasses.replace(self.run_config, callbacks=callbacks)
         collector = RecordCollector(scheduler, fan_out(progress, tracker))
         if tracker is not None:
             tracker.attach_source(collector.drain)
@@ -408,8 +439,9 @@ class HeteroTrainer:
             with train_collective_timeout(self.backend.collective_timeout_s):
                 result = collector.run_draining(self.torch_trainer(run_config).fit, poll_interval_s)
             failed = result.error is not None
-            return result
+            return carry_last_report(result, self.run_id)
         finally:
+            carry_last_report(None, self.run_id)  # a run that raised leaves no key behind
             if tracker is not None:
                 tracker.attach_source(None)
             if owned is not None:

@@ -92,8 +92,8 @@ class ModelPredictor:
     ) -> None:
         import torch
 
-        from raytrain_hetero.worker.emulation import SlowdownEmulator
-        from raytrain_hetero.worker.timing import ComputeClock
+        from raytrain_hetero.worker.measure.clock import ComputeClock
+        from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
         from raytrain_hetero.workloads.data import open_datasets
         from raytrain_hetero.workloads.models import build_model
 

@@ -1,7 +1,7 @@
 """Measuring what each branch and the head cost on each rank, and placing them from that.
 
 Every rank, still holding the whole model, times each branch's (and the head's) forward +
-backward with the one :class:`~raytrain_hetero.worker.timing.ProbeTimer` (EMULATION factor
+backward with the one :class:`~raytrain_hetero.worker.measure.timing.ProbeTimer` (EMULATION factor
 applied); the ranks exchange their rows and each solves the same placement problem
 (:func:`~raytrain_hetero.core.branch_placement.place_branches`), so they agree without a
 broadcast.
@@ -19,8 +19,9 @@ from torch import nn
 from raytrain_hetero.core.branch_placement import BranchPlacement, place_branches
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
-from raytrain_hetero.worker.identity import all_gather
-from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import ProbeTimer
+from raytrain_hetero.worker.setup.identity import all_gather
 
 __all__ = ["BranchCosts", "measure_branch_costs", "plan_branch_placement"]
 

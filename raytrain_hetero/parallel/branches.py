@@ -32,7 +32,7 @@ from raytrain_hetero.core.branch_placement import BranchPlacement
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.branch_model import BranchModel, branch_model_of
 from raytrain_hetero.parallel.p2p import HEADER_BYTES, Traffic, recv_tensor, send_tensor
-from raytrain_hetero.worker.identity import all_gather
+from raytrain_hetero.worker.setup.identity import all_gather
 
 __all__ = [
     "BranchPipeline",

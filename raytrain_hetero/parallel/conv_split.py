@@ -53,7 +53,7 @@ def _nothing() -> None:
 class CollectiveHooks:
     """What a split layer calls around each of its collectives (injected, like BatchNorm's):
     ``before`` accounts (and under EMULATION stretches) the compute so far, ``after`` restarts
-    the accounting (:meth:`raytrain_hetero.worker.timing.StepTiming.before_collective`)."""
+    the accounting (:meth:`raytrain_hetero.worker.measure.timing.StepTiming.before_collective`)."""
 
     before: Callable[[], None] = _nothing
     after: Callable[[], None] = _nothing

@@ -20,7 +20,8 @@ from torch import nn
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ModelParallelError
 from raytrain_hetero.parallel.conv_split import SplitConv2d, all_gather_blocks, split_layers
-from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import ProbeTimer
 
 __all__ = [
     "full_optimizer_state_dict",
@@ -225,7 +226,7 @@ def probe_kernel_cost(
     Times forward + backward of a copy with ``k`` output channels on a random whole batch of
     ``input_shape`` for each ``k`` of ``kernel_counts`` (default: a quarter and all of the
     kernels), fastest interleaved round kept, on the one
-    :class:`~raytrain_hetero.worker.timing.ProbeTimer`. Not a collective; ``conv`` untouched.
+    :class:`~raytrain_hetero.worker.measure.timing.ProbeTimer`. Not a collective; ``conv`` untouched.
 
     Raises:
         ModelParallelError: If the layer is not a Conv2d or a count is invalid.

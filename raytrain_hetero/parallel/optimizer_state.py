@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from raytrain_hetero.worker.identity import all_gather
+from raytrain_hetero.worker.setup.identity import all_gather
 
 __all__ = ["copy_to_cpu", "full_optimizer_state_of_share", "share_of_full_optimizer_state"]
 

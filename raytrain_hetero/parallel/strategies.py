@@ -38,9 +38,9 @@ from raytrain_hetero.parallel.optimizer_state import (
     full_optimizer_state_of_share,
     share_of_full_optimizer_state,
 )
-from raytrain_hetero.worker.checkpoint_state import require_state
-from raytrain_hetero.worker.context import WorkerRuntime
-from raytrain_hetero.worker.identity import all_gather
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime
+from raytrain_hetero.worker.setup.identity import all_gather
+from raytrain_hetero.worker.state.checkpoint_state import require_state
 
 __all__ = ["STRATEGIES", "BranchStrategy", "ConvSplitStrategy", "ParallelStrategy", "ring_bytes"]
 

@@ -39,7 +39,7 @@ from raytrain_hetero.parallel.layout import (
     reduce_across_replicas,
 )
 from raytrain_hetero.parallel.strategies import STRATEGIES, ParallelStrategy, ring_bytes
-from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime
 
 __all__ = ["ParallelModel", "ParallelStep", "prepare_model_parallel"]
 

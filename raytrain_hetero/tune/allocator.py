@@ -2,7 +2,7 @@
 
 One :class:`TrialAllocator` per search owns the allocation state, like the run's scheduler
 actor owns the live plan (:mod:`raytrain_hetero.driver.scheduler`): a plain class (tested as
-an object, clock and node source injected) that :func:`start_allocator` wraps with
+an object, clocks and node source injected) that :func:`start_allocator` wraps with
 ``ray.remote``. It knows the cluster's worker slots (the alive nodes of ``ray.nodes()``, their
 resources and labels, less each trial driver's CPUs, matched to the job's worker *types*), each
 trial's remaining budget (ASHA's rungs, :func:`~raytrain_hetero.core.trial_allocation.
@@ -12,31 +12,44 @@ and calls :func:`~raytrain_hetero.core.trial_allocation.decide_trial_allocation`
 event: a trial asks for workers, ends or is stopped, reaches an epoch end, or the nodes change
 (re-read at each event).
 
-A trial (:func:`allocated_worker_specs`) pins each of its workers to the node of its slot
-through a per-worker label selector (``ray.io/node-id``, Ray's own node label) and hands the
-holding's version to its loop; at each epoch end, before its report, the loop tells the
-allocator what the epoch measured (the newest cost models per worker type and, once per fit,
-the fit's start) and asks it (:func:`epoch_end_moves`, one collective so every rank agrees); when
-the holding changed it
-ends the fit after its checkpoint: the trial then resumes its Train run (same name, so from
-that checkpoint and data cursor) on its new workers. Exact carving and weighted gradients
-keep its trajectory what it would have been on any worker set.
+A move is charged what it costs on this cluster, as measured here
+(:mod:`raytrain_hetero.core.move_pricing`): the restart (the measured starts of fits that
+resumed a trial; before one, the quickest first start), the contention a start inflicts on the
+trials running beside it (their epochs that overlapped another trial's start against those
+that did not), and an error margin (how far the measured epochs fell from the model's
+predictions, and the restarts from their median); a per-epoch overhead outside the steps
+(validation, report, checkpoint) is measured too. Every move in the history carries its
+predicted gain, charged cost and error margin, every decision its own
+(:meth:`TrialAllocator.decisions`).
+
+The trial's side (asking for workers, pinning them, the loop's epoch-end call) is
+:mod:`raytrain_hetero.tune.allocator_client`; the records, :mod:`raytrain_hetero.tune.
+allocation_records`. Both are re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.config.allocation import TrialAllocatorConfig
 from raytrain_hetero.config.specs import NODE_ID_LABEL
 from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.move_pricing import (
+    EpochTiming,
+    MovePrice,
+    StartWindow,
+    contention_fraction,
+    epoch_overhead_s,
+    equal_share_cap,
+    prediction_error,
+    restart_charge,
+)
 from raytrain_hetero.core.trial_allocation import (
     ClusterNode,
     TrialAllocationConfig,
@@ -46,14 +59,33 @@ from raytrain_hetero.core.trial_allocation import (
     asha_expected_epochs,
     cluster_slots,
     decide_trial_allocation,
+    step_seconds,
 )
 from raytrain_hetero.errors import AllocationError, ConfigError
+from raytrain_hetero.tune.allocation_records import (
+    ALLOCATOR_NAMESPACE,
+    AllocationEvent,
+    DecisionRecord,
+    FitStart,
+    MeasuredPrices,
+    TrialHolding,
+    allocator_actor_name,
+)
+from raytrain_hetero.tune.allocator_client import (
+    allocated_worker_specs,
+    epoch_end_moves,
+    lookup_allocator,
+    type_costs,
+    wait_for_holding,
+)
 
 __all__ = [
     "ALLOCATOR_NAMESPACE",
     "NODE_ID_LABEL",
     "AllocationEvent",
+    "DecisionRecord",
     "FitStart",
+    "MeasuredPrices",
     "TrialAllocator",
     "TrialHolding",
     "allocated_worker_specs",
@@ -69,83 +101,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ALLOCATOR_NAMESPACE = "raytrain_hetero"
 # Seconds per sample assumed for a type no trial has measured yet (only ratios matter then).
 _PRIOR_BETA = 1e-3
-# Seconds a change is charged under a measured restart cost until a fit start is in.
-_PRIOR_RESTART_S = 30.0
-
-
-@dataclass(frozen=True)
-class FitStart:
-    """Where one fit's start went, measured by its rank 0 (seconds).
-
-    Attributes:
-        total_s: From the trial's call of the fit to the worker group's first step.
-        library_s: Of it, from the group's start on the workers (the backend's set-up) to
-            the first step: this library's part (data, model, restore, the first plan);
-            ``None`` when not measured.
-    """
-
-    total_s: float
-    library_s: float | None = None
-
-    @property
-    def ray_train_s(self) -> float | None:
-        """The rest: Ray Train's controller, the placement group, the worker processes and
-        their imports, the process group."""
-        return None if self.library_s is None else self.total_s - self.library_s
-
-
-def allocator_actor_name(experiment: str) -> str:
-    """Ray actor name of the allocator of the search ``experiment``."""
-    return f"raytrain_hetero_allocator:{experiment}"
-
-
-@dataclass(frozen=True)
-class TrialHolding:
-    """The workers one trial holds now.
-
-    Attributes:
-        trial_id: The trial.
-        version: Bumped each time its workers change (1: its first holding).
-        workers: Its workers, sorted by slot.
-        reason: Why (the allocator's one line).
-    """
-
-    trial_id: str
-    version: int
-    workers: tuple[WorkerSlot, ...]
-    reason: str
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """The node of each worker."""
-        return tuple(w.node_id for w in self.workers)
-
-
-@dataclass(frozen=True)
-class AllocationEvent:
-    """One change of one trial's holding (the allocation history).
-
-    Attributes:
-        time_s: Allocator clock seconds since the search's allocator started.
-        trial_id: The trial.
-        version: Its holding's version after the change (0: released).
-        slots: The slots it holds from now on (empty: released).
-        nodes: The node of each slot.
-        cause: The event that made the decision (``"trial started"``, ``"epoch 2 ended"``,
-            ``"trial ended"``, ``"nodes changed"``...).
-        reason: The allocator's line for this trial.
-    """
-
-    time_s: float
-    trial_id: str
-    version: int
-    slots: tuple[str, ...]
-    nodes: tuple[str, ...]
-    cause: str
-    reason: str
 
 
 @dataclass
@@ -155,6 +112,7 @@ class _Trial:
     driver_node: str | None = None
     costs: dict[str, CostModel] | None = None
     holding: TrialHolding | None = None
+    versions: dict[int, tuple[WorkerSlot, ...]] = field(default_factory=dict)
 
 
 def worker_types(workers: Sequence[WorkerSpec]) -> tuple[WorkerType, ...]:
@@ -186,6 +144,8 @@ class TrialAllocator:
         config: The allocator's settings.
         driver_cpus: CPUs each trial's driver reserves on its node (``tune.trial_cpus``).
         clock: Seconds (injected; ``time.monotonic``).
+        wall_clock: Unix seconds (injected; ``time.time``): the trials measure their
+            epochs and starts in it, and the log says when the allocator started in it.
         expected_trials: The search's trial count (None: unknown). While some of them have
             not asked yet, no trial holds more than an equal share of the worker slots
             (``slots // min(slots, trials not ended)``): Tune starts its trials one by one, and
@@ -207,6 +167,7 @@ class TrialAllocator:
         driver_cpus: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         expected_trials: int | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._types = tuple(types)
         self._nodes = nodes
@@ -225,6 +186,11 @@ class TrialAllocator:
         self._ended = 0  # trials released (ended or stopped)
         self._starts: dict[str, list[FitStart]] = {}  # per trial, its fits' measured starts
         self._restarts: list[float] = []  # the measured starts of fits that resumed a trial
+        self._first_starts: list[float] = []  # the measured starts of trials' first fits
+        self._epochs: list[EpochTiming] = []  # every measured epoch, with its prediction
+        self._windows: list[StartWindow] = []  # every measured fit start's span
+        self._decisions: list[DecisionRecord] = []
+        self._wall_start = wall_clock()
 
     # ------------------------------------------------------------------ events
 
@@ -261,6 +227,9 @@ class TrialAllocator:
         start_s: float | None = None,
         library_s: float | None = None,
         resumed: bool = False,
+        version: int | None = None,
+        epoch_window: tuple[float, float] | None = None,
+        start_window: tuple[float, float] | None = None,
     ) -> TrialHolding | None:
         """A trial finished ``epochs_done`` epochs: its budget shrinks (and under ASHA its
         expected remaining work jumps at a rung); returns its holding after the re-decision.
@@ -274,17 +243,24 @@ class TrialAllocator:
             library_s: Of ``start_s``, the library's part (:class:`FitStart`).
             resumed: The fit resumed the trial on new workers (a change's real cost; a
                 search's first fits start all at once, on a busier cluster).
+            version: The version of the holding the epoch ran on (None: the current one).
+            epoch_window: The epoch's wall-clock span, unix seconds (the prediction's error
+                and the contention of other trials' starts are measured on it).
+            start_window: The fit's start span, unix seconds (sent with ``start_s``).
         """
         if start_s is not None and math.isfinite(start_s) and start_s >= 0:
             part = library_s if library_s is not None and 0 <= library_s <= start_s else None
             self._starts.setdefault(trial_id, []).append(FitStart(float(start_s), part))
-            if resumed:
-                self._restarts.append(float(start_s))
+            (self._restarts if resumed else self._first_starts).append(float(start_s))
+        if start_window is not None and _span(start_window):
+            self._windows.append(StartWindow(trial_id, *map(float, start_window)))
         if costs:
             self.measured(trial_id, costs)
         trial = self._trials.get(trial_id)
         if trial is None:
             return None
+        if epoch_window is not None and _span(epoch_window):
+            self._measure_epoch(trial_id, trial, version, epoch_window)
         trial.epochs_done = max(trial.epochs_done, epochs_done)
         self._decide(f"{trial_id} ended epoch {epochs_done}")
         return trial.holding
@@ -333,13 +309,40 @@ class TrialAllocator:
     def restart_s(self) -> float:
         """Seconds a change of a trial's workers is charged: the configured ``restart_s``,
         or when that is None the median of the measured starts of the fits that resumed a
-        trial on new workers (the search's own model, cluster and Ray), 30 s before one is
-        in. A search's first fits are not used: they all start at once, on a cluster busy
-        with every trial's start (up to ~10x a later move's start on a 2-core machine), and
-        charging that would keep every trial where it started."""
+        trial on new workers (the search's own model, cluster and Ray); before one is in,
+        the quickest measured first start of a trial (the search's first fits start all at
+        once, on a cluster busy with every trial's start, so each is an upper estimate of a
+        restart there), 30 s before any (:func:`~raytrain_hetero.core.move_pricing.
+        restart_charge`)."""
         if self._config.restart_s is not None:
             return self._config.restart_s
-        return statistics.median(self._restarts) if self._restarts else _PRIOR_RESTART_S
+        return restart_charge(self._restarts, self._first_starts)[0]
+
+    def prices(self) -> MeasuredPrices:
+        """What a move is charged now, as measured on this cluster (priors until measured;
+        a configured ``restart_s`` is trusted: no error on it)."""
+        overhead = epoch_overhead_s(self._epochs)
+        restart_error = restart_charge(self._restarts, self._first_starts)[1]
+        return MeasuredPrices(
+            restart_s=self.restart_s(),
+            restart_error=0.0 if self._config.restart_s is not None else restart_error,
+            contention=contention_fraction(self._epochs, self._windows),
+            step_error=prediction_error(self._epochs, overhead_s=overhead),
+            epoch_overhead_s=overhead,
+            restarts=len(self._restarts),
+            first_starts=len(self._first_starts),
+            epochs=sum(1 for e in self._epochs if e.predicted_s is not None),
+            starts=len(self._windows),
+        )
+
+    def decisions(self) -> tuple[DecisionRecord, ...]:
+        """Every decision, in order, with its predicted gain, charged cost and error margin
+        (also the kept ones: why nothing moved)."""
+        return tuple(self._decisions)
+
+    def wall_start(self) -> float:
+        """Unix seconds when the allocator started: the origin of the history's times."""
+        return self._wall_start
 
     def wait_poll_s(self) -> float:
         """Seconds between a waiting trial's requests."""
@@ -394,20 +397,42 @@ class TrialAllocator:
     def _cap(self, slot_count: int) -> int | None:
         """Most workers one trial may hold now: the configured cap, and the equal share while
         trials of the search have not asked yet (see ``expected_trials``)."""
-        cap = self._config.max_workers_per_trial
-        if self._expected_trials is None or slot_count == 0:
-            return cap
-        unstarted = self._expected_trials - self._ended - len(self._trials)
-        if unstarted <= 0:
-            return cap
-        share = max(1, slot_count // min(slot_count, len(self._trials) + unstarted))
-        return share if cap is None else min(cap, share)
+        return equal_share_cap(
+            self._config.max_workers_per_trial,
+            slots=slot_count,
+            expected_trials=self._expected_trials,
+            ended=self._ended,
+            live=len(self._trials),
+        )
+
+    def _measure_epoch(
+        self, trial_id: str, trial: _Trial, version: int | None, window: tuple[float, float]
+    ) -> None:
+        """Keep one measured epoch with the model's prediction for it: its steps on the
+        holding it ran on, from the costs measured of every type it held (None if one was
+        not measured yet: a prior predicts nothing)."""
+        holding = (
+            version if version is not None else (trial.holding.version if trial.holding else 0)
+        )
+        workers = trial.versions.get(holding, ())
+        counts: dict[str, int] = {}
+        for w in workers:
+            counts[w.worker_type] = counts.get(w.worker_type, 0) + 1
+        known = {**self._measured, **(trial.costs or {})}
+        predicted = None
+        if counts and all(t in known for t in counts):
+            demand = TrialDemand(trial_id, known, trial.global_batch, 0.0)
+            steps = self._samples_per_epoch / trial.global_batch
+            predicted = steps * step_seconds(counts, demand)
+        start, end = map(float, window)
+        self._epochs.append(EpochTiming(trial_id, holding, start, end, predicted))
 
     def _decide(self, cause: str) -> None:
         slots, findings = self._slots()
         self._slot_set = tuple(s.slot_id for s in slots)
         existing = set(self._slot_set)
-        restart_s = self.restart_s()
+        prices = self.prices()
+        restart_s = prices.restart_s
         demands = [
             TrialDemand(
                 trial_id=trial_id,
@@ -415,6 +440,7 @@ class TrialAllocator:
                 global_batch=trial.global_batch,
                 remaining_samples=self._remaining_epochs(trial) * self._samples_per_epoch,
                 restart_s=restart_s,
+                fixed_s=self._remaining_epochs(trial) * prices.epoch_overhead_s,
                 current=tuple(
                     w.slot_id
                     for w in (trial.holding.workers if trial.holding is not None else ())
@@ -431,6 +457,19 @@ class TrialAllocator:
                 max_workers_per_trial=self._cap(len(slots)),
                 max_start_slowdown=self._config.max_start_slowdown,
             ),
+            MovePrice(prices.contention, prices.step_error, prices.restart_error),
+        )
+        self._decisions.append(
+            DecisionRecord(
+                self._clock() - self._start,
+                cause,
+                decision.changed,
+                decision.makespan_s,
+                decision.gain_s,
+                decision.cost_s,
+                decision.margin_s,
+                decision.reason,
+            )
         )
         for finding in findings + decision.findings:
             logger.debug("allocation: %s", finding)
@@ -443,6 +482,7 @@ class TrialAllocator:
             workers = tuple(by_slot[s] for s in assignment.slots)
             version = (old.version if old is not None else 0) + 1
             trial.holding = TrialHolding(assignment.trial_id, version, workers, assignment.reason)
+            trial.versions[version] = workers
             self._record(
                 assignment.trial_id,
                 version,
@@ -450,6 +490,7 @@ class TrialAllocator:
                 tuple(w.node_id for w in workers),
                 cause,
                 assignment.reason,
+                (assignment.gain_s, assignment.cost_s, assignment.margin_s),
             )
 
     def _record(
@@ -460,10 +501,19 @@ class TrialAllocator:
         nodes: tuple[str, ...],
         cause: str,
         reason: str,
+        priced: tuple[float | None, float, float] = (None, 0.0, 0.0),
     ) -> None:
         now = self._clock() - self._start
-        self._history.append(AllocationEvent(now, trial_id, version, slots, nodes, cause, reason))
+        self._history.append(
+            AllocationEvent(now, trial_id, version, slots, nodes, cause, reason, *priced)
+        )
         logger.info("allocation: %s v%d %s (%s: %s)", trial_id, version, slots, cause, reason)
+
+
+def _span(window: tuple[float, float]) -> bool:
+    """A usable wall-clock span: two finite times, the second later."""
+    start, end = window
+    return math.isfinite(start) and math.isfinite(end) and end > start
 
 
 # ---------------------------------------------------------------------------- Ray side
@@ -490,123 +540,3 @@ def start_allocator(experiment: str, **kwargs: Any) -> Any:
     return actor.options(
         name=allocator_actor_name(experiment), namespace=ALLOCATOR_NAMESPACE
     ).remote(nodes=live_cluster_nodes, **kwargs)
-
-
-def lookup_allocator(experiment: str) -> Any:
-    """The allocator actor of ``experiment``."""
-    import ray
-
-    return ray.get_actor(allocator_actor_name(experiment), namespace=ALLOCATOR_NAMESPACE)
-
-
-def wait_for_holding(
-    allocator: Any,
-    trial_id: str,
-    *,
-    global_batch: int,
-    driver_node: str | None,
-    poll_s: float,
-) -> TrialHolding:
-    """Ask the allocator for the trial's workers until it has some (a waiting trial polls)."""
-    import ray
-
-    while True:
-        holding = ray.get(
-            allocator.request.remote(trial_id, global_batch=global_batch, driver_node=driver_node)
-        )
-        if holding is not None:
-            return holding
-        time.sleep(poll_s)
-
-
-def allocated_worker_specs(
-    holding: TrialHolding, types: Mapping[str, WorkerSpec]
-) -> list[WorkerSpec]:
-    """One worker spec per held worker: its type's spec (``count`` 1), named ``<type>-<k>``,
-    pinned to its slot's node (the type's label selector plus ``ray.io/node-id``)."""
-    specs: list[WorkerSpec] = []
-    seen: dict[str, int] = {}
-    for worker in holding.workers:
-        base = types[worker.worker_type]
-        k = seen.get(worker.worker_type, 0)
-        seen[worker.worker_type] = k + 1
-        selector = {**(base.label_selector or {}), NODE_ID_LABEL: worker.node_id}
-        specs.append(
-            base.model_copy(
-                update={"name": f"{base.name}-{k}", "count": 1, "label_selector": selector}
-            )
-        )
-    return specs
-
-
-def type_costs(costs: Sequence[Any], worker_types: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """Per worker type the mean ``(alpha, beta)`` of a plan's per-rank cost models (rank
-    ``i`` is of type ``worker_types[i]``)."""
-    sums: dict[str, list[float]] = {}
-    for cost, worker_type in zip(costs, worker_types):
-        acc = sums.setdefault(worker_type, [0.0, 0.0, 0.0])
-        acc[0] += cost.alpha
-        acc[1] += cost.beta
-        acc[2] += 1
-    return {t: (a / n, b / n) for t, (a, b, n) in sums.items()}
-
-
-def epoch_end_moves(
-    allocation: Mapping[str, Any] | None,
-    epochs_done: int,
-    *,
-    final: bool = False,
-    fit_start_s: float | None = None,
-) -> bool:
-    """On every rank at an epoch end, before its report: whether the trial's holding changed
-    (it should end this fit after the report and resume on its new workers).
-
-    Rank 0 tells the allocator the epoch ended, with what the fit measured: the newest cost
-    models per worker type (``newest_costs``) (so the allocator knows the types' speeds while trials run, and
-    ASHA's stopped trials have told it too) and, at the fit's first epoch end, the fit's
-    start (its call to the first step, and the library's part of it). It compares the holding's version; one all-reduce
-    makes every rank agree. ``allocation`` is the loop config's ``"allocation"`` entry (None:
-    fixed, never moves); ``final``: the trial's last epoch (measurements only, no move);
-    ``fit_start_s``: the fit's call to its first step, as the loop reports it
-    (``hetero/fit_start_s``; None: no start is sent).
-    """
-    if not allocation:
-        return False
-    import ray
-
-    from raytrain_hetero.worker.api import (
-        first_step_time,
-        get_rank_info,
-        group_start_time,
-        newest_costs,
-        sum_across_ranks,
-    )
-
-    moved = 0
-    if get_rank_info()["rank"] == 0:
-        # The newest, not the plan's: a one-worker trial's plan never takes measured costs.
-        measured = newest_costs()
-        costs = type_costs(measured, allocation["worker_types"]) if measured else {}
-        first_step = first_step_time()
-        resumed_epochs = allocation["resumed_epochs"]
-        start_s = library_s = None
-        first_epoch = epochs_done == resumed_epochs + 1  # the start is sent once per fit
-        if first_step is not None and fit_start_s is not None and first_epoch:
-            start_s = fit_start_s
-            library_s = first_step - group_start_time()
-        actor = ray.get_actor(allocation["actor"], namespace=ALLOCATOR_NAMESPACE)
-        holding = ray.get(
-            actor.epoch_ended.remote(
-                allocation["trial_id"],
-                epochs_done,
-                costs=costs or None,
-                start_s=start_s,
-                library_s=library_s,
-                resumed=resumed_epochs > 0,
-            )
-        )
-        moved = int(holding is None or holding.version != allocation["version"])
-    if final:  # every rank knows it is the last epoch: no collective needed
-        return False
-    (total,) = sum_across_ranks(moved)
-    return total > 0

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from raytrain_hetero.atomic import atomic_write
+from raytrain_hetero.atomic import atomic_write, atomic_write_text
 from raytrain_hetero.tune.trial import plain_value
 
 __all__ = [
@@ -18,9 +19,11 @@ __all__ = [
     "allocation_spans",
     "allocation_text",
     "finite",
+    "moves_text",
     "plot_allocations",
     "plot_trials",
     "trial_rows",
+    "write_allocation_log",
     "write_trials_csv",
 ]
 
@@ -210,13 +213,24 @@ def allocation_text(events: Sequence[Any], trial_id: str) -> str:
     return "; ".join(parts)
 
 
+def moves_text(events: Sequence[Any], trial_id: str) -> str:
+    """One trial's moves (its workers changed while it ran) as one cell: per move
+    ``<seconds>s gain <s>, cost <s>, margin <s>`` (the run its new workers save, what the
+    move was charged: restart and contention, and its error margin), ``; `` between them."""
+    return "; ".join(
+        f"{e.time_s:.1f}s gain {e.gain_s:.1f}, cost {e.cost_s:.1f}, margin {e.margin_s:.1f}"
+        for e in events
+        if e.trial_id == trial_id and getattr(e, "gain_s", None) is not None
+    )
+
+
 def add_allocation_history(
     rows: Sequence[dict[str, Any]],
     events: Sequence[Any],
     fit_starts: Mapping[str, Sequence[Any]] | None = None,
 ) -> None:
-    """Add ``allocation`` (:func:`allocation_text`) and ``allocations`` (how many worker
-    sets the trial held) to each row of :func:`trial_rows`, from the allocator's history
+    """Add ``allocation`` (:func:`allocation_text`), ``allocations`` (how many worker
+    sets the trial held) and ``moves`` (:func:`moves_text`) to each row of :func:`trial_rows`, from the allocator's history
     (:class:`~raytrain_hetero.tune.allocator.AllocationEvent`), and from its fits' measured
     starts (:class:`~raytrain_hetero.tune.allocator.FitStart`), space-separated per fit:
     ``fit_starts_s`` (the fit's call to its first step), ``fit_starts_ray_train_s`` (Ray
@@ -230,10 +244,37 @@ def add_allocation_history(
         trial_id = str(row["trial_id"])
         row["allocation"] = allocation_text(events, trial_id)
         row["allocations"] = sum(1 for e in events if e.trial_id == trial_id and e.slots)
+        row["moves"] = moves_text(events, trial_id)
         starts = (fit_starts or {}).get(trial_id, ())
         row["fit_starts_s"] = seconds([s.total_s for s in starts])
         row["fit_starts_ray_train_s"] = seconds([s.ray_train_s for s in starts])
         row["fit_starts_library_s"] = seconds([s.library_s for s in starts])
+
+
+def write_allocation_log(
+    path: str | Path,
+    *,
+    events: Sequence[Any],
+    decisions: Sequence[Any],
+    fit_starts: Mapping[str, Sequence[Any]],
+    prices: Any,
+    wall_start: float,
+) -> Path:
+    """``allocation_log.json``: the allocator's whole log for a search under ``auto``: when
+    it started (unix seconds, the origin of every ``time_s``), what it charges now
+    (:class:`~raytrain_hetero.tune.allocation_records.MeasuredPrices`), every change of a
+    holding (with each move's gain, cost and margin), every decision (also the kept ones,
+    with the best change's figures) and every fit's measured start."""
+    from dataclasses import asdict
+
+    log = {
+        "wall_start": wall_start,
+        "prices": asdict(prices),
+        "events": [asdict(e) for e in events],
+        "decisions": [asdict(d) for d in decisions],
+        "fit_starts": {t: [asdict(s) for s in starts] for t, starts in fit_starts.items()},
+    }
+    return atomic_write_text(path, json.dumps(log, indent=1, default=str) + "\n")
 
 
 def allocation_spans(events: Sequence[Any], end_s: float) -> list[tuple[str, str, float, float]]:

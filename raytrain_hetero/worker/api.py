@@ -16,7 +16,7 @@ Typical loop::
 ``report`` stores the sampler cursor, the plan history and every rank's random-generator
 state in the checkpoint, so a restarted group resumes at exactly the next unseen step with the
 same Dropout masks. This module (and ``prepare_model_parallel``) alone reads the per-process
-runtime (:func:`~raytrain_hetero.worker.context.get_runtime`) and hands each part to the
+runtime (:func:`~raytrain_hetero.worker.runtime.registry.get_runtime`) and hands each part to the
 modules that do the work.
 """
 
@@ -38,41 +38,44 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError, HeteroError, ModelPreparationError
-from raytrain_hetero.worker.calibration import (
-    ProbeInputs,
-)
-from raytrain_hetero.worker.context import WorkerRuntime, get_runtime
-from raytrain_hetero.worker.dataset_agreement import (
+from raytrain_hetero.worker.data.dataset_agreement import (
     RankDataset,
     check_agreement,
     dataset_fingerprint,
 )
-from raytrain_hetero.worker.evaluation import EvaluationLoader, evaluation_shares, sum_across_ranks
-from raytrain_hetero.worker.faults import fault_point
-from raytrain_hetero.worker.guard import install_step_hooks, optimizer_gradients
-from raytrain_hetero.worker.identity import all_gather
-from raytrain_hetero.worker.micro_batches import (
+from raytrain_hetero.worker.data.evaluation import (
+    EvaluationLoader,
+    evaluation_shares,
+    sum_across_ranks,
+)
+from raytrain_hetero.worker.data.micro_batches import (
     MicroBatch,
     check_micro_batching,
     iterate_micro_batches,
 )
-from raytrain_hetero.worker.plan_flow import install_first_plan, install_run_plan, on_step_end
-from raytrain_hetero.worker.planning import (
-    build_plan,
-    gather_rank_slots,
-    next_free_step,
+from raytrain_hetero.worker.data.ray_data import CarvedShard
+from raytrain_hetero.worker.data.sampler import HeteroDataLoader, LoaderState
+from raytrain_hetero.worker.measure.probe import default_probe_loss
+from raytrain_hetero.worker.plan.calibration import ProbeInputs
+from raytrain_hetero.worker.plan.planning import build_plan, gather_rank_slots, next_free_step
+from raytrain_hetero.worker.runtime.handoff import checkpoint_due as _checkpoint_due
+from raytrain_hetero.worker.runtime.handoff import note_report
+from raytrain_hetero.worker.runtime.plan_flow import (
+    install_first_plan,
+    install_run_plan,
+    on_step_end,
 )
-from raytrain_hetero.worker.preemption import checkpoint_due as _checkpoint_due
-from raytrain_hetero.worker.preemption import note_report
-from raytrain_hetero.worker.probe import default_probe_loss
-from raytrain_hetero.worker.ray_data import CarvedShard, open_carved_shard
-from raytrain_hetero.worker.resume import (
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime
+from raytrain_hetero.worker.runtime.resume import (
     apply_pending_rng,
     restore_from_checkpoint,
     write_checkpoint_state,
 )
-from raytrain_hetero.worker.rng_state import RngState, capture_rng
-from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
+from raytrain_hetero.worker.runtime.shards import open_carved_shard
+from raytrain_hetero.worker.setup.faults import fault_point
+from raytrain_hetero.worker.setup.identity import all_gather
+from raytrain_hetero.worker.state.rng_state import RngState, capture_rng
+from raytrain_hetero.worker.sync.guard import install_step_hooks, optimizer_gradients
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +127,9 @@ def prepare_model(
     """Wrap ``model`` for exact heterogeneous data parallelism.
 
     Moves it to this worker's device, replaces BatchNorm layers by global-statistics
-    :class:`~raytrain_hetero.worker.batchnorm.HeteroBatchNorm` (exact under uneven slices, on gloo
+    :class:`~raytrain_hetero.worker.sync.batchnorm.exact.HeteroBatchNorm` (exact under uneven slices, on gloo
     too), or under ``BatchConfig.batchnorm="ghost"`` by
-    :class:`~raytrain_hetero.worker.batchnorm.GhostBatchNorm` (groups of ``ghost_size``),
+    :class:`~raytrain_hetero.worker.sync.batchnorm.ghost.GhostBatchNorm` (groups of ``ghost_size``),
     and wraps it in DDP with the count-weighted gradient hook.
 
     Args:
@@ -140,7 +143,7 @@ def prepare_model(
     Returns:
         The DDP-wrapped model.
     """
-    from raytrain_hetero.worker.ddp import wrap_model
+    from raytrain_hetero.worker.sync.ddp import wrap_model
 
     runtime = get_runtime()
     setup = runtime.identity.setup
@@ -215,7 +218,7 @@ def prepare_data_loader(
     The first iteration probes this worker (unless fixed shares were given) and agrees a plan
     with all ranks. In a model-parallel mode (``HeteroTrainer(parallel=...)``) every rank of a
     group reads its replica's slice, the union of the group's plan slices
-    (:class:`~raytrain_hetero.worker.sampler.CarvingBatchSampler`); the probe then times the
+    (:class:`~raytrain_hetero.worker.data.sampler.CarvingBatchSampler`); the probe then times the
     plain model that :func:`~raytrain_hetero.parallel.training.prepare_model_parallel` kept.
 
     Args:
@@ -264,7 +267,7 @@ def prepare_eval_data_loader(
     dataset: Dataset, *, batch_size: int = 256, sampler: Sampler | None = None, **kwargs: Any
 ) -> EvaluationLoader:
     """This rank's share of an evaluation or prediction set, split by the current plan's
-    speeds, every item once over all ranks (:mod:`~raytrain_hetero.worker.evaluation`). Build
+    speeds, every item once over all ranks (:mod:`~raytrain_hetero.worker.data.evaluation`). Build
     and iterate it on every rank; aggregate with :func:`sum_across_ranks` (counts) or a
     torchmetrics metric's ``compute()`` (synchronised, exact for uneven shards).
 
@@ -291,7 +294,7 @@ def prepare_eval_data_loader(
 
 def get_dataset_shard(name: str = "train") -> Any:
     """``ray.train.get_dataset_shard``; the carved dataset comes as a
-    :class:`~raytrain_hetero.worker.ray_data.RayDataShard` (this rank's slice of every global
+    :class:`~raytrain_hetero.worker.data.ray_data.RayDataShard` (this rank's slice of every global
     batch: ``shard.iter_torch_batches(...)``), any other as Ray's own ``DataIterator``."""
     shard = ray.train.get_dataset_shard(name)
     if not isinstance(shard, CarvedShard):
@@ -448,7 +451,7 @@ def admission_report() -> dict[str, Any]:
     Returns:
         ``AdmissionDecision.to_dict()`` plus ``summary`` (one line).
     """
-    from raytrain_hetero.worker.admission import assess_admission
+    from raytrain_hetero.worker.plan.admission import assess_admission
 
     runtime = get_runtime()
     plan = runtime.plans.current

@@ -43,9 +43,9 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from raytrain_hetero.errors import ConfigError
 from raytrain_hetero.worker import api
-from raytrain_hetero.worker.context import get_runtime
-from raytrain_hetero.worker.evaluation import EvaluationLoader
-from raytrain_hetero.worker.sampler import EpochDraws, HeteroDataLoader
+from raytrain_hetero.worker.data.evaluation import EvaluationLoader
+from raytrain_hetero.worker.data.sampler import EpochDraws, HeteroDataLoader
+from raytrain_hetero.worker.runtime.registry import get_runtime
 
 logger = logging.getLogger(__name__)
 

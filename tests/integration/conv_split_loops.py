@@ -27,9 +27,9 @@ from raytrain_hetero.parallel.conv_state import (
     probe_kernel_cost,
     resplit,
 )
-from raytrain_hetero.worker.context import get_runtime
-from raytrain_hetero.worker.emulation import SlowdownEmulator
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
+from raytrain_hetero.worker.runtime.registry import get_runtime
 
 SPLIT_LAYERS = ("conv1", "conv2")
 

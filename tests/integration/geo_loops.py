@@ -33,7 +33,7 @@ def geo_loop(config: dict) -> None:
 
     import raytrain_hetero as rh
     from raytrain_hetero import lightning as rhl
-    from raytrain_hetero.worker.context import get_runtime
+    from raytrain_hetero.worker.runtime.registry import get_runtime
 
     torch.manual_seed(0)
     dm = datamodule(config["paths"])

@@ -27,7 +27,7 @@ def lightning_live_loop(config: dict) -> None:
     import lightning.pytorch as pl
 
     from raytrain_hetero import lightning as rhl
-    from raytrain_hetero.worker.context import get_runtime
+    from raytrain_hetero.worker.runtime.registry import get_runtime
 
     x, y, idx = make_regression_data(config["size"], 64, 3, torch.float32)
     info = rh.get_rank_info()

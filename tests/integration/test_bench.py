@@ -14,7 +14,7 @@ from benchmarks.scenarios import CONTENDERS, SCENARIOS, Target
 from benchmarks.suite import EXIT_UNAVAILABLE, format_table
 from benchmarks.suite import main as bench_main
 from raytrain_hetero.app.bench_stock import StockEmulation
-from raytrain_hetero.worker.emulation import SlowdownSchedule
+from raytrain_hetero.worker.measure.emulation import SlowdownSchedule
 
 
 def synthetic_records(

@@ -24,7 +24,7 @@ from train_loops import (
 )
 
 from raytrain_hetero import BatchConfig, HeteroTrainer, WorkerSpec
-from raytrain_hetero.worker.batchnorm import convert_ghost_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_ghost_batchnorm
 
 pytestmark = pytest.mark.ray
 

@@ -1,7 +1,7 @@
 """Fault-injection suite: deterministic faults in every phase of a run, on a real Ray cluster.
 
 Every fault is a :class:`~raytrain_hetero.config.FaultSpec` fired once per run by the workers
-themselves (``raytrain_hetero.worker.faults``): SIGKILL of a worker process during the probe,
+themselves (``raytrain_hetero.worker.setup.faults``): SIGKILL of a worker process during the probe,
 during calibration, at a plan switch, mid-epoch (before any report of that epoch), between a
 checkpoint's write and its report; a rank hanging before a collective; the scheduler actor
 killed at a plan switch; a node lost while the group restarts (flapping); a corrupted
@@ -37,8 +37,8 @@ from train_loops import make_regression_data, one_device_params, plain_model
 from raytrain_hetero import HeteroTrainer, WorkerSpec
 from raytrain_hetero.config import FaultInjectionConfig, FaultSpec, ProbeConfig
 from raytrain_hetero.driver._ray_compat import available_resources_per_node
-from raytrain_hetero.worker.checkpoint_state import STATE_FILE
-from raytrain_hetero.worker.faults import fired_markers, marker_path
+from raytrain_hetero.worker.setup.faults import fired_markers, marker_path
+from raytrain_hetero.worker.state.checkpoint_state import STATE_FILE
 
 pytestmark = pytest.mark.ray
 

@@ -128,8 +128,8 @@ def test_unmodified_geodatamodule_carves_its_draws_through_a_switch_and_a_restar
     from raytrain_hetero import HeteroTrainer
     from raytrain_hetero.core.carving import EpochCarver
     from raytrain_hetero.core.plan import Plan
-    from raytrain_hetero.worker.faults import fired_markers
     from raytrain_hetero.worker.lightning import geo_draws
+    from raytrain_hetero.worker.setup.faults import fired_markers
     from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
     paths = str(tmp_path / "l7irish")

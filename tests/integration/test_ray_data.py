@@ -159,7 +159,8 @@ def test_parquet_from_the_s3_bucket_equal_start_live_scheduler_ghost_batchnorm(
     import torch
     import torch.nn.functional as F
 
-    from raytrain_hetero.worker.batchnorm import GhostBatchNorm, convert_ghost_batchnorm
+    from raytrain_hetero.worker.sync.batchnorm.convert import convert_ghost_batchnorm
+    from raytrain_hetero.worker.sync.batchnorm.ghost import GhostBatchNorm
 
     # Groups of 4: 6 steps per epoch, 24 x 5 and 30 (a tail of 6 < 3 workers x 1 group
     # merged: 7 groups and 2 samples, which join the last group, on the last rank).

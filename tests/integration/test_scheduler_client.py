@@ -12,7 +12,7 @@ from raytrain_hetero.driver.scheduler import (
     create_scheduler,
     scheduler_actor_name,
 )
-from raytrain_hetero.worker.scheduler_client import SchedulerClient
+from raytrain_hetero.worker.plan.scheduler_client import SchedulerClient
 
 
 def _record(step: int, rank: int = 0, group: str = "g") -> StepRecord:

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.worker.probe import time_gradient_allreduce
+from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
 
 DELAY_S = 0.2
 

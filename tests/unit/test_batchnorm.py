@@ -21,12 +21,9 @@ import torch
 import torch.distributed as dist
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.worker.batchnorm import (
-    UNBOUND,
-    BatchNormBinding,
-    HeteroBatchNorm,
-    convert_batchnorm,
-)
+from raytrain_hetero.worker.sync.batchnorm.binding import UNBOUND, BatchNormBinding
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.exact import HeteroBatchNorm
 
 SLICES = (5, 2, 9)
 EMPTY_MIDDLE = (5, 0, 11)

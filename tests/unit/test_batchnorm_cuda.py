@@ -17,7 +17,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.worker.batchnorm import GhostBatchNorm, convert_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.ghost import GhostBatchNorm
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

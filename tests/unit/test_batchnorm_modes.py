@@ -22,9 +22,9 @@ from raytrain_hetero.app.config import merge_overrides, parse_override, validate
 from raytrain_hetero.app.job import build_trainer
 from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.driver.trainer import HeteroTrainer
-from raytrain_hetero.worker.batchnorm import convert_batchnorm, convert_ghost_batchnorm
-from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm, convert_ghost_batchnorm
 
 SLICES = (5, 2, 9)
 CHANNELS = 3

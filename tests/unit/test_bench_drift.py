@@ -22,7 +22,7 @@ from benchmarks.report import format_table
 from benchmarks.scenarios import CONTENDERS, NOISE_AMPLITUDE, SCENARIOS
 from raytrain_hetero.config import EmulationConfig, WorkerSpec
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.emulation import SlowdownSchedule, noise_multiplier
+from raytrain_hetero.worker.measure.emulation import SlowdownSchedule, noise_multiplier
 
 
 def step_log(step_times, *, batch=60, world=2):

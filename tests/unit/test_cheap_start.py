@@ -12,16 +12,16 @@ from torch.utils.data import TensorDataset, default_collate
 from raytrain_hetero.config import BatchConfig, ProbeConfig, WorkerSpec
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.storage import storage_location
-from raytrain_hetero.worker.calibration import (
+from raytrain_hetero.worker.measure.probe import cost_key, default_probe_loss
+from raytrain_hetero.worker.plan.calibration import (
     ProbeInputs,
     known_costs,
     passive_step,
     prior_plan,
     starts_passive,
 )
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.planning import PlanState, gather_rank_slots, install_plan
-from raytrain_hetero.worker.probe import cost_key, default_probe_loss
+from raytrain_hetero.worker.plan.planning import PlanState, gather_rank_slots, install_plan
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 PER_SAMPLE_S = (0.001, 0.003)  # speeds 1 and 1/3, as hetero2
 

@@ -12,7 +12,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.checkpoint_state import (
+from raytrain_hetero.worker.state.checkpoint_state import (
     STATE_FILE,
     STATE_FORMAT,
     CheckpointState,
@@ -20,7 +20,7 @@ from raytrain_hetero.worker.checkpoint_state import (
     require_state,
     write_state,
 )
-from raytrain_hetero.worker.rng_state import capture_rng
+from raytrain_hetero.worker.state.rng_state import capture_rng
 
 CARVER = EpochCarver(dataset_size=470, global_batch_size=48, seed=3, min_step_size=3)
 
@@ -159,8 +159,8 @@ def test_restore_from_checkpoint_refuses_another_ghost_size_before_adopting_plan
     cut in groups of 4 under a run with ghost_size 8 is refused, the plans not adopted."""
     import ray.train
 
-    from raytrain_hetero.worker.planning import PlanState
-    from raytrain_hetero.worker.resume import restore_from_checkpoint
+    from raytrain_hetero.worker.plan.planning import PlanState
+    from raytrain_hetero.worker.runtime.resume import restore_from_checkpoint
 
     state = _ghost_state(4, min_slice=8)  # min_step_size 24 under ghost_size 8 too
     write_state(tmp_path, state)

@@ -7,8 +7,9 @@ import time
 import torch
 from gloo_group import run_gloo_group
 
-from raytrain_hetero.worker.ddp import wrap_model
-from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.sync.ddp import wrap_model
 
 WORLD_TIMEOUT_S = 120  # only the BatchNorm group's own timeout can end the wait early
 BN_TIMEOUT_S = 2

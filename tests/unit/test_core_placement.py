@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 
 from raytrain_hetero.core.placement import (
     NodeCapacity,
+    Shortfall,
     SlotDemand,
     count_placeable_prefix,
+    first_shortfall,
     selector_matches,
+    similar_name,
 )
 
 
@@ -123,3 +126,90 @@ def test_prefix_is_really_placeable_and_never_exceeds_an_exhaustive_search(slots
         for name, node in nodes.items()
     }
     assert count_placeable_prefix(slots, bigger) >= k
+
+
+# ------------------------------------------------------------------ first_shortfall (issue 48)
+
+
+def test_three_one_cpu_workers_on_a_two_cpu_node_are_proven_short_of_cpu():
+    slots = [SlotDemand({"CPU": 1}) for _ in range(3)]
+    nodes = {"laptop": NodeCapacity({"CPU": 2.0, "memory": 8e9})}
+    assert first_shortfall(slots, nodes) == Shortfall(
+        slot=2, reason="room", resource="CPU", needed=3.0, offered=2.0, proven=True, sharing=3
+    )
+    assert first_shortfall(slots[:2], nodes) is None
+
+
+def test_a_typo_of_a_resource_is_named_with_the_resource_it_resembles():
+    slots = [SlotDemand({"CPU": 1, "GPUS": 1}) for _ in range(2)]
+    nodes = {"n": NodeCapacity({"CPU": 4.0, "GPU": 1.0})}
+    found = first_shortfall(slots, nodes)
+    assert found is not None
+    assert (found.slot, found.reason, found.resource, found.needed, found.offered) == (
+        0,
+        "resource",
+        "GPUS",
+        1.0,
+        0.0,
+    )
+    assert found.proven and found.suggestion == "GPU"
+    # No GPU anywhere: the name to suggest comes from the names Ray always knows.
+    cpu_only = {"n": NodeCapacity({"CPU": 4.0})}
+    assert first_shortfall(slots, cpu_only).suggestion is None
+    assert first_shortfall(slots, cpu_only, known_resources=("CPU", "GPU")).suggestion == "GPU"
+
+
+def test_a_resource_a_node_offers_is_no_typo_even_if_too_little():
+    slots = [SlotDemand({"CPU": 8, "GPU": 1})]
+    nodes = {"n": NodeCapacity({"CPU": 2.0, "GPU": 1.0})}
+    found = first_shortfall(slots, nodes)
+    assert (found.reason, found.resource, found.needed, found.offered) == ("resource", "CPU", 8, 2)
+    assert found.suggestion is None
+
+
+def test_labels_no_node_carries_are_the_reason():
+    slots = [SlotDemand({"CPU": 1}), SlotDemand({"CPU": 1}, {"pool": "a100"})]
+    nodes = {"n": NodeCapacity({"CPU": 8.0}, {"pool": "cpu"})}
+    assert first_shortfall(slots, nodes) == Shortfall(slot=1, reason="labels")
+
+
+def test_room_taken_by_earlier_slots_is_proven_only_within_their_pool():
+    # Slots 0-1 can use only pool a (2 CPUs); slot 2 too: 3 CPUs on 2 is proven short.
+    slots = [SlotDemand({"CPU": 1}, {"pool": "a"}) for _ in range(3)]
+    nodes = {
+        "a": NodeCapacity({"CPU": 2.0}, {"pool": "a"}),
+        "b": NodeCapacity({"CPU": 8.0}, {"pool": "b"}),
+    }
+    found = first_shortfall(slots, nodes)
+    assert (found.slot, found.reason, found.proven, found.needed, found.offered) == (
+        2,
+        "room",
+        True,
+        3.0,
+        2.0,
+    )
+
+
+def test_similar_name():
+    assert similar_name("GPUS", ["CPU", "GPU", "memory"]) == "GPU"
+    assert similar_name("gpu", ["CPU", "GPU"]) == "GPU"
+    assert similar_name("cpus", ["CPU", "GPU"]) == "CPU"
+    assert similar_name("fast_tag", ["CPU", "GPU"]) is None
+    assert similar_name("GPU", ["GPU"]) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(slot_strategy, min_size=1, max_size=4), st.lists(node_strategy, min_size=1, max_size=3)
+)
+def test_a_proven_shortfall_is_never_placeable_and_none_always_is(slots, node_list):
+    nodes = {f"n{i}": node for i, node in enumerate(node_list)}
+    found = first_shortfall(slots, nodes)
+    if found is None:
+        assert _exhaustively_placeable(slots, nodes)
+        return
+    # The slots before the short one are placed (the greedy placement's prefix) ...
+    assert found.slot == count_placeable_prefix(slots, nodes)
+    # ... and a proof is one: no assignment whatever holds the slots up to it.
+    if found.proven:
+        assert not _exhaustively_placeable(slots[: found.slot + 1], nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raytrain_hetero.errors import DataError
-from raytrain_hetero.worker.dataset_agreement import (
+from raytrain_hetero.worker.data.dataset_agreement import (
     DatasetFingerprint,
     RankDataset,
     check_agreement,

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.app.datasets import data_source, open_worker_data
 from raytrain_hetero.app.job import prepare_dataset
-from raytrain_hetero.worker.dataset_agreement import dataset_fingerprint
+from raytrain_hetero.worker.data.dataset_agreement import dataset_fingerprint
 from raytrain_hetero.workloads.cache import DecodedArrays, InMemoryDataset, node_shared_dataset
 from raytrain_hetero.workloads.data import decoded_once_per_node, open_datasets
 

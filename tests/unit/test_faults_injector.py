@@ -20,13 +20,13 @@ from raytrain_hetero.config import (
 )
 from raytrain_hetero.config.faults import random_faults
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.faults import (
+from raytrain_hetero.worker.setup.faults import (
     CORRUPT_STATE_BYTES,
     KILLED_SCHEDULER,
     fault_point,
     fired_markers,
 )
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 
 def identity(config: FaultInjectionConfig | None, rank: int = 0) -> RankIdentity:
@@ -141,7 +141,7 @@ def test_kill_is_a_sigkill_of_the_process_itself_recorded_before(tmp_path):
         import sys
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         from raytrain_hetero.config import FaultInjectionConfig
-        from raytrain_hetero.worker.faults import fault_point
+        from raytrain_hetero.worker.setup.faults import fault_point
         from test_faults_injector import identity
         config = FaultInjectionConfig.model_validate_json({config.model_dump_json()!r})
         fault_point(identity(config, rank=1), "probe")
@@ -173,7 +173,7 @@ def test_nan_poisons_the_next_forward_pass_once(tmp_path):
 
 
 def test_a_corrupted_state_file_is_a_clear_error_naming_it(tmp_path):
-    from raytrain_hetero.worker.checkpoint_state import STATE_FILE, read_state
+    from raytrain_hetero.worker.state.checkpoint_state import STATE_FILE, read_state
 
     (tmp_path / STATE_FILE).write_bytes(CORRUPT_STATE_BYTES)  # not even UTF-8
     with pytest.raises(ConfigError) as err:

@@ -25,8 +25,8 @@ from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.errors import DataError
+from raytrain_hetero.worker.data.sampler import CarvingBatchSampler, EpochDraws
 from raytrain_hetero.worker.lightning import geo_draws
-from raytrain_hetero.worker.sampler import CarvingBatchSampler, EpochDraws
 from raytrain_hetero.workloads.synthetic.hyperspectral import generate_hyperspectral_scene
 
 BATCH, LENGTH = 10, 47  # 4 full steps and a short one of 7 per epoch
@@ -130,9 +130,9 @@ def test_grid_cells_are_carved_like_indices(l7irish):
 
 
 def test_probe_batches_are_drawn_through_the_sampler(l7irish):
-    from raytrain_hetero.worker.calibration import PROBE_SALT, ProbeInputs, _batch_maker
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-    from raytrain_hetero.worker.probe import default_probe_loss
+    from raytrain_hetero.worker.measure.probe import default_probe_loss
+    from raytrain_hetero.worker.plan.calibration import PROBE_SALT, ProbeInputs, _batch_maker
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     dm = L7IrishDataModule(paths=str(l7irish), batch_size=4, patch_size=16, length=LENGTH)
     dm.setup("fit")
@@ -181,7 +181,8 @@ def test_ghost_groups_hold_on_a_geodatamodules_carved_draws(l7irish):
     last), every rank's collated slice, through the datamodule's batch augmentation, holds
     whole groups of the global step's draws in order, so GhostBatchNorm's output on each rank
     is the one-device output on the step's global batch (float64, 1e-12)."""
-    from raytrain_hetero.worker.batchnorm import GhostBatchNorm, convert_ghost_batchnorm
+    from raytrain_hetero.worker.sync.batchnorm.convert import convert_ghost_batchnorm
+    from raytrain_hetero.worker.sync.batchnorm.ghost import GhostBatchNorm
 
     ghost = 2
     dm = L7IrishDataModule(paths=str(l7irish), batch_size=4, patch_size=16, length=LENGTH)

@@ -28,16 +28,16 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.errors import ModelPreparationError
-from raytrain_hetero.worker.batchnorm import (
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm, convert_ghost_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.exact import HeteroBatchNorm
+from raytrain_hetero.worker.sync.batchnorm.ghost import (
     GhostBatchNorm,
     GhostStatistics,
-    HeteroBatchNorm,
-    convert_batchnorm,
-    convert_ghost_batchnorm,
     ghost_groups,
 )
-from raytrain_hetero.worker.ddp import wrap_model
-from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+from raytrain_hetero.worker.sync.ddp import wrap_model
 
 G = 8  # samples per ghost group
 BATCH = 48  # global batch: 6 groups
@@ -389,8 +389,8 @@ def _timm_rank(rank: int, world_size: int) -> dict:
 
     from raytrain_hetero.config import BatchConfig, WorkerSpec
     from raytrain_hetero.worker.api import prepare_model
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="timm-ghost",

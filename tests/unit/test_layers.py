@@ -6,8 +6,13 @@ every module of ``raytrain_hetero`` is read with :mod:`ast` (nothing is imported
 
 * the layer rules count every import, also the lazy ones inside functions and those under
   ``if TYPE_CHECKING:`` (a lazy import of the driver is still a dependency on it);
-* the cycle check counts only imports that run when the module is imported (module and class
-  bodies, outside ``TYPE_CHECKING``), since only those can make an import fail half-way.
+* the cycle check counts every import too: a circle closed only by a lazy or a type-only import
+  cannot fail at import time, but it is a circle of the design all the same (two modules that
+  each need the other to be understood);
+* the layer order (:data:`LAYER_ORDER`, the one of ``../shared/tools/check_import_cycles.py``)
+  forbids every import of a higher layer, and inside ``worker/`` the sub-packages point down
+  their own order (:data:`WORKER_ORDER`);
+* no module is over :data:`MAX_MODULE_LINES` lines.
 
 Each failure names the importing file, the line and the rule it breaks.
 """
@@ -266,13 +271,21 @@ def layer_violations(edges: list[ImportEdge]) -> list[tuple[ImportEdge, LayerRul
     return found
 
 
-def import_cycles(edges: list[ImportEdge]) -> list[list[ImportEdge]]:
-    """The import-time import cycles: for each strongly connected component of more than one
-    module (or a module importing itself), one cycle through it as a list of edges."""
+def import_cycles(
+    edges: list[ImportEdge], *, import_time_only: bool = False
+) -> list[list[ImportEdge]]:
+    """The import cycles: for each strongly connected component of more than one module (or a
+    module importing itself), one cycle through it as a list of edges. Every import counts
+    (lazy and type-only ones too) unless ``import_time_only``. An import of a package by one of
+    its own modules (``from pkg import sub`` naming the package) is no edge: a package's
+    ``__init__`` runs before its modules in any case."""
     graph: dict[str, dict[str, ImportEdge]] = {}
     for edge in edges:
-        if edge.at_import_time:
-            graph.setdefault(edge.importer, {}).setdefault(edge.target, edge)
+        if import_time_only and not edge.at_import_time:
+            continue
+        if edge.importer.startswith(edge.target + "."):
+            continue
+        graph.setdefault(edge.importer, {}).setdefault(edge.target, edge)
     # Tarjan's strongly connected components, iteratively (no recursion limit on deep trees).
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -326,6 +339,57 @@ def import_cycles(edges: list[ImportEdge]) -> list[list[ImportEdge]]:
     return cycles
 
 
+#: The layers from the bottom up, as ``../shared/tools/check_import_cycles.py`` orders them: a
+#: module never imports a layer listed after its own (layers not listed are ruled by RULES).
+LAYER_ORDER = (
+    "errors", "atomic", "core", "config", "sim", "worker", "workloads", "storage", "parallel",
+    "driver", "inference", "tune", "app",
+)  # fmt: skip
+
+#: ``worker/``'s sub-packages from the bottom up (``raytrain_hetero/worker/__init__.py`` says
+#: what each holds); a sub-package never imports one listed after it. The public worker API
+#: (``worker/api.py``, ``worker/lightning.py``) sits above them all.
+WORKER_ORDER = ("setup", "measure", "sync", "data", "state", "plan", "runtime")
+WORKER_TOP = frozenset({"api", "lightning"})
+
+#: The house rule for a module's length: past it, a module holds more than one concern.
+MAX_MODULE_LINES = 600
+
+
+def upward_imports(edges: list[ImportEdge]) -> list[ImportEdge]:
+    """Each import of a layer higher in :data:`LAYER_ORDER` than the importer's."""
+    rank = {layer: i for i, layer in enumerate(LAYER_ORDER)}
+    return [
+        edge
+        for edge in edges
+        if layer_of(edge.importer) in rank
+        and layer_of(edge.target) in rank
+        and rank[layer_of(edge.target)] > rank[layer_of(edge.importer)]
+    ]
+
+
+def _worker_part(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] != "worker":
+        return None
+    return parts[2]
+
+
+def worker_upward_imports(edges: list[ImportEdge]) -> list[ImportEdge]:
+    """Each import by a worker module of a worker sub-package later in :data:`WORKER_ORDER`
+    (or of the public worker API) than its own."""
+    rank = {part: i for i, part in enumerate(WORKER_ORDER)}
+    rank.update({part: len(WORKER_ORDER) for part in WORKER_TOP})
+    found = []
+    for edge in edges:
+        mine, theirs = _worker_part(edge.importer), _worker_part(edge.target)
+        if mine is None or theirs is None or mine == theirs:
+            continue
+        if rank.get(theirs, -1) > rank.get(mine, len(WORKER_ORDER)):
+            found.append(edge)
+    return found
+
+
 def _cycle_key(cycle: list[ImportEdge]) -> tuple[str, ...]:
     return tuple(sorted({edge.importer for edge in cycle}))
 
@@ -372,6 +436,40 @@ def test_no_import_cycles(tree_imports):
     assert not cycles, "import cycles (imports that run at import time):\n" + "\n\n".join(
         _describe(c) for c in cycles
     )
+
+
+def test_no_upward_imports(tree_imports):
+    found = [
+        f"{edge.where()}: {edge.importer} imports {edge.target} (layer order: "
+        f"{' < '.join(LAYER_ORDER)})"
+        for edge in upward_imports(tree_imports)
+    ]
+    assert not found, "imports up the layers:\n" + "\n".join(found)
+
+
+def test_worker_subpackages_point_down(tree_imports):
+    modules = package_modules(PACKAGE_DIR)
+    parts = {_worker_part(m) for m in modules} - {None, "__init__"}
+    known = set(WORKER_ORDER) | WORKER_TOP
+    assert parts <= known, (
+        f"worker/ has {sorted(parts - known)} outside WORKER_ORDER: give each sub-package its "
+        "place in the order (and in raytrain_hetero/worker/__init__.py's map)"
+    )
+    found = [
+        f"{edge.where()}: {edge.importer} imports {edge.target} (worker order: "
+        f"{' < '.join(WORKER_ORDER)} < api/lightning)"
+        for edge in worker_upward_imports(tree_imports)
+    ]
+    assert not found, "worker sub-packages importing up:\n" + "\n".join(found)
+
+
+def test_no_module_over_the_size_rule():
+    long = {
+        str(path.relative_to(PACKAGE_DIR.parent)): lines
+        for path in package_modules(PACKAGE_DIR).values()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split each along its seams): {long}"
 
 
 def test_known_cycles_still_occur(tree_imports):
@@ -430,7 +528,7 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
     }
 
 
-def test_checker_finds_cycles_and_ignores_lazy_imports(tmp_path):
+def test_checker_finds_cycles_lazy_and_type_only_ones_included(tmp_path):
     package = _write_package(
         tmp_path,
         {
@@ -440,11 +538,23 @@ def test_checker_finds_cycles_and_ignores_lazy_imports(tmp_path):
             "worker/b.py": "class K:\n    from pkg.worker.c import x\n",  # class body: import time
             "worker/c.py": "import pkg.worker.a\n",
             "worker/d.py": "from pkg.worker import e\n",
-            "worker/e.py": "def f():\n    from pkg.worker import d\n",  # lazy: no cycle
+            "worker/e.py": "def f():\n    from pkg.worker import d\n",  # lazy: still a circle
+            "worker/t.py": "from pkg.worker import u\n",
+            "worker/u.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from pkg.worker.t import T\n",  # type-only: still a circle
             "worker/s.py": "from . import s\n",  # imports itself
+            "worker/sub/__init__.py": "",
+            "worker/sub/m.py": "from pkg.worker import sub\n",  # its own package: no edge
         },
     )
-    cycles = import_cycles(all_imports(package))
+    edges = all_imports(package)
+    assert sorted(_cycle_key(c) for c in import_cycles(edges)) == [
+        ("pkg.worker.a", "pkg.worker.b", "pkg.worker.c"),
+        ("pkg.worker.d", "pkg.worker.e"),
+        ("pkg.worker.s",),
+        ("pkg.worker.t", "pkg.worker.u"),
+    ]
+    cycles = import_cycles(edges, import_time_only=True)
     assert sorted(_cycle_key(c) for c in cycles) == [
         ("pkg.worker.a", "pkg.worker.b", "pkg.worker.c"),
         ("pkg.worker.s",),
@@ -456,6 +566,35 @@ def test_checker_finds_cycles_and_ignores_lazy_imports(tmp_path):
         ("pkg.worker.c", "pkg.worker.a"),
     ]
     assert "worker/c.py:1: pkg.worker.c imports pkg.worker.a" in _describe(three)
+
+
+def test_checker_finds_upward_imports(tmp_path):
+    package = _write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "storage.py": "",
+            "worker/__init__.py": "",
+            "worker/setup/__init__.py": "",
+            "worker/setup/identity.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from pkg.storage import Location\n",  # type-only, still up the layers
+            "worker/data/__init__.py": "",
+            "worker/data/sampler.py": "def f():\n    from pkg.worker.plan import planning\n",
+            "worker/plan/__init__.py": "",
+            "worker/plan/planning.py": "from pkg.worker.data.sampler import S\n",  # down: fine
+            "worker/api.py": "from pkg.worker.plan.planning import P\n",  # the top: fine
+            "worker/runtime/__init__.py": "",
+            "worker/runtime/registry.py": "from pkg.worker import api\n",  # up to the API
+        },
+    )
+    edges = all_imports(package)
+    assert {(e.importer, e.target) for e in upward_imports(edges)} == {
+        ("pkg.worker.setup.identity", "pkg.storage")
+    }
+    assert {(e.importer, e.target) for e in worker_upward_imports(edges)} == {
+        ("pkg.worker.data.sampler", "pkg.worker.plan.planning"),
+        ("pkg.worker.runtime.registry", "pkg.worker.api"),
+    }
 
 
 def test_checker_finds_imports_of_the_benchmarks(tmp_path):

@@ -99,11 +99,11 @@ def test_prepare_trainer_refuses_what_would_break_the_carving(monkeypatch):
 
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import WorkerSpec
-    from raytrain_hetero.worker import context
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.runtime import registry as context
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
 
     monkeypatch.setattr(context, "_runtime", None)  # restored after the test
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="t",

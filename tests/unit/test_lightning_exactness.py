@@ -111,11 +111,11 @@ def _trainer_kwargs() -> dict:
 def _carved_loader(dataset: Dataset, records: list, batch_size: int = BATCH):
     """The loader ``prepare_data_loader`` builds, from this process's runtime (no Ray)."""
     from raytrain_hetero.core.carving import Cursor, EpochCarver
-    from raytrain_hetero.worker import plan_flow
-    from raytrain_hetero.worker.calibration import ProbeInputs
-    from raytrain_hetero.worker.context import get_runtime
-    from raytrain_hetero.worker.probe import default_probe_loss
-    from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
+    from raytrain_hetero.worker.data.sampler import HeteroDataLoader, LoaderState
+    from raytrain_hetero.worker.measure.probe import default_probe_loss
+    from raytrain_hetero.worker.plan.calibration import ProbeInputs
+    from raytrain_hetero.worker.runtime import plan_flow
+    from raytrain_hetero.worker.runtime.registry import get_runtime
 
     runtime = get_runtime()
     setup = runtime.identity.setup
@@ -148,8 +148,8 @@ def _rank_main(rank: int, world_size: int) -> dict:
 
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import WorkerSpec
-    from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="lightning",
@@ -259,8 +259,8 @@ def _ghost_rank(rank: int, world_size: int) -> dict:
 
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import WorkerSpec
-    from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     class Task(pl.LightningModule):
         def __init__(self) -> None:
@@ -306,7 +306,7 @@ def test_lightning_ghost_batchnorm_matches_one_device_ghost():
     """The Lightning strategy under batchnorm: ghost: GhostBatchNorm layers, slices in whole
     groups, and the parameters and running statistics of one device running ghost BatchNorm
     over the same global batches."""
-    from raytrain_hetero.worker.batchnorm import convert_ghost_batchnorm
+    from raytrain_hetero.worker.sync.batchnorm.convert import convert_ghost_batchnorm
 
     by_rank = run_gloo_group(_ghost_rank, len(GHOST_SHARES), timeout_s=300)
     model = convert_ghost_batchnorm(_ghost_model(), 2)

@@ -133,13 +133,13 @@ def _rank_main(rank: int, world_size: int, paths: str) -> dict:
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.core.carving import Cursor, EpochCarver
-    from raytrain_hetero.worker import plan_flow
-    from raytrain_hetero.worker.calibration import ProbeInputs
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.data.sampler import HeteroDataLoader, LoaderState
     from raytrain_hetero.worker.lightning import geo_draws
-    from raytrain_hetero.worker.probe import default_probe_loss
-    from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
+    from raytrain_hetero.worker.measure.probe import default_probe_loss
+    from raytrain_hetero.worker.plan.calibration import ProbeInputs
+    from raytrain_hetero.worker.runtime import plan_flow
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="geo",

@@ -51,9 +51,9 @@ def _fit(rank: int, world: int, store: Path, last_step: int | None, resume: Path
     from raytrain_hetero.core.preemption import HandoffDecision
     from raytrain_hetero.errors import PreemptionHandoff
     from raytrain_hetero.worker import api
-    from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-    from raytrain_hetero.worker.scheduler_client import SchedulerClient
+    from raytrain_hetero.worker.plan.scheduler_client import SchedulerClient
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
     setup = HeteroSetup(
         run_id="lightning-preempt",

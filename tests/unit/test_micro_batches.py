@@ -15,12 +15,12 @@ from gloo_group import run_gloo_group
 import raytrain_hetero as rh
 from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.errors import ConfigError, HeteroError, ProbeError
-from raytrain_hetero.worker.calibration import measure_pass_caps
-from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.memory_probe import probe_memory
-from raytrain_hetero.worker.micro_batches import split_batch
-from raytrain_hetero.worker.timing import StepInfo
+from raytrain_hetero.worker.data.micro_batches import split_batch
+from raytrain_hetero.worker.measure.memory_probe import probe_memory
+from raytrain_hetero.worker.measure.timing import StepInfo
+from raytrain_hetero.worker.plan.calibration import measure_pass_caps
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 SLICES = (5, 2, 9)
 #: Samples per pass by rank: rank 0 in parts 2+2+1, rank 1 whole, rank 2 in parts 3+3+3.

@@ -28,9 +28,9 @@ from raytrain_hetero.config import (
 )
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.parallel.training import prepare_model_parallel
-from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.sampler import LoaderState
+from raytrain_hetero.worker.data.sampler import LoaderState
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 from raytrain_hetero.workloads.models import TwoBranchFusionCNN
 
 WORLD = 4

@@ -17,10 +17,11 @@ from raytrain_hetero.config import BatchConfig, ElasticConfig, ParallelConfig
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.parallel.layout import ParallelLayout
-from raytrain_hetero.worker.context import Telemetry
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.sampler import CarvingBatchSampler, HeteroDataLoader, LoaderState
-from raytrain_hetero.worker.timing import ComputeClock, StepTiming
+from raytrain_hetero.worker.data.sampler import CarvingBatchSampler, HeteroDataLoader, LoaderState
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.telemetry import Telemetry
+from raytrain_hetero.worker.measure.timing import StepTiming
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 
 def loop(config):  # never runs: construction fails first
@@ -193,7 +194,7 @@ def test_a_reading_group_must_be_consecutive_and_hold_the_reader():
 
 def test_prepare_model_parallel_refuses_data_mode():
     from raytrain_hetero.parallel.training import prepare_model_parallel
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
 
     setup = dataclasses.replace(_setup(ParallelConfig()), specs=tuple(workers(WORLD)))
     identity = RankIdentity(setup=setup, slot=0, rank=0, world_size=1)

@@ -16,14 +16,11 @@ from raytrain_hetero.core.preemption import HandoffDecision
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver._ray_compat import HandoffFailurePolicy, create_failure_policy
 from raytrain_hetero.errors import HeteroError, PreemptionHandoff
-from raytrain_hetero.worker.context import HeteroSetup, RankIdentity, WorkerRuntime
-from raytrain_hetero.worker.preemption import (
-    PreemptionWatch,
-    checkpoint_due,
-    end_of_step,
-    note_report,
-)
-from raytrain_hetero.worker.timing import StepInfo
+from raytrain_hetero.worker.measure.timing import StepInfo
+from raytrain_hetero.worker.runtime.handoff import checkpoint_due, end_of_step, note_report
+from raytrain_hetero.worker.runtime.registry import RankIdentity, WorkerRuntime
+from raytrain_hetero.worker.setup.identity import HeteroSetup
+from raytrain_hetero.worker.state.preemption import PreemptionWatch
 
 
 def _record(step: int, wall_s: float = 0.1) -> StepRecord:

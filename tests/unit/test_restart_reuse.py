@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan
-from raytrain_hetero.worker.checkpoint_state import slot_costs as _slot_costs
+from raytrain_hetero.worker.state.checkpoint_state import slot_costs as _slot_costs
 
 
 def _plan(version: int, costs: list[CostModel]) -> Plan:

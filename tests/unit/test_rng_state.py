@@ -8,7 +8,7 @@ import random
 import numpy as np
 import torch
 
-from raytrain_hetero.worker.rng_state import RngState, capture_rng, restore_rng
+from raytrain_hetero.worker.state.rng_state import RngState, capture_rng, restore_rng
 
 
 def _draws() -> tuple:

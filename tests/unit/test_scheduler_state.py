@@ -9,7 +9,7 @@ from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.policy import PendingReplan, PolicyConfig
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.driver.scheduler import HeteroScheduler
-from raytrain_hetero.worker.scheduler_client import PollAnswer
+from raytrain_hetero.worker.plan.scheduler_client import PollAnswer
 
 
 def record(step: int, rank: int = 0, group: str = "g", busy_s: float = 0.1, **over) -> StepRecord:

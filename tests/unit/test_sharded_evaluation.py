@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.evaluation import EvaluationLoader, ShardBatchSampler
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.data.evaluation import EvaluationLoader, ShardBatchSampler
+from raytrain_hetero.worker.measure.clock import ComputeClock
 
 SHARES = (4.0, 2.0, 1.0)  # speeds 1, 1/2, 1/4
 SAMPLES, BATCH, CLASSES = 101, 14, 4  # 7 full steps and a short one of 3
@@ -160,8 +160,8 @@ def _rank_main(rank: int, world_size: int) -> dict:
     import raytrain_hetero as rh
     from raytrain_hetero import lightning as rhl
     from raytrain_hetero.config import BatchConfig, WorkerSpec
-    from raytrain_hetero.worker.context import WorkerRuntime, install_runtime
-    from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
+    from raytrain_hetero.worker.runtime.registry import WorkerRuntime, install_runtime
+    from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
     from raytrain_hetero.workloads.evaluation import correct_counts
 
     setup = HeteroSetup(

@@ -11,10 +11,10 @@ from gloo_group import run_gloo_group
 
 from raytrain_hetero.config import BackendConfig, BatchConfig, GuardConfig, WorkerSpec
 from raytrain_hetero.errors import NonFiniteStepError
-from raytrain_hetero.worker.context import WorkerRuntime, get_runtime, install_runtime
-from raytrain_hetero.worker.guard import StepGuard
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.timing import StepInfo
+from raytrain_hetero.worker.measure.timing import StepInfo
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime, get_runtime, install_runtime
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
+from raytrain_hetero.worker.sync.guard import StepGuard
 
 SLICES = (3, 5, 4)
 WORLD = len(SLICES)

@@ -10,8 +10,7 @@ from gloo_group import run_gloo_group
 from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.planning import (
+from raytrain_hetero.worker.plan.planning import (
     PlanState,
     allocation_caps,
     build_plan,
@@ -19,6 +18,7 @@ from raytrain_hetero.worker.planning import (
     install_plan,
     next_free_step,
 )
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 SETUP = HeteroSetup(
     run_id="r",

@@ -9,7 +9,8 @@ import pytest
 from cpu_time import burn
 
 from raytrain_hetero.errors import ProbeError
-from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer, ProbeTimings, WallClock
+from raytrain_hetero.worker.measure.clock import ComputeClock, WallClock
+from raytrain_hetero.worker.measure.timing import ProbeTimer, ProbeTimings
 
 
 def test_warm_up_then_interleaved_rounds_with_cleanup_after_every_call():

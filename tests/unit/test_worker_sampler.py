@@ -10,10 +10,11 @@ from raytrain_hetero.config import BatchConfig, WorkerSpec
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.context import Telemetry
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.sampler import HeteroDataLoader, LoaderState
-from raytrain_hetero.worker.timing import ComputeClock, StepTiming
+from raytrain_hetero.worker.data.sampler import HeteroDataLoader, LoaderState
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.telemetry import Telemetry
+from raytrain_hetero.worker.measure.timing import StepTiming
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity
 
 SETUP = HeteroSetup(
     run_id="r",

@@ -9,9 +9,14 @@ import torch
 from cpu_time import burn
 
 from raytrain_hetero.config import SlowdownInjection
-from raytrain_hetero.worker.ddp import batchnorm_binding
-from raytrain_hetero.worker.emulation import SlowdownEmulator, SlowdownSchedule, slowdown_factor
-from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import (
+    SlowdownEmulator,
+    SlowdownSchedule,
+    slowdown_factor,
+)
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.sync.ddp import batchnorm_binding
 
 
 def test_emulator_sleeps_k_minus_one_times_the_compute_and_returns_k_times(one_thread):
@@ -160,7 +165,7 @@ def test_compute_clock_with_several_threads_reads_wall_time():
 
 def test_node_slowdown_is_the_factor_of_the_node_label_and_multiplies_across_keys():
     from raytrain_hetero.config import EmulationConfig
-    from raytrain_hetero.worker.emulation import node_slowdown
+    from raytrain_hetero.worker.measure.emulation import node_slowdown
 
     factors = EmulationConfig(
         node_slowdowns={"speed": {"fast": 2, "slow": 6}, "rack": {"far": 1.5}}

@@ -3,10 +3,10 @@
 Each rank back-propagates the *mean* loss over its n_i samples; the communication hook scales
 its bucket by w_i = n_i / N (N known on every rank from the carving) and sums, giving exactly
 the whole batch's mean gradient. ``weighting="uniform"`` scales by 1/world_size (the seed
-papers' biased baseline). With a :class:`~raytrain_hetero.worker.guard.StepGuard` the hook
+papers' biased baseline). With a :class:`~raytrain_hetero.worker.sync.guard.StepGuard` the hook
 also checks each bucket and appends the non-finite indicator to the last bucket's all-reduce.
 Under ghost BatchNorm the last bucket also launches the step's one all-reduce of the running
-statistics (:class:`~raytrain_hetero.worker.batchnorm.GhostStatistics`), right behind it.
+statistics (:class:`~raytrain_hetero.worker.sync.batchnorm.ghost.GhostStatistics`), right behind it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.batchnorm import (
-    BatchNormBinding,
-    GhostStatistics,
-    convert_batchnorm,
-    convert_ghost_batchnorm,
-)
-from raytrain_hetero.worker.emulation import emulate_collective_delay
-from raytrain_hetero.worker.guard import StepGuard
-from raytrain_hetero.worker.timing import StepTiming
+from raytrain_hetero.worker.measure.emulation import emulate_collective_delay
+from raytrain_hetero.worker.measure.timing import StepTiming
+from raytrain_hetero.worker.sync.batchnorm.binding import BatchNormBinding
+from raytrain_hetero.worker.sync.batchnorm.convert import convert_batchnorm, convert_ghost_batchnorm
+from raytrain_hetero.worker.sync.batchnorm.ghost import GhostStatistics
+from raytrain_hetero.worker.sync.guard import StepGuard
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.rng_state import RngState
+from raytrain_hetero.worker.state.rng_state import RngState
 
 logger = logging.getLogger(__name__)
 

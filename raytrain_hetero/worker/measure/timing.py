@@ -1,10 +1,6 @@
-"""The compute clock, the step in progress, and its timing accounting.
+"""The step in progress and its timing accounting, on the compute clock (:mod:`.clock`).
 
-Compute is this worker's *own* work, not wall time, so workers sharing cores do not distort
-each other's figures: on CPU with one intra-op thread the calling thread's CPU time (forward
-and backward run on the caller's thread); with several threads wall time, since their summed
-CPU time would count each second of a 4-thread worker four times; on CUDA wall time after
-``torch.cuda.synchronize``. :class:`StepTiming` owns the step in progress (begun by the
+:class:`StepTiming` owns the step in progress (begun by the
 loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
 of every probe (step costs, the gradient all-reduce, conv kernels, branches).
 """
@@ -16,48 +12,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from raytrain_hetero.core.weighting import gradient_scale
 from raytrain_hetero.errors import ProbeError
-from raytrain_hetero.worker.emulation import SlowdownEmulator
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
 
 __all__ = [
-    "ComputeClock",
     "ProbeTimer",
     "ProbeTimings",
     "StepInfo",
     "StepTimes",
     "StepTiming",
-    "WallClock",
 ]
-
-
-class ComputeClock:
-    """Reads seconds of this worker's own compute on ``device``."""
-
-    def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
-
-    def now(self) -> float:
-        """Current reading; differences are compute seconds."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return time.perf_counter()
-        if torch.get_num_threads() == 1:
-            return time.thread_time()
-        return time.perf_counter()
-
-
-class WallClock(ComputeClock):
-    """Reads wall seconds (after ``torch.cuda.synchronize`` on CUDA): for probes whose cost is
-    waiting on others (a collective), not this worker's own compute."""
-
-    def now(self) -> float:
-        """Current wall-clock reading."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -214,12 +180,12 @@ class ProbeTimer:
     """Times probe calls: warm-up, interleaved repeats, one clock, EMULATION accounted.
 
     A call's compute is read on ``clock`` and stretched by ``slowdown`` through the one
-    :class:`~raytrain_hetero.worker.emulation.SlowdownEmulator`, accounted, not slept. A call
+    :class:`~raytrain_hetero.worker.measure.emulation.SlowdownEmulator`, accounted, not slept. A call
     may end its setup with :meth:`setup_done` (after building a batch, or a barrier): the
     setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
     more slowly), else not at all.
 
-    ``clock`` is a :class:`ComputeClock` (own compute) or a :class:`WallClock`.
+    ``clock`` is a :class:`~.clock.ComputeClock` (own compute) or a :class:`~.clock.WallClock`.
 
     Raises:
         ProbeError: A slowdown that is not > 0.

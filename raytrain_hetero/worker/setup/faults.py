@@ -23,7 +23,7 @@ from raytrain_hetero.atomic import atomic_write_bytes, atomic_write_json
 
 if TYPE_CHECKING:
     from raytrain_hetero.config.faults import FaultInjectionConfig, FaultSpec
-    from raytrain_hetero.worker.identity import RankIdentity
+    from raytrain_hetero.worker.setup.identity import RankIdentity
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Timed forward/backward probes of one worker, alone (no communication).
 
-Every timing goes through the one :class:`~raytrain_hetero.worker.timing.ProbeTimer`, under
+Every timing goes through the one :class:`~raytrain_hetero.worker.measure.timing.ProbeTimer`, under
 EMULATION accounted, not slept. The one collective here, :func:`time_gradient_allreduce`,
 times the gradient all-reduce for admission; node rounds and calibration live in
-:mod:`raytrain_hetero.worker.calibration`.
+:mod:`raytrain_hetero.worker.plan.calibration`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import torch.distributed as dist
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ProbeError
-from raytrain_hetero.worker.emulation import emulate_collective_delay
-from raytrain_hetero.worker.timing import ComputeClock, ProbeTimer, WallClock
+from raytrain_hetero.worker.measure.clock import ComputeClock, WallClock
+from raytrain_hetero.worker.measure.emulation import emulate_collective_delay
+from raytrain_hetero.worker.measure.timing import ProbeTimer
 
 logger = logging.getLogger(__name__)
 

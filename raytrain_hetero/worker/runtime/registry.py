@@ -15,52 +15,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.emulation import (
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import (
     SlowdownSchedule,
     current_node_labels,
     node_slowdown,
 )
-from raytrain_hetero.worker.guard import StepGuard
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity
-from raytrain_hetero.worker.planning import PlanState
-from raytrain_hetero.worker.preemption import PreemptionWatch
-from raytrain_hetero.worker.scheduler_client import SchedulerClient
-from raytrain_hetero.worker.timing import ComputeClock, StepTiming
+from raytrain_hetero.worker.measure.telemetry import Telemetry
+from raytrain_hetero.worker.measure.timing import StepTiming
+from raytrain_hetero.worker.plan.planning import PlanState
+from raytrain_hetero.worker.plan.scheduler_client import SchedulerClient
+from raytrain_hetero.worker.setup.identity import RankIdentity
+from raytrain_hetero.worker.state.preemption import PreemptionWatch
+from raytrain_hetero.worker.sync.guard import StepGuard
 
 if TYPE_CHECKING:
-    from raytrain_hetero.core.records import StepRecord
-    from raytrain_hetero.worker.rng_state import RngState
-    from raytrain_hetero.worker.sampler import LoaderState
+    from raytrain_hetero.worker.data.sampler import LoaderState
+    from raytrain_hetero.worker.state.rng_state import RngState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HeteroSetup", "Telemetry", "WorkerRuntime", "get_runtime", "install_runtime"]
-
-
-@dataclass
-class Telemetry:
-    """Scalar metrics the loop logged for the step in progress, and the last step's record.
-
-    ``skipped_nonfinite`` is set by the step guard when it skips the step in progress.
-    """
-
-    step_metrics: dict[str, float] = field(default_factory=dict)
-    last_record: StepRecord | None = None
-    skipped_nonfinite: bool = False
-
-    def log(self, metrics: dict[str, float]) -> None:
-        """Attach metrics to the step in progress."""
-        self.step_metrics.update({k: float(v) for k, v in metrics.items()})
-
-    def take(self) -> dict[str, float]:
-        """The step's metrics; the next step starts with none."""
-        metrics, self.step_metrics = self.step_metrics, {}
-        return metrics
-
-    def take_skipped(self) -> bool:
-        """Whether the step guard skipped the step; the next step starts unskipped."""
-        skipped, self.skipped_nonfinite = self.skipped_nonfinite, False
-        return skipped
+__all__ = ["WorkerRuntime", "get_runtime", "install_runtime"]
 
 
 @dataclass
@@ -70,7 +45,7 @@ class WorkerRuntime:
         Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
         prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
         (generator states from the checkpoint) until the loader applies them, ``preemption`` (step
-    and checkpoint times, the agreed hand-off) by :mod:`~raytrain_hetero.worker.preemption`.
+    and checkpoint times, the agreed hand-off) by :mod:`~raytrain_hetero.worker.runtime.handoff`.
     """
 
     identity: RankIdentity

@@ -32,26 +32,26 @@ from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.policy import Replan, StepSample, decide_first_measured, prior_costs
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.batchnorm import set_batchnorm_sync
-from raytrain_hetero.worker.faults import fault_point
-from raytrain_hetero.worker.identity import RankIdentity, all_gather
-from raytrain_hetero.worker.memory_probe import memory_probe_batch_sizes, probe_memory
-from raytrain_hetero.worker.micro_batches import pass_caps_note
-from raytrain_hetero.worker.planning import (
+from raytrain_hetero.worker.data.micro_batches import pass_caps_note
+from raytrain_hetero.worker.data.sampler import move_to_device
+from raytrain_hetero.worker.measure.memory_probe import memory_probe_batch_sizes, probe_memory
+from raytrain_hetero.worker.measure.probe import (
+    ProbeResult,
+    cost_key,
+    default_probe_batch_sizes,
+    probe_step_costs,
+)
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.plan.planning import (
     PassiveWindow,
     PlanState,
     allocation_caps,
     build_plan,
     next_free_step,
 )
-from raytrain_hetero.worker.probe import (
-    ProbeResult,
-    cost_key,
-    default_probe_batch_sizes,
-    probe_step_costs,
-)
-from raytrain_hetero.worker.sampler import move_to_device
-from raytrain_hetero.worker.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.setup.faults import fault_point
+from raytrain_hetero.worker.setup.identity import RankIdentity, all_gather
+from raytrain_hetero.worker.sync.batchnorm.convert import set_batchnorm_sync
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def measure_pass_caps(
 
     A rank's cap is the smaller of ``WorkerSpec.max_micro_batch`` and, with
     ``BatchConfig.max_memory_fraction`` set, the cap its memory probe derives
-    (:func:`~raytrain_hetero.worker.memory_probe.probe_memory`); ``None`` where neither binds.
+    (:func:`~raytrain_hetero.worker.measure.memory_probe.probe_memory`); ``None`` where neither binds.
     Without either setting on any slot nothing is measured and no collective runs.
     """
     setup, spec = identity.setup, identity.spec

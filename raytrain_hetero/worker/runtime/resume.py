@@ -1,7 +1,7 @@
 """A worker's side of checkpoints: write the run's state, resume the cursor, restore generators.
 
 Called by :mod:`raytrain_hetero.worker.api` (``report(checkpoint=...)`` and
-``prepare_data_loader``); the state's format is :mod:`raytrain_hetero.worker.checkpoint_state`.
+``prepare_data_loader``); the state's format is :mod:`raytrain_hetero.worker.state.checkpoint_state`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ import ray
 
 from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.checkpoint_state import CheckpointState, require_state, write_state
-from raytrain_hetero.worker.context import WorkerRuntime
-from raytrain_hetero.worker.rng_state import RngState, restore_rng
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime
+from raytrain_hetero.worker.state.checkpoint_state import (
+    CheckpointState,
+    require_state,
+    write_state,
+)
+from raytrain_hetero.worker.state.rng_state import RngState, restore_rng
 
 logger = logging.getLogger(__name__)
 

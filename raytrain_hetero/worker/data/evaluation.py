@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from raytrain_hetero.core.carving import EpochCarver
 from raytrain_hetero.core.plan import Plan
-from raytrain_hetero.worker.emulation import SlowdownEmulator
-from raytrain_hetero.worker.timing import ComputeClock
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.emulation import SlowdownEmulator
 
 __all__ = ["EvaluationLoader", "ShardBatchSampler", "evaluation_shares", "sum_across_ranks"]
 

@@ -4,7 +4,7 @@
 first plan (fixed shares, a prior under the cheap start, or an explicit probe), every step's
 end may install the passively measured plan and, every ``plan_sync_every`` steps, adopts the
 scheduler's pending re-plan and reads Ray's preemption notice (collectives at the same step on
-every rank; :mod:`~raytrain_hetero.worker.preemption`).
+every rank; :mod:`~raytrain_hetero.worker.runtime.handoff`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch.distributed as dist
 
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.records import StepRecord
-from raytrain_hetero.worker.admission import apply_admission
-from raytrain_hetero.worker.calibration import (
+from raytrain_hetero.worker.data.micro_batches import pass_caps_note
+from raytrain_hetero.worker.plan.admission import apply_admission
+from raytrain_hetero.worker.plan.calibration import (
     ProbeInputs,
     known_costs,
     measure_costs,
@@ -24,17 +25,16 @@ from raytrain_hetero.worker.calibration import (
     remember_cost,
     starts_passive,
 )
-from raytrain_hetero.worker.context import WorkerRuntime
-from raytrain_hetero.worker.faults import fault_point
-from raytrain_hetero.worker.micro_batches import pass_caps_note
-from raytrain_hetero.worker.planning import (
+from raytrain_hetero.worker.plan.planning import (
     build_plan,
     gather_rank_slots,
     install_plan,
     next_free_step,
 )
-from raytrain_hetero.worker.preemption import end_of_step, read_notice
-from raytrain_hetero.worker.scheduler_client import PollAnswer
+from raytrain_hetero.worker.plan.scheduler_client import PollAnswer
+from raytrain_hetero.worker.runtime.handoff import end_of_step, read_notice
+from raytrain_hetero.worker.runtime.registry import WorkerRuntime
+from raytrain_hetero.worker.setup.faults import fault_point
 
 __all__ = ["install_first_plan", "install_run_plan", "on_step_end", "sync_with_scheduler"]
 

@@ -21,8 +21,8 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.plan import Plan, PlanSchedule
 from raytrain_hetero.core.policy import StepSample
 from raytrain_hetero.errors import ConfigError
-from raytrain_hetero.worker.identity import HeteroSetup, RankIdentity, all_gather
-from raytrain_hetero.worker.probe import CostKey
+from raytrain_hetero.worker.measure.probe import CostKey
+from raytrain_hetero.worker.setup.identity import HeteroSetup, RankIdentity, all_gather
 
 logger = logging.getLogger(__name__)
 

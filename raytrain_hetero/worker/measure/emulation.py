@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from raytrain_hetero.config import SlowdownInjection
-    from raytrain_hetero.worker.timing import ComputeClock
+    from raytrain_hetero.worker.measure.clock import ComputeClock
 
 __all__ = [
     "SlowdownEmulator",

@@ -4,7 +4,7 @@
 governing that step. :class:`HeteroDataLoader` wraps a torch ``DataLoader`` on it (with
 :class:`CarvedStepLoader`'s step accounting, shared with the Ray Data source): one iteration
 is one epoch (resuming mid-epoch), and handing out step s's batch begins the step on
-:class:`~raytrain_hetero.worker.timing.StepTiming` with its per-rank counts (the gradient and
+:class:`~raytrain_hetero.worker.measure.timing.StepTiming` with its per-rank counts (the gradient and
 BatchNorm weights). The counts are recomputed from the pure carving, not taken from the
 sampler, so DataLoader prefetching cannot make them disagree.
 
@@ -29,11 +29,12 @@ from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import PlanSchedule
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, DataError
-from raytrain_hetero.worker.identity import RankIdentity
-from raytrain_hetero.worker.timing import ComputeClock, StepInfo, StepTiming
+from raytrain_hetero.worker.measure.clock import ComputeClock
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.setup.identity import RankIdentity
 
 if TYPE_CHECKING:
-    from raytrain_hetero.worker.context import Telemetry
+    from raytrain_hetero.worker.measure.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 

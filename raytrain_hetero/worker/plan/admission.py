@@ -30,8 +30,8 @@ from raytrain_hetero.core.admission import (
 )
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.errors import HeteroError
-from raytrain_hetero.worker.identity import RankIdentity
-from raytrain_hetero.worker.probe import time_gradient_allreduce
+from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
+from raytrain_hetero.worker.setup.identity import RankIdentity
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ writes them afterwards, so every part of the worker can hold them without copies
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch.distributed as dist
 
@@ -26,7 +26,39 @@ from raytrain_hetero.errors import ConfigError
 if TYPE_CHECKING:
     from raytrain_hetero.config import WorkerSpec
     from raytrain_hetero.config.faults import FaultInjectionConfig
-    from raytrain_hetero.storage import StorageLocation
+
+
+class RememberedCostModel(Protocol):
+    """A cost model t(b) = alpha + beta * b an earlier run stored."""
+
+    @property
+    def alpha(self) -> float:
+        """Fixed seconds per step."""
+
+    @property
+    def beta(self) -> float:
+        """Seconds per sample."""
+
+
+class CostModelStore(Protocol):
+    """Where remembered cost models are read and written (by key)."""
+
+    def read(self, key: str) -> RememberedCostModel | None:
+        """The cost model stored under ``key``, or None."""
+
+    def write(self, key: str, alpha: float, beta: float, about: dict[str, Any]) -> None:
+        """Store t(b) = alpha + beta * b under ``key``."""
+
+
+class CostModelStorage(Protocol):
+    """The run's storage as the workers need it: its store of remembered cost models.
+
+    The driver passes its :class:`~raytrain_hetero.storage.StorageLocation`; the workers know it
+    only by this protocol, so this layer does not depend on the storage helper above it.
+    """
+
+    def cost_models(self) -> CostModelStore:
+        """The store of remembered cost models kept with the runs."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +93,7 @@ class HeteroSetup:
     min_workers: int = 1
     scheduler_name: str | None = None
     scheduler_namespace: str | None = None
-    storage: StorageLocation | None = None
+    storage: CostModelStorage | None = None
     preemption_watcher: bool = True
 
     @property
