@@ -31,6 +31,7 @@ from raytrain_hetero.tune.results import (
     plot_allocations,
     plot_trials,
     trial_rows,
+    write_allocation_log,
     write_trials_csv,
 )
 from raytrain_hetero.tune.search import grid_size, param_space, trial_scheduler
@@ -302,9 +303,14 @@ def run_tune(
     output_dir: Path | str | None = None,
     verbose: int = 1,
     overwrite: bool = False,
+    scheduler: Any = None,
 ) -> dict[str, Any]:
     """Run the search of ``job.tune`` and write ``trials.csv``, ``trials.png`` and
-    ``tune_summary.json``; returns the summary.
+    ``tune_summary.json`` (under ``auto`` also ``allocation_log.json``); returns the summary.
+
+    ``scheduler``: a Tune trial scheduler instead of the one ``job.tune.scheduler`` names
+    (e.g. :class:`~raytrain_hetero.tune.search.PromotionReplay`, a recorded search's stops
+    replayed); the allocator still plans for ``job.tune.scheduler``'s.
 
     Raises:
         ConfigError: ``job.tune`` is missing, one trial cannot fit an embedded local Ray, or
@@ -368,7 +374,8 @@ def run_tune(
         tune_config=tune.TuneConfig(
             metric=cfg.metric,
             mode=cfg.mode,
-            scheduler=trial_scheduler(
+            scheduler=scheduler
+            or trial_scheduler(
                 cfg.scheduler,
                 max_epochs=job.train.epochs,
                 grace_period=cfg.grace_period,
@@ -386,12 +393,12 @@ def run_tune(
             callbacks=_progress_callbacks(allocator, verbose),
         ),
     )
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     # The search's MLflow run ends FAILED if the search or its outputs fail, never RUNNING.
     with search_run if search_run is not None else contextlib.nullcontext():
         try:
             grid = tuner.fit()
-            events, fit_starts = _allocation_history(allocator)
+            events, fit_starts, log = _allocation_history(allocator)
         finally:
             if allocator is not None:
                 import ray
@@ -403,6 +410,7 @@ def run_tune(
         )
         if events is not None:
             add_allocation_history(rows, events, fit_starts)
+            write_allocation_log(out / "allocation_log.json", events=events, **log)
             plot_allocations(events, out / "allocations.png", title=f"{job.name}: allocation")
         write_trials_csv(rows, out / "trials.csv")
         plot_trials(
@@ -425,6 +433,7 @@ def run_tune(
                 "trials": len(rows),
                 "failed_trials": sum(1 for r in rows if r["error"]),
                 "wall_time_s": wall,
+                "started_at": started_at,  # unix seconds, when wall_time_s began
                 "best": {
                     "trial_id": best["trial_id"],
                     cfg.metric: float(best[cfg.metric]),
@@ -480,16 +489,25 @@ def _progress_callbacks(allocator: Any, verbose: int) -> list[Any] | None:
     return [AllocationProgress(functools.partial(fetch_holdings, allocator))]
 
 
-def _allocation_history(allocator: Any) -> tuple[Any, Any]:
-    """The allocator's history and per-trial fit starts (None, None under ``fixed``)."""
+def _allocation_history(allocator: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The allocator's history, per-trial fit starts and the rest of its log (decisions,
+    measured prices, its start in unix seconds); None, None, {} under ``fixed``."""
     if allocator is None:
-        return None, None
+        return None, None, {}
     import ray
 
-    events, starts = ray.get(
-        [allocator.history.remote(), allocator.fit_starts.remote()], timeout=60
+    events, starts, decisions, prices, wall_start = ray.get(
+        [
+            allocator.history.remote(),
+            allocator.fit_starts.remote(),
+            allocator.decisions.remote(),
+            allocator.prices.remote(),
+            allocator.wall_start.remote(),
+        ],
+        timeout=60,
     )
-    return events, starts
+    log = {"decisions": decisions, "fit_starts": starts, "prices": prices}
+    return events, starts, {**log, "wall_start": wall_start}
 
 
 def format_best(summary: Mapping[str, Any]) -> str:

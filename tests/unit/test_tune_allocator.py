@@ -206,7 +206,7 @@ def test_costs_sent_at_epoch_ends_move_a_survivor_onto_the_worker_asha_freed(sen
         assert after == b
 
 
-def test_resumed_fits_measured_starts_replace_the_prior_restart_cost_unless_configured():
+def test_the_restart_charge_is_measured_where_it_runs_unless_configured():
     nodes = [ClusterNode("n1", {"CPU": 4.0})]
     alloc = allocator(nodes, restart_s=None)
     assert alloc.restart_s() == 30.0  # the prior
@@ -216,24 +216,31 @@ def test_resumed_fits_measured_starts_replace_the_prior_restart_cost_unless_conf
     # Unusable figures are not measurements; under the prior, growing does not pay.
     assert alloc.epoch_ended("b", 1, start_s=float("nan"), resumed=True) == b
     assert alloc.epoch_ended("b", 1, start_s=-1.0, resumed=True) == b
-    # A first fit's start is reported but not charged (every trial starts at once).
-    assert alloc.epoch_ended("b", 1, start_s=0.1) == b
-    assert alloc.restart_s() == 30.0
+    # Before any move is measured: the quickest first start of the search (every trial
+    # starts at once, so each is an upper estimate of one restart here).
+    assert alloc.epoch_ended("x", 1, start_s=50.0) is None  # a trial the allocator forgot
+    assert alloc.restart_s() == 50.0
+    alloc.epoch_ended("y", 1, start_s=20.0)
+    assert alloc.restart_s() == 20.0 and alloc.prices().first_starts == 2
     # b's 1,920 remaining samples take ~1.9 s on one worker, ~1 s on two: with a measured
-    # 0.1 s restart, growing pays.
+    # 0.1 s restart, growing pays even with the prior error margins and contention.
     grown = alloc.epoch_ended("b", 1, start_s=0.1, resumed=True)
     assert grown is not None and grown.version == b.version + 1
     assert len(grown.workers) > len(b.workers)
+    move = alloc.history()[-1]
+    assert move.is_move and move.gain_s > move.margin_s > 0 and move.cost_s >= 0.1
     alloc.epoch_ended("b", 2, start_s=6.0, resumed=True)
     alloc.epoch_ended("b", 3, start_s=3.0, resumed=True)
-    assert alloc.restart_s() == 3.0  # the median of 0.1, 3, 6
+    assert alloc.restart_s() == 3.0  # the median of the resumed fits' 0.1, 3, 6
     alloc.epoch_ended("unknown", 1, start_s=5.0, resumed=True)  # a stopped trial's too
     assert alloc.restart_s() == 4.0
-    assert [s.total_s for s in alloc.fit_starts()["b"]] == [0.1, 0.1, 6.0, 3.0]
-    # A configured charge is kept whatever the trials measure.
+    assert [s.total_s for s in alloc.fit_starts()["b"]] == [0.1, 6.0, 3.0]
+    prices = alloc.prices()
+    assert prices.restarts == 4 and prices.restart_error == pytest.approx(0.8325)
+    # A configured charge is kept whatever the trials measure, and trusted (no error).
     fixed = allocator(nodes, restart_s=1e6)
     fixed.epoch_ended("x", 1, start_s=0.1, resumed=True)
-    assert fixed.restart_s() == 1e6
+    assert fixed.restart_s() == 1e6 and fixed.prices().restart_error == 0.0
 
 
 def test_fixed_trials_never_move():
