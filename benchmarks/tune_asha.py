@@ -46,18 +46,22 @@ import json
 import math
 import os
 import shlex
-import statistics
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.tune_cpu import CpuMonitor, hetero_cpu_check, stock_cpu_check
+from benchmarks.tune_stock import (
+    SPEED_LABEL,
+    WORKER_RESOURCE,
+    run_stock,
+    stock_trial,
+    stock_tune_loop,
+)
 from raytrain_hetero.atomic import atomic_write_text
-from raytrain_hetero.tune.trial import abort_train_on_stop
 
 __all__ = [
     "CONTENDERS",
@@ -72,10 +76,6 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The node label whose value decides a worker's emulated factor.
-SPEED_LABEL = "speed"
-#: The custom resource only worker nodes have (keeps workers off the head).
-WORKER_RESOURCE = "worker_node"
 CONTENDERS = ("fixed", "auto", "stock")
 #: Done-when of issue 34 item 4.
 TARGET_MAKESPAN_VS_FIXED = 1.3
@@ -225,275 +225,7 @@ def job_dict(setup: Setup, contender: str, data_root: Path, address: str) -> dic
     }
 
 
-# ---------------------------------------------------------------------------- stock
-
-
-def stock_tune_loop(config: dict[str, Any]) -> None:
-    """Per-worker loop of ``stock``: Ray's docs' loop (``prepare_model``, a ``DataLoader`` of
-    ``B / N`` through ``prepare_data_loader``, ``set_epoch``), one report per epoch with rank
-    0's validation accuracy and a small checkpoint; EMULATED node speed through the one
-    emulator (:class:`raytrain_hetero.app.bench_stock.StockEmulation`, the factor from this
-    node's label). Every rank appends its steps to ``<out>/rank<r>_<pid>.jsonl``.
-    """
-    import ray.train
-    import ray.train.torch
-    import torch
-    import torch.nn.functional as F
-    from torch.utils.data import DataLoader
-
-    from raytrain_hetero.app.bench_stock import StockEmulation
-    from raytrain_hetero.app.config import validate_config
-    from raytrain_hetero.app.datasets import open_worker_data
-    from raytrain_hetero.worker.measure.emulation import (
-        SlowdownSchedule,
-        current_node_labels,
-        node_slowdown,
-    )
-    from raytrain_hetero.workloads.evaluation import dataset_accuracy
-
-    job = validate_config(config["job"], source="stock job on a worker")
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
-    labels = current_node_labels()
-    factor = node_slowdown(job.emulation.node_slowdowns, labels)
-    speed = labels.get(SPEED_LABEL, "?")
-    device = torch.device("cpu")
-    torch.set_num_threads(1)
-    torch.manual_seed(job.train.seed)
-    _, datasets, model = open_worker_data(job, ("train", "val"))
-    model = ray.train.torch.prepare_model(model, move_to_device=device)
-    emulation = StockEmulation(SlowdownSchedule(factor, worker=speed, rank=rank), device)
-    emulation.install(model)
-    loader = DataLoader(
-        datasets["train"], batch_size=max(1, job.train.global_batch_size // world), shuffle=True
-    )
-    loader = ray.train.torch.prepare_data_loader(loader, move_to_device=False)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=job.train.lr,
-        momentum=job.train.momentum,
-        weight_decay=job.train.weight_decay,
-    )
-    out = Path(config["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / f"rank{rank}_{os.getpid()}.jsonl").open("a", buffering=1) as log:
-        for epoch in range(job.train.epochs):
-            model.train()
-            sampler = getattr(loader, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
-            for batch in loader:
-                x, y = batch["image"].to(device), batch["label"].to(device)
-                started = time.time()
-                loss = F.cross_entropy(model(x), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # the comm hook stretches before each all-reduce
-                optimizer.step()
-                emulation.step += 1
-                log.write(
-                    json.dumps(
-                        {
-                            "epoch": epoch,
-                            "rank": rank,
-                            "speed": speed,
-                            "factor": factor,
-                            "slice": int(y.shape[0]),
-                            "start": started,
-                            "end": time.time(),
-                        }
-                    )
-                    + "\n"
-                )
-            metrics: dict[str, Any] = {"epoch": epoch}
-            if rank != 0:
-                ray.train.report(metrics)
-                continue
-            inner = getattr(model, "module", model)
-            metrics["val_accuracy"] = dataset_accuracy(inner, datasets["val"], device)
-            with tempfile.TemporaryDirectory() as directory:
-                Path(directory, "epoch").write_text(f"{epoch}\n")
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
-
-
-@abort_train_on_stop
-def stock_trial(
-    params: dict[str, Any],
-    *,
-    base_job: dict[str, Any],
-    workers: int,
-    storage_path: str,
-    steps_dir: str,
-) -> None:
-    """Tune function trainable of ``stock``: a ``TorchTrainer`` at fixed resources."""
-    from ray import tune
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from raytrain_hetero.app.config import JobConfig
-    from raytrain_hetero.app.tune_job import trial_job
-    from raytrain_hetero.tune.trial import trial_report_callback
-
-    job = trial_job(JobConfig.model_validate(base_job), params)
-    context = tune.get_context()
-    trial_id = context.get_trial_id()
-    trainer = TorchTrainer(
-        stock_tune_loop,
-        train_loop_config={
-            "job": job.model_dump(mode="json"),
-            "out": str(Path(steps_dir) / trial_id),
-        },
-        scaling_config=ScalingConfig(
-            num_workers=workers, resources_per_worker={"CPU": 1, WORKER_RESOURCE: 1}
-        ),
-        run_config=RunConfig(
-            name=f"{context.get_experiment_name()}-{trial_id}",
-            storage_path=storage_path,
-            # The same report path and clean stop as ours: ASHA's stops free the workers.
-            callbacks=[trial_report_callback()],
-        ),
-    )
-    trainer.fit()
-
-
-def run_stock(setup: Setup, base: dict[str, Any], out: Path, verbose: int = 0) -> dict[str, Any]:
-    """The ``stock`` search; returns ``{"wall_time_s", "storage", "started"}``."""
-    from ray import tune
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    # By reference from its module (not __main__), so Tune's workers can import it.
-    from benchmarks.tune_asha import stock_trial as trainable
-    from raytrain_hetero.app.config import validate_config
-    from raytrain_hetero.app.job import prepare_dataset
-    from raytrain_hetero.tune.search import param_space, trial_scheduler
-
-    job = validate_config(base, source="stock job")
-    cfg = job.tune
-    assert cfg is not None
-    prepare_dataset(job)  # generated once (cached) for all three
-    out.mkdir(parents=True, exist_ok=True)
-    storage = out / "ray_results"
-    name = f"tune-asha-stock-{time.strftime('%Y%m%d-%H%M%S')}"
-    tuner = tune.Tuner(
-        tune.with_resources(
-            tune.with_parameters(
-                trainable,
-                base_job=job.model_dump(mode="json"),
-                workers=setup.stock_workers,
-                storage_path=str(storage),
-                steps_dir=str(out / "steps"),
-            ),
-            {"cpu": cfg.trial_cpus},
-        ),
-        param_space=param_space(cfg.search_space),
-        tune_config=tune.TuneConfig(
-            metric=cfg.metric,
-            mode=cfg.mode,
-            scheduler=trial_scheduler(
-                "asha",
-                max_epochs=job.train.epochs,
-                grace_period=cfg.grace_period,
-                reduction_factor=cfg.reduction_factor,
-            ),
-            search_alg=BasicVariantGenerator(random_state=cfg.seed),
-            num_samples=cfg.num_samples,
-        ),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose),
-    )
-    started = time.time()
-    t0 = time.perf_counter()
-    tuner.fit()
-    return {
-        "wall_time_s": time.perf_counter() - t0,
-        "storage": str(storage / name),
-        "started": started,
-    }
-
-
 # ---------------------------------------------------------------------------- figures
-
-
-class CpuMonitor:
-    """Samples, every ``interval_s`` while running: the 1-minute load average, the machine's
-    busy cores (``/proc/stat``) and the CPU seconds per second of this process's tree (Ray's
-    raylets and workers are its descendants; a process that ended between two samples loses
-    its last interval)."""
-
-    def __init__(self, interval_s: float = 2.0) -> None:
-        self.interval_s = interval_s
-        self.samples: list[dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> CpuMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        ticks = os.sysconf("SC_CLK_TCK")
-        before_tree, before_stat, before_t = _tree_ticks(), _machine_ticks(), time.monotonic()
-        while not self._stop.wait(self.interval_s):
-            tree, stat, now = _tree_ticks(), _machine_ticks(), time.monotonic()
-            dt = max(now - before_t, 1e-6)
-            used = sum(t - before_tree[p] for p, t in tree.items() if p in before_tree)
-            sample = {
-                "t": now,
-                "load1": os.getloadavg()[0],
-                "tree_cores": used / ticks / dt,
-            }
-            if stat is not None and before_stat is not None:
-                busy = (stat[0] - before_stat[0]) / max(stat[1] - before_stat[1], 1)
-                sample["machine_cores"] = busy * (os.cpu_count() or 1)
-            self.samples.append(sample)
-            before_tree, before_stat, before_t = tree, stat, now
-
-    def summary(self) -> dict[str, float | None]:
-        """Mean and max of each series (None without samples)."""
-        out: dict[str, float | None] = {}
-        for key in ("load1", "tree_cores", "machine_cores"):
-            values = [s[key] for s in self.samples if key in s]
-            out[f"{key}_mean"] = statistics.fmean(values) if values else None
-            out[f"{key}_max"] = max(values) if values else None
-        return out
-
-
-def _machine_ticks() -> tuple[int, int] | None:
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
-
-
-def _tree_ticks() -> dict[int, int]:
-    """utime + stime (clock ticks) of this process and every descendant."""
-    parents: dict[int, int] = {}
-    times: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        rest = text[text.rfind(")") + 2 :].split()
-        # rest[0] is the state; ppid, then utime and stime are fields 4, 14, 15 of stat.
-        parents[int(entry.name)] = int(rest[1])
-        times[int(entry.name)] = int(rest[11]) + int(rest[12])
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = {}, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        if pid in times:
-            tree[pid] = times[pid]
-        todo.extend(children.get(pid, ()))
-    return tree
 
 
 def _reports(storage: Path) -> dict[str, list[dict[str, Any]]]:
@@ -505,21 +237,6 @@ def _reports(storage: Path) -> dict[str, list[dict[str, Any]]]:
         if rows:
             trials[str(rows[0]["trial_id"])] = rows
     return trials
-
-
-def _worker_rates(row: Mapping[str, Any]) -> dict[str, float]:
-    """``{worker name: samples/s}`` of one report (nested or flattened keys)."""
-    rates: dict[str, float] = {}
-    nested = row.get("workers")
-    if isinstance(nested, Mapping):
-        for name, values in nested.items():
-            if isinstance(values, Mapping) and values.get("samples_per_s") is not None:
-                rates[name] = float(values["samples_per_s"])
-    for key, value in row.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "workers" and parts[2] == "samples_per_s":
-            rates[parts[1]] = float(value)
-    return {k: v for k, v in rates.items() if math.isfinite(v) and v > 0}
 
 
 def search_figures(
@@ -552,52 +269,6 @@ def search_figures(
 def _config_value(row: Mapping[str, Any], key: str) -> Any:
     config = row.get("config") or {}
     return config.get(key)
-
-
-def hetero_cpu_check(
-    reports: Mapping[str, Sequence[Mapping[str, Any]]], factors: Mapping[str, float]
-) -> dict[str, Any]:
-    """Per worker type (the name before ``-<k>``, ``fast``/``slow`` under ``auto``): the
-    median samples/s over every report of every worker, and that times the type's factor (the
-    unslowed speed it implies: equal across types when the cores do not limit the run)."""
-    rates: dict[str, list[float]] = {}
-    for rows in reports.values():
-        for row in rows:
-            for name, rate in _worker_rates(row).items():
-                rates.setdefault(name.rsplit("-", 1)[0], []).append(rate)
-    return _per_type(rates, factors)
-
-
-def stock_cpu_check(steps_dir: Path, factors: Mapping[str, float]) -> dict[str, Any]:
-    """``stock``'s own step logs: per node speed, the median of each rank's slice over the
-    time from its batch in hand to its optimizer step (its compute, stretched, plus the wait
-    for the slowest rank in DDP's all-reduce: a fast rank's figure is its group's)."""
-    rates: dict[str, list[float]] = {}
-    for path in Path(steps_dir).glob("*/rank*.jsonl"):
-        for line in path.read_text().splitlines():
-            step = json.loads(line)
-            span = float(step["end"]) - float(step["start"])
-            if span > 0:
-                rates.setdefault(str(step["speed"]), []).append(float(step["slice"]) / span)
-    return _per_type(rates, factors)
-
-
-def _per_type(rates: Mapping[str, list[float]], factors: Mapping[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, values in sorted(rates.items()):
-        median = statistics.median(values)
-        factor = factors.get(name)
-        out[name] = {
-            "samples_per_s": median,
-            "reports": len(values),
-            "factor": factor,
-            "unslowed_samples_per_s": median * factor if factor else None,
-        }
-    fast, slow = out.get("fast"), out.get("slow")
-    if fast and slow and slow["samples_per_s"] > 0:
-        out["fast_over_slow"] = fast["samples_per_s"] / slow["samples_per_s"]
-        out["expected_fast_over_slow"] = factors["slow"] / factors["fast"]
-    return out
 
 
 # ---------------------------------------------------------------------------- running
