@@ -1,4 +1,5 @@
-"""Command line: ``raytrain-hetero train|probe|tune|predict|bench --config FILE`` and ``sim``.
+"""Command line: ``raytrain-hetero train|probe|tune|predict|bench --config FILE``, ``sim``
+and ``rent FILE``.
 
 Errors the user can fix (configuration, data, placement) print one clear message and exit
 with status 2; nothing half-written is left in the output directory.
@@ -159,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
             "sim", help="large-cluster simulator of the allocation and re-planning policy"
         )
     )
+    from raytrain_hetero.app.rent_job import add_arguments as add_rent_arguments
+
+    add_rent_arguments(
+        sub.add_parser(
+            "rent", help="the instance mix to rent for a deadline or budget; --apply rents it"
+        )
+    )
     return parser
 
 
@@ -182,6 +190,10 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from raytrain_hetero.sim.simulator import run_from_args as run_sim
 
         return run_sim(args)
+    if args.command == "rent":
+        from raytrain_hetero.app.rent_job import run_from_args as run_rent
+
+        return run_rent(args)
     job = _load_job(args, parser)
     if args.command == "train":
         from raytrain_hetero.app.job import run_job

@@ -212,28 +212,45 @@ class RentSettings:
     local_search_rounds: int = 20
 
     def __post_init__(self) -> None:
+        seconds = "finite seconds >= 0"
         checks = {
-            "startup_s": _finite_at_least(self.startup_s, 0.0),
-            "restart_s": _finite_at_least(self.restart_s, 0.0),
-            "notice_s": _finite_at_least(self.notice_s, 0.0),
-            "max_nodes_per_type": isinstance(self.max_nodes_per_type, int)
-            and self.max_nodes_per_type >= 1,
-            "max_nodes": all(isinstance(v, int) and v >= 0 for v in self.max_nodes.values()),
-            "markets": bool(self.markets) and all(m in MARKETS for m in self.markets),
-            "default_spot_loss_per_hour": self.default_spot_loss_per_hour is None
-            or _finite_at_least(self.default_spot_loss_per_hour, 0.0),
-            "max_types": isinstance(self.max_types, int) and self.max_types >= 1,
-            "shortlist": isinstance(self.shortlist, int) and self.shortlist >= 2,
-            "local_search_rounds": isinstance(self.local_search_rounds, int)
-            and self.local_search_rounds >= 0,
+            "startup_s": (_finite_at_least(self.startup_s, 0.0), seconds),
+            "restart_s": (_finite_at_least(self.restart_s, 0.0), seconds),
+            "notice_s": (_finite_at_least(self.notice_s, 0.0), seconds),
+            "max_nodes_per_type": (
+                isinstance(self.max_nodes_per_type, int) and self.max_nodes_per_type >= 1,
+                "an integer >= 1",
+            ),
+            "max_nodes": (
+                all(isinstance(v, int) and v >= 0 for v in self.max_nodes.values()),
+                "integers >= 0 by type or type:market",
+            ),
+            "markets": (
+                bool(self.markets) and all(m in MARKETS for m in self.markets),
+                f"some of {list(MARKETS)}",
+            ),
+            "default_spot_loss_per_hour": (
+                self.default_spot_loss_per_hour is None
+                or _finite_at_least(self.default_spot_loss_per_hour, 0.0),
+                "losses per node-hour >= 0, or null",
+            ),
+            "max_types": (
+                isinstance(self.max_types, int) and self.max_types >= 1,
+                "an integer >= 1",
+            ),
+            "shortlist": (
+                isinstance(self.shortlist, int) and self.shortlist >= 2,
+                "an integer >= 2",
+            ),
+            "local_search_rounds": (
+                isinstance(self.local_search_rounds, int) and self.local_search_rounds >= 0,
+                "an integer >= 0",
+            ),
         }
-        bad = [name for name, ok in checks.items() if not ok]
-        _check(
-            not bad,
-            f"Invalid RentSettings values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}. "
-            "Fix: seconds and rates >= 0, counts >= 1 (max_nodes >= 0), markets from "
-            f"{list(MARKETS)}, shortlist >= 2.",
-        )
+        bad = [
+            f"{n}={getattr(self, n)!r} (use {valid})" for n, (ok, valid) in checks.items() if not ok
+        ]
+        _check(not bad, f"Invalid RentSettings values: {'; '.join(bad)}.")
 
     def cap(self, instance_type: str, market: str) -> int:
         """Most nodes of ``instance_type`` in ``market``."""
