@@ -150,8 +150,9 @@ class Shortfall:
             and an exhaustive one might succeed.
         sharing: For a proven ``"room"``: how many slots (this one included) compete for
             the matching nodes' ``resource``.
-        suggestion: A resource name that some node offers and ``resource`` looks like a typo
-            of (``"GPUS"`` -> ``"GPU"``), when no node offers ``resource`` at all.
+        suggestion: A resource name that some node offers (or one of ``known_resources``)
+            and ``resource`` looks like a typo of (``"GPUS"`` -> ``"GPU"``), when no node
+            offers ``resource`` at all and it is not a known name itself.
     """
 
     slot: int
@@ -189,9 +190,10 @@ def first_shortfall(
     """``None`` if the ``nodes`` can hold every slot at once (the placement of
     :func:`count_placeable_prefix`); else why the first slot it cannot hold does not fit.
 
-    ``known_resources``: resource names to suggest for a typo besides those the nodes
-    offer (e.g. ``CPU`` and ``GPU`` on a cluster without GPUs).
+    ``known_resources``: resource names that are no typo, and to suggest for one, besides
+    those the nodes offer (e.g. ``CPU`` and ``GPU`` on a cluster without GPUs).
     """
+    known = set(known_resources)
     placed, remaining = _place(slots, nodes, len(slots))
     if placed == len(slots):
         return None
@@ -203,10 +205,8 @@ def first_shortfall(
     for key, amount in demand:
         most = max(nodes[n].resources.get(key, 0.0) for n in matching)
         if most + _EPSILON < amount:
-            offered_anywhere = {k for node in nodes.values() for k in node.resources}
-            suggestion = None
-            if key not in offered_anywhere:
-                suggestion = similar_name(key, offered_anywhere | set(known_resources))
+            known = {k for node in nodes.values() for k in node.resources} | set(known)
+            suggestion = None if key in known else similar_name(key, known)
             return Shortfall(placed, "resource", key, amount, most, suggestion=suggestion)
     # It fits an empty matching node: the slots before it took the room. Proven when the
     # slots confined to its matching nodes need more of a resource than those nodes have.

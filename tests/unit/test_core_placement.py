@@ -157,6 +157,20 @@ def test_a_typo_of_a_resource_is_named_with_the_resource_it_resembles():
     cpu_only = {"n": NodeCapacity({"CPU": 4.0})}
     assert first_shortfall(slots, cpu_only).suggestion is None
     assert first_shortfall(slots, cpu_only, known_resources=("CPU", "GPU")).suggestion == "GPU"
+    # A known name is no typo, though no node offers it (not "did you mean 'CPU'?").
+    gpu = [SlotDemand({"CPU": 1, "GPU": 1})]
+    found = first_shortfall(gpu, cpu_only, known_resources=("CPU", "GPU"))
+    assert (found.resource, found.suggestion) == ("GPU", None)
+
+
+def test_a_greedy_miss_is_not_called_proven():
+    # Best fit puts the unlabelled slot on node a (leaving 0), so the pool-a slot finds no
+    # room; the other order fits both. Only a proven shortfall may refuse a run.
+    slots = [SlotDemand({"CPU": 1}), SlotDemand({"CPU": 1}, {"pool": "a"})]
+    nodes = {"a": NodeCapacity({"CPU": 1.0}, {"pool": "a"}), "b": NodeCapacity({"CPU": 2.0})}
+    found = first_shortfall(slots, nodes)
+    assert (found.slot, found.reason, found.proven) == (1, "room", False)
+    assert _exhaustively_placeable(slots, nodes)
 
 
 def test_a_resource_a_node_offers_is_no_typo_even_if_too_little():
