@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from raytrain_hetero.core.allocation import CostModel, allocate, cost_arrays, makespan
+from raytrain_hetero.core.plan_words import explain_slices
 from raytrain_hetero.errors import ConfigError
 
 
@@ -371,10 +372,10 @@ def _best_plan(
     improvement = 1.0 - best_s / current_s if current_s > 0 else 0.0
     if improvement <= threshold or tuple(best) == tuple(slices):
         return Noop(f"predicted gain {improvement:.1%} <= {threshold:.0%}")
-    speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))
+    words = explain_slices(best, estimates.costs, min_slice)
     silent = f"; silent ranks {list(estimates.stragglers)}" if estimates.stragglers else ""
     reason = (
-        f"measured speeds ({speeds}){silent}: slices {list(slices)} -> {list(best)}, "
+        f"measured costs ({words}){silent}: slices {list(slices)} -> {list(best)}, "
         f"predicted step {current_s * 1e3:.1f} ms -> {best_s * 1e3:.1f} ms "
         f"({improvement:.0%} faster)"
     )

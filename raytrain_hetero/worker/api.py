@@ -524,8 +524,25 @@ def report(
 
 
 def _carver(runtime: WorkerRuntime, size: int, *, shuffle: bool) -> EpochCarver:
-    """The run's carving of ``size`` samples (Ray Data: unshuffled stream positions)."""
+    """The run's carving of ``size`` samples (Ray Data: unshuffled stream positions).
+
+    Data smaller than one global batch is named once (rank 0), and plans then split the
+    ``size`` samples a step really holds (``PlanState.largest_step``)."""
     setup = runtime.identity.setup
+    batch = setup.batch.global_batch_size
+    if size < batch:
+        runtime.plans.largest_step = size
+        if runtime.identity.rank == 0:
+            logger.warning(
+                "the carved data has %d samples, fewer than one global batch (%d): every "
+                "step carves all %d over %d workers. Fix: set global_batch_size to at most %d, "
+                "or give the loader more data.",
+                size,
+                batch,
+                size,
+                runtime.identity.world_size,
+                size,
+            )
     return EpochCarver(
         dataset_size=size,
         global_batch_size=setup.batch.global_batch_size,

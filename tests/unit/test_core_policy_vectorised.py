@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raytrain_hetero.core.allocation import CostModel, allocate, makespan
+from raytrain_hetero.core.plan_words import explain_slices
 from raytrain_hetero.core.policy import (
     Decision,
     Estimates,
@@ -137,10 +138,10 @@ def reference_decide(
         ), replace(state, streak=streak)
     if step - state.last_replan_step < cfg.min_steps_between_replans:
         return Noop("too soon after the last re-plan"), replace(state, streak=streak)
-    speeds = ", ".join(f"r{r}:{1.0 / c.beta:.0f}/s" for r, c in enumerate(estimates.costs))
+    words = explain_slices(best, estimates.costs, min_slice)
     silent = f"; silent ranks {list(estimates.stragglers)}" if estimates.stragglers else ""
     reason = (
-        f"measured speeds ({speeds}){silent}: slices {list(slices)} -> {list(best)}, "
+        f"measured costs ({words}){silent}: slices {list(slices)} -> {list(best)}, "
         f"predicted step {current_s * 1e3:.1f} ms -> {best_s * 1e3:.1f} ms "
         f"({improvement:.0%} faster)"
     )

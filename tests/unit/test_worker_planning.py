@@ -42,6 +42,18 @@ def test_identity_is_immutable_and_checked():
         _identity(slot=5)
 
 
+def test_data_smaller_than_the_global_batch_is_planned_as_the_step_it_gives():
+    # 12 samples under a global batch of 48: plans split the 12 a step really holds, never
+    # slices the data cannot give.
+    plans = PlanState(rank_slots=(0, 1, 2), largest_step=12)
+    identity = _identity()
+    shares = build_plan(identity, plans, shares=[2, 1, 1], effective_step=0, reason="fixed")
+    assert sum(shares.slices) == 12 and shares.slices == (6, 3, 3)
+    costs = [CostModel(0.0, 0.001), CostModel(0.0, 0.002), CostModel(0.0, 0.004)]
+    by_costs = build_plan(identity, plans, costs=costs, effective_step=0, reason="probe")
+    assert sum(by_costs.slices) == 12 and min(by_costs.slices) >= 2
+
+
 def test_one_builder_for_shares_costs_and_decided_slices():
     plans = PlanState(rank_slots=(0, 1, 2))  # gathered already: no collective
     identity = _identity()

@@ -44,6 +44,65 @@ def test_emulator_excludes_waits_and_can_account_without_sleeping(one_thread):
     assert stretched >= 0.38
 
 
+class ScriptedClock(ComputeClock):
+    """A compute clock read from a script of readings (the emulator's clock is injected)."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.reading = 0.0
+
+    def now(self) -> float:
+        return self.reading
+
+
+class OvershootingSleep:
+    """Sleeps like Linux's ``time.sleep``: every call takes a fixed overshoot more than asked.
+    Time is a wall clock of its own (the emulator's wall clock is injected), so the figures
+    below are exact whatever the machine's load."""
+
+    def __init__(self, overshoot_s: float) -> None:
+        self.overshoot_s = overshoot_s
+        self.wall_s = 0.0
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+        self.wall_s += seconds + self.overshoot_s
+
+    def now(self) -> float:
+        return self.wall_s
+
+
+@pytest.mark.parametrize("factor", [2.0, 4.0])
+def test_sub_millisecond_intervals_are_stretched_k_times_not_by_the_sleep_quantum(factor):
+    # 400 intervals of 20 us: each interval's own stretch is far below what one sleep costs.
+    clock, sleep = ScriptedClock(), OvershootingSleep(overshoot_s=60e-6)
+    emulator = SlowdownEmulator(clock, min_sleep_s=0.5e-3, sleep=sleep, wall=sleep.now)
+    emulator.mark()
+    accounted = 0.0
+    for _ in range(400):
+        clock.reading += 20e-6
+        accounted += emulator.stretch(factor)
+    owed = 400 * 20e-6 * (factor - 1.0)
+    assert accounted == pytest.approx(400 * 20e-6 * factor)
+    # No sleep shorter than the quantum less one overshoot (paid back from the next one).
+    assert sleep.calls and min(sleep.calls) >= 0.5e-3 - 60e-6
+    # Slept (overshoots included) plus still owed is exactly the stretch owed.
+    assert sleep.wall_s + emulator.owed_s == pytest.approx(owed)
+    # What is still owed (or overslept) is under one quantum: never more than that behind.
+    assert -60e-6 <= emulator.owed_s < 0.5e-3
+
+
+def test_an_unslowed_worker_never_sleeps():
+    clock, sleep = ScriptedClock(), OvershootingSleep(overshoot_s=0.0)
+    emulator = SlowdownEmulator(clock, sleep=sleep, wall=sleep.now)
+    emulator.mark()
+    for _ in range(100):
+        clock.reading += 1e-3
+        assert emulator.stretch(1.0) == pytest.approx(1e-3)
+    assert sleep.calls == [] and emulator.owed_s == 0.0
+
+
 def test_slowdown_factor_multiplies_every_injection_that_applies():
     injections = [
         SlowdownInjection(factor=3.0, rank=0, from_step=5),

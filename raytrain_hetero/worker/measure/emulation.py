@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from raytrain_hetero.worker.measure.clock import ComputeClock
 
 __all__ = [
+    "MIN_SLEEP_S",
     "SlowdownEmulator",
     "SlowdownSchedule",
     "current_node_labels",
@@ -95,16 +96,47 @@ def noise_multiplier(noise: float, *, worker: str, step: int) -> float:
     return 1.0 + noise * (2.0 * unit - 1.0)
 
 
+#: Owed stretch below this many seconds is carried, not slept. ``time.sleep`` overshoots by a
+#: fixed ~60 us on Linux (timer slack and wake-up), so sleeping each sub-millisecond interval's
+#: stretch would slow a worker of small steps far more than k (a 4x emulation measured 92x).
+MIN_SLEEP_S = 0.5e-3
+
+
 class SlowdownEmulator:
     """Stretches this worker's compute intervals by a factor (EMULATION).
 
+    The extra ``(k - 1)·d`` of each interval is owed; the debt is slept once it reaches
+    ``min_sleep_s``, and what a sleep really took (its overshoot included) is paid off it, so
+    over a run the worker sleeps ``(k - 1)`` times its compute to within one ``min_sleep_s``,
+    whatever the size of its intervals. A synchronisation point is then reached at most
+    ``min_sleep_s`` early or late.
+
     Args:
         clock: Reads this worker's own compute seconds.
+        min_sleep_s: The smallest sleep (owed stretch below it is carried).
+        sleep: Sleeps for a number of seconds (``time.sleep``).
+        wall: Reads the wall clock a sleep is measured on (``time.perf_counter``).
     """
 
-    def __init__(self, clock: ComputeClock) -> None:
+    def __init__(
+        self,
+        clock: ComputeClock,
+        *,
+        min_sleep_s: float = MIN_SLEEP_S,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.clock = clock
+        self.min_sleep_s = float(min_sleep_s)
+        self._sleep = sleep
+        self._wall = wall
+        self._owed = 0.0
         self._mark = clock.now()
+
+    @property
+    def owed_s(self) -> float:
+        """Stretch owed and not yet slept (negative: a sleep overshot, credited)."""
+        return self._owed
 
     def mark(self) -> float:
         """A compute interval starts now (waits before it are not compute); returns the reading."""
@@ -113,10 +145,15 @@ class SlowdownEmulator:
 
     def stretch(self, factor: float, *, sleep: bool = True) -> float:
         """End the interval d since the last mark and return k·d (k = ``factor``); a new one
-        starts. ``sleep`` sleeps the extra (k - 1)·d now (a step); False only accounts it."""
+        starts. ``sleep`` owes the extra (k - 1)·d and sleeps the debt once it is worth a
+        sleep (a step); False only accounts it (a probe)."""
         interval = max(0.0, self.clock.now() - self._mark)
         if sleep and factor > 1.0 and interval > 0.0:
-            time.sleep(interval * (factor - 1.0))
+            self._owed += interval * (factor - 1.0)
+            if self._owed >= self.min_sleep_s:
+                started = self._wall()
+                self._sleep(self._owed)
+                self._owed -= self._wall() - started
         self._mark = self.clock.now()
         return interval * float(factor)
 

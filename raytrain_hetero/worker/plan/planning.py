@@ -70,6 +70,9 @@ class PlanState:
         started_at: When this worker group started; with ``first_step_at`` its start-up.
         measured_costs: Every rank's cost model as this group's passive window measured
             it, kept when the prior plan stayed (a plan carries costs only when adopted).
+        largest_step: Samples of the largest step the carved data gives, when it is fewer
+            than one global batch (a dataset smaller than the batch), else None: plans then
+            split that many, never slices the data cannot give.
     """
 
     schedule: PlanSchedule = field(default_factory=PlanSchedule)
@@ -82,6 +85,7 @@ class PlanState:
     started_at: float = field(default_factory=time.time)
     first_step_at: float | None = None
     measured_costs: tuple[CostModel, ...] | None = None
+    largest_step: int | None = None
 
     @property
     def current(self) -> Plan | None:
@@ -160,11 +164,14 @@ def build_plan(
         "reason": reason,
         "quantum": setup.batch.slice_quantum,
     }
+    total = setup.batch.global_batch_size
+    if plans.largest_step is not None:
+        total = min(total, plans.largest_step)
     if shares is not None:
-        return Plan.from_shares(setup.batch.global_batch_size, list(shares), **common)
+        return Plan.from_shares(total, list(shares), **common)
     costs = tuple(costs)
     if slices is None:
-        return Plan.from_costs(setup.batch.global_batch_size, costs, **common)
+        return Plan.from_costs(total, costs, **common)
     return Plan(slices=tuple(int(b) for b in slices), costs=costs, **common)
 
 

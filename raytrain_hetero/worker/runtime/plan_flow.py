@@ -9,9 +9,12 @@ every rank; :mod:`~raytrain_hetero.worker.runtime.handoff`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch.distributed as dist
 
 from raytrain_hetero.core.plan import Plan
+from raytrain_hetero.core.plan_words import explain_slices
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.worker.data.micro_batches import pass_caps_note
 from raytrain_hetero.worker.plan.admission import apply_admission
@@ -88,16 +91,11 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         remember_cost(identity, plans, costs[identity.rank])
         if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
             apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
-        speeds = ", ".join(
-            f"r{r}:{1.0 / c.beta:.0f}/s+{c.alpha * 1e3:.1f}ms" for r, c in enumerate(costs)
-        )
-        plan = build_plan(
-            identity,
-            plans,
-            costs=costs,
-            effective_step=start,
-            reason=f"{how} ({speeds})" + pass_caps_note(plans.pass_caps),
-        )
+        plan = build_plan(identity, plans, costs=costs, effective_step=start, reason=how)
+        # The slices in words (each rank's fixed and per-sample cost, and why a rank held at
+        # the minimum gets so little), once they are allocated.
+        words = explain_slices(plan.slices, costs, plan.min_slice)
+        plan = replace(plan, reason=f"{how} ({words})" + pass_caps_note(plans.pass_caps))
     install_run_plan(runtime, plan)
 
 
