@@ -91,6 +91,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (ElasticConfig, "resize_monitor_interval_s"): 2.0,
     (ElasticConfig, "preemption_notice"): False,
     (ElasticConfig, "preemption_margin_s"): 7.5,
+    (ElasticConfig, "placement_timeout_s"): 120.0,
     (BackendConfig, "torch_backend"): "gloo",
     (BackendConfig, "collective_timeout_s"): 60,
     (GuardConfig, "max_consecutive_nonfinite"): 5,
