@@ -53,7 +53,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.tune_check import check_timelines
 from benchmarks.tune_cpu import CpuMonitor, hetero_cpu_check, stock_cpu_check
+from benchmarks.tune_record import promotion_schedule, write_timeline
+from benchmarks.tune_report import (
+    format_table,
+    num,
+    verdicts,
+)
 from benchmarks.tune_stock import (
     SPEED_LABEL,
     WORKER_RESOURCE,
@@ -62,6 +69,7 @@ from benchmarks.tune_stock import (
     stock_tune_loop,
 )
 from raytrain_hetero.atomic import atomic_write_text
+from raytrain_hetero.tune.replay import PromotionReplay, PromotionSchedule
 
 __all__ = [
     "CONTENDERS",
@@ -69,17 +77,18 @@ __all__ = [
     "QUICK",
     "CpuMonitor",
     "Setup",
+    "format_table",
     "main",
+    "run_benchmark",
+    "run_contender",
     "search_figures",
     "stock_trial",
     "stock_tune_loop",
+    "verdicts",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ("fixed", "auto", "stock")
-#: Done-when of issue 34 item 4.
-TARGET_MAKESPAN_VS_FIXED = 1.3
-TARGET_ACCURACY_PT = 0.5
 
 
 @dataclass(frozen=True)
@@ -275,14 +284,23 @@ def _config_value(row: Mapping[str, Any], key: str) -> Any:
 
 
 def run_contender(
-    contender: str, setup: Setup, out: Path, data_root: Path, address: str, verbose: int = 0
+    contender: str,
+    setup: Setup,
+    out: Path,
+    data_root: Path,
+    address: str,
+    verbose: int = 0,
+    replay: PromotionSchedule | None = None,
 ) -> dict[str, Any]:
     """One search; its figures and CPU check (``verbose``: Tune's, and under ``auto`` the
-    live allocation view)."""
+    live allocation view). ``replay``: stop each trial where the schedule says instead of
+    ASHA deciding (:class:`~raytrain_hetero.tune.replay.PromotionReplay`). ``auto`` and
+    ``fixed`` also write ``<contender>/timeline.json`` (:mod:`benchmarks.tune_record`)."""
     base = job_dict(setup, contender, data_root, address)
+    scheduler = PromotionReplay(replay) if replay is not None else None
     with CpuMonitor() as monitor:
         if contender == "stock":
-            ran = run_stock(setup, base, out / contender, verbose)
+            ran = run_stock(setup, base, out / contender, verbose, scheduler=scheduler)
             reports = _reports(Path(ran["storage"]))
             wall, started = ran["wall_time_s"], ran["started"]
             check = stock_cpu_check(out / contender / "steps", setup.factors)
@@ -292,14 +310,38 @@ def run_contender(
 
             job = validate_config(base, source=f"{contender} job")
             started = time.time()
-            summary = run_tune(job, output_dir=out / contender, verbose=verbose, overwrite=True)
+            summary = run_tune(
+                job,
+                output_dir=out / contender,
+                verbose=verbose,
+                overwrite=True,
+                scheduler=scheduler,
+            )
             wall = float(summary["wall_time_s"])
             reports = _reports(Path(summary["storage"]))
             check = hetero_cpu_check(reports, setup.factors)
     figures = search_figures(reports, started=started, wall_s=wall, epochs=setup.epochs)
     figures["cpu"] = monitor.summary()
     figures["per_type"] = check
+    if contender != "stock":
+        figures["timeline"] = str(
+            write_timeline(
+                out / contender,
+                contender=contender,
+                summary=summary,
+                setup=asdict(setup),
+                samples_per_epoch=_split_size(data_root, "train"),
+                slots={"fast": setup.fast_nodes, "slow": setup.slow_nodes},
+            )
+        )
+    if replay is not None:
+        figures["replay_held"] = list(figures["epochs_per_trial"]) == list(replay.epochs)
     return figures
+
+
+def _split_size(data_root: Path, split: str) -> int:
+    """Samples of a generated EuroSAT split (its split file's lines)."""
+    return sum(1 for line in (data_root / f"eurosat-{split}.txt").read_text().splitlines() if line)
 
 
 def start_cluster(setup: Setup) -> Any:
@@ -335,108 +377,86 @@ def start_cluster(setup: Setup) -> Any:
     return cluster
 
 
-def verdicts(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Ratios to ``fixed`` and the done-when."""
-    fixed = results.get("fixed")
-    out: dict[str, Any] = {}
-    for name, figures in results.items():
-        if fixed and figures.get("makespan_s"):
-            figures_ratio = fixed["makespan_s"] / figures["makespan_s"]
-            out[name] = {"fixed_makespan_over_this": figures_ratio}
-    auto = results.get("auto")
-    if fixed and auto and auto.get("best_accuracy") is not None:
-        gap = 100 * ((fixed.get("best_accuracy") or 0.0) - auto["best_accuracy"])
-        ratio = out["auto"]["fixed_makespan_over_this"]
-        out["done_when"] = {
-            "makespan_vs_fixed": ratio,
-            "makespan_met": ratio >= TARGET_MAKESPAN_VS_FIXED,
-            "accuracy_gap_pt": gap,
-            "accuracy_met": gap <= TARGET_ACCURACY_PT,
+def run_benchmark(
+    setup: Setup,
+    contenders: Sequence[str],
+    out: Path,
+    *,
+    command: str,
+    replay: PromotionSchedule | None = None,
+    verbose: int = 0,
+    quick: bool = False,
+) -> int:
+    """Start the labelled cluster, run the contenders in order, write ``results.json`` and
+    ``results.md`` after each (what ran survives a later failure) and, at the end, the
+    simulator's check against the ``auto`` and ``fixed`` searches; 1 if a contender failed."""
+    import ray
+
+    from benchmarks.contenders import machine_description
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "COMMAND", command + "\n")
+    if replay is not None:
+        replay.save(out / "promotions.json")
+    machine = machine_description()  # before the run: its load average says how quiet
+
+    def write(results: dict[str, Any], errors: dict[str, str], check: Any = None) -> str:
+        result = {
+            "setup": asdict(setup),
+            "quick": quick,
+            "emulated": True,
+            "emulated_cores": setup.emulated_cores,
+            "command": command,
+            "machine": machine,
+            "contenders": results,
+            "errors": errors,
+            "verdicts": verdicts(results, replayed=replay is not None),
+            "replay": replay.to_dict() if replay is not None else None,
+            "sim_check": check,
         }
-    return out
+        table = format_table(result)
+        atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=str) + "\n")
+        atomic_write_text(out / "results.md", table)
+        return table
 
-
-def format_table(result: Mapping[str, Any]) -> str:
-    """The table, the CPU check and the done-when, as Markdown."""
-    setup = result["setup"]
-    results = result["contenders"]
-    ratios = result["verdicts"]
-    lines = [
-        f"# ASHA search, {setup['trials']} trials x {setup['epochs']} epochs, "
-        f"{setup['fast_nodes']} fast + {setup['slow_nodes']} slow worker nodes "
-        "(EMULATED speeds)",
-        "",
-        f"EMULATED: a worker on a fast node runs {setup['fast_factor']:g}x slower than this "
-        f"CPU, on a slow node {setup['slow_factor']:g}x (the node's `speed` label decides, in "
-        f"all three); all workers computing at once need {result['emulated_cores']:.2f} cores "
-        "of emulated compute (loading, collectives and Ray add to it).",
-        "",
-        "| contender | makespan s | best reaches final acc. s | best acc. | completed | "
-        "epochs per trial | fixed/this makespan |",
-        "|---|---:|---:|---:|---:|---|---:|",
-    ]
-    for name, f in results.items():
-        ratio = ratios.get(name, {}).get("fixed_makespan_over_this")
-        lines.append(
-            f"| {name} | {f['makespan_s']:.0f} | {_num(f['best_time_s'], '.0f')} | "
-            f"{_num(f['best_accuracy'], '.4f')} | {f['completed']}/{f['trials']} | "
-            f"{' '.join(str(e) for e in f['epochs_per_trial'])} | {_num(ratio, '.2f')} |"
-        )
-    lines += [
-        "",
-        "CPU check (this machine: "
-        f"{result['machine'].get('logical_cpus')} cores; sampled every 2 s during each search):",
-        "",
-        "| contender | load1 mean / max | this tree's cores mean / max | machine busy cores mean "
-        "| per type: median samples/s (x factor) | fast/slow (expected) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, f in results.items():
-        cpu, types = f["cpu"], f["per_type"]
-        per = ", ".join(
-            f"{t} {v['samples_per_s']:.1f} (x{v['factor']:g} = {v['unslowed_samples_per_s']:.0f})"
-            for t, v in types.items()
-            if isinstance(v, dict) and v.get("factor")
-        )
-        ratio = (
-            f"{types['fast_over_slow']:.2f} ({types['expected_fast_over_slow']:.2f})"
-            if "fast_over_slow" in types
-            else "-"
-        )
-        lines.append(
-            f"| {name} | {_num(cpu['load1_mean'], '.2f')} / {_num(cpu['load1_max'], '.2f')} | "
-            f"{_num(cpu['tree_cores_mean'], '.2f')} / {_num(cpu['tree_cores_max'], '.2f')} | "
-            f"{_num(cpu['machine_cores_mean'], '.2f')} | {per or '-'} | {ratio} |"
-        )
-    lines += [
-        "",
-        "Per-type samples/s: `auto` and `fixed` from the library's step records "
-        "(`workers/<name>/samples_per_s`, slice / busy seconds, in each report; `fixed`'s "
-        "workers are all named `any`, so its figure mixes node speeds); `stock` from its own "
-        "step logs (slice / batch-to-optimizer-step seconds, which include DDP's wait for "
-        "the slowest rank). When the cores are not the limit, `auto`'s x-factor figures "
-        "agree across types and fast/slow matches the expected ratio.",
-    ]
-    done = ratios.get("done_when")
-    if done:
-        lines += [
-            "",
-            f"Done-when (issue 34): makespan >= {TARGET_MAKESPAN_VS_FIXED}x better than fixed: "
-            f"{done['makespan_vs_fixed']:.2f}x, {'met' if done['makespan_met'] else 'NOT met'}; "
-            f"best accuracy within {TARGET_ACCURACY_PT} pt: auto's "
-            f"{-done['accuracy_gap_pt']:+.2f} pt against fixed's, "
-            f"{'met' if done['accuracy_met'] else 'NOT met'}.",
-        ]
-    for name, error in (result.get("errors") or {}).items():
-        lines += ["", f"{name} FAILED: {error}"]
-    lines += ["", "One run per contender, in the order listed; the search is seeded alike."]
-    return "\n".join(lines) + "\n"
-
-
-def _num(value: Any, spec: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return format(value, spec)
+    cluster = start_cluster(setup)
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    try:
+        for contender in contenders:
+            t0 = time.perf_counter()
+            try:
+                figures = run_contender(
+                    contender,
+                    setup,
+                    out,
+                    out / "data" / "eurosat",
+                    cluster.address,
+                    verbose,
+                    replay,
+                )
+            except Exception as exc:  # noqa: BLE001 - the others still run and are written
+                errors[contender] = f"{type(exc).__name__}: {exc}"
+                print(f"{contender}: FAILED: {errors[contender]}", file=sys.stderr, flush=True)
+                write(results, errors)
+                continue
+            results[contender] = figures
+            print(
+                f"{contender}: makespan {figures['makespan_s']:.0f} s, best "
+                f"{num(figures['best_accuracy'], '.4f')}, epochs per trial "
+                f"{figures['epochs_per_trial']} ({time.perf_counter() - t0:.0f} s with outputs)",
+                flush=True,
+            )
+            write(results, errors)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    timelines = [Path(f["timeline"]) for f in results.values() if f.get("timeline")]
+    check = check_timelines(timelines) if timelines else None
+    table = write(results, errors, check)
+    print()
+    print(table)
+    return 1 if errors else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -459,6 +479,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="auto: the most workers one trial may hold (default: every worker node)",
     )
     parser.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        help="replay the stops of a recorded search (a tune_asha results.json, its "
+        "--replay-contender's; or a promotions.json) for every contender",
+    )
+    parser.add_argument("--replay-contender", default="fixed")
+    parser.add_argument(
+        "--replay-epochs",
+        default=None,
+        help="replay these epochs per trial (comma-separated, in sample order)",
+    )
+    parser.add_argument(
         "--verbose",
         type=int,
         default=0,
@@ -474,64 +507,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         parser.error(f"unknown contender(s) {unknown}; known: {', '.join(CONTENDERS)}")
+    replay = _replay(parser, args, setup)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-    out = args.output.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "-m", "benchmarks.tune_asha", *sys.argv[1:]])
-    atomic_write_text(out / "COMMAND", command + "\n")
-    import ray
+    return run_benchmark(
+        setup,
+        contenders,
+        args.output.resolve(),
+        command=command,
+        replay=replay,
+        verbose=args.verbose,
+        quick=args.quick,
+    )
 
-    from benchmarks.contenders import machine_description
 
-    machine = machine_description()  # before the run: its load average says how quiet
-
-    def write(results: dict[str, Any], errors: dict[str, str]) -> str:
-        result = {
-            "setup": asdict(setup),
-            "quick": args.quick,
-            "emulated": True,
-            "emulated_cores": setup.emulated_cores,
-            "command": command,
-            "machine": machine,
-            "contenders": results,
-            "errors": errors,
-            "verdicts": verdicts(results),
-        }
-        table = format_table(result)
-        atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=str) + "\n")
-        atomic_write_text(out / "results.md", table)
-        return table
-
-    cluster = start_cluster(setup)
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    try:
-        for contender in contenders:
-            t0 = time.perf_counter()
-            try:
-                figures = run_contender(
-                    contender, setup, out, out / "data" / "eurosat", cluster.address, args.verbose
-                )
-            except Exception as exc:  # noqa: BLE001 - the others still run and are written
-                errors[contender] = f"{type(exc).__name__}: {exc}"
-                print(f"{contender}: FAILED: {errors[contender]}", file=sys.stderr, flush=True)
-                write(results, errors)
-                continue
-            results[contender] = figures
-            print(
-                f"{contender}: makespan {figures['makespan_s']:.0f} s, best "
-                f"{_num(figures['best_accuracy'], '.4f')}, epochs per trial "
-                f"{figures['epochs_per_trial']} ({time.perf_counter() - t0:.0f} s with outputs)",
-                flush=True,
-            )
-            write(results, errors)  # what ran so far survives a later failure
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    table = write(results, errors)
-    print()
-    print(table)
-    return 1 if errors else 0
+def _replay(parser: Any, args: Any, setup: Setup) -> PromotionSchedule | None:
+    """The schedule ``--replay`` / ``--replay-epochs`` name, checked against the setup."""
+    if args.replay is not None and args.replay_epochs is not None:
+        parser.error("give --replay or --replay-epochs, not both")
+    if args.replay is not None:
+        schedule = promotion_schedule(args.replay, args.replay_contender)
+    elif args.replay_epochs is not None:
+        epochs = tuple(int(e) for e in args.replay_epochs.split(",") if e.strip())
+        schedule = PromotionSchedule(epochs, (), f"--replay-epochs {args.replay_epochs}")
+    else:
+        return None
+    if len(schedule.epochs) != setup.trials or max(schedule.epochs) > setup.epochs:
+        parser.error(
+            f"the replayed schedule has {len(schedule.epochs)} trials of at most "
+            f"{max(schedule.epochs)} epochs; this setup runs {setup.trials} trials of "
+            f"{setup.epochs}: record it from a search of the same size"
+        )
+    return schedule
 
 
 if __name__ == "__main__":

@@ -153,8 +153,11 @@ def stock_trial(
     trainer.fit()
 
 
-def run_stock(setup: Any, base: dict[str, Any], out: Path, verbose: int = 0) -> dict[str, Any]:
-    """The ``stock`` search; returns ``{"wall_time_s", "storage", "started"}``."""
+def run_stock(
+    setup: Any, base: dict[str, Any], out: Path, verbose: int = 0, scheduler: Any = None
+) -> dict[str, Any]:
+    """The ``stock`` search (``scheduler``: a trial scheduler instead of ASHA, e.g. a replay);
+    returns ``{"wall_time_s", "storage", "started"}``."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -186,7 +189,8 @@ def run_stock(setup: Any, base: dict[str, Any], out: Path, verbose: int = 0) -> 
         tune_config=tune.TuneConfig(
             metric=cfg.metric,
             mode=cfg.mode,
-            scheduler=trial_scheduler(
+            scheduler=scheduler
+            or trial_scheduler(
                 "asha",
                 max_epochs=job.train.epochs,
                 grace_period=cfg.grace_period,
