@@ -17,7 +17,7 @@ from raytrain_hetero.errors import ConfigError, ModelParallelError
 if TYPE_CHECKING:
     from torch import nn
 
-    from raytrain_hetero.app.schema import JobConfig
+    from raytrain_hetero.app.sections import ModelConfig
     from raytrain_hetero.config import ParallelConfig
 
 __all__ = ["check_parallel_fits_model", "parallel_setting_problems"]
@@ -26,20 +26,19 @@ __all__ = ["check_parallel_fits_model", "parallel_setting_problems"]
 BRANCH_MODELS: tuple[str, ...] = ("fusion_cnn",)
 
 
-def parallel_setting_problems(job: JobConfig) -> list[Problem]:
-    """What is wrong with ``job.parallel`` given the job's model (the layout against the
-    workers and weighting is :func:`~raytrain_hetero.config.run_setting_problems`'s).
+def parallel_setting_problems(parallel: ParallelConfig, model: ModelConfig) -> list[Problem]:
+    """What is wrong with a job's ``parallel`` section given its ``model`` section (the
+    layout against the workers and weighting is
+    :func:`~raytrain_hetero.config.run_setting_problems`'s).
 
     Returns:
         One ``(location, message, fix)`` per problem (empty when the section fits).
     """
-    parallel = job.parallel
     if not parallel.model_parallel:
         return []
     problems = Problems()
     mode = parallel.mode
     if mode == "branches":
-        model = job.model
         if model.name not in BRANCH_MODELS:
             problems.add(
                 ("parallel", "mode"),
@@ -72,6 +71,8 @@ def check_parallel_fits_model(parallel: ParallelConfig, model: nn.Module, world_
             ``nn.Conv2d``, or narrower than a group; a branch placement of a model without two
             or more declared branches, or a group size that does not fit them.
     """
+    if parallel.mode == "data":
+        return  # the whole model on every rank: nothing to place
     from raytrain_hetero.core.branch_placement import check_branch_group
     from raytrain_hetero.parallel.branches import branch_model_of
     from raytrain_hetero.parallel.conv_split import check_splittable

@@ -308,7 +308,7 @@ class JobConfig(HeteroModel):
         problems = run_setting_problems(
             self.workers, self.train, self.elastic, self.emulation, JOB_PATHS, self.parallel
         )
-        problems += parallel_setting_problems(self)
+        problems += parallel_setting_problems(self.parallel, self.model)
         if problems:
             raise multiple(problems)
         return self
