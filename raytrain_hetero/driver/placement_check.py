@@ -159,6 +159,19 @@ def start_embedded_ray(specs: Sequence[WorkerSpec], *, min_workers: int, dataset
     short = first_shortfall(slots[:min_workers], view.totals, RAY_RESOURCES)
     if short is not None and short.proven:
         raise PlacementError(describe_shortfall(short, [s.name for s in specs], slots, view))
+    if num_cpus is not None:
+        declared = sum(float(spec.resources.get("CPU", 0.0)) for spec in specs)
+        logger.warning(
+            "HeteroTrainer: %d workers declare %g CPUs in all%s but this machine has %d: "
+            "starting the embedded local Ray with %d logical CPUs, so the workers share the "
+            "cores (slower; the plan follows their measured speeds). To choose: "
+            "ray.init(num_cpus=...) before fit(), or lower WorkerSpec resources.",
+            len(specs),
+            declared,
+            " (+1 for Ray Data's tasks)" if datasets else "",
+            machine_cpu_count(),
+            num_cpus,
+        )
     init_ray(num_cpus=num_cpus)
 
 
@@ -172,27 +185,12 @@ def _slot(spec: WorkerSpec, *, known_later: bool = False) -> SlotDemand:
 
 
 def size_embedded_ray(specs: Sequence[WorkerSpec], *, datasets: bool) -> int | None:
-    """The ``num_cpus`` for the embedded local Ray ``fit()`` starts, and a warning saying so,
-    when the workers declare more CPUs than this machine has (plus one for Ray Data's tasks
-    when the run has datasets); ``None`` (Ray counts the machine's) otherwise."""
+    """The ``num_cpus`` for the embedded local Ray ``fit()`` starts when the workers declare
+    more CPUs than this machine has (plus one for Ray Data's tasks when the run has
+    datasets); ``None`` (Ray counts the machine's) otherwise."""
     declared = sum(float(spec.resources.get("CPU", 0.0)) for spec in specs)
     need = math.ceil(declared - _EPSILON) + (1 if datasets else 0)
-    machine = machine_cpu_count()
-    if need <= machine:
-        return None
-    data = " (+1 for Ray Data's tasks)" if datasets else ""
-    logger.warning(
-        "HeteroTrainer: %d workers declare %g CPUs in all%s but this machine has %d: starting "
-        "the embedded local Ray with %d logical CPUs, so the workers share the cores (slower; "
-        "the plan follows their measured speeds). To choose: ray.init(num_cpus=...) before "
-        "fit(), or lower WorkerSpec resources.",
-        len(specs),
-        declared,
-        data,
-        machine,
-        need,
-    )
-    return need
+    return need if need > machine_cpu_count() else None
 
 
 def _selector_text(selector: Mapping[str, str]) -> str:

@@ -139,10 +139,23 @@ def _elided(expr: ast.expr) -> bool:
 
 
 class _NoFit(ast.NodeTransformer):
-    """Drop the statements that call ``.fit()``: the trainer is built for real, not run."""
+    """Drop the statements that call ``.fit()``, and those that use what they bound (a
+    ``print(result.metrics)``): the trainer is built for real, not run."""
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
-        node.body = [s for s in node.body if not _calls_fit(s)]
+        unbound: set[str] = set()
+        kept = []
+        for stmt in node.body:
+            if _calls_fit(stmt):
+                targets = getattr(stmt, "targets", [])
+                unbound.update(
+                    n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)
+                )
+                continue
+            if any(isinstance(n, ast.Name) and n.id in unbound for n in ast.walk(stmt)):
+                continue
+            kept.append(stmt)
+        node.body = kept
         return node
 
 

@@ -5,8 +5,6 @@ and test_placement.py."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import ray
 from ray.train import CheckpointConfig, RunConfig
@@ -85,16 +83,15 @@ def test_what_an_autoscaler_may_still_bring():
     assert _may_still_come(short, ClusterView({}, None, True, ever={"GPU": 8.0}))
 
 
-def test_the_embedded_ray_is_sized_only_when_the_workers_need_more(caplog):
+def test_the_embedded_ray_is_sized_only_when_the_workers_need_more():
     machine = machine_cpu_count()
-    assert size_embedded_ray([WorkerSpec(name="a")], datasets=False) is None or machine < 1
-    specs = [WorkerSpec(name="a", resources={"CPU": machine}), WorkerSpec(name="b")]
-    with caplog.at_level(logging.WARNING):
-        assert size_embedded_ray(specs, datasets=False) == machine + 1
-        assert size_embedded_ray(specs, datasets=True) == machine + 2  # Ray Data's CPU
     assert (
-        f"this machine has {machine}" in caplog.text and "(+1 for Ray Data's tasks)" in caplog.text
+        size_embedded_ray([WorkerSpec(name="a", resources={"CPU": machine})], datasets=False)
+        is None
     )
+    specs = [WorkerSpec(name="a", resources={"CPU": machine}), WorkerSpec(name="b")]
+    assert size_embedded_ray(specs, datasets=False) == machine + 1
+    assert size_embedded_ray(specs, datasets=True) == machine + 2  # one for Ray Data's tasks
 
 
 @pytest.mark.parametrize(
@@ -122,3 +119,22 @@ def test_checkpoints_keep_the_latest_unless_the_run_config_says():
     scored = RunConfig(checkpoint_config=CheckpointConfig(checkpoint_score_attribute="acc"))
     kept = with_checkpoint_retention(scored).checkpoint_config
     assert (kept.num_to_keep, kept.checkpoint_score_attribute) == (1, "acc")
+
+
+def test_the_readme_cluster_example_stops_at_once_on_a_machine_without_its_pools():
+    """The README's trainer as shown (GPU pools by label), fitted without a cluster: one line
+    naming the first worker, its pool and the fix, and no Ray started."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "integration"))
+    from docs_fixtures import docs_block, run_block
+
+    where, code = docs_block("README.md", "def train_loop")
+    trainer = run_block(code, where, fit=False)["trainer"]
+    assert not ray.is_initialized()
+    with pytest.raises(PlacementError) as caught:
+        trainer.fit()
+    message = str(caught.value)
+    assert "worker 'a100'" in message and "pool=a100" in message and "Fix: " in message
+    assert not ray.is_initialized()
