@@ -23,11 +23,11 @@ from typing import Any
 
 from raytrain_hetero.atomic import atomic_write_text
 from raytrain_hetero.core.trial_allocation import TrialDemand, decide_trial_allocation
+from raytrain_hetero.sim.tune_bounds import lower_bound, online_bound
 from raytrain_hetero.sim.tune_search import (
     CPU_FRACTION_OF_K80,
     POLICIES,
     TuneSimConfig,
-    lower_bound,
     make_cluster,
     make_trials,
     simulate_search,
@@ -37,9 +37,10 @@ __all__ = ["TABLE_PATH", "decision_benchmark", "load_table", "main", "run"]
 
 TABLE_PATH = Path(__file__).parent / "data" / "gavel" / "throughputs.json"
 
-#: Done-when targets of issue 34.
+#: Done-when targets of issue 34 (the clairvoyant bound's) and issue 44 (the reachable one's).
 TARGET_VS_DEFAULT = 1.5
 TARGET_VS_BOUND = 1.10
+TARGET_VS_ONLINE = 1.15
 TARGET_DECISION_S = 1.0
 
 SEARCHES: dict[str, tuple[str, ...] | None] = {"all-configs": None, "resnet50": ("ResNet-50",)}
@@ -55,9 +56,12 @@ def run(cfg: TuneSimConfig, table: dict[str, Any]) -> dict[str, Any]:
     results = {p: simulate_search(table, cfg, p) for p in POLICIES}
     bound = lower_bound(table, cfg, results["ours"].samples_run)
     ours = results["ours"]
+    online = online_bound(table, cfg, ours.epochs_run)
     return {
         "config": asdict(cfg),
         "bound_s": bound,
+        "online_bound_s": online,
+        "ours_vs_online": ours.makespan_s / online,
         "policies": {p: asdict(r) for p, r in results.items()},
         "speedup_vs_fifo": results["fifo"].makespan_s / ours.makespan_s,
         "speedup_vs_distribute": results["distribute"].makespan_s / ours.makespan_s,
@@ -119,6 +123,8 @@ def format_table(name: str, figures: dict[str, Any]) -> str:
             f"{r['mean_completion_s']:>10.0f} {r['restarts']:>8} {rungs:<32}"
         )
     lines.append(f"{'bound':<11} {figures['bound_s']:>10.0f} {figures['bound_s'] / ours:>8.2f}")
+    online = figures["online_bound_s"]
+    lines.append(f"{'online':<11} {online:>10.0f} {online / ours:>8.2f}")
     o = figures["policies"]["ours"]
     verdict = [
         (
@@ -128,10 +134,16 @@ def format_table(name: str, figures: dict[str, Any]) -> str:
             figures["speedup_vs_fifo"] >= TARGET_VS_DEFAULT,
         ),
         (
-            "makespan vs bound",
+            "makespan vs clairvoyant bound",
             figures["ours_vs_bound"],
             f"<= {TARGET_VS_BOUND}x",
             figures["ours_vs_bound"] <= TARGET_VS_BOUND,
+        ),
+        (
+            "makespan vs reachable online bound",
+            figures["ours_vs_online"],
+            f"<= {TARGET_VS_ONLINE}x",
+            figures["ours_vs_online"] <= TARGET_VS_ONLINE,
         ),
         (
             "slowest decision (s)",
@@ -158,6 +170,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--restart-s", type=float, default=30.0)
+    parser.add_argument(
+        "--contention",
+        type=float,
+        default=0.0,
+        help="ours: what a restart is charged on each other trial, as a fraction of its length",
+    )
+    parser.add_argument(
+        "--error", type=float, default=0.0, help="ours: the error margin (step and restart)"
+    )
     args = parser.parse_args(argv)
     table = load_table()
     report: dict[str, Any] = {
@@ -169,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(ASSUMED, not measured)",
             "an epoch = what one V100 processes in 120 s, for every configuration",
             f"restart (and start) of a trial's worker group: {args.restart_s:g} s",
+            f"ours charges a move {args.contention:g} x its restart on each other trial "
+            f"(contention) and an error margin of {args.error:g} (relative)",
         ],
         "searches": {},
     }
@@ -177,13 +200,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
     summary = [
         f"{'search':<12} {'seed':>4} {'fifo/ours':>9} {'distribute/ours':>15} "
-        f"{'ours/bound':>10} {'slowest decision ms':>19}"
+        f"{'ours/bound':>10} {'ours/online':>11} {'slowest decision ms':>19}"
     ]
     for name, families in SEARCHES.items():
         report["searches"][name] = {}
         for seed in seeds:
             cfg = TuneSimConfig(
-                trials=args.trials, seed=seed, restart_s=args.restart_s, families=families
+                trials=args.trials,
+                seed=seed,
+                restart_s=args.restart_s,
+                families=families,
+                contention=args.contention,
+                step_error=args.error,
+                restart_error=args.error,
             )
             figures = run(cfg, table)
             report["searches"][name][str(seed)] = figures
@@ -194,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary.append(
                 f"{name:<12} {seed:>4} {figures['speedup_vs_fifo']:>9.2f} "
                 f"{figures['speedup_vs_distribute']:>15.2f} {figures['ours_vs_bound']:>10.3f} "
+                f"{figures['ours_vs_online']:>11.3f} "
                 f"{figures['policies']['ours']['decision_s_max'] * 1e3:>19.1f}"
             )
     print("\n".join(summary))

@@ -19,9 +19,9 @@ Policies (all under the same ASHA, Ray Tune's ``AsyncHyperBandScheduler`` rules)
 * ``ours``: :func:`~raytrain_hetero.core.trial_allocation.decide_trial_allocation` at every
   trial end or stop, start and ASHA rung; trials carve the batch by measured speed and may
   span types and the CPU nodes.
-* ``bound``: a lower bound of the makespan of the work ``ours`` did (:func:`lower_bound`).
+The bounds of the work ``ours`` did are :mod:`raytrain_hetero.sim.tune_bounds`.
 
-Pure: numpy, scipy (the bound's LP) and :mod:`raytrain_hetero.core`; deterministic per seed.
+Pure: numpy and :mod:`raytrain_hetero.core`; deterministic per seed.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raytrain_hetero.core.allocation import CostModel, fit_cost_model
+from raytrain_hetero.core.move_pricing import MovePrice
 from raytrain_hetero.core.trial_allocation import (
     ClusterNode,
     TrialDemand,
@@ -53,7 +54,6 @@ __all__ = [
     "TuneSimConfig",
     "family_costs",
     "family_sync",
-    "lower_bound",
     "make_cluster",
     "make_trials",
     "simulate_search",
@@ -81,6 +81,10 @@ class TuneSimConfig:
         epoch_v100_s: An epoch's samples: what one V100 processes in this many seconds
             (every configuration; the table gives speeds, not dataset sizes).
         restart_s: Seconds a trial loses when its workers change (and at its start).
+        contention: ``ours``' charge for what a restart takes from the other trials (a
+            fraction of their speed while it runs; the simulated trials do not slow down).
+        step_error: ``ours``' error margin on a moved trial's predicted run (relative).
+        restart_error: ``ours``' error margin on a restart (relative).
         families: Model families the trials draw from (None: every family in the table).
         seed: Trial draw, learning curves and node order.
     """
@@ -94,6 +98,9 @@ class TuneSimConfig:
     reduction_factor: float = 3.0
     epoch_v100_s: float = 120.0
     restart_s: float = 30.0
+    contention: float = 0.0
+    step_error: float = 0.0
+    restart_error: float = 0.0
     families: tuple[str, ...] | None = None
     seed: int = 0
 
@@ -332,6 +339,7 @@ def simulate_search(
     gpu_slots = [s.slot_id for s in slots if s.worker_type != "cpu"]
     usable = gpu_slots if policy != "ours" else [s.slot_id for s in slots]
     asha = _Asha(cfg.grace_period, cfg.max_t, cfg.reduction_factor)
+    price = MovePrice(cfg.contention, cfg.step_error, cfg.restart_error)
     pending = list(specs)
     live: dict[str, _Live] = {}
     ended: dict[str, float] = {}
@@ -384,7 +392,7 @@ def simulate_search(
             return
         ids = sorted(live)
         started = time.perf_counter()
-        decision = decide_trial_allocation(slots, [demand(live[i]) for i in ids])
+        decision = decide_trial_allocation(slots, [demand(live[i]) for i in ids], price=price)
         decision_times.append(time.perf_counter() - started)
         waiting = set(decision.waiting)
         pending[:0] = [spec for spec in offered if spec.trial_id in waiting]
@@ -479,105 +487,3 @@ def simulate_search(
 
 def _expected_left(done: int, cfg: TuneSimConfig) -> float:
     return asha_expected_epochs(done, cfg.max_t, cfg.grace_period, cfg.reduction_factor)
-
-
-# ----------------------------------------------------------------------------- the bound
-
-
-def lower_bound(
-    table: Mapping[str, Mapping[str, Mapping[str, float]]],
-    cfg: TuneSimConfig,
-    samples: Sequence[float],
-) -> float:
-    """A lower bound of the makespan of running ``samples`` per trial (e.g. what ``ours``
-    ran) on the cluster: an LP relaxation of every schedule.
-
-    Per trial ``j`` and type ``t``: ``x`` worker-seconds held, ``y`` worker-steps, ``z`` steps
-    run on one worker of type ``t`` alone, ``u`` samples processed; ``M`` the makespan. Each
-    is what any schedule (of this simulator's step model) satisfies:
-
-    * each type's held worker-seconds fit: ``sum_j x[j, t] <= n_t * M``;
-    * a worker-step costs its fixed and per-sample time, and the exchange's
-      ``sync_s * 2 (N - 1) / N >= sync_s`` unless it runs alone:
-      ``x >= alpha_t y + beta_t u + sync_s (y - z)``;
-    * ``sum_t u = samples``; ``sum_t y >= steps`` (>= 1 worker per step); ``z <= y``;
-      ``sum_t z <= steps``; a lone step processes the whole batch: ``B z <= u``;
-    * the trial's wall time: its start (``restart_s``, paid by every trial under every
-      policy), each lone step's ``alpha_t + beta_t B`` and each other step at least
-      :func:`_fastest_group_step`, within ``M``.
-
-    What it leaves out (restarts after the start, ASHA's order, integrality, which slot
-    is where) only adds time, so the bound stays below every policy's makespan.
-    """
-    from scipy.optimize import linprog
-
-    specs = make_trials(table, cfg)
-    slots, _ = make_cluster(cfg)
-    counts: dict[str, int] = {}
-    for s in slots:
-        counts[s.worker_type] = counts.get(s.worker_type, 0) + 1
-    types = sorted(counts)
-    n_trials, n_types = len(specs), len(types)
-    size = n_trials * n_types
-    # variable blocks (row-major per trial, type): x, y, z, u; then M
-    x0, y0, z0, u0, m_index = 0, size, 2 * size, 3 * size, 4 * size
-    width = 4 * size + 1
-    rows: list[np.ndarray] = []
-    rhs: list[float] = []
-
-    def constraint(entries: dict[int, float], bound: float) -> None:
-        row = np.zeros(width)
-        for index, value in entries.items():
-            row[index] += value
-        rows.append(row)
-        rhs.append(bound)
-
-    for k, t in enumerate(types):
-        entries = {x0 + j * n_types + k: 1.0 for j in range(n_trials)}
-        entries[m_index] = -float(counts[t])
-        constraint(entries, 0.0)
-    for j, spec in enumerate(specs):
-        work = float(samples[j])
-        steps = work / spec.global_batch
-        multi_step = _fastest_group_step(spec, counts)
-        wall: dict[int, float] = {m_index: -1.0}
-        for k, t in enumerate(types):
-            c = spec.costs[t]
-            i = j * n_types + k
-            constraint(
-                {
-                    y0 + i: c.alpha + spec.sync_s,
-                    u0 + i: c.beta,
-                    z0 + i: -spec.sync_s,
-                    x0 + i: -1.0,
-                },
-                0.0,
-            )
-            constraint({z0 + i: 1.0, y0 + i: -1.0}, 0.0)
-            constraint({z0 + i: float(spec.global_batch), u0 + i: -1.0}, 0.0)
-            wall[z0 + i] = c.time(spec.global_batch) - multi_step
-        constraint({u0 + j * n_types + k: -1.0 for k in range(n_types)}, -work)
-        constraint({y0 + j * n_types + k: -1.0 for k in range(n_types)}, -steps)
-        constraint({z0 + j * n_types + k: 1.0 for k in range(n_types)}, steps)
-        constraint(wall, -cfg.restart_s - steps * multi_step)
-    objective = np.zeros(width)
-    objective[m_index] = 1.0
-    result = linprog(objective, A_ub=np.array(rows), b_ub=np.array(rhs), method="highs")
-    if not result.success:  # pragma: no cover - the LP is always feasible
-        raise RuntimeError(f"the bound's LP failed: {result.message}")
-    return float(result.x[m_index])
-
-
-def _fastest_group_step(spec: TrialSpec, counts: Mapping[str, int]) -> float:
-    """A lower bound of one step of ``spec`` on any group of >= 2 of the slots: on ``N``
-    workers ``T >= min alpha + B / (the N largest 1/beta)`` (every worker's slice is at most
-    ``(T - alpha_min) / beta``) plus the ring's ``sync_s * 2 (N - 1) / N``; the least over N."""
-    rates = sorted(
-        (1.0 / spec.costs[t].beta for t, n in counts.items() for _ in range(n)), reverse=True
-    )
-    alpha = min(spec.costs[t].alpha for t in counts)
-    best, total = math.inf, rates[0]
-    for n, rate in enumerate(rates[1:], start=2):
-        total += rate
-        best = min(best, alpha + spec.global_batch / total + spec.sync_s * 2 * (n - 1) / n)
-    return best

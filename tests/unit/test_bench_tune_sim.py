@@ -22,12 +22,15 @@ def test_command_writes_its_results(tmp_path, capsys):
     assert suite_main(["tune-sim", "--output", str(out), "--seeds", "0", "--trials", "12"]) == 0
     printed = capsys.readouterr().out
     assert "fifo/ours" in printed and "decision, 12 trials on 100 nodes" in printed
+    assert "ours/online" in printed and "reachable online bound" in printed
     report = json.loads((out / "results.json").read_text())
     for name in ("all-configs", "resnet50"):
         figures = report["searches"][name]["0"]
         assert set(figures["policies"]) == {"fifo", "distribute", "ours"}
         ours = figures["policies"]["ours"]["makespan_s"]
         assert figures["bound_s"] <= ours * (1 + 1e-9)
+        assert figures["bound_s"] <= figures["online_bound_s"] * (1 + 1e-6)
+        assert figures["ours_vs_online"] == ours / figures["online_bound_s"]
         assert figures["speedup_vs_fifo"] == figures["policies"]["fifo"]["makespan_s"] / ours
     assert report["decision_benchmark"]["unchanged_kept"] == 1.0
     assert (out / "COMMAND").read_text().startswith("python -m benchmarks tune-sim")

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from raytrain_hetero.sim.tune_bounds import lower_bound, online_bound
 from raytrain_hetero.sim.tune_search import (
     POLICIES,
     TuneSimConfig,
     family_costs,
     family_sync,
-    lower_bound,
     make_cluster,
     make_trials,
     simulate_search,
@@ -65,6 +65,23 @@ def test_every_trial_runs_asha_and_work_matches_epochs(results):
 def test_bound_is_below_every_policy(results):
     for r in results.values():
         assert lower_bound(TABLE, SMALL, r.samples_run) <= r.makespan_s * (1 + 1e-9)
+
+
+def test_the_reachable_online_bound_lies_above_the_clairvoyant_one(results):
+    """The idealized online allocator runs ours' work knowing ASHA's probabilities, not its
+    draw: a feasible fractional schedule, so never below the clairvoyant LP; deterministic."""
+    ours = results["ours"]
+    online = online_bound(TABLE, SMALL, ours.epochs_run)
+    assert lower_bound(TABLE, SMALL, ours.samples_run) <= online * (1 + 1e-6)
+    assert online == online_bound(TABLE, SMALL, ours.epochs_run)
+    # more work (every trial to the last epoch) takes longer
+    assert online_bound(TABLE, SMALL, [SMALL.max_t] * SMALL.trials) > online
+
+
+def test_ours_prices_its_moves_when_told(results):
+    priced = simulate_search(TABLE, replace(SMALL, step_error=0.5, restart_error=0.5), "ours")
+    assert priced.restarts <= results["ours"].restarts
+    assert priced.epochs_run and priced.makespan_s > 0
 
 
 def test_fixed_resources_never_restart_and_ours_decides(results):
