@@ -117,7 +117,7 @@ def worker_specs(plan: RentPlan, inputs: RentInputs, rf: RentFile) -> list[dict[
     specs = []
     for n in sorted(plan.nodes, key=lambda n: (n.market == "spot", n.instance_type)):
         offer = inputs.offers[n.instance_type]
-        shape = rf.workers.get(n.instance_type)
+        shape = rf.worker_shapes.get(n.instance_type)
         resources = shape.resources if shape is not None and shape.resources else None
         if resources is None:
             resources = (
@@ -310,7 +310,7 @@ def apply_rent(
     data["elastic"] = {**data.get("elastic", {}), "min_workers": max(1, on_demand)}
     if output_dir is not None:
         data["output_dir"] = str(output_dir)
-    job = validate_config(data, source=f"{rf.train} (workers from the rent plan)")
+    job = validate_config(data, source=f"{rf.train_job} (workers from the rent plan)")
     started = time.monotonic()
     watcher_box: list[RentWatcher] = []
 
@@ -318,7 +318,8 @@ def apply_rent(
         watcher = watcher_box[0]
         spent = incurred_cost(list(watcher.spans.values()), inputs, watcher.now())
         new = replan(inputs, decision, held, watcher.now(), spent)
-        text = f"after the {how} of {_slot_name(span.instance_type, span.market)}: {new.reason}"
+        what = "preemption notice" if how == "notice" else "loss"
+        text = f"after the {what} of {_slot_name(span.instance_type, span.market)}: {new.reason}"
         watcher.event("replan", text)
         wanted = {(n.instance_type, n.market): n.nodes for n in new.chosen.nodes}
         have = {tuple(k.split(":")): v for k, v in held.items()}

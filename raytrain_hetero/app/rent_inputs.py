@@ -199,7 +199,7 @@ def rent_inputs(rf: RentFile, global_batch: int | None = None) -> RentInputs:
     batch = rf.job.global_batch or global_batch
     if batch is None:
         raise ConfigError(
-            "job.global_batch is not given and there is no train: job to take it from. Fix: "
+            "job.global_batch is not given and there is no train_job: to take it from. Fix: "
             "set job.global_batch (samples per optimizer step)."
         )
     costs = _type_costs(rf)

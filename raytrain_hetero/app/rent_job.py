@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--apply",
         action="store_true",
-        help="ask Ray's autoscaler for the chosen nodes, train the file's train: job on them, "
+        help="ask Ray's autoscaler for the chosen nodes, train the file's train_job on them, "
         "re-plan when a spot node is lost or noticed",
     )
     parser.add_argument(
@@ -105,10 +105,10 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     rf = load_rent_file(args.rent_file)
     train_job = None
-    if rf.train is not None:
+    if rf.train_job is not None:
         from raytrain_hetero.app.config import load_config
 
-        train_job = load_config(rf.train)
+        train_job = load_config(rf.train_job)
     inputs = rent_inputs(rf, None if train_job is None else train_job.train.global_batch_size)
     decision = plan_rent(rf, inputs)
     print(format_decision(decision))
@@ -118,8 +118,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0 if decision.feasible else 1
     if train_job is None:
         raise ConfigError(
-            "--apply needs the job to train: set train: in the rent file to a job YAML. Fix: "
-            "add train: job.yaml, or run without --apply."
+            "--apply needs the job to train: the rent file has no train_job. Fix: add "
+            "train_job: job.yaml (a job YAML), or run without --apply."
         )
     from raytrain_hetero.app.rent_apply import apply_rent
 

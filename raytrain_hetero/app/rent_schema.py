@@ -16,8 +16,8 @@ the planner's knobs, the node labels); the other sections say what the planner p
       - {instance_type: p4d.24xlarge, published: lambda-resnet50-amp/A100-40GB}
     remembered: {storage: /runs, match: {p3.2xlarge: V100}}  # remembered cost models
     spot_loss: {rates: {g5.xlarge: 0.4}, traces: {p3.2xlarge: {path: us-east-1c_v100_1.json}}}
-    workers: {g5.xlarge: {resources: {CPU: 3, GPU: 1}}}  # one worker slot on each type
-    train: job.yaml              # --apply: the job to train on the rented mix
+    worker_shapes: {g5.xlarge: {resources: {CPU: 3, GPU: 1}}}  # a worker slot per type
+    train_job: job.yaml          # --apply: the job to train on the rented mix
 """
 
 from __future__ import annotations
@@ -186,8 +186,9 @@ class RentFile(HeteroModel):
         cost_models: Per instance type the step cost (measured or estimated).
         remembered: Remembered cost models to read from a runs' storage.
         spot_loss: Spot loss rates or traces.
-        workers: Per instance type one worker slot's resources (``--apply``).
-        train: The job YAML to train on the rented mix (``--apply``).
+        worker_shapes: Per instance type one worker slot's resources (``--apply``).
+        train_job: The job YAML to train on the rented mix (``--apply``); its ``workers:``
+            are replaced by the plan's slots.
     """
 
     rent: RentConfig = Field(default_factory=RentConfig)
@@ -200,8 +201,8 @@ class RentFile(HeteroModel):
     cost_models: list[CostModelEntry] = Field(default_factory=list)
     remembered: RememberedCosts | None = None
     spot_loss: SpotLossSection = Field(default_factory=SpotLossSection)
-    workers: dict[str, WorkerShape] = Field(default_factory=dict)
-    train: Path | None = None
+    worker_shapes: dict[str, WorkerShape] = Field(default_factory=dict)
+    train_job: Path | None = None
 
 
 def load_rent_file(path: str | os.PathLike[str]) -> RentFile:
@@ -226,7 +227,7 @@ def load_rent_file(path: str | os.PathLike[str]) -> RentFile:
         )
     base = p.resolve().parent
     data = dict(data)
-    for key in ("catalog", "train"):
+    for key in ("catalog", "train_job"):
         if isinstance(data.get(key), str):
             data[key] = str(base / data[key])
     traces = (

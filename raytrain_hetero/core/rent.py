@@ -64,14 +64,16 @@ def format_duration(seconds: float) -> str:
         return "never"
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h"
-    if seconds >= 60:
+    if seconds >= 600:
         return f"{seconds / 60:.0f} min"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
     return f"{seconds:.0f} s"
 
 
 def format_cost(dollars: float) -> str:
-    """``"$1,234.50"``."""
-    return f"${dollars:,.2f}"
+    """``"$1,234.50"``; below a dollar, four decimals (``"$0.0123"``)."""
+    return f"${dollars:,.2f}" if abs(dollars) >= 1 else f"${dollars:.4f}"
 
 
 def rent_options(
