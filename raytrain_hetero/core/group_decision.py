@@ -12,7 +12,8 @@ the group's exchange and the noise are :mod:`raytrain_hetero.core.group_price`'s
     samples/s(T, F) = min(compute(T), min(steps(T), pipeline) + sum of feed_k over F)
 
 ``allocate`` is the plans' own makespan-minimising carving (caps, minimum slice, ghost
-BatchNorm's whole groups); ``exchange`` the group's priced (or measured) exposed exchange;
+BatchNorm's whole groups); ``exchange`` the group's priced exposed exchange (its gradient
+all-reduce measured where given);
 ``pipeline`` a shared input pipeline's delivery (Ray Data; ``inf`` for map-style datasets,
 whose ranks load their own slices, data wait inside their loader-bound costs); ``feed_k``
 what worker k's loading adds when it feeds. Feeding lifts the trainers from their loader-bound
@@ -20,8 +21,8 @@ rate toward their compute rate; standing by costs and adds nothing.
 
 **The search.** Every non-empty set of trainers, up to interchangeable workers (identical
 prices: only how many of them train matters), while there are at most :data:`MAX_EXACT_SETS`
-such sets; beyond, the prefixes of the fastest-first order. Groups with a measured exchange
-are candidates too. Each set is tried with no feeders and with the fewest feeders
+such sets; beyond, the prefixes of the fastest-first order. Groups with a measured gradient
+all-reduce are candidates too. Each set is tried with no feeders and with the fewest feeders
 (largest feed first) that reach its highest prediction. *best* is the highest prediction
 considered; *everyone* is the stock choice (every worker trains, nobody feeds).
 
@@ -267,7 +268,7 @@ class _Evaluator:
             self._exchanges[trainers] = price_exchange(
                 [self.workers[r] for r in sorted(trainers)],
                 self.exchange,
-                measured_s=self.measured.get(trainers),
+                measured_gradient_s=self.measured.get(trainers),
             )
         return self._exchanges[trainers]
 
@@ -400,7 +401,7 @@ def decide_group(
     min_slice: int = 1,
     quantum: int = 1,
     pipeline_samples_per_s: float = math.inf,
-    measured_exchange_s: Mapping[Collection[int], float] | None = None,
+    measured_gradient_s: Mapping[Collection[int], float] | None = None,
 ) -> GroupDecision:
     """Decide what each worker does (see the module).
 
@@ -415,8 +416,9 @@ def decide_group(
         quantum: Slices are whole multiples of it (ghost BatchNorm's group size, else 1).
         pipeline_samples_per_s: A shared input pipeline's delivery with every worker
             training (Ray Data), ``inf`` where each rank loads its own slices.
-        measured_exchange_s: Exposed exchange seconds measured on given groups (sets of
-            worker indices), used instead of the price for those groups.
+        measured_gradient_s: Gradient all-reduce seconds timed on given groups (sets of
+            worker indices; admission's prefixes), instead of their priced link
+            (:func:`~raytrain_hetero.core.group_price.price_exchange`).
 
     Raises:
         AllocationError: Bad inputs, or no group can hold the batch (mode ``all``: the whole
@@ -432,7 +434,7 @@ def decide_group(
     n = len(workers)
     may_stand_by, may_feed = MODES[mode]
     measured = {
-        frozenset(int(r) for r in k): float(v) for k, v in (measured_exchange_s or {}).items()
+        frozenset(int(r) for r in k): float(v) for k, v in (measured_gradient_s or {}).items()
     }
     ev = _Evaluator(
         total,

@@ -233,12 +233,11 @@ class ExchangeCost:
 
     Attributes:
         backend: ``"nccl"``, ``"gloo"`` or ``"none"`` (one member).
-        gradient_s: The gradient all-reduce, staging through host memory and members' link
-            delays included, before overlap.
+        gradient_s: The gradient all-reduce (the link, its members' link delays and, under
+            gloo with CUDA members, the staging through host memory), before overlap.
         batchnorm_s: Exact BatchNorm's exchanges (staging included).
-        exposed_s: What the step pays: ``(1 - overlap) * gradient_s + batchnorm_s``, or a
-            measured value for this group.
-        measured: Whether ``exposed_s`` was measured on this group instead of priced.
+        exposed_s: What the step pays: ``(1 - overlap) * gradient_s + batchnorm_s``.
+        measured: Whether the gradient all-reduce's link part was measured on this group.
     """
 
     backend: Literal["nccl", "gloo", "none"]
@@ -249,12 +248,17 @@ class ExchangeCost:
 
 
 def price_exchange(
-    members: Sequence[WorkerPrice], price: ExchangePrice, *, measured_s: float | None = None
+    members: Sequence[WorkerPrice],
+    price: ExchangePrice,
+    *,
+    measured_gradient_s: float | None = None,
 ) -> ExchangeCost:
     """The exchanges of one step of the group ``members`` (see the module).
 
-    ``measured_s``: the group's exposed exchange seconds measured on it, used instead of the
-    price where given (the backend and parts are still priced, for the record).
+    ``measured_gradient_s``: a gradient-sized all-reduce timed on exactly this group, slow
+    links included (what admission's prefixes measure: host tensors, so no staging). It
+    replaces the priced link and link delays of the gradient exchange; staging through host
+    memory, exact BatchNorm's exchanges and the overlap are still priced.
     """
     n = len(members)
     if n < 2:
@@ -262,19 +266,20 @@ def price_exchange(
     gpus = sum(m.device == "cuda" for m in members)
     nccl = gpus == n and price.nccl is not None
     link = price.nccl if nccl and price.nccl is not None else price.gloo
-    staged = gpus > 0 and not nccl
+    staged = gpus > 0 and not nccl and math.isfinite(price.host_bytes_per_s)
     bn_bytes = price.batchnorm_layers * price.batchnorm_bytes
-    gradient = link.allreduce_s(price.gradient_bytes, n, calls=price.gradient_calls)
-    gradient += max(m.exchange_delay_s for m in members) * price.gradient_calls
+    if measured_gradient_s is not None:
+        gradient = _finite(measured_gradient_s, "a measured gradient all-reduce")
+    else:
+        gradient = link.allreduce_s(price.gradient_bytes, n, calls=price.gradient_calls)
+        gradient += max(m.exchange_delay_s for m in members) * price.gradient_calls
     batchnorm = link.allreduce_s(bn_bytes, n, calls=2 * price.batchnorm_layers)
-    if staged and math.isfinite(price.host_bytes_per_s):
+    if staged:
         gradient += 2.0 * price.gradient_bytes / price.host_bytes_per_s
         batchnorm += 2.0 * bn_bytes / price.host_bytes_per_s
     exposed = (1.0 - price.overlap) * gradient + batchnorm
-    if measured_s is not None:
-        exposed = _finite(measured_s, "a measured exchange")
     return ExchangeCost(
-        "nccl" if nccl else "gloo", gradient, batchnorm, exposed, measured_s is not None
+        "nccl" if nccl else "gloo", gradient, batchnorm, exposed, measured_gradient_s is not None
     )
 
 

@@ -127,11 +127,11 @@ def test_the_exchange_of_a_group_is_priced_per_backend():
     assert price_exchange([host, host], bn).exposed_s == pytest.approx(3 * 2 * 2 * 2e-3)
 
 
-def test_a_measured_exchange_replaces_the_price_of_its_group():
+def test_a_measured_gradient_all_reduce_replaces_the_price_of_its_group():
     workers = [cpu("a", 1e-3), cpu("b", 1e-3), cpu("c", 1e-3)]
     priced = decide_group(B, workers, FREE, noise=0.0)
     assert priced.trainers == (0, 1, 2)
-    measured = decide_group(B, workers, FREE, noise=0.0, measured_exchange_s={(0, 1, 2): 1.0})
+    measured = decide_group(B, workers, FREE, noise=0.0, measured_gradient_s={(0, 1, 2): 1.0})
     assert measured.everyone.exchange.measured and measured.trainers != (0, 1, 2)
 
 

@@ -54,8 +54,23 @@ def test_the_slowest_link_of_the_members_delays_every_gradient_call():
     slow = WorkerPrice("b", CostModel(0.0, 1e-3), exchange_delay_s=0.1)
     assert price_exchange([fast, slow, fast], price).exposed_s == pytest.approx(0.3)
     assert price_exchange([fast, fast], price).exposed_s == 0.0
-    measured = price_exchange([fast, slow], price, measured_s=0.05)
-    assert measured.measured and measured.exposed_s == 0.05 and measured.gradient_s > 0.05
+    measured = price_exchange([fast, slow], price, measured_gradient_s=0.05)
+    assert measured.measured and measured.exposed_s == 0.05 == measured.gradient_s
+    # Staging through host memory and BatchNorm's exchanges stay priced beside it.
+    gpu = WorkerPrice("g", CostModel(0.0, 1e-4), device="cuda")
+    staged = ExchangePrice(
+        gradient_bytes=1e6,
+        gloo=LinkCost(1e-3, 1e9),
+        batchnorm_layers=2,
+        batchnorm_bytes=100.0,
+        host_bytes_per_s=1e9,
+        overlap=0.5,
+    )
+    mixed = price_exchange([gpu, fast], staged, measured_gradient_s=0.05)
+    bn = LinkCost(1e-3, 1e9).allreduce_s(200.0, 2, calls=4) + 2 * 200.0 / 1e9
+    assert mixed.gradient_s == pytest.approx(0.05 + 2 * 1e6 / 1e9)
+    assert mixed.batchnorm_s == pytest.approx(bn)
+    assert mixed.exposed_s == pytest.approx(0.5 * mixed.gradient_s + bn)
 
 
 def test_implied_overlap_reads_what_a_trained_group_hid():
