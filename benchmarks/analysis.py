@@ -422,6 +422,11 @@ def summarize(
             row["vs_gpu_alone"] = _ratio(
                 row.get("samples_per_s"), per["gpu-alone"].get("samples_per_s")
             )
+    if "best-subset" in per:  # the simple choice, measured in the same run
+        for row in per.values():
+            row["vs_best_subset"] = _ratio(
+                row.get("samples_per_s"), per["best-subset"].get("samples_per_s")
+            )
     verdicts = []
     for target in targets:
         for name in target.contenders:

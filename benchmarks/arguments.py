@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "waits for the CPU ranks",
     )
     parser.add_argument(
+        "--screen-steps",
+        type=int,
+        default=12,
+        metavar="N",
+        help="steps of each screening fit of the best-subset contender's search (default 12)",
+    )
+    parser.add_argument(
         "--render-only",
         action="store_true",
         help="run nothing: recompute the summary, table and plots from the "
@@ -216,6 +223,9 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--gpu-loader-workers must be >= 0")
     options["gpu_loader_workers"] = args.gpu_loader_workers
     options["scheduler"] = parse_scheduler(args.scheduler)
+    if args.screen_steps < 4:
+        raise ValueError("--screen-steps must be >= 4 (the first 2 steps are not counted)")
+    options["screen_steps"] = args.screen_steps
     return options
 
 

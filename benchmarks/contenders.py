@@ -49,6 +49,13 @@ class FitSetup:
         min_workers: Elastic: start with this many, grow to all slots.
         monitor_interval_s: Elastic resize monitor interval (both stock and raytrain_hetero).
         extra_loop: Further loop config (join: checkpoint_every, stop_at_world, ...).
+        gpu_loader_workers: DataLoader processes of every CUDA rank.
+        best_subset: Indices of the workers the ``best-subset`` contender runs
+            (:mod:`benchmarks.best_subset` finds them).
+        cpu_sets: Cores each worker (by name) is pinned to, every contender alike
+            (:mod:`benchmarks.pinning`); None: no pinning.
+        gpu_stand_ins: Names of the CPU workers ``gpu-alone`` runs instead of the CUDA ones
+            (a dry run of the device check on a machine without a GPU); None: the CUDA ones.
     """
 
     specs: list[Any]
@@ -68,6 +75,9 @@ class FitSetup:
     monitor_interval_s: float = 5.0
     extra_loop: dict[str, Any] = field(default_factory=dict)
     gpu_loader_workers: int = 0
+    best_subset: tuple[int, ...] | None = None
+    cpu_sets: dict[str, list[int]] | None = None
+    gpu_stand_ins: tuple[str, ...] | None = None
 
     def loop_config(self, mode: str, out: Path) -> dict[str, Any]:
         config = {
@@ -84,6 +94,8 @@ class FitSetup:
             "gpu_loader_workers": self.gpu_loader_workers,
             **self.extra_loop,
         }
+        if self.cpu_sets:
+            config["cpu_sets"] = {k: list(v) for k, v in self.cpu_sets.items()}
         if mode == "stock":
             names = [s.name for s in self.specs]
             config.update(
@@ -100,6 +112,7 @@ class FitSetup:
                 ],
                 devices=[_device(s) for s in self.specs],
                 threads=[max(1, int(s.resources.get("CPU", 1))) for s in self.specs],
+                link_delays=[float(s.emulated_collective_delay_s) for s in self.specs],
             )
         return config
 
@@ -120,7 +133,12 @@ class ContenderWorkers:
 
 
 def contender_workers(
-    contender: str, specs: Sequence[Any], schedule: Sequence[dict[str, Any]]
+    contender: str,
+    specs: Sequence[Any],
+    schedule: Sequence[dict[str, Any]],
+    *,
+    subset: Sequence[int] | None = None,
+    gpu_stand_ins: Sequence[str] | None = None,
 ) -> ContenderWorkers:
     """What ``contender`` runs on, from the scenario's workers and injections (pure).
 
@@ -128,11 +146,15 @@ def contender_workers(
       it targets, none injected: the static plan the probe builds for the post-drift speeds;
     * ``hetero-live-noise``: no injections, base slowdowns divided by ``1 - noise`` (so a
       -10 % draw stays representable: emulation only slows down) and per-step noise on;
-    * ``gpu-alone``: only the workers whose device resolves to CUDA, no injections;
+    * ``gpu-alone``: only the workers whose device resolves to CUDA (or those named in
+      ``gpu_stand_ins``: a dry run's stand-ins), no injections;
+    * ``best-subset``: the workers at the indices ``subset``, with the injections aimed at
+      them;
     * every other contender: the scenario's workers and injections as they are.
 
     Raises:
-        ValueError: ``gpu-alone`` on a scenario without a CUDA worker.
+        ValueError: ``gpu-alone`` on a scenario without a CUDA worker; ``best-subset``
+            without a valid ``subset``.
     """
     from benchmarks.scenarios import NOISE_AMPLITUDE
 
@@ -159,13 +181,26 @@ def contender_workers(
             NOISE_AMPLITUDE,
         )
     if contender == "gpu-alone":
-        gpus = [s for s in specs if s.resolved_device() == "cuda"]
+        gpus = [
+            s
+            for s in specs
+            if (s.name in gpu_stand_ins if gpu_stand_ins else s.resolved_device() == "cuda")
+        ]
         if not gpus:
             raise ValueError(
                 "contender gpu-alone needs a worker whose device is cuda; this scenario has "
                 f"none ({[s.name for s in specs]}). Fix: leave gpu-alone out (--contenders)."
             )
         return ContenderWorkers(gpus, ())
+    if contender == "best-subset":
+        if not subset or any(not 0 <= i < len(specs) for i in subset):
+            raise ValueError(
+                f"contender best-subset needs the indices of its workers among {len(specs)}, "
+                f"got {subset!r}. Fix: let the runner search them (benchmarks.best_subset)."
+            )
+        mine = [specs[i] for i in sorted(set(subset))]
+        kept = {s.name for s in mine}
+        return ContenderWorkers(mine, tuple(i for i in schedule if i.get("worker") in kept))
     return ContenderWorkers(specs, tuple(schedule))
 
 
@@ -242,11 +277,15 @@ def run_fit(
     plans: list[dict[str, Any]] = []
     stats: list[dict[str, Any]] = []
 
+    from benchmarks.loop import bench_loop
+    from benchmarks.pinning import pinned_bench_loop
+
+    loop = pinned_bench_loop if setup.cpu_sets else bench_loop
+
     def fit_once() -> Any:
         if contender == "stock":
             from ray.train.torch import TorchTrainer
 
-            from benchmarks.loop import bench_loop
             from raytrain_hetero.driver.backend import common_resources
 
             n = len(setup.specs)
@@ -254,7 +293,7 @@ def run_fit(
             # One resources dict for every worker is all a stock ScalingConfig can say.
             common = common_resources([dict(s.resources) for s in setup.specs])
             trainer = TorchTrainer(
-                bench_loop,
+                loop,
                 train_loop_config=setup.loop_config("stock", out),
                 scaling_config=ScalingConfig(
                     num_workers=(setup.min_workers, n) if elastic else n,
@@ -265,7 +304,6 @@ def run_fit(
                 run_config=run_config,
             )
             return trainer.fit()
-        from benchmarks.loop import bench_loop
         from raytrain_hetero.config import (
             BatchConfig,
             ElasticConfig,
@@ -275,9 +313,22 @@ def run_fit(
         )
         from raytrain_hetero.driver.trainer import HeteroTrainer
 
-        mine = contender_workers(contender, setup.specs, setup.schedule)
+        mine = contender_workers(
+            contender,
+            setup.specs,
+            setup.schedule,
+            subset=setup.best_subset,
+            gpu_stand_ins=setup.gpu_stand_ins,
+        )
+        probe = dict(setup.probe)
+        if contender in ("hetero-static-post", "best-subset"):
+            # A probed static plan (the probe's repeated timings, not the cheap start's three
+            # passive steps): the post-drift plan's reference, and the subset's best plan.
+            probe["mode"] = "probe"
+        if contender == "best-subset":
+            probe["admission"] = "all"  # every worker of the subset trains
         hetero = HeteroTrainer(
-            bench_loop,
+            loop,
             train_loop_config={
                 **setup.loop_config("hetero", out),
                 # The ablation switches the layers off in prepare_model; hetero-local goes
@@ -294,13 +345,7 @@ def run_fit(
             scheduler=SchedulerConfig(
                 **setup.scheduler, live=contender in ("hetero-live", "hetero-live-noise")
             ),
-            # The reference is a probed static plan (the probe's repeated timings, not the
-            # cheap start's three passive steps): what the post-drift plan should be.
-            probe=ProbeConfig(
-                **{**setup.probe, "mode": "probe"}
-                if contender == "hetero-static-post"
-                else setup.probe
-            ),
+            probe=ProbeConfig(**probe),
             emulation=EmulationConfig(slowdowns=mine.schedule, noise=mine.noise),
             elastic=ElasticConfig(
                 min_workers=setup.min_workers,

@@ -18,7 +18,8 @@ Emulated slowdown applies to both the same way, through the one EMULATION helper
 the step. raytrain_hetero does it inside its hooks (:class:`raytrain_hetero.worker.measure.timing.StepTiming`);
 for stock, :class:`raytrain_hetero.app.bench_stock.StockEmulation` does it (the one the
 user-facing ``raytrain-hetero bench`` uses) with a forward pre-hook on the inner module (start
-of the step's compute) and a DDP communication hook that stretches before each all-reduce.
+of the step's compute) and a DDP communication hook that stretches before each all-reduce
+(and sleeps a worker's EMULATED link delay, ``emulated_collective_delay_s``, there too).
 
 Every rank appends one JSON line per step to ``<out>/rank<r>_<pid>.jsonl``: step, epoch, world
 size, its slice, the wall time the step ended; rank 0 evaluates every ``eval_every`` steps
@@ -60,8 +61,8 @@ def bench_loop(config: dict[str, Any]) -> None:
 
     mode ("stock" | "hetero"), data (BenchData fields), width, lr, momentum, weight_decay,
     seed, global_batch_size, epochs, max_steps (optional), eval_every, out;
-    stock only: factors, worker_names, devices and threads (per rank, optional), schedule
-    (rank injections); join: checkpoint_every, stop_at_world, steps_at_full.
+    stock only: factors, worker_names, devices, threads and link_delays (per rank, optional),
+    schedule (rank injections); join: checkpoint_every, stop_at_world, steps_at_full.
     """
     import ray.train
     import torch
@@ -94,6 +95,7 @@ def bench_loop(config: dict[str, Any]) -> None:
 
         factors = config.get("factors") or [1.0] * world
         names = config.get("worker_names") or []
+        links = config.get("link_delays") or []  # EMULATED slow links, as the specs say
         emulation = StockEmulation(
             SlowdownSchedule(
                 factors[rank] if rank < len(factors) else 1.0,
@@ -102,6 +104,7 @@ def bench_loop(config: dict[str, Any]) -> None:
                 planned=[SlowdownInjection(**i) for i in config.get("schedule", ())],
             ),
             device,
+            float(links[rank]) if rank < len(links) else 0.0,
         )
         emulation.install(model)
         loader: Any = DataLoader(

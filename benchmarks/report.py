@@ -9,7 +9,7 @@ from typing import Any
 
 from raytrain_hetero.atomic import atomic_write_text
 
-__all__ = ["fit_line", "format_table", "write_outputs"]
+__all__ = ["best_subset_lines", "fit_line", "format_table", "write_outputs"]
 
 
 def fit_line(fit: dict[str, Any]) -> str:
@@ -160,6 +160,13 @@ def format_table(result: dict[str, Any]) -> str:
                 lambda n, r: _num(r.get("speedup"), ".2f") + _goal(result, n, "speedup"),
             ),
             (
+                "x best-subset",
+                13,
+                lambda n, r: (
+                    _num(r.get("vs_best_subset"), ".2f") + _goal(result, n, "vs_best_subset")
+                ),
+            ),
+            (
                 "efficiency",
                 10,
                 lambda n, r: _num(r.get("efficiency"), ".3f") + _goal(result, n, "efficiency"),
@@ -234,6 +241,9 @@ def format_table(result: dict[str, Any]) -> str:
     drift = _drift_lines(summary)
     if drift:
         lines += ["", *drift]
+    subset = best_subset_lines(result)
+    if subset:
+        lines += ["", *subset]
     verdicts = result["summary"]["targets"]
     if verdicts:
         lines.append("")
@@ -247,6 +257,30 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{'met' if v['met'] else 'NOT MET'}"
             )
     return "\n".join(lines)
+
+
+def best_subset_lines(result: dict[str, Any]) -> list[str]:
+    """What the best-subset search found, and the defaults' ratio to it."""
+    from benchmarks.scenarios import DEFAULTS
+
+    search = result.get("best_subset")
+    if not search:
+        return []
+    row = result["summary"]["contenders"].get(DEFAULTS, {})
+    lines = [
+        f"best-subset: {', '.join(search['chosen'])} (screened over {search['screen_steps']} "
+        f"steps each; the library's defaults ({DEFAULTS}) at "
+        f"{_num(row.get('vs_best_subset'), '.2f')}x of it):"
+    ]
+    for c in search["candidates"]:
+        figure = (
+            f"{c['samples_per_s']:.1f} samples/s"
+            if c.get("samples_per_s") is not None
+            else f"not screened: {c.get('skipped')}"
+        )
+        bound = f" (bound {c['bound']:.1f})" if c.get("bound") is not None else ""
+        lines.append(f"  {', '.join(c['names'])}: {figure}{bound}")
+    return lines
 
 
 def _drift_lines(summary: dict[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks.arguments import command_line, scenario_options
 from benchmarks.report import fit_line
-from benchmarks.scenarios import SCENARIOS, Scenario, describe_contender
+from benchmarks.scenarios import BEST_SUBSET, SCENARIOS, Scenario, describe_contender
 
 __all__ = ["ScenarioUnavailable", "run_scenario"]
 
@@ -28,6 +28,16 @@ class ScenarioUnavailable(RuntimeError):
 
 
 def _check_hardware(scenario: Scenario) -> None:
+    if scenario.needs_cpus is not None:
+        from benchmarks.pinning import usable_cpus
+
+        usable = len(usable_cpus())
+        if usable < scenario.needs_cpus:
+            raise ScenarioUnavailable(
+                f"scenario {scenario.name!r} needs {scenario.needs_cpus} usable CPU cores and "
+                f"this machine has {usable}. Run it on a machine with at least "
+                f"{scenario.needs_cpus} cores."
+            )
     if not scenario.needs_gpu:
         return
     try:
@@ -44,19 +54,27 @@ def _check_hardware(scenario: Scenario) -> None:
         )
 
 
-def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Run one scenario end to end; returns the result written to ``bench.json``."""
+def run_scenario(
+    name: str, args: argparse.Namespace, *, scenario: Scenario | None = None
+) -> dict[str, Any]:
+    """Run one scenario end to end; returns the result written to ``bench.json``.
+
+    ``scenario``: run this one instead of ``SCENARIOS[name]`` (the device check's scaled-down
+    forms); its name is ``name``.
+    """
     from benchmarks.contenders import machine_description
 
-    scenario = SCENARIOS[name]
+    scenario = SCENARIOS[name] if scenario is None else scenario
     options = scenario_options(scenario, args)
     _check_hardware(scenario)
-    from benchmarks.data import prepare_bench_data
+    from benchmarks.data import prepare_bench_data, slow_storage_view
     from raytrain_hetero.driver.trainer import expand_worker_specs
 
     machine = machine_description()
     data = prepare_bench_data(args.data_root, int(options["samples_per_class"]))
     data.train_limit(int(options["global_batch_size"]))  # fails early with a clear message
+    # EMULATED slow storage: every sample read waits (the loader-bound worker of cpu-gpu-shape).
+    data = slow_storage_view(data, float(options.get("read_delay_s") or 0.0))
     scale = float(options["slowdown_scale"])
     specs = [
         s.model_copy(update={"emulated_slowdown": s.emulated_slowdown * scale})
@@ -83,6 +101,13 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         scheduler=dict(options.get("scheduler") or {}),
         gpu_loader_workers=int(options.get("gpu_loader_workers", 0)),
     )
+    if scenario.pin:
+        from benchmarks.pinning import RESERVED, disjoint_cpu_sets, usable_cpus
+
+        reserved = int(options.get("pin_reserved", RESERVED))
+        setup.cpu_sets = disjoint_cpu_sets(specs, usable_cpus(), reserved=reserved)
+    if options.get("gpu_stand_ins"):
+        setup.gpu_stand_ins = tuple(options["gpu_stand_ins"])
     result: dict[str, Any] = {
         "scenario": name,
         "description": scenario.description,
@@ -92,6 +117,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "workers": [s.model_dump() for s in specs],
         "schedule": list(scenario.schedule),
         "contenders": {c: describe_contender(c) for c in options["contenders"]},
+        "cpu_sets": setup.cpu_sets,
         "machine": machine,
         "data": {
             "train_samples": data.train_size,
@@ -164,6 +190,7 @@ def _run_train(
     import ray
 
     from benchmarks.analysis import alone_jobs, fit_figures
+    from benchmarks.best_subset import find_best_subset
     from benchmarks.contenders import measure_alone_speeds, run_fit
     from benchmarks.plots import timeline_points
     from raytrain_hetero.driver.session import init_ray
@@ -174,6 +201,11 @@ def _run_train(
     # Always a new Ray of our own (bound to 127.0.0.1), never a cluster someone left running.
     init_ray(num_cpus=math.ceil(cpus) + 2)
     contenders = options["contenders"]
+    if BEST_SUBSET in contenders:
+        # Its subset is searched once, in this session, before the alternating fits.
+        result["best_subset"] = find_best_subset(
+            setup, options, logs, screen_steps=int(options.get("screen_steps", 12))
+        )
     order = [(c, r) for r in range(int(options["repeats"])) for c in contenders]
     if options["warmup"]:
         order.insert(0, (contenders[0], -1))

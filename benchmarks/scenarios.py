@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "BEST_SUBSET",
     "BRANCH_CONFIGS",
     "CONTENDERS",
     "CONV_CONFIGS",
+    "DEFAULTS",
     "MP_SCENARIOS",
     "NOISE_AMPLITUDE",
     "SCENARIOS",
@@ -40,7 +42,18 @@ CONTENDERS: dict[str, str] = {
     "gpu-alone": "raytrain_hetero with only the GPU worker(s), whole global batch",
     # Ablation, in no scenario's default list: what the exact global BatchNorm costs.
     "hetero-nobnsync": "ABLATION: hetero with per-slice BatchNorm statistics (not exact)",
+    "best-subset": "the best subset of the workers training alone (every worker of it "
+    "training, raytrain_hetero's static plan probed before step 0), found by the benchmark "
+    "itself: interchangeable workers merged, dominated ones pruned, subsets whose summed "
+    "alone samples/s cannot reach the best screened one skipped, the rest screened by short "
+    "fits (benchmarks.best_subset)",
 }
+
+#: The contender that runs the library's defaults (every setting left at its default).
+DEFAULTS = "hetero-live"
+
+#: The contender every other one is held against: the simple choice of workers.
+BEST_SUBSET = "best-subset"
 
 
 def ghost_size_of(contender: str) -> int | None:
@@ -70,7 +83,8 @@ class Target:
     Attributes:
         metric: ``efficiency``, ``tta_speedup`` (stock's time to accuracy / this one's),
             ``overhead`` (stock's samples/s / this one's - 1), ``speedup`` (samples/s /
-            stock's), ``vs_gpu_alone`` (samples/s / gpu-alone's), ``vs_static_post_after_30``
+            stock's), ``vs_gpu_alone`` (samples/s / gpu-alone's), ``vs_best_subset``
+            (samples/s / best-subset's), ``vs_static_post_after_30``
             (samples/s from 30 steps after the injection / hetero-static-post's) or
             ``replans_per_100_steps`` (live re-plans per 100 steps).
         op: ``>=`` or ``<=``.
@@ -111,6 +125,9 @@ class Scenario:
             eval_every, target_accuracy, lr, repeats).
         needs_gpu: Only runs where CUDA is available.
         min_workers: Join only: workers at the start.
+        needs_cpus: Only runs where this many logical CPUs are usable (None: any machine).
+        pin: Pin each worker's process to its own cores (as many as its ``CPU`` resource,
+            disjoint, in worker order; :mod:`benchmarks.pinning`), every contender alike.
     """
 
     name: str
@@ -124,16 +141,34 @@ class Scenario:
     defaults: dict[str, Any] = field(default_factory=dict)
     needs_gpu: bool = False
     min_workers: int | None = None
+    needs_cpus: int | None = None
+    pin: bool = False
 
 
-def _cpu(name: str, slowdown: float = 1.0, count: int = 1, cpus: int = 1) -> dict[str, Any]:
-    return {
+def _cpu(
+    name: str, slowdown: float = 1.0, count: int = 1, cpus: int = 1, link_s: float = 0.0
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
         "name": name,
         "count": count,
         "resources": {"CPU": cpus},
         "device": "cpu",
         "emulated_slowdown": slowdown,
     }
+    if link_s:
+        spec["emulated_collective_delay_s"] = link_s
+    return spec
+
+
+def _never_below_best_subset(*contenders: str) -> Target:
+    return Target(
+        "vs_best_subset",
+        ">=",
+        0.97,
+        contenders or (DEFAULTS,),
+        "never slower than the simple choice: samples/s >= 0.97x the best subset of the "
+        "workers alone (best-subset, same run)",
+    )
 
 
 _TRAIN = {
@@ -158,8 +193,9 @@ SCENARIOS: dict[str, Scenario] = {
         description="3 CPU workers, EMULATED slowdowns 1, 2, 4",
         emulated=True,
         workers=(_cpu("fast", 1), _cpu("medium", 2), _cpu("slow", 4)),
-        contenders=("stock", "hdp", "hetero", "hetero-live"),
+        contenders=("stock", "hdp", "hetero", "hetero-live", BEST_SUBSET),
         targets=(
+            _never_below_best_subset(),
             Target("efficiency", ">=", 0.95, _HETERO, "efficiency >= 0.95"),
             Target(
                 "tta_speedup",
@@ -176,8 +212,9 @@ SCENARIOS: dict[str, Scenario] = {
         description="2 CPU workers of one core each, EMULATED slowdowns 1, 3 (ideal 2.0x stock)",
         emulated=True,
         workers=(_cpu("fast", 1), _cpu("slow", 3)),
-        contenders=("stock", "hetero", "hetero-live"),
+        contenders=("stock", "hetero", "hetero-live", BEST_SUBSET),
         targets=(
+            _never_below_best_subset(),
             Target("efficiency", ">=", 0.95, _HETERO, "efficiency >= 0.95"),
             Target(
                 "tta_speedup",
@@ -221,12 +258,36 @@ SCENARIOS: dict[str, Scenario] = {
         description="3 identical CPU workers (no slowdown): raytrain_hetero's overhead",
         emulated=False,
         workers=(_cpu("w", 1, count=3),),
-        contenders=("stock", "hetero", "hetero-local", "hetero-live"),
+        contenders=("stock", "hetero", "hetero-local", "hetero-live", BEST_SUBSET),
         targets=(
+            _never_below_best_subset(),
             Target("overhead", "<=", 0.03, ("hetero-local",), "batchnorm local: overhead <= 3%"),
             Target("overhead", "<=", 0.138, _HETERO, "exact: overhead <= 13.8% (half of +27.7%)"),
         ),
         defaults={**_TRAIN, "repeats": 3},
+    ),
+    "homogeneous2": Scenario(
+        name="homogeneous2",
+        description="2 identical CPU workers of one core each, real speed (no slowdown)",
+        emulated=False,
+        workers=(_cpu("w", 1, count=2),),
+        contenders=("stock", "hetero", "hetero-live", BEST_SUBSET),
+        targets=(
+            _never_below_best_subset(),
+            Target("speedup", ">=", 0.97, (DEFAULTS,), "the defaults >= 0.97x stock"),
+        ),
+        defaults={**_TRAIN, "repeats": 3},
+    ),
+    "cpu-gpu-shape": Scenario(
+        name="cpu-gpu-shape",
+        description="cpu-gpu's shape on CPUs: 1 fast worker bound by a slow loader (EMULATED "
+        "read delay), 2 workers 40x slower behind a 0.3 s EMULATED link: they should stand by "
+        "or feed",
+        emulated=True,
+        workers=(_cpu("fast", 1), _cpu("slow", 40, count=2, link_s=0.3)),
+        contenders=("stock", DEFAULTS, BEST_SUBSET, "hetero"),
+        targets=(_never_below_best_subset(),),
+        defaults={**_TRAIN, "epochs": 4, "eval_every": 0, "repeats": 3, "read_delay_s": 0.0025},
     ),
     "join": Scenario(
         name="join",
@@ -281,6 +342,27 @@ SCENARIOS: dict[str, Scenario] = {
             "repeats": 3,
         },
         needs_gpu=True,
+    ),
+    "cpu-real3": Scenario(
+        name="cpu-real3",
+        description="REAL heterogeneity on one many-core machine: CPU workers of 8, 4 and 2 "
+        "cores, each pinned to its own cores, no emulation",
+        emulated=False,
+        workers=(_cpu("big", cpus=8), _cpu("medium", cpus=4), _cpu("small", cpus=2)),
+        contenders=("stock", DEFAULTS),
+        targets=(Target("efficiency", ">=", 0.9, (DEFAULTS,), "efficiency >= 0.9 (of the ideal)"),),
+        defaults={
+            "width": 64,
+            "global_batch_size": 384,
+            "samples_per_class": 600,
+            "epochs": 4,
+            "eval_every": 0,
+            "target_accuracy": 0.9,
+            "lr": 0.05,
+            "repeats": 1,
+        },
+        needs_cpus=16,
+        pin=True,
     ),
 }
 

@@ -207,7 +207,17 @@ def test_at_stock_steps_gives_no_credit_for_fewer_steps():
 
 
 def test_every_scenario_names_known_contenders_and_a_stock_baseline():
-    assert set(SCENARIOS) == {"hetero2", "hetero3", "drift", "homogeneous3", "join", "cpu-gpu"}
+    assert set(SCENARIOS) == {
+        "hetero2",
+        "hetero3",
+        "drift",
+        "homogeneous3",
+        "homogeneous2",
+        "cpu-gpu-shape",
+        "join",
+        "cpu-gpu",
+        "cpu-real3",
+    }
     for scenario in SCENARIOS.values():
         assert scenario.contenders[0] == "stock"
         assert set(scenario.contenders) <= set(CONTENDERS)
