@@ -13,7 +13,11 @@
    one it re-plans (:func:`replan`): the work left (from the time trained at the planned
    speed), the deadline or budget left, the nodes still held; over the job's slots, the
    cheapest way to keep the deadline (or the soonest within the budget), or it says at once
-   that the deadline can no longer be kept. Replacement nodes are asked for the same way.
+   that the deadline can no longer be kept. The work done is the step of the job's newest
+   checkpoint (Ray Train's ``checkpoint_manager_snapshot.json``; before the first one, the
+   time trained at the planned speed). Every few polls the same re-plan over the nodes held
+   checks the deadline (or budget) and says once, as early as the model sees it, that it can
+   no longer be kept. Replacement nodes are asked for the same way.
 
 How this coexists with Ray's own requests (Ray 2.60, read in its source): the request is one
 GCS-side constraint, and each ``request_resources`` call *replaces* it (``commands.py``:
@@ -56,6 +60,7 @@ __all__ = [
     "incurred_cost",
     "replan",
     "resource_request",
+    "steps_done",
     "worker_specs",
 ]
 
@@ -80,7 +85,7 @@ class RentEvent:
     """Something the watcher saw or did, at ``at_s`` seconds since the apply started."""
 
     at_s: float
-    kind: str  # joined, notice, lost, replan, request
+    kind: str  # joined, notice, lost, replan, request, limit
     text: str
 
 
@@ -159,6 +164,28 @@ def request_nodes(specs: list[dict[str, Any]]) -> None:
     request_resources(bundles=bundles, bundle_label_selectors=selectors)
 
 
+def steps_done(storage: Any, since: float) -> int | None:
+    """The global step of the newest checkpoint Ray Train recorded under ``storage`` (a
+    :class:`~raytrain_hetero.storage.StorageLocation` of the runs) in a run written after
+    ``since`` (UNIX seconds): ``hetero/global_step`` of its ``checkpoint_manager_snapshot.json``.
+    None before the first checkpoint."""
+    found = [
+        (m, p) for p, m in storage.find_files("checkpoint_manager_snapshot.json") if m >= since
+    ]
+    if not found:
+        return None
+    try:
+        data = json.loads(storage.join(max(found)[1]).read_bytes())
+        step = (
+            (data.get("latest_checkpoint_result") or {})
+            .get("metrics", {})
+            .get("hetero/global_step")
+        )
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(step) if isinstance(step, (int, float)) else None
+
+
 def incurred_cost(spans: list[NodeSpan], inputs: RentInputs, now_s: float) -> float:
     """Node-seconds x catalog price of every node seen (a live node up to ``now_s``)."""
     price = {(o.instance_type, o.market): o.price_per_h for o in inputs.options}
@@ -175,11 +202,13 @@ def replan(
     held: Mapping[str, int],
     elapsed_s: float,
     spent: float,
+    done: float | None = None,
 ) -> RentDecision:
     """The decision after a spot loss or notice, over the job's slots (the chosen mix's
-    options, at most the planned nodes of each): the work left (the time trained so far at
-    the planned speed), the deadline (or budget) left, the nodes ``held`` (option key ->
-    nodes) need no start-up."""
+    options, at most the planned nodes of each): the work left (``done``, the fraction of
+    the steps the job's last checkpoint reported; None: the time trained so far at the
+    planned speed), the deadline (or budget) left, the nodes ``held`` (option key -> nodes)
+    need no start-up."""
     chosen = {(n.instance_type, n.market): n.nodes for n in decision.chosen.nodes}
     options = tuple(
         replace(o, max_nodes=chosen[(o.instance_type, o.market)])
@@ -187,8 +216,10 @@ def replan(
         if (o.instance_type, o.market) in chosen
     )
     plan = decision.chosen
-    trained = max(0.0, elapsed_s - plan.startup_s)
-    done = min(0.99, trained / plan.expected_time_s if plan.expected_time_s > 0 else 0.0)
+    if done is None:
+        trained = max(0.0, elapsed_s - plan.startup_s)
+        done = trained / plan.expected_time_s if plan.expected_time_s > 0 else 0.0
+    done = min(0.99, max(0.0, done))
     job = RentJob(inputs.job.samples * (1.0 - done), inputs.job.global_batch)
     settings = replace(inputs.settings, max_types=max(inputs.settings.max_types, len(options)))
     limit = decision.limit - (elapsed_s if decision.objective == "deadline" else spent)
@@ -208,14 +239,19 @@ class RentWatcher(threading.Thread):
     """Follows the rented nodes (every ``RentConfig.watch_interval_s``): node-seconds,
     drains and losses; calls ``on_loss(held, node)`` after a spot node's drain or loss."""
 
+    #: Polls between two calls of ``on_check`` (the deadline check).
+    CHECK_EVERY = 10
+
     def __init__(
         self,
         inputs: RentInputs,
         on_loss: Callable[[dict[str, int], NodeSpan, str], None],
         started: float,
+        on_check: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="rent-watcher", daemon=True)
         self.inputs, self.on_loss, self.started = inputs, on_loss, started
+        self.on_check = on_check
         self.spans: dict[str, NodeSpan] = {}
         self.events: list[RentEvent] = []
         self.stop_event = threading.Event()
@@ -275,9 +311,13 @@ class RentWatcher(threading.Thread):
                     self.on_loss(self.held(), span, "lost")
 
     def run(self) -> None:
+        polls = 0
         while not self.stop_event.wait(self.inputs.config.watch_interval_s):
+            polls += 1
             try:
                 self.poll()
+                if self.on_check is not None and polls % self.CHECK_EVERY == 0:
+                    self.on_check()
             except Exception as exc:  # noqa: BLE001 - a watcher must not end the run
                 logger.warning("rent watcher: %s", exc)
 
@@ -311,13 +351,29 @@ def apply_rent(
     if output_dir is not None:
         data["output_dir"] = str(output_dir)
     job = validate_config(data, source=f"{rf.train_job} (workers from the rent plan)")
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     watcher_box: list[RentWatcher] = []
+    runs = job.ray.storage(job.ray.location(job.output_dir))
+    total_steps = max(1.0, inputs.job.samples / inputs.job.global_batch)
+    warned: list[str] = []
+
+    def done() -> float | None:
+        step = steps_done(runs, started_wall)
+        return None if step is None else step / total_steps
+
+    def on_check() -> None:
+        """Say as early as the model sees it when the limit can no longer be kept."""
+        watcher = watcher_box[0]
+        spent = incurred_cost(list(watcher.spans.values()), inputs, watcher.now())
+        new = replan(inputs, decision, watcher.held(), watcher.now(), spent, done())
+        if not new.feasible and not warned:
+            warned.append(new.reason)
+            watcher.event("limit", f"the {decision.objective} can no longer be kept: {new.reason}")
 
     def on_loss(held: dict[str, int], span: NodeSpan, how: str) -> None:
         watcher = watcher_box[0]
         spent = incurred_cost(list(watcher.spans.values()), inputs, watcher.now())
-        new = replan(inputs, decision, held, watcher.now(), spent)
+        new = replan(inputs, decision, held, watcher.now(), spent, done())
         what = "preemption notice" if how == "notice" else "loss"
         text = f"after the {what} of {_slot_name(span.instance_type, span.market)}: {new.reason}"
         watcher.event("replan", text)
@@ -329,7 +385,7 @@ def apply_rent(
 
     init_ray(job)
     request_nodes(specs)
-    watcher = RentWatcher(inputs, on_loss, started)
+    watcher = RentWatcher(inputs, on_loss, started, on_check)
     watcher_box.append(watcher)
     watcher.event(
         "request", f"asked for {plan.describe()} ({len(resource_request(specs)[0])} slots)"

@@ -196,3 +196,22 @@ def test_incurred_cost_is_node_seconds_at_catalog_prices(tmp_path):
     ]
     spot = next(o.price_per_h for o in inputs.options if o.key == "g5.xlarge:spot")
     assert incurred_cost(spans, inputs, now_s=5400.0) == pytest.approx(1.006 + spot)
+
+
+def test_steps_done_reads_the_newest_checkpoint_snapshot(tmp_path):
+    import os
+    import time as _time
+
+    from raytrain_hetero.app.rent_apply import steps_done
+
+    runs = storage_location(tmp_path / "runs")
+    assert steps_done(runs, 0.0) is None
+    old = tmp_path / "runs" / "old-run"
+    new = tmp_path / "runs" / "new-run"
+    for folder, step in ((old, 500), (new, 40)):
+        folder.mkdir(parents=True)
+        snapshot = {"latest_checkpoint_result": {"metrics": {"hetero/global_step": step}}}
+        (folder / "checkpoint_manager_snapshot.json").write_text(json.dumps(snapshot))
+    then = _time.time() - 3600
+    os.utime(old / "checkpoint_manager_snapshot.json", (then, then))
+    assert steps_done(runs, _time.time() - 60) == 40  # the old run is before the apply
