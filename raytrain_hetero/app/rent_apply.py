@@ -97,7 +97,8 @@ class RentReport:
         path: The report's file.
         wall_s: Seconds from the request to the end of training.
         predicted_s: The chosen plan's expected time.
-        incurred_cost: Node-seconds x catalog price of every node seen.
+        incurred_cost: Node-seconds x catalog price of every node seen, from when it joined
+            the cluster (a provider's boot time before that is not seen) to its loss or the end.
         events: What happened.
         spans: Every node seen.
         summary: The training run's summary.
@@ -337,6 +338,7 @@ def apply_rent(
     train_job: Any,
     *,
     output_dir: Path | None = None,
+    overwrite: bool = False,
 ) -> RentReport:
     """Rent ``decision.chosen`` and train ``train_job`` on it (see the module)."""
     from raytrain_hetero.app.config import validate_config
@@ -392,7 +394,7 @@ def apply_rent(
     )
     watcher.start()
     try:
-        summary = run_job(job, progress=False, overwrite=True)
+        summary = run_job(job, progress=False, overwrite=overwrite)
     finally:
         watcher.finish()
     wall = time.monotonic() - started

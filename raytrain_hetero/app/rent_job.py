@@ -95,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--apply: where rent_report.json and the job's outputs go (default: the job's "
         "output_dir)",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="--apply: write into a non-empty output directory (replacing the job's files)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the decision as JSON")
 
 
@@ -123,7 +128,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
     from raytrain_hetero.app.rent_apply import apply_rent
 
-    report = apply_rent(rf, inputs, decision, train_job, output_dir=args.output)
+    report = apply_rent(
+        rf, inputs, decision, train_job, output_dir=args.output, overwrite=args.overwrite
+    )
     print(
         f"rented and trained: {format_duration(report.wall_s)} (predicted "
         f"{format_duration(decision.chosen.expected_time_s)}), incurred "
