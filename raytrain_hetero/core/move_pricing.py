@@ -47,7 +47,7 @@ __all__ = [
 #: Seconds a restart is charged before any fit's start is measured.
 PRIOR_RESTART_S = 30.0
 #: Relative error assumed for predictions (and restarts) until enough are measured.
-PRIOR_ERROR = 0.5
+PRIOR_ERROR = 0.25
 #: Fraction of a running trial's speed a restart is assumed to take until measured.
 PRIOR_CONTENTION = 0.25
 #: Measured samples an estimate needs before it replaces its prior.
