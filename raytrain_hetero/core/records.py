@@ -41,9 +41,15 @@ class StepRecord:
         slice: Samples this rank processed.
         weight: Gradient weight this rank applied (n_i / N for proportional weighting).
         compute_s: Seconds of this rank's own compute (emulated slowdown included).
-        load_s: Seconds spent loading the slice on the step's critical path.
-        busy_s: Wall seconds busy (compute + loading), collective waits excluded.
-        samples_per_s: ``slice / busy_s``: this rank's speed (NaN if unmeasurable).
+        load_s: Seconds of this rank's own work loading the slice (reading and collating in
+            its process, the copy to its device), on the compute clock: a wait for
+            DataLoader processes is not work and is not counted here.
+        busy_s: The step's **loader-bound** price: wall seconds from asking the loader for
+            the slice to the last gradient exchange, the wait for data included, waits in
+            collectives excluded. What every plan, the remembered cost models and the
+            reported speed are priced from.
+        samples_per_s: ``slice / busy_s``: this rank's loader-bound speed (NaN if
+            unmeasurable).
         loss: The loss the loop logged for the step (NaN if none).
         global_samples_per_s: Global batch / step wall time.
         plan_version: Version of the plan that carved the step.
@@ -53,6 +59,10 @@ class StepRecord:
         time: Unix time at the end of the step.
         skipped_nonfinite: The step guard skipped this step's update on every rank (some
             rank's gradients were non-finite).
+        overhead_s: Wall seconds the library's own between-step work took on this rank
+            since the previous step ended (pushing records to the scheduler, plan sync,
+            preemption reads): the live scheduler's cost on the step's path (0 for a group's
+            first step).
     """
 
     step: int
@@ -74,6 +84,7 @@ class StepRecord:
     wall_s: float
     time: float
     skipped_nonfinite: bool = False
+    overhead_s: float = 0.0
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -107,6 +118,12 @@ def median_finite(values: Iterable[float | int | None]) -> float:
     return statistics.median(finite) if finite else float("nan")
 
 
+def _mean_finite(values: Iterable[float]) -> float:
+    """Mean of the finite values; NaN if there are none."""
+    finite = [float(v) for v in values if math.isfinite(float(v))]
+    return math.fsum(finite) / len(finite) if finite else float("nan")
+
+
 def modal(values: Iterable[_H]) -> _H:
     """Most frequent value; ties go to the largest (a short epoch tail never wins a tie).
 
@@ -134,6 +151,8 @@ class WorkerSummary:
         compute_s: Median seconds of own compute per step.
         busy_s: Median seconds busy (compute + loading) per step.
         wall_s: Median wall seconds per step.
+        overhead_s: Mean seconds of the library's between-step work per step (the median
+            would hide work done every few steps).
         steps: Steps it reported.
         measured_steps: Steps with a finite, positive rate.
         last_step: The latest step it reported.
@@ -152,6 +171,7 @@ class WorkerSummary:
     steps: int
     measured_steps: int
     last_step: int
+    overhead_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (tables, JSON)."""
@@ -185,6 +205,7 @@ def summarize_workers(records: Iterable[StepRecord]) -> list[WorkerSummary]:
                 steps=len(steps),
                 measured_steps=sum(r.has_speed for r in steps),
                 last_step=latest.step,
+                overhead_s=_mean_finite(r.overhead_s for r in steps),
             )
         )
     return out

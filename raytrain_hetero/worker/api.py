@@ -247,8 +247,8 @@ def prepare_data_loader(
         dataset=dataset,
         collate_fn=dataloader_kwargs.get("collate_fn") or default_collate,
         loss_fn=probe_loss or default_probe_loss,
-        # Without DataLoader processes, reading and decoding is part of every step's cost.
-        time_loading=int(dataloader_kwargs.get("num_workers", 0) or 0) == 0,
+        # The loader-bound price: loading counts in full, or what the processes cannot hide.
+        loader_processes=int(dataloader_kwargs.get("num_workers", 0) or 0),
     )
 
     def ensure_plan() -> None:

@@ -82,7 +82,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     assert header == [
         "step", "epoch", "rank", "worker", "device", "slice", "weight", "compute_s",
         "load_s", "busy_s", "samples_per_s", "loss", "global_samples_per_s", "plan_version",
-        "group", "world_size", "wall_s", "time", "skipped_nonfinite",
+        "group", "world_size", "wall_s", "time", "skipped_nonfinite", "overhead_s",
     ]  # fmt: skip
     assert header == [f.name for f in dataclasses.fields(StepRecord)]  # one schema
     assert len(rows) == len(records)

@@ -29,6 +29,7 @@ from raytrain_hetero.core.carving import Cursor, EpochCarver
 from raytrain_hetero.core.plan import PlanSchedule
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.worker.data.epoch_stream import EpochStream
 from raytrain_hetero.worker.measure.clock import ComputeClock
 from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
 from raytrain_hetero.worker.setup.identity import RankIdentity
@@ -166,16 +167,22 @@ class CarvingBatchSampler(Sampler[list[Any]]):
         self.draws = draws
         self.epoch = 0
         self.start_step = 0
+        self.onward = False
 
-    def set_position(self, epoch: int, start_step: int) -> None:
-        """Make the next iteration cover ``epoch`` from ``start_step`` to its end."""
+    def set_position(self, epoch: int, start_step: int, *, onward: bool = False) -> None:
+        """Make the next iteration cover ``epoch`` from ``start_step`` to its end, and with
+        ``onward`` every later epoch after it (one stream across epochs)."""
         self.epoch = epoch
         self.start_step = start_step
+        self.onward = onward
 
     def ranges(self) -> Iterator[tuple[int, int, int]]:
         """``(step_in_epoch, lo, hi)``: the permutation positions this rank reads, step by step."""
-        for k in range(self.start_step, self.carver.steps_per_epoch):
-            global_step = self.epoch * self.carver.steps_per_epoch + k
+        return self._ranges(self.epoch, self.start_step)
+
+    def _ranges(self, epoch: int, start: int) -> Iterator[tuple[int, int, int]]:
+        for k in range(start, self.carver.steps_per_epoch):
+            global_step = epoch * self.carver.steps_per_epoch + k
             plan = self.schedule.plan_for(global_step)
             self.schedule.mark_carved(global_step)
             lo, _ = self.carver.rank_positions(k, plan, self.readers[0])
@@ -183,11 +190,20 @@ class CarvingBatchSampler(Sampler[list[Any]]):
             yield k, lo, hi
 
     def __iter__(self) -> Iterator[list[Any]]:
-        permutation = self.carver.permutation(self.epoch)
-        queries = self.draws(self.epoch) if self.draws is not None else None
-        for _, lo, hi in self.ranges():
-            ids = permutation[lo:hi]
-            yield ids.tolist() if queries is None else [queries[i] for i in ids]
+        # The position is read now, not at the first batch: a DataLoader makes its sampler's
+        # iterator at once, and the next epoch's may be made while this one still runs.
+        return self._batches(self.epoch, self.start_step, self.onward)
+
+    def _batches(self, epoch: int, start: int, onward: bool) -> Iterator[list[Any]]:
+        while True:
+            permutation = self.carver.permutation(epoch)
+            queries = self.draws(epoch) if self.draws is not None else None
+            for _, lo, hi in self._ranges(epoch, start):
+                ids = permutation[lo:hi]
+                yield ids.tolist() if queries is None else [queries[i] for i in ids]
+            if not onward:
+                return
+            epoch, start = epoch + 1, 0
 
     def __len__(self) -> int:
         return self.carver.steps_per_epoch - self.start_step
@@ -373,8 +389,9 @@ class CarvedStepLoader:
         step = self.timing.current
         times = self.timing.end()
         identity = self.identity
-        # Reading/decoding in this process is on the step's critical path too.
-        busy = times.compute_s + load_s
+        # The loader-bound price: the wait for the slice (read in this process or by
+        # DataLoader processes) is on the step's critical path as much as its compute.
+        busy = times.busy_s + load_wall_s
         wall = times.wall_s
         return StepRecord(
             step=step.global_step,
@@ -386,7 +403,7 @@ class CarvedStepLoader:
             weight=step.weight(identity.setup.batch.weighting),
             compute_s=times.compute_s,
             load_s=load_s,
-            busy_s=times.busy_s + load_wall_s,
+            busy_s=busy,
             samples_per_s=step.local_count / busy if busy > 0 else float("nan"),
             loss=self.telemetry.take().get("loss", float("nan")),
             global_samples_per_s=step.global_count / wall if wall > 0 else float("nan"),
@@ -396,6 +413,7 @@ class CarvedStepLoader:
             wall_s=wall,
             time=time.time(),
             skipped_nonfinite=self.telemetry.take_skipped(),
+            overhead_s=self.telemetry.take_overhead(),
         )
 
 
@@ -433,9 +451,22 @@ class HeteroDataLoader(CarvedStepLoader):
             **dataloader_kwargs,
         )
         self._non_blocking = bool(dataloader_kwargs.get("pin_memory", False))
+        # With DataLoader processes, the next epoch's first slices are read while this
+        # epoch's last steps run (its order is known: the carving is seeded).
+        self._stream: EpochStream | None = None
+        if self.loader.num_workers > 0:
+            self._stream = EpochStream(
+                self.loader, self.batch_sampler, self._seed_epoch, self.steps_per_epoch
+            )
 
-    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
-        self.batch_sampler.set_position(epoch, start)
+    def _seed_epoch(self, epoch: int) -> None:
+        """Seed the DataLoader's generator for ``epoch`` (before its iterator is made)."""
         if self._generator is not None:
             self._generator.manual_seed((self.state.carver.seed * 1_000_003 + epoch) % 2**63)
+
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Any]:
+        if self._stream is not None:
+            return self._stream.epoch(epoch, start)
+        self.batch_sampler.set_position(epoch, start)
+        self._seed_epoch(epoch)
         return iter(self.loader)

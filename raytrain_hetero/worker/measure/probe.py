@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import platform
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from raytrain_hetero.core.allocation import CostModel, fit_cost_model
 from raytrain_hetero.errors import ProbeError
 from raytrain_hetero.worker.measure.clock import ComputeClock, WallClock
 from raytrain_hetero.worker.measure.emulation import emulate_collective_delay
-from raytrain_hetero.worker.measure.timing import ProbeTimer
+from raytrain_hetero.worker.measure.timing import ProbeTimer, loader_bound_s
 
 logger = logging.getLogger(__name__)
 
@@ -56,22 +57,35 @@ def default_probe_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Median compute seconds of one forward+backward at each probed batch size.
+    """Median seconds of one training step at each probed batch size.
 
     Attributes:
         batch_sizes: Probed batch sizes.
-        seconds: Median compute seconds per size (emulated slowdown applied).
+        seconds: Median loader-bound seconds per size: forward+backward (emulated slowdown
+            applied) and, where the probe timed loading, the wait for the batch
+            (:func:`~raytrain_hetero.worker.measure.timing.loader_bound_s`).
+        compute_seconds: Median seconds of forward+backward alone per size (the step with
+            its data already loaded); empty when not timed apart.
     """
 
     batch_sizes: tuple[int, ...]
     seconds: tuple[float, ...]
+    compute_seconds: tuple[float, ...] = ()
 
     def cost_model(self) -> CostModel:
-        """Affine cost model fitted to the timings."""
-        if len(set(self.batch_sizes)) >= 2:
-            return fit_cost_model(self.batch_sizes, self.seconds)
-        # A cap of one sample leaves a single size: a pure per-sample model.
-        return CostModel(alpha=0.0, beta=self.seconds[0] / self.batch_sizes[0])
+        """Affine cost model fitted to the (loader-bound) timings."""
+        return _fit(self.batch_sizes, self.seconds)
+
+    def compute_model(self) -> CostModel | None:
+        """Affine cost model of the compute alone (None when not timed apart)."""
+        return _fit(self.batch_sizes, self.compute_seconds) if self.compute_seconds else None
+
+
+def _fit(batch_sizes: Sequence[int], seconds: Sequence[float]) -> CostModel:
+    if len(set(batch_sizes)) >= 2:
+        return fit_cost_model(batch_sizes, seconds)
+    # A cap of one sample leaves a single size: a pure per-sample model.
+    return CostModel(alpha=0.0, beta=seconds[0] / batch_sizes[0])
 
 
 def default_probe_batch_sizes(
@@ -98,21 +112,25 @@ def probe_step_costs(
     repeats: int = 3,
     slowdown: float = 1.0,
     time_loading: bool = False,
+    loader_processes: int = 0,
 ) -> ProbeResult:
     """Time a training step's cost of ``model`` at each batch size, warm-up excluded.
 
-    A step's cost is forward+backward (stretched by ``slowdown``) plus, with
-    ``time_loading`` (no DataLoader processes: loading is on the critical path), building the
-    batch, unstretched (a slower accelerator does not read data more slowly). ``model`` is the
-    bare module (probing must not communicate); its parameters, gradients and buffers are
-    restored afterwards. ``repeats`` timed calls per size, median kept, after ``warmup``.
+    A step's cost is forward+backward (stretched by ``slowdown``) and, with ``time_loading``,
+    the wait for its batch: building it (reading, collating, the copy to the device) is timed
+    in this process, unstretched (a slower accelerator does not read data more slowly), and
+    priced as the training loader reads (:func:`~raytrain_hetero.worker.measure.timing.loader_bound_s`:
+    in full without DataLoader processes, the part ``loader_processes`` reading in parallel
+    cannot hide otherwise). ``model`` is the bare module (probing must not communicate); its
+    parameters, gradients and buffers are restored afterwards. ``repeats`` timed calls per
+    size, median kept, after ``warmup``.
 
     Raises:
         ProbeError: If a size is invalid or a timing is not a positive finite number.
     """
     if not batch_sizes or min(batch_sizes) < 1:
         raise ProbeError(f"Probe batch sizes must be >= 1, got {list(batch_sizes)}.")
-    timer = ProbeTimer(ComputeClock(device), slowdown=slowdown, count_setup=time_loading)
+    timer = ProbeTimer(ComputeClock(device), slowdown=slowdown)
     saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
     was_training = model.training
@@ -139,15 +157,27 @@ def probe_step_costs(
         for p, g in zip(model.parameters(), saved_grads):
             p.grad = g
         model.train(was_training)
-    seconds = [t.median for t in timings]
+    compute = [t.median for t in timings]
+    seconds = compute
+    if time_loading:  # each call's own compute and loading, priced together, then the median
+        seconds = [
+            statistics.median(
+                loader_bound_s(c, u, loader_processes) for c, u in zip(t.seconds, t.setup)
+            )
+            for t in timings
+        ]
     for b, median in zip(sizes, seconds):
         if not math.isfinite(median) or median <= 0:
             raise ProbeError(
                 f"Probe at batch {b} measured {median!r} s; timings must be positive. "
                 "Increase the probe batch sizes."
             )
-    result = ProbeResult(batch_sizes=tuple(sizes), seconds=tuple(seconds))
-    logger.info("probe on %s: %s", device, dict(zip(sizes, (round(s, 5) for s in seconds))))
+    result = ProbeResult(tuple(sizes), tuple(seconds), tuple(compute) if time_loading else ())
+    logger.info(
+        "probe on %s (loader-bound, compute): %s",
+        device,
+        {b: (round(s, 5), round(c, 5)) for b, s, c in zip(sizes, seconds, compute)},
+    )
     return result
 
 

@@ -1,8 +1,9 @@
 """The step in progress and its timing accounting, on the compute clock (:mod:`.clock`).
 
 :class:`StepTiming` owns the step in progress (begun by the
-loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
-of every probe (step costs, the gradient all-reduce, conv kernels, branches).
+loader, stretched under EMULATION around each exchange, its optimizer update counted through
+torch's global step hooks, :func:`count_optimizer_updates`). :class:`ProbeTimer` is the one
+timer of every probe (step costs, the gradient all-reduce, conv kernels, branches).
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from raytrain_hetero.core.weighting import gradient_scale
 from raytrain_hetero.errors import ProbeError
@@ -23,6 +31,8 @@ __all__ = [
     "StepInfo",
     "StepTimes",
     "StepTiming",
+    "count_optimizer_updates",
+    "loader_bound_s",
 ]
 
 
@@ -66,7 +76,8 @@ class StepTimes:
 
     Attributes:
         compute_s: Seconds of own compute up to the last exchange (stretched under EMULATION).
-        busy_s: Wall seconds busy up to the last exchange, collective waits excluded.
+        busy_s: Wall seconds busy up to the last exchange, collective waits excluded, plus
+            the optimizer update (not what the loop does after it: evaluation, logging).
         wall_s: Wall seconds since the step began.
     """
 
@@ -92,6 +103,7 @@ class StepTiming:
         self._busy_s = 0.0
         self._busy_mark = 0.0
         self._wall_start = 0.0
+        self._update_mark: float | None = None
 
     @property
     def current(self) -> StepInfo | None:
@@ -108,6 +120,7 @@ class StepTiming:
         self._current = step
         self._compute_s = 0.0
         self._busy_s = 0.0
+        self._update_mark = None
         self._wall_start = self._busy_mark = time.perf_counter()
         self._emulator.mark()
 
@@ -140,6 +153,22 @@ class StepTiming:
         self._emulator.mark()
         self._busy_mark = time.perf_counter()
 
+    def update_begins(self) -> None:
+        """The optimizer update of the step in progress starts (its exchanges are over)."""
+        if self._current is not None:
+            self._update_mark = self._wall_now()
+
+    def update_ends(self) -> None:
+        """The optimizer update ends: its wall time is part of the step's busy time."""
+        if self._current is not None and self._update_mark is not None:
+            self._busy_s += self._wall_now() - self._update_mark
+            self._update_mark = None
+
+    def _wall_now(self) -> float:
+        if self.clock.device.type == "cuda":
+            torch.cuda.synchronize(self.clock.device)
+        return time.perf_counter()
+
     def end(self) -> StepTimes:
         """Finish the step in progress and return its accounting."""
         times = StepTimes(self._compute_s, self._busy_s, time.perf_counter() - self._wall_start)
@@ -154,6 +183,35 @@ class StepTiming:
         return optional and self.clock.device.type == "cuda" and self.slowdown() <= 1.0
 
 
+_update_timing: Callable[[], StepTiming | None] | None = None
+
+
+def count_optimizer_updates(timing: Callable[[], StepTiming | None]) -> None:
+    """Count every ``optimizer.step`` of this process in the busy time of ``timing()``'s step.
+
+    torch's global step hooks, registered once per process (``timing`` is replaced on a later
+    call: a new worker group's runtime). An update outside a step of the carved loader counts
+    nowhere.
+    """
+    global _update_timing
+    if _update_timing is None:
+        register_optimizer_step_pre_hook(_update_begins)
+        register_optimizer_step_post_hook(_update_ends)
+    _update_timing = timing
+
+
+def _update_begins(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    timing = _update_timing() if _update_timing is not None else None
+    if timing is not None:
+        timing.update_begins()
+
+
+def _update_ends(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    timing = _update_timing() if _update_timing is not None else None
+    if timing is not None:
+        timing.update_ends()
+
+
 @dataclass(frozen=True)
 class ProbeTimings:
     """The timed calls of one probed piece of work, warm-up excluded.
@@ -161,9 +219,11 @@ class ProbeTimings:
     Attributes:
         seconds: Seconds of each timed call in order: its compute stretched by the EMULATION
             factor, plus its setup (unstretched) when the timer counts setup.
+        setup: Seconds of each call's setup (building its batch), counted or not.
     """
 
     seconds: tuple[float, ...]
+    setup: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
@@ -208,12 +268,18 @@ class ProbeTimer:
         self._start = now
 
     def time_call(self, call: Callable[[], object]) -> float:
-        """Seconds of one call (setup counted as configured, compute stretched)."""
+        """Seconds of one call (setup counted as configured, compute stretched); the call's
+        setup alone is :attr:`last_setup_s`."""
         self._setup_s = 0.0
         self._start = self._emulator.mark()
         call()
         compute = self._emulator.stretch(self.slowdown, sleep=False)
         return compute + (self._setup_s if self.count_setup else 0.0)
+
+    @property
+    def last_setup_s(self) -> float:
+        """Seconds of the last timed call's setup (unstretched)."""
+        return self._setup_s
 
     def run(
         self,
@@ -242,9 +308,24 @@ class ProbeTimer:
                 if cleanup is not None:
                     cleanup()
         seconds: list[list[float]] = [[] for _ in calls]
+        setups: list[list[float]] = [[] for _ in calls]
         for _ in range(repeats):
-            for call, times in zip(calls, seconds, strict=True):
+            for call, times, setup in zip(calls, seconds, setups, strict=True):
                 times.append(self.time_call(call))
+                setup.append(self.last_setup_s)
                 if cleanup is not None:
                     cleanup()
-        return tuple(ProbeTimings(tuple(times)) for times in seconds)
+        return tuple(ProbeTimings(tuple(t), tuple(u)) for t, u in zip(seconds, setups, strict=True))
+
+
+def loader_bound_s(compute_s: float, load_s: float, loader_processes: int) -> float:
+    """A step's loader-bound price from its compute and its loading, timed apart.
+
+    Without DataLoader processes (``loader_processes`` 0) the step reads its slice itself,
+    before its compute: it pays both. With ``k`` processes reading ahead in parallel with the
+    step, it waits only for what they cannot keep up with: ``max(compute, load / k)``
+    (``load`` as one process takes it; the processes are assumed to have cores of their own).
+    """
+    if loader_processes <= 0:
+        return compute_s + load_s
+    return max(compute_s, load_s / loader_processes)

@@ -41,7 +41,7 @@ from raytrain_hetero.worker.measure.probe import (
     default_probe_batch_sizes,
     probe_step_costs,
 )
-from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming
+from raytrain_hetero.worker.measure.timing import StepInfo, StepTiming, loader_bound_s
 from raytrain_hetero.worker.plan.planning import (
     PassiveWindow,
     PlanState,
@@ -81,13 +81,19 @@ class ProbeInputs:
         dataset: The training dataset (random samples of it; the carving is untouched).
         collate_fn: Collates a list of items into a batch.
         loss_fn: ``fn(model, batch) -> scalar`` to back-propagate.
-        time_loading: Count building a batch as step cost (no DataLoader processes).
+        time_loading: Price building a batch into the step (the loader-bound price, what the
+            step really costs); False prices compute alone.
+        loader_processes: DataLoader processes the training loader reads with: 0, the step
+            loads its slice itself and pays it in full; k, the step waits only for what k
+            processes reading in parallel cannot keep up with
+            (:func:`~raytrain_hetero.worker.measure.timing.loader_bound_s`).
     """
 
     dataset: Dataset
     collate_fn: Callable[[list[Any]], Any]
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]
-    time_loading: bool
+    time_loading: bool = True
+    loader_processes: int = 0
 
 
 def measure_costs(
@@ -238,6 +244,7 @@ def _probe_this_worker(
             repeats=setup.probe.repeats,
             slowdown=timing.slowdown(),
             time_loading=inputs.time_loading,
+            loader_processes=inputs.loader_processes,
         )
     finally:
         set_batchnorm_sync(module, True)
@@ -258,8 +265,9 @@ def calibrate(
     Every rank runs forward+backward through the DDP model (BatchNorm and gradient exchange
     included) on random samples at its slice; gradients are discarded and parameters and
     buffers restored, so training and the epoch's carving are untouched. Each rank's
-    wall-clock busy time (collective waits excluded) replaces its per-sample cost; the
-    probe's fixed cost alpha is kept. Under ``memory_cap_mode="accumulate"`` a slice above
+    wall-clock busy time (collective waits excluded), with the wait for its batch priced as
+    the training loader reads (``ProbeInputs.loader_processes``), replaces its per-sample
+    cost; the probe's fixed cost alpha is kept. Under ``memory_cap_mode="accumulate"`` a slice above
     the rank's per-pass cap runs in micro-batches, as training does.
     """
     fault_point(identity, "calibration")  # FAULT INJECTION hook (off unless configured)
@@ -287,7 +295,7 @@ def calibrate(
                 )
                 loaded_at = time.perf_counter()
                 batches = [make_batch(size) for size in parts]
-                load_wall = time.perf_counter() - loaded_at if inputs.time_loading else 0.0
+                load_wall = time.perf_counter() - loaded_at
                 timing.begin(StepInfo(-1, -1, -1, tuple(slices), identity.rank, 0))
                 if len(parts) == 1:
                     inputs.loss_fn(model, batches[0]).backward()
@@ -299,7 +307,8 @@ def calibrate(
                             (inputs.loss_fn(model, batch) * weight).backward()
                 times = timing.end()
                 if k > 0:  # the first step sets DDP's buckets up: not timed
-                    busy.append(times.busy_s + load_wall)
+                    load = load_wall if inputs.time_loading else 0.0
+                    busy.append(loader_bound_s(times.busy_s, load, inputs.loader_processes))
                 model.zero_grad(set_to_none=True)
             measured = all_gather(statistics.median(busy))
             costs = [
@@ -359,7 +368,11 @@ def known_costs(
                 sample,
                 identity.spec,
                 identity.device,
-                setup={"batchnorm": setup.batch.batchnorm, "time_loading": inputs.time_loading},
+                setup={
+                    "batchnorm": setup.batch.batchnorm,
+                    "price": "loader-bound" if inputs.time_loading else "compute",
+                    "loader_processes": inputs.loader_processes,
+                },
             )
     mine = plans.restored_slot_costs.get(identity.slot) if setup.probe.reuse_on_restart else None
     if mine is None and stored and plans.cost_key is not None:
