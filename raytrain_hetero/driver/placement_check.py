@@ -308,6 +308,8 @@ def _waiting_for(
     hint = (
         f"; did you mean {short.suggestion!r} for {short.resource!r}?" if short.suggestion else ""
     )
+    if short.reason == "labels":
+        hint = f"; the nodes now carry {_node_labels(view)}"
     who = (
         "the autoscaler may add nodes"
         if view.may_grow
@@ -328,7 +330,13 @@ def _wait_for_room(
     once), or raise :class:`PlacementError` after ``timeout_s``."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    what = _waiting_for(first_shortfall(slots, view.totals, RAY_RESOURCES), names, slots, view)
+    short = first_shortfall(slots, view.totals, RAY_RESOURCES)
+    what = _waiting_for(short, names, slots, view)
+    fix = (
+        "correct the WorkerSpec's label_selector or add nodes with those labels"
+        if short is not None and short.reason == "labels"
+        else "add or free the resources, lower the WorkerSpecs' resources"
+    )
     bundles = [{k: v for k, v in s.resources.items() if v > _EPSILON} for s in slots]
     selectors = [dict(s.label_selector) for s in slots]
     group = placement_group(
@@ -344,8 +352,7 @@ def _wait_for_room(
             if left <= 0:
                 raise PlacementError(
                     f"HeteroTrainer: no room within {timeout_s:.0f} s ({TIMEOUT_SETTING}) for "
-                    f"{what}. Fix: add or free the resources, lower the WorkerSpecs' resources, "
-                    f"or raise {TIMEOUT_SETTING}."
+                    f"{what}. Fix: {fix}, or raise {TIMEOUT_SETTING}."
                 )
             if group.wait(timeout_seconds=max(1, math.ceil(min(PROGRESS_EVERY_S, left)))):
                 logger.info("HeteroTrainer: room found after %.0f s", time.monotonic() - started)

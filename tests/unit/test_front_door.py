@@ -16,6 +16,7 @@ from raytrain_hetero.driver.placement_check import (
     RAY_RESOURCES,
     ClusterView,
     _may_still_come,
+    _waiting_for,
     describe_shortfall,
     size_embedded_ray,
     start_embedded_ray,
@@ -81,6 +82,21 @@ def test_what_an_autoscaler_may_still_bring():
     none_ever = ClusterView({}, None, may_grow=True, ever={"CPU": 64.0})
     assert not _may_still_come(short, none_ever)
     assert _may_still_come(short, ClusterView({}, None, True, ever={"GPU": 8.0}))
+
+
+def test_what_a_wait_is_for_in_words():
+    grows = ClusterView({"head": NodeCapacity({"CPU": 1.0}, {"pool": "head"})}, None, may_grow=True)
+    slots = [SlotDemand({"CPU": 1}, {"pool": "fsat"})]
+    text = _waiting_for(first_shortfall(slots, grows.totals), ["w"], slots, grows)
+    assert text == (
+        "worker 'w' ({'CPU': 1} on a node with pool=fsat): the autoscaler may add nodes; "
+        "the nodes now carry pool=head"
+    )
+    typo = [SlotDemand({"CPU": 1, "GPUS": 1})]
+    short = first_shortfall(typo, grows.totals, RAY_RESOURCES)
+    assert "did you mean 'GPU' for 'GPUS'?" in _waiting_for(short, ["w"], typo, grows)
+    busy = _waiting_for(None, ["a", "b"], [SlotDemand({"CPU": 1})] * 2, grows)
+    assert busy.startswith("room for 2 worker(s) (a, b)") and "other work holds" in busy
 
 
 def test_the_embedded_ray_is_sized_only_when_the_workers_need_more():
