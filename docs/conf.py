@@ -26,6 +26,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "rh_docs",
+    "rh_api",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -48,6 +49,8 @@ nitpicky = True
 # autodoc: the public API from docstrings (Google style via napoleon). Attributes as field
 # lists, not object entries, so a class documented twice never clashes.
 autodoc_member_order = "bysource"
+# "On this page" lists an API page's entries as ``fit()``, not ``HeteroTrainer.fit()``.
+toc_object_entries_show_parents = "hide"
 autodoc_typehints = "description"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -7,8 +7,8 @@
   Python names. A field without a docstring entry is a build warning (an error under ``-W``).
 * ``.. cli-reference::`` renders ``raytrain-hetero`` and each subcommand from the argparse
   parser itself (:func:`raytrain_hetero.app.cli.build_parser`).
-* ``.. public-api::`` lists every public name of ``raytrain_hetero`` (its ``__all__``) with
-  autodoc, grouped by the layer that defines it.
+* The Python API reference (every public name by its public path, one page per area) is
+  ``docs/_ext/rh_api.py``'s.
 
 The generators are plain functions returning reStructuredText (used from ``.rst`` pages);
 ``tests/unit/test_docs.py`` calls them directly as well.
@@ -309,7 +309,7 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
     lines = [
         ".. list-table::",
         "   :header-rows: 1",
-        "   :widths: 22 22 14 42",
+        "   :widths: 22 20 18 40",
         "",
         "   * - Key",
         "     - Type",
@@ -443,65 +443,6 @@ def cli_reference_rst() -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- public API
-
-#: Section title -> predicate on the defining module of a public name.
-_API_GROUPS: list[tuple[str, Callable[[str], bool]]] = [
-    ("Driver: the trainer", lambda m: m.startswith("raytrain_hetero.driver")),
-    ("Inside the train loop", lambda m: m.startswith("raytrain_hetero.worker")),
-    ("Model parallelism", lambda m: m.startswith("raytrain_hetero.parallel")),
-    (
-        "Configuration objects",
-        lambda m: m.startswith(
-            ("raytrain_hetero.config", "raytrain_hetero.app", "raytrain_hetero.core")
-        ),
-    ),
-    ("Errors", lambda m: m.startswith("raytrain_hetero.errors")),
-]
-
-
-def public_api() -> dict[str, list[tuple[str, str, str]]]:
-    """Group title -> [(public name, defining module, autodoc directive)] over ``__all__``."""
-    import raytrain_hetero as rh
-
-    groups: dict[str, list[tuple[str, str, str]]] = {title: [] for title, _ in _API_GROUPS}
-    groups["Modules"] = []
-    for name in rh.__all__:
-        if name.startswith("__"):
-            continue
-        obj = getattr(rh, name)
-        if inspect.ismodule(obj):
-            groups["Modules"].append((name, obj.__name__, "automodule"))
-            continue
-        module = obj.__module__
-        kind = "autoclass" if inspect.isclass(obj) else "autofunction"
-        for title, matches in _API_GROUPS:
-            if matches(module):
-                groups[title].append((name, module, kind))
-                break
-        else:
-            raise ValueError(f"raytrain_hetero.{name} ({module}) fits no API group of rh_docs")
-    return groups
-
-
-def public_api_rst() -> str:
-    """The public API: one autodoc entry per name of ``raytrain_hetero.__all__``."""
-    lines: list[str] = []
-    for title, entries in public_api().items():
-        if not entries:
-            continue
-        lines += [title, "-" * len(title), ""]
-        for name, module, kind in sorted(entries):
-            if kind == "automodule":
-                lines += [f".. automodule:: {module}", "   :members:", ""]
-                continue
-            lines += [f".. {kind}:: {module}.{name}"]
-            if name == "HeteroTrainer":
-                lines += ["   :members:"]
-            lines += [""]
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------- directives
 
 
@@ -534,10 +475,6 @@ class ConfigReference(_GeneratedRst):
 
 class CliReference(_GeneratedRst):
     generate = staticmethod(cli_reference_rst)
-
-
-class PublicApi(_GeneratedRst):
-    generate = staticmethod(public_api_rst)
 
 
 # ------------------------------------------------------------- references into the code
@@ -587,5 +524,4 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("missing-reference", _missing_reference)
     app.add_directive("config-reference", ConfigReference)
     app.add_directive("cli-reference", CliReference)
-    app.add_directive("public-api", PublicApi)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

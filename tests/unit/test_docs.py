@@ -32,12 +32,20 @@ from raytrain_hetero.config import HeteroModel
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-# The docs' own Sphinx extension (docs/_ext/rh_docs.py, not part of the package), by path.
-_spec = importlib.util.spec_from_file_location("rh_docs", DOCS / "_ext" / "rh_docs.py")
-assert _spec is not None and _spec.loader is not None
-rh_docs = importlib.util.module_from_spec(_spec)
-sys.modules["rh_docs"] = rh_docs  # its dataclasses look their module up
-_spec.loader.exec_module(rh_docs)
+
+
+def _extension(name: str) -> Any:
+    """One of the docs' own Sphinx extensions (docs/_ext/, not part of the package), by path."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / "_ext" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+rh_docs = _extension("rh_docs")
+rh_api = _extension("rh_api")
 
 #: Every page of the site plus the README (the pages the user reads examples from).
 PAGES = [*sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts), REPO / "README.md"]
@@ -162,8 +170,33 @@ def test_cli_reference_covers_every_subcommand_and_option() -> None:
 def test_api_reference_lists_every_public_name() -> None:
     import raytrain_hetero as rh
 
-    listed = {name for entries in rh_docs.public_api().values() for name, _, _ in entries}
-    assert listed == {name for name in rh.__all__ if not name.startswith("__")}
+    listed = [entry.name for entries in rh_api.public_api().values() for entry in entries]
+    assert sorted(listed) == sorted(name for name in rh.__all__ if not name.startswith("__"))
+
+
+def test_api_reference_has_a_page_per_area() -> None:
+    """Each area is a page under docs/reference/api/ that the API index lists."""
+    index = (DOCS / "reference" / "api.rst").read_text()
+    for area in rh_api.API_AREAS:
+        page = DOCS / "reference" / "api" / f"{area.page}.rst"
+        assert page.is_file(), f"no page {page.relative_to(REPO)} for area {area.page}"
+        assert f".. public-api:: {area.page}\n" in page.read_text()
+        assert f"   api/{area.page}\n" in index
+
+
+def test_internal_paths_resolve_to_the_public_entry() -> None:
+    """A docstring's :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` links to the
+    entry of ``raytrain_hetero.HeteroTrainer`` (wherever the class is defined)."""
+    import raytrain_hetero as rh
+
+    trainer = f"{rh.HeteroTrainer.__module__}.HeteroTrainer"
+    assert rh_api.public_target(trainer) == "raytrain_hetero.HeteroTrainer"
+    assert rh_api.public_target(f"{trainer}.fit") == "raytrain_hetero.HeteroTrainer.fit"
+    report = f"{rh.report.__module__}.report"
+    assert rh_api.public_target(report) == "raytrain_hetero.report"
+    strategy = f"{rh.lightning.__name__}.HeteroDDPStrategy"
+    assert rh_api.public_target(strategy) == "raytrain_hetero.lightning.HeteroDDPStrategy"
+    assert rh_api.public_target("raytrain_hetero.core.allocation") is None  # not public
 
 
 def test_worker_table_in_get_started_has_the_real_header() -> None:
