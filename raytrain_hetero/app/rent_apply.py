@@ -16,7 +16,7 @@
    that the deadline can no longer be kept. The work done is the step of the job's newest
    checkpoint (Ray Train's ``checkpoint_manager_snapshot.json``; before the first one, the
    time trained at the planned speed). Every few polls the same re-plan over the nodes held
-   checks the deadline (or budget) and says once, as early as the model sees it, that it can
+   checks the deadline (or budget) after the planned start-up and says once, as early as the model sees it, that it can
    no longer be kept. Replacement nodes are asked for the same way.
 
 How this coexists with Ray's own requests (Ray 2.60, read in its source): the request is one
@@ -363,11 +363,17 @@ def apply_rent(
         step = steps_done(runs, started_wall)
         return None if step is None else step / total_steps
 
+    planned = {f"{n.instance_type}:{n.market}": n.nodes for n in plan.nodes}
+
     def on_check() -> None:
-        """Say as early as the model sees it when the limit can no longer be kept."""
+        """Say as early as the model sees it when the limit can no longer be kept: after the
+        planned start-up, the planned nodes (requested, replaced after a loss) and the work
+        left at the measured progress."""
         watcher = watcher_box[0]
+        if watcher.now() < plan.startup_s:
+            return
         spent = incurred_cost(list(watcher.spans.values()), inputs, watcher.now())
-        new = replan(inputs, decision, watcher.held(), watcher.now(), spent, done())
+        new = replan(inputs, decision, planned, watcher.now(), spent, done())
         if not new.feasible and not warned:
             warned.append(new.reason)
             watcher.event("limit", f"the {decision.objective} can no longer be kept: {new.reason}")
