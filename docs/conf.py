@@ -25,6 +25,7 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx_copybutton",
     "rh_docs",
     "rh_api",
 ]
@@ -56,10 +57,35 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True
 
-html_theme = "alabaster"
+# The PyData theme, as Ray's docs use: the site's sections in the top bar, the current
+# section's pages on the left, "On this page" on the right, previous/next at each page's end.
+# docs/_static/custom.css widens the article so that code and tables show whole at 1,400 px
+# (tests/unit/test_docs_layout.py checks every code block against that width).
+html_theme = "pydata_sphinx_theme"
 html_title = "raytrain_hetero"
-html_static_path: list[str] = []
-html_theme_options = {"description": "Heterogeneity-aware, exact data parallelism on Ray Train"}
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_theme_options = {
+    "logo": {"text": "raytrain_hetero"},
+    "navbar_align": "left",
+    "header_links_before_dropdown": 8,
+    "navbar_end": ["theme-switcher"],
+    "secondary_sidebar_items": ["page-toc"],
+    "show_toc_level": 2,
+    "show_prev_next": True,
+    "navigation_with_keys": False,
+    "footer_start": ["copyright"],
+    "footer_end": [],
+    "pygments_light_style": "tango",
+    "pygments_dark_style": "monokai",
+}
+html_sidebars = {"index": []}  # the landing page: full width, its contents are the top bar
+html_show_sourcelink = False
+
+# sphinx-copybutton: copy a block without its prompts (``$ ``, ``>>> ``) or outputs.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 
 # Keep "--set" and "--resume" as typed (no en dashes in CLI text).
 smartquotes = False
