@@ -555,6 +555,52 @@ def test_readme_is_short_and_starts_with_the_two_commands() -> None:
     ]
 
 
+#: A Markdown link ``[text](target)`` (images aside).
+MD_LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]*)\]\((?P<target>[^)\s]+)\)")
+
+
+def _page_links() -> list[tuple[str, str, str]]:
+    """(``page:line``, text, target) of each link to a page or a section of the site."""
+    out = []
+    for page in PAGES[:-1]:  # the site's pages (the README is read on GitHub)
+        text = page.read_text()
+        for match in MD_LINK.finditer(text):
+            target = match.group("target")
+            if not re.match(r"^[^:#]*\.(md|rst)(#|$)|^#", target):
+                continue  # a URL, a file download, an image
+            where = f"{page.relative_to(REPO)}:{text.count(chr(10), 0, match.start()) + 1}"
+            out.append((where, match.group("text"), target))
+    return out
+
+
+PAGE_LINKS = _page_links()
+
+
+def _looks_like_a_path(text: str) -> bool:
+    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]*)*", text)) and (
+        "/" in text or text.endswith((".md", ".rst"))
+    )
+
+
+def test_link_text_names_the_page_not_its_path() -> None:
+    """``[docs/how-to/ray-data.md](ray-data.md)`` shows a repository path where the reader
+    wants the page's name: write ``[](ray-data.md)`` (MyST puts in the page's or section's
+    title) or words. A link to its own page goes to one of its sections (``[](#predict)``)."""
+    assert len(PAGE_LINKS) >= 30
+    paths = [f"{w}: [{t}]({g})" for w, t, g in PAGE_LINKS if _looks_like_a_path(t)]
+    own = [
+        f"{w}: [{t}]({g})"
+        for w, t, g in PAGE_LINKS
+        if g.split("#")[0]
+        and (REPO / w.split(":")[0]).parent.joinpath(g.split("#")[0]).resolve()
+        == (REPO / w.split(":")[0]).resolve()
+    ]
+    assert not paths, "links whose text is a path:\n" + "\n".join(paths)
+    assert not own, "links to their own page (link a section: [](#anchor)):\n" + "\n".join(own)
+    assert _looks_like_a_path("docs/reliability/") and _looks_like_a_path("admission.md")
+    assert not _looks_like_a_path("torchgeo / Lightning") and not _looks_like_a_path("")
+
+
 def test_readme_links_resolve() -> None:
     text = (REPO / "README.md").read_text()
     links = re.findall(r"\]\(([^)\s]+)\)", text)
