@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from raytrain_hetero.workloads.registry import (
 )
 
 __all__ = [
+    "DataSizes",
     "WorkloadData",
     "check_model_fits_data",
     "configured_bad_files",
@@ -42,6 +44,25 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataSizes:
+    """What the driver's checks found in a job's data.
+
+    Attributes:
+        train: Training samples per epoch (a ``GeoDataModule``: its sampler's draws).
+        val: Validation samples.
+        bands: Bands (channels) per sample.
+    """
+
+    train: int
+    val: int
+    bands: int
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"train", "val", "bands"}``, as summary.json and the older callers read them."""
+        return {"train": self.train, "val": self.val, "bands": self.bands}
 
 
 def data_source(data: DataConfig) -> DataSource:

@@ -7,22 +7,23 @@ import logging
 from raytrain_hetero.app.sections import DataConfig
 from raytrain_hetero.config.fields import absolute
 from raytrain_hetero.errors import DataError
-from raytrain_hetero.workloads.registry import dataset_adapter
+from raytrain_hetero.workloads.registry import DatasetAdapter, dataset_adapter
 
 __all__ = ["check_data_root"]
 
 logger = logging.getLogger(__name__)
 
 
-def check_data_root(cfg: DataConfig) -> None:
-    """Fail early, on the driver, if the data root cannot work.
+def check_data_root(cfg: DataConfig, *, adapter: DatasetAdapter | None = None) -> None:
+    """Fail early, on the driver, if the data root cannot work (``adapter``: the dataset's,
+    if the caller holds it; looked up otherwise).
 
     Raises:
         DataError: ``root`` is missing and ``generate`` is not set, or ``root`` is not a
             directory; the message names the absolute path and the fix.
     """
     root = absolute(cfg.root)
-    what = dataset_adapter(cfg.dataset).title
+    what = (adapter if adapter is not None else dataset_adapter(cfg.dataset)).title
     if root.exists() and not root.is_dir():
         raise DataError(
             f"data.root {root} exists but is not a directory. Fix: point data.root at a "

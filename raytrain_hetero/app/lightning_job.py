@@ -4,17 +4,20 @@
 ``data.datamodule_args`` (``data.root`` as the ``paths`` or ``root`` the class takes) and trains
 them with a Trainer prepared by :mod:`raytrain_hetero.worker.lightning`; the task's own
 optimiser applies, epochs, batch, seed and workers are the job's. On the driver,
-:func:`prepare_lightning_data` runs one validation batch through the task, so a wrong band or
-class count fails before any worker starts. :func:`run_task_predict` writes GeoTIFF class maps.
+:func:`check_task_job` (the resolved job's Lightning part) builds both once and runs one
+validation batch through the task, so a wrong band or class count fails before any worker
+starts. :func:`run_task_predict` writes GeoTIFF class maps.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
+from raytrain_hetero.app.datasets import DataSizes
 from raytrain_hetero.atomic import atomic_write_json
 from raytrain_hetero.config.problems import construct
 from raytrain_hetero.errors import ConfigError, DataError
@@ -22,10 +25,14 @@ from raytrain_hetero.errors import ConfigError, DataError
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from raytrain_hetero.workloads.registry import DataSource
+
 __all__ = [
     "ACCURACY_KEYS",
+    "CheckedTask",
     "build_datamodule",
     "build_task",
+    "check_task_job",
     "lightning_loop",
     "prepare_lightning_data",
     "run_task_predict",
@@ -86,10 +93,34 @@ def build_datamodule(job: JobConfig, stage: str | None = None) -> pl.LightningDa
     return datamodule
 
 
+@dataclass(frozen=True, eq=False)
+class CheckedTask:
+    """A task job's Lightning part, built and checked once on the driver.
+
+    Attributes:
+        sizes: Training draws per epoch (a ``GeoDataModule``: its sampler's), validation
+            samples and bands, as the datamodule gives them.
+        task: The task (``model.task`` with ``model.task_args``), in eval mode.
+        datamodule: The datamodule, set up for ``"fit"``.
+    """
+
+    sizes: DataSizes
+    task: pl.LightningModule
+    datamodule: pl.LightningDataModule
+
+
 def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
-    """Driver-side checks of a task job; returns split sizes (and ``bands``) like
-    :func:`~raytrain_hetero.app.job.prepare_dataset` (a ``GeoDataModule``'s training size: its
-    sampler's draws per epoch).
+    """Driver-side checks of a task job (:func:`check_task_job`); returns split sizes (and
+    ``bands``) like :func:`~raytrain_hetero.app.job.prepare_dataset`."""
+    return check_task_job(job).sizes.as_dict()
+
+
+def check_task_job(job: JobConfig, source: DataSource | None = None) -> CheckedTask:
+    """Build the task job's datamodule and task once and check them against each other and
+    the workers: one validation batch through the task, its class count against the labels,
+    the training size against the workers' ``train.min_slice`` each. ``source``: the job's
+    data source (generated first if ``data.generate`` is set); converted from ``job.data`` if
+    not given.
 
     Raises:
         DataError: Missing data, or a task that cannot take the datamodule's batches.
@@ -98,12 +129,15 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
     """
     import torch
 
-    from raytrain_hetero.app.datasets import data_source
     from raytrain_hetero.worker.lightning import geo_draws
     from raytrain_hetero.workloads.data import generate_dataset
 
     if job.data.generate is not None:
-        generate_dataset(data_source(job.data))
+        if source is None:
+            from raytrain_hetero.app.datasets import data_source
+
+            source = data_source(job.data)
+        generate_dataset(source)
     if not Path(job.data.root).exists():
         raise DataError(
             f"data.root {job.data.root} does not exist. Fix: point it at the dataset, or set "
@@ -143,8 +177,8 @@ def prepare_lightning_data(job: JobConfig) -> dict[str, int]:
             f"the datamodule has class id {int(labels.max())} but the task predicts "
             f"{classes} classes. Fix: task_args.num_classes >= {int(labels.max()) + 1}."
         )
-    val_size = len(val_loader.sampler)
-    return {"train": train_size, "val": val_size, "bands": int(batch["image"].shape[1])}
+    sizes = DataSizes(train_size, len(val_loader.sampler), int(batch["image"].shape[1]))
+    return CheckedTask(sizes=sizes, task=task, datamodule=datamodule)
 
 
 def _report_callback() -> Any:

@@ -18,20 +18,27 @@ from typing import Any
 
 from raytrain_hetero.workloads.registry import (
     CACHE_DIR_NAME,
+    DatasetAdapter,
     DataSource,
     WorkloadData,
     dataset_adapter,
 )
 
 
-def generate_dataset(source: DataSource) -> Path | None:
-    """Run the dataset's generator if ``source.generate`` is set (cached); return the root."""
+def _adapter(source: DataSource, adapter: DatasetAdapter | None) -> DatasetAdapter:
+    """``adapter`` if the caller looked it up already, else the source's registered one."""
+    return adapter if adapter is not None else dataset_adapter(source.dataset)
+
+
+def generate_dataset(source: DataSource, *, adapter: DatasetAdapter | None = None) -> Path | None:
+    """Run the dataset's generator if ``source.generate`` is set (cached); return the root.
+    ``adapter``: the source's adapter, if the caller holds it (looked up otherwise)."""
     if source.generate is None:
         return None
-    return dataset_adapter(source.dataset).generate(source)
+    return _adapter(source, adapter).generate(source)
 
 
-def bad_files(source: DataSource) -> list[str]:
+def bad_files(source: DataSource, *, adapter: DatasetAdapter | None = None) -> list[str]:
     """Find unreadable files per the source's bad-file policy (cached); return what to leave out.
 
     For datasets whose samples are not single files (multimodal pairs) the entries are sample
@@ -49,7 +56,7 @@ def bad_files(source: DataSource) -> list[str]:
     )
     from raytrain_hetero.workloads.normalization import cached_json, file_identity
 
-    adapter = dataset_adapter(source.dataset)
+    adapter = _adapter(source, adapter)
     policy = source.on_bad_file if source.on_bad_file is not None else adapter.default_on_bad_file
     if policy in (None, CHECK_OFF) or adapter.scan_files is None:
         return []
@@ -78,6 +85,7 @@ def open_datasets(
     splits: Sequence[str] = ("train", "val"),
     *,
     exclude: Sequence[str] | None = None,
+    adapter: DatasetAdapter | None = None,
 ) -> WorkloadData:
     """Open the source's splits (with its normalisation).
 
@@ -86,9 +94,10 @@ def open_datasets(
         splits: Splits to open (a hyperspectral scene also accepts ``"scene"``: every pixel).
         exclude: Files (multimodal: sample ids) to leave out; ``None`` asks
             :func:`bad_files` (cached).
+        adapter: The source's adapter, if the caller holds it (looked up otherwise).
     """
-    adapter = dataset_adapter(source.dataset)
-    excluded = list(bad_files(source) if exclude is None else exclude)
+    adapter = _adapter(source, adapter)
+    excluded = list(bad_files(source, adapter=adapter) if exclude is None else exclude)
     return adapter.open(source, tuple(splits), excluded)
 
 
