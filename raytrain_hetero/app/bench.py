@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.app.config import JobConfig
+from raytrain_hetero.app.resolved import ResolvedJob
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.errors import ConfigError
 
@@ -99,8 +100,8 @@ def hetero_spans(records: Sequence[StepRecord]) -> list[tuple[Any, float, float,
     ]
 
 
-def _fit(job: JobConfig, contender: str, repeat: int, storage: Any) -> FitFigures:
-    """One fit of ``contender`` on the job; its figures."""
+def _fit(resolved: ResolvedJob, contender: str, repeat: int, storage: Any) -> FitFigures:
+    """One fit of ``contender`` on the resolved job; its figures."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -110,9 +111,10 @@ def _fit(job: JobConfig, contender: str, repeat: int, storage: Any) -> FitFigure
     from raytrain_hetero.app.train_loop import classification_loop
     from raytrain_hetero.driver.backend import common_resources
 
+    job = resolved.job
     run_config = RunConfig(
         name=unique_run_name(f"{job.name}-bench-{contender.replace('_', '-')}"),
-        failure_config=FailureConfig(max_failures=job.resolved_max_failures()),
+        failure_config=FailureConfig(max_failures=resolved.max_failures),
         **storage.run_config_storage(),
     )
     specs = job.expanded_workers()
@@ -131,7 +133,7 @@ def _fit(job: JobConfig, contender: str, repeat: int, storage: Any) -> FitFigure
             run_config=run_config,
         )
     else:
-        trainer = build_trainer(job, classification_loop, run_config)
+        trainer = build_trainer(resolved, classification_loop, run_config)
     started = time.time()
     result = trainer.fit()
     wall = time.time() - started
@@ -205,7 +207,8 @@ def run_bench(
         ConfigError: A job the command cannot compare, ``repeats < 1``, or an output
             directory already holding a bench.json (without ``overwrite``).
     """
-    from raytrain_hetero.app.job import init_ray, prepare_dataset
+    from raytrain_hetero.app.job import init_ray
+    from raytrain_hetero.app.resolved import resolve_job
     from raytrain_hetero.atomic import atomic_write_text
     from raytrain_hetero.config import TrackingConfig
     from raytrain_hetero.storage import StagingDir
@@ -220,8 +223,8 @@ def run_bench(
             "--overwrite to replace it."
         )
     job = job.model_copy(update={"tracking": TrackingConfig()})  # a comparison, not a run
-    sizes = prepare_dataset(job)
-    init_ray(job)
+    resolved = resolve_job(job)
+    init_ray(resolved)
     scratch = None if job.ray.storage_path else Path(tempfile.mkdtemp(prefix="rh-bench-"))
     storage = job.ray.location(job.ray.storage_path or scratch)
     fits: list[FitFigures] = []
@@ -229,7 +232,7 @@ def run_bench(
         for repeat in range(repeats):
             order = CONTENDERS[::-1] if repeat % 2 == 0 else CONTENDERS
             for contender in order:
-                fits.append(_fit(job, contender, repeat, storage))
+                fits.append(_fit(resolved, contender, repeat, storage))
                 f = fits[-1]
                 print(
                     f"{contender} fit {repeat}: start-up {f.startup_s:.1f} s, "
@@ -249,7 +252,7 @@ def run_bench(
         "global_batch_size": job.train.global_batch_size,
         "stock_batch_per_worker": max(1, job.train.global_batch_size // job.total_workers),
         "epochs": job.train.epochs,
-        "train_samples": sizes["train"],
+        "train_samples": resolved.sizes.train,
         "repeats": repeats,
         "fits": [asdict(f) for f in fits],
         "summary": summary,

@@ -197,23 +197,18 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     job = _load_job(args, parser)
     if args.command == "train":
         from raytrain_hetero.app.job import run_job
+        from raytrain_hetero.app.resolved import RunRequest, resolve_job
 
-        roles = None
+        # The job resolved once: outputs, data, model and layout checked, in that order.
+        resolved = resolve_job(
+            job, outputs=RunRequest(args.output, args.run_name, args.resume, args.overwrite)
+        )
         if job.data.source == "ray_data" and job.probe.roles == "auto":
             from raytrain_hetero.app.probe_job import probe_with_roles
-            from raytrain_hetero.app.ray_data_source import without_feeders
 
-            roles = probe_with_roles(job)[1]  # one probe: the measured cost models
-            job = job if roles is None else without_feeders(job, roles)
-        run_job(
-            job,
-            roles=roles,
-            output_dir=args.output,
-            progress=not args.no_progress,
-            run_name=args.run_name,
-            resume=args.resume,
-            overwrite=args.overwrite,
-        )
+            # One probe: its measured cost models decide the roles; feeders leave the group.
+            resolved = resolved.with_roles(probe_with_roles(resolved)[1])
+        run_job(resolved, progress=not args.no_progress)
     elif args.command == "probe":
         from raytrain_hetero.app.probe_job import run_probe
 

@@ -1,7 +1,8 @@
 """The main job: train a classifier from a :class:`~raytrain_hetero.app.config.JobConfig`.
 
-:func:`run_job` prepares (or generates) the dataset and checks it against the model before
-any worker starts, runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with a live
+:func:`run_job` takes the job resolved once (:mod:`~raytrain_hetero.app.resolved`: the outputs,
+the dataset generated and checked, the model built and checked against it and the layout, before
+any worker starts), runs :class:`~raytrain_hetero.driver.trainer.HeteroTrainer` with a live
 progress view, and writes ``metrics.csv``, ``summary.json`` and ``throughput.png`` (and,
 with ``tracking:``, TensorBoard and MLflow). Workers run
 :func:`~raytrain_hetero.app.train_loop.classification_loop`.
@@ -10,18 +11,20 @@ with ``tracking:``, TensorBoard and MLflow). Workers run
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raytrain_hetero.app.config import JobConfig, check_data_root
+from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.app.progress import LAYOUT_HEADERS, ProgressView, with_layout
+from raytrain_hetero.app.resolved import ResolvedJob, RunRequest, resolve_job
 from raytrain_hetero.app.train_loop import classification_loop
 from raytrain_hetero.core.records import StepRecord, nonfinite_steps_skipped, run_samples_per_s
 from raytrain_hetero.core.records import summarize_workers as aggregate_workers
-from raytrain_hetero.errors import ConfigError, DataError
+from raytrain_hetero.errors import ConfigError
 
 if TYPE_CHECKING:
     from ray.train import RunConfig
@@ -37,71 +40,32 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_dataset(job: JobConfig) -> dict[str, int]:
-    """Generate the dataset if configured (cached), then check everything that can be checked
-    before a worker starts: the root, every file's readability (``data.on_bad_file``), the band
-    count against the model and the model itself (built once). A ``model.task`` job goes to
-    :func:`~raytrain_hetero.app.lightning_job.prepare_lightning_data`. Returns split sizes and
-    the band count.
+    """The job's split sizes and band count (``{"train", "val", "bands"}``) after every check
+    that can run before a worker starts (:func:`~raytrain_hetero.app.resolved.resolve_job`).
 
     Raises:
         DataError: Missing root, unreadable files, a band-count mismatch.
         ConfigError: Too few samples for the workers, or a model that cannot be built.
     """
-    if job.model.task is not None:  # a Lightning task (torchgeo's) with its datamodule
-        from raytrain_hetero.app.lightning_job import prepare_lightning_data
-
-        return prepare_lightning_data(job)
-    from raytrain_hetero.app.datasets import check_model_fits_data, data_source
-    from raytrain_hetero.app.parallel_checks import check_parallel_fits_model
-    from raytrain_hetero.config.problems import construct
-    from raytrain_hetero.workloads.data import generate_dataset, open_datasets
-    from raytrain_hetero.workloads.registry import dataset_adapter
-
-    root = Path(job.data.root)
-    source = data_source(job.data)
-    adapter = dataset_adapter(source.dataset)  # an unknown name fails here, listing the known
-    generate_dataset(source)
-    check_data_root(job.data)
-    workload = construct(
-        f"opening data.dataset {source.dataset} at {root}",
-        lambda: open_datasets(source, ("train", "val")),
-        "correct data.root and the data.* settings (or the dataset's registered adapter).",
-    )
-    datasets = workload.datasets
-    bands = workload.in_channels
-    expected = adapter.expected_bands(source)
-    if expected is not None and bands != expected:
-        raise DataError(
-            f"{root}: images have {bands} bands but data.bands={job.data.bands!r} asks for "
-            f"{expected}; fix data.bands or the dataset."
-        )
-    model = check_model_fits_data(job.model, workload, source=root)
-    check_parallel_fits_model(job.parallel, model, job.total_workers)
-    sizes = {"train": len(datasets["train"]), "val": len(datasets["val"]), "bands": bands}
-    need = job.total_workers * job.train.min_slice_samples
-    if sizes["train"] < need:
-        raise ConfigError(
-            f"data.root: the train split has {sizes['train']} samples but {job.total_workers} "
-            f"workers need at least {need}; generate more (data.generate.samples_per_class) "
-            "or use fewer workers."
-        )
-    return sizes
+    return resolve_job(job).sizes.as_dict()
 
 
-def init_ray(job: JobConfig) -> None:
+def _config(job: JobConfig | ResolvedJob) -> JobConfig:
+    """The job config of a job or of a resolved job."""
+    return job.job if isinstance(job, ResolvedJob) else job
+
+
+def init_ray(job: JobConfig | ResolvedJob) -> None:
     """Connect to ``job.ray.address`` or start a new embedded local Ray (see
     :func:`raytrain_hetero.driver.session.init_ray`)."""
     from raytrain_hetero.driver.session import init_ray as connect
 
-    connect(
-        address=job.ray.address,
-        num_cpus=job.ray.num_cpus,
-        dashboard_host=job.ray.dashboard_host,
-    )
+    ray = _config(job).ray
+    connect(address=ray.address, num_cpus=ray.num_cpus, dashboard_host=ray.dashboard_host)
 
 
 def build_trainer(
-    job: JobConfig,
+    job: JobConfig | ResolvedJob,
     train_loop: Callable[[dict[str, Any]], None],
     run_config: RunConfig,
     *,
@@ -111,16 +75,21 @@ def build_trainer(
 ) -> HeteroTrainer:
     """The job's HeteroTrainer, built from its sections (the library's config objects); the
     loop gets the whole job (``{"job": ...}``) and reads its YAML-only sections itself.
+    ``job``: a resolved job (its batch and train split size as resolved), or a job config (a
+    Tune trial's, which the search resolved once for all its trials).
     ``probe_only`` (``raytrain-hetero probe``): a fixed group, no live re-planning, no tracking.
     ``allocation``: a Tune trial's holding under ``tune.allocation: auto`` (the loop config's
     ``"allocation"``: the loop ends the fit at an epoch end when the holding changes).
     ``fit_called_at``: ``time.time()`` when the caller calls the fit (the loop then reports
     ``hetero/fit_start_s``, the fit's call to its first step: the start the user waits).
+    A Ray Data source's pipeline lives in Ray: the job's Ray is started first for it.
     """
-    from raytrain_hetero.app.ray_data_source import train_pipeline
     from raytrain_hetero.config import ElasticConfig, ParallelConfig, TrackingConfig
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
+    resolved = job if isinstance(job, ResolvedJob) else None
+    job = _config(job)
+    batch = resolved.batch if resolved is not None else job.train.batch()
     scheduler, elastic, parallel = job.scheduler, job.elastic, job.parallel
     probe, tracking = job.probe, job.tracking
     if probe_only:
@@ -131,6 +100,13 @@ def build_trainer(
         elastic = ElasticConfig()
         # The probe times each rank's speed on the whole model (each rank's plan share).
         parallel = ParallelConfig()
+    datasets = None
+    if job.data.source == "ray_data":
+        from raytrain_hetero.app.ray_data_source import train_pipeline
+
+        init_ray(job)  # no-op if Ray is up
+        rows = resolved.sizes.train if resolved is not None else None
+        datasets = {"train": train_pipeline(job, rows)}
     return HeteroTrainer(
         train_loop,
         train_loop_config={
@@ -139,7 +115,7 @@ def build_trainer(
             **({"fit_called_at": fit_called_at} if fit_called_at is not None else {}),
         },
         workers=job.workers,
-        batch=job.train.batch(),
+        batch=batch,
         probe=probe,
         scheduler=scheduler,
         elastic=elastic,
@@ -148,12 +124,14 @@ def build_trainer(
         guard=job.guard,
         parallel=parallel,
         tracking=tracking,
-        datasets={"train": train_pipeline(job)} if job.data.source == "ray_data" else None,
+        datasets=datasets,
         run_config=run_config,
     )
 
 
-def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = None) -> RunConfig:
+def run_config(
+    job: JobConfig | ResolvedJob, run: RunIdentity, callbacks: list[Any] | None = None
+) -> RunConfig:
     """The Ray Train RunConfig of a job's run: its name and storage, ``train.max_failures``
     restarts, and checkpoints kept by score as well as by age.
 
@@ -162,11 +140,15 @@ def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = N
     """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
+    if isinstance(job, ResolvedJob):
+        max_failures = job.max_failures
+    else:
+        max_failures = job.resolved_max_failures()
     return RunConfig(
         name=run.name,
         # A local directory, or the path on a remote store plus its filesystem.
         **run.storage_location.run_config_storage(),
-        failure_config=FailureConfig(max_failures=job.resolved_max_failures()),
+        failure_config=FailureConfig(max_failures=max_failures),
         checkpoint_config=CheckpointConfig(
             num_to_keep=2,
             checkpoint_score_attribute="val_accuracy",
@@ -177,7 +159,7 @@ def run_config(job: JobConfig, run: RunIdentity, callbacks: list[Any] | None = N
 
 
 def run_job(
-    job: JobConfig,
+    job: JobConfig | ResolvedJob,
     *,
     output_dir: Path | str | None = None,
     progress: bool = True,
@@ -189,14 +171,17 @@ def run_job(
     """Run the job end to end and write its outputs; returns the summary dict.
 
     Args:
-        job: The job.
+        job: The job, or the job resolved with its run's outputs
+            (``resolve_job(job, outputs=RunRequest(...))``, what ``raytrain-hetero train``
+            passes; its run then applies, and ``output_dir``, ``run_name``, ``resume`` and
+            ``overwrite`` stay unset).
         output_dir: Where outputs go (default ``job.output_dir``): a local directory or a URI.
         progress: Show the progress bar and worker table.
         run_name: Ray Train run name (``None``: unique, ``<job name>-<time>-<random>``).
         resume: Continue the run ``run_name`` from its last checkpoint.
         overwrite: Write into a non-empty output directory (replacing the job's files).
         roles: The workers' roles decided before the run (``probe.roles: auto``), for
-            summary.json; ``job`` holds its trainers only.
+            summary.json; ``job`` holds its trainers only (a resolved job carries its own).
 
     Raises:
         ConfigError: A non-empty output directory without ``overwrite``/``resume``, or a run
@@ -208,36 +193,34 @@ def run_job(
         write_metrics_csv,
         write_summary,
     )
-    from raytrain_hetero.app.runs import check_output_dir, resolve_run
     from raytrain_hetero.app.tracking import JOB_ARTIFACTS, job_tracker
-    from raytrain_hetero.core.carving import EpochCarver
     from raytrain_hetero.storage import StagingDir
 
-    target = job.ray.location(output_dir or job.output_dir)
-    # The run name first: its message (add --resume) is the more specific one.
-    run = resolve_run(job.name, job.ray.storage(target), run_name, resume)
-    check_output_dir(target, overwrite=overwrite, resume=resume)
-    sizes = prepare_dataset(job)
-    steps_per_epoch = EpochCarver(
-        sizes["train"],
-        job.train.global_batch_size,
-        seed=job.train.seed,
-        min_step_size=max(job.total_workers, job.train.step_workers or 0)
-        * job.train.min_slice_samples,
-    ).steps_per_epoch
-    init_ray(job)
+    request = RunRequest(output_dir, run_name, resume, overwrite)
+    resolved = job if isinstance(job, ResolvedJob) else resolve_job(job, outputs=request)
+    if resolved.run is None or (resolved is job and request != RunRequest()):
+        raise ConfigError(
+            "run_job: a resolved job brings its run's outputs. Fix: resolve it with "
+            "resolve_job(job, outputs=RunRequest(output_dir, run_name, resume, overwrite)) "
+            "and pass no output_dir, run_name, resume or overwrite here."
+        )
+    if roles is not None:
+        resolved = dataclasses.replace(resolved, roles=roles)
+    job, run, target = resolved.job, resolved.run.identity, resolved.run.outputs
+    # Built before Ray starts (a Ray Data source's pipeline starts it): its checks come first.
+    trainer = build_trainer(resolved, classification_loop, run_config(resolved, run))
+    init_ray(resolved)
+    # The fit's call as the loop measures its start from (hetero/fit_start_s): Ray is up.
+    trainer.train_loop_config["fit_called_at"] = time.time()
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
     out = staging.local
     out.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(
-        job, classification_loop, run_config(job, run), fit_called_at=time.time()
-    )
     header = LAYOUT_HEADERS.get(job.parallel.mode)
     folder = run.folder
     view = (
         ProgressView(
-            steps_per_epoch * job.train.epochs,
+            resolved.steps_per_epoch * job.train.epochs,
             # The layout column reads checkpoints as they land: local run folders only.
             layout_dir=folder if header and isinstance(folder, Path) else None,
             layout_header=header,
@@ -264,17 +247,17 @@ def run_job(
             earlier = staging.fetch("metrics.csv")
             records = (_earlier_records(earlier, first_step) if earlier else []) + records
         final = dict(result.metrics or {})
-        summary = build_summary(job, records, trainer.plans, final, wall, sizes)
+        summary = build_summary(job, records, trainer.plans, final, wall, resolved.sizes.as_dict())
         # Which workers admission left out, with the predicted samples/s (None: admission all).
         summary["admission"] = trainer.admission
-        summary["roles"] = roles.to_dict() if roles is not None else None
+        summary["roles"] = resolved.roles.to_dict() if resolved.roles is not None else None
         summary["run"] = {
             "name": run.name,
             "folder": str(run.folder),
             "resumed": run.resuming,
             # The first step this submission ran (> 0 after a resume from a checkpoint).
             "first_step": first_step,
-            "max_failures": job.resolved_max_failures(),
+            "max_failures": resolved.max_failures,
         }
         write_metrics_csv(records, out / "metrics.csv")
         write_summary(summary, out / "summary.json")

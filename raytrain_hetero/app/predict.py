@@ -41,6 +41,7 @@ from raytrain_hetero.inference.predict import (
     summarise,
 )
 from raytrain_hetero.storage import StagingDir, StorageLocation, storage_location
+from raytrain_hetero.workloads.registry import DataSource
 
 __all__ = ["predictor_spec", "run_predict"]
 
@@ -55,8 +56,10 @@ def predictor_spec(
     split: str,
     exclude: Sequence[str],
     workload: Any = None,
+    source: DataSource | None = None,
 ) -> PredictorSpec:
-    """The library's description of a prediction of ``job``'s data and model."""
+    """The library's description of a prediction of ``job``'s data and model (``workload``:
+    the split opened, ``source``: the job's data source, if the caller holds them)."""
     from raytrain_hetero.app.datasets import (
         data_source,
         model_arguments,
@@ -71,7 +74,7 @@ def predictor_spec(
 
         decode = functools.partial(decode_rows, data_json=job.data.model_dump_json(), split=split)
     return PredictorSpec(
-        source=data_source(job.data),
+        source=source if source is not None else data_source(job.data),
         model_name=job.model.name,
         model_kwargs=model_arguments(job.model, workload),
         checkpoint=checkpoint if isinstance(checkpoint, StorageLocation) else str(checkpoint),
@@ -119,10 +122,8 @@ def run_predict(
     import pyarrow.parquet as pq
     import ray
 
-    from raytrain_hetero.app.datasets import (
-        configured_bad_files,
-        open_configured_datasets,
-    )
+    from raytrain_hetero.app.resolved import resolve_data
+    from raytrain_hetero.workloads.data import bad_files, open_datasets
     from raytrain_hetero.workloads.hyperspectral import write_class_map
     from raytrain_hetero.workloads.models import build_model
     from raytrain_hetero.workloads.registry import dataset_adapter, dataset_names
@@ -137,7 +138,9 @@ def run_predict(
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     if mode not in PREDICT_MODES:
         raise ConfigError(f"--mode must be one of {list(PREDICT_MODES)}, got {mode!r}")
-    is_scene = dataset_adapter(job.data.dataset).whole_scene
+    # The source and its adapter, once (the root is checked below, after the outputs).
+    data = resolve_data(job, check_root=False)
+    is_scene = data.adapter.whole_scene
     split = split or ("scene" if is_scene else "test")
     if split == "scene" and not is_scene:
         scenes = [name for name in dataset_names() if dataset_adapter(name).whole_scene]
@@ -157,11 +160,11 @@ def run_predict(
     predictions_dir = out / "predictions"
 
     # Everything checkable happens here, before any actor starts.
-    check_data_root(job.data)
-    exclude = configured_bad_files(job.data)
-    workload = open_configured_datasets(job.data, (split,), exclude=exclude)
+    check_data_root(job.data, adapter=data.adapter)
+    exclude = bad_files(data.source, adapter=data.adapter)
+    workload = open_datasets(data.source, (split,), exclude=exclude, adapter=data.adapter)
     total = len(workload.datasets[split])
-    spec = predictor_spec(job, checkpoint_file, split, exclude, workload)
+    spec = predictor_spec(job, checkpoint_file, split, exclude, workload, source=data.source)
     model = build_model(spec.model_name, **spec.model_kwargs)
     state, meta = load_checkpoint(checkpoint_file)
     check_meta_fits(meta, checkpoint=str(checkpoint_file), data=workload)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from raytrain_hetero.app.config import JobConfig, validate_config
-from raytrain_hetero.app.job import build_trainer, init_ray, prepare_dataset
+from raytrain_hetero.app.job import build_trainer, init_ray
+from raytrain_hetero.app.resolved import ResolvedJob, resolve_job
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.roles import RolesDecision
 from raytrain_hetero.errors import ConfigError
@@ -47,30 +48,34 @@ def probe_loop(config: dict[str, Any]) -> None:
         rh.report(metrics)
 
 
-def run_probe(job: JobConfig) -> Plan:
+def run_probe(job: JobConfig | ResolvedJob) -> Plan:
     """Measure the workers a job would start and print their speeds and the plan (no training)."""
     return probe_with_roles(job)[0]
 
 
-def probe_with_roles(job: JobConfig) -> tuple[Plan, RolesDecision | None]:
-    """:func:`run_probe`, and with a Ray Data source the workers' roles (measured, printed)."""
+def probe_with_roles(job: JobConfig | ResolvedJob) -> tuple[Plan, RolesDecision | None]:
+    """:func:`run_probe`, and with a Ray Data source the workers' roles (measured, printed).
+    ``job``: a job (resolved here) or a resolved job (``raytrain-hetero train`` deciding
+    roles before its run)."""
     from ray.train import RunConfig
 
     from raytrain_hetero.app.outputs import format_admission_table, format_worker_table
     from raytrain_hetero.app.runs import unique_run_name
 
-    if job.model.task is not None:
+    config = job.job if isinstance(job, ResolvedJob) else job
+    if config.model.task is not None:
         raise ConfigError(
             "raytrain-hetero probe times model.name's network, not a model.task. Fix: run "
             "train without train.fixed_shares; its first plan comes from a probe of the task."
         )
-    prepare_dataset(job)
-    init_ray(job)
+    resolved = job if isinstance(job, ResolvedJob) else resolve_job(job)
+    job = resolved.job
+    init_ray(resolved)
     storage = job.ray.location(
         job.ray.storage_path or Path(tempfile.mkdtemp(prefix="raytrain-hetero-probe-"))
     )
     trainer = build_trainer(
-        job,
+        resolved,
         probe_loop,
         RunConfig(name=unique_run_name(f"{job.name}-probe"), **storage.run_config_storage()),
         probe_only=True,
@@ -103,6 +108,7 @@ def probe_with_roles(job: JobConfig) -> tuple[Plan, RolesDecision | None]:
     if job.data.source == "ray_data" and plan.costs is not None:
         from raytrain_hetero.app.ray_data_source import format_roles_table, job_roles
 
-        roles = job_roles(job, plan, [workers[r]["worker"] for r in range(len(plan.slices))])
+        names = [workers[r]["worker"] for r in range(len(plan.slices))]
+        roles = job_roles(job, plan, names, rows=resolved.sizes.train)
         print(format_roles_table(roles))
     return plan, roles

@@ -84,12 +84,14 @@ def check_ray_data_job(job: JobConfig) -> None:
         )
 
 
-def train_pipeline(job: JobConfig) -> ray.data.Dataset:
-    """The job's train split as a Ray Data pipeline (see the module)."""
+def train_pipeline(job: JobConfig, rows: int | None = None) -> ray.data.Dataset:
+    """The job's train split as a Ray Data pipeline (see the module); ``rows``: the split's
+    size if the caller knows it (the resolved job's), else the split is opened to count it."""
     import ray.data
 
     check_ray_data_job(job)
-    rows = len(_split(job.data.model_dump_json()))
+    if rows is None:
+        rows = len(_split(job.data.model_dump_json()))
     return (
         ray.data.range(rows)
         .random_shuffle()
@@ -101,24 +103,29 @@ def train_pipeline(job: JobConfig) -> ray.data.Dataset:
     )
 
 
-def job_roles(job: JobConfig, plan: Plan, names: list[str]) -> RolesDecision:
+def job_roles(
+    job: JobConfig, plan: Plan, names: list[str], rows: int | None = None
+) -> RolesDecision:
     """Measure and decide the workers' roles from the probe's plan (its cost models).
 
     Args:
         job: The job (a ``ray_data`` source).
         plan: The probe's plan (one cost model per rank).
         names: Worker name of every rank.
+        rows: The train split's size if known (the resolved job's); counted otherwise.
     """
     from raytrain_hetero.config import expand_worker_specs
     from raytrain_hetero.driver.roles import node_roles
 
+    if rows is None:
+        rows = len(_split(job.data.model_dump_json()))
     by_name = {s.name: s for s in expand_worker_specs(job.workers)}
     return node_roles(
         [by_name[n] for n in names],
         list(plan.costs or ()),
         plan.global_batch_size,
-        dataset=train_pipeline(job),
-        delivery_rows=min(len(_split(job.data.model_dump_json())), 4 * plan.global_batch_size),
+        dataset=train_pipeline(job, rows),
+        delivery_rows=min(rows, 4 * plan.global_batch_size),
         min_slice=plan.min_slice,
         quantum=plan.quantum,
     )

@@ -320,8 +320,9 @@ def run_tune(
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from raytrain_hetero.app.job import init_ray, prepare_dataset
+    from raytrain_hetero.app.job import init_ray
     from raytrain_hetero.app.outputs import write_summary
+    from raytrain_hetero.app.resolved import resolve_job
     from raytrain_hetero.app.runs import check_output_dir, unique_run_name
     from raytrain_hetero.app.tracking import SEARCH_ARTIFACTS, resolved_tracking, search_tracker
 
@@ -336,7 +337,7 @@ def run_tune(
     auto = cfg.allocation == "auto"
     if auto:
         check_auto_allocation(job)
-    sizes = prepare_dataset(job)
+    resolved = resolve_job(job)  # the search's job checked once; each trial varies it
     init_ray(job)
     # Outputs are written to a local directory, then published (uploaded, for a URI).
     staging = StagingDir(target)
@@ -350,7 +351,7 @@ def run_tune(
         concurrency, cap = _auto_capacity(job)
         # Every trial carves its steps for the most workers it may hold: exact on any.
         base_job["train"]["step_workers"] = cap
-        allocator = _start_allocator(job, experiment, cap=cap, samples=sizes["train"])
+        allocator = _start_allocator(job, experiment, cap=cap, samples=resolved.sizes.train)
     else:
         concurrency = _concurrency(job, cluster_nodes())
     logger.info("tune %s: %d trial(s), %d at once", experiment, trial_count(job), concurrency)
