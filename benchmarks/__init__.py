@@ -5,9 +5,12 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
 
 * ``python -m benchmarks SCENARIO [--output DIR] [--repeats N]``: a scenario, every contender
   alternating in one Ray session (:mod:`benchmarks.suite`; scenarios in
-  :mod:`benchmarks.scenarios`: hetero2, hetero3, drift, homogeneous3, join, cpu-gpu,
-  conv-split, branches); ``python -m benchmarks tune-sim``: the simulated Tune search on a
-  mixed cluster (:mod:`benchmarks.tune_sim`, pure Python, no Ray);
+  :mod:`benchmarks.scenarios`: hetero2, hetero3, drift, homogeneous3, homogeneous2,
+  cpu-gpu-shape, join, cpu-gpu, cpu-real3, conv-split, branches; the ``best-subset``
+  contender searches its subset itself, :mod:`benchmarks.best_subset`);
+  ``python -m benchmarks tune-sim``: the simulated Tune search on a mixed cluster
+  (:mod:`benchmarks.tune_sim`, pure Python, no Ray); ``python -m benchmarks device --output
+  DIR [--dry-run]``: the checks a lent GPU machine runs in one go (:mod:`benchmarks.device`);
 * ``python -m benchmarks.<module>`` for the single-question benchmarks:
   ``probe_vs_equal``, ``replan_recovery``, ``memory_caps``, ``admission``, ``loader_speed``,
   ``bn_exchange``, ``bn_price``, ``bn_segments``, ``soak`` (fault injection) and

@@ -111,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.tune_sim import main as tune_sim_main
 
         return tune_sim_main(given[1:])
+    if given[:1] == ["device"]:  # several scenarios in one go: its own options
+        from benchmarks.device import main as device_main
+
+        return device_main(given[1:])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
