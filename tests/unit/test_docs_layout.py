@@ -61,6 +61,7 @@ WIDE_OUTPUTS = {
     ("how-to/autoscaling.html", "head up at"): "scripts/autoscaling_demo.py's log",
     ("reliability/faults.html", "faults injected:"): "benchmarks/soak.py's summary",
     ("how-to/rent.html", "time        cost"): "raytrain-hetero rent's table",
+    ("concepts/group-decision.html", "group (train):"): "a group decision's log line",
     # Not an output: a file under examples/ that the page includes (its first comment line);
     # wrap it there, then remove this entry.
     ("how-to/examples.html", "# The EuroSAT job on a running Ray cluster"): (
