@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "PROGRESS_EVERY_S",
     "ClusterView",
+    "embedded_num_cpus",
     "ensure_room",
     "read_cluster_view",
     "size_embedded_ray",
@@ -159,20 +160,7 @@ def start_embedded_ray(specs: Sequence[WorkerSpec], *, min_workers: int, dataset
     short = first_shortfall(slots[:min_workers], view.totals, RAY_RESOURCES)
     if short is not None and short.proven:
         raise PlacementError(describe_shortfall(short, [s.name for s in specs], slots, view))
-    if num_cpus is not None:
-        declared = sum(float(spec.resources.get("CPU", 0.0)) for spec in specs)
-        logger.warning(
-            "HeteroTrainer: %d workers declare %g CPUs in all%s but this machine has %d: "
-            "starting the embedded local Ray with %d logical CPUs, so the workers share the "
-            "cores (slower; the plan follows their measured speeds). To choose: "
-            "ray.init(num_cpus=...) before fit(), or lower WorkerSpec resources.",
-            len(specs),
-            declared,
-            " (+1 for Ray Data's tasks)" if datasets else "",
-            machine_cpu_count(),
-            num_cpus,
-        )
-    init_ray(num_cpus=num_cpus)
+    init_ray(num_cpus=embedded_num_cpus(specs, datasets=datasets))
 
 
 def _slot(spec: WorkerSpec, *, known_later: bool = False) -> SlotDemand:
@@ -191,6 +179,26 @@ def size_embedded_ray(specs: Sequence[WorkerSpec], *, datasets: bool) -> int | N
     declared = sum(float(spec.resources.get("CPU", 0.0)) for spec in specs)
     need = math.ceil(declared - _EPSILON) + (1 if datasets else 0)
     return need if need > machine_cpu_count() else None
+
+
+def embedded_num_cpus(specs: Sequence[WorkerSpec], *, datasets: bool) -> int | None:
+    """:func:`size_embedded_ray`'s ``num_cpus``, with a warning saying so when it is not
+    ``None`` (for any caller that starts an embedded Ray for ``specs``: ``fit()``, a job)."""
+    num_cpus = size_embedded_ray(specs, datasets=datasets)
+    if num_cpus is not None:
+        declared = sum(float(spec.resources.get("CPU", 0.0)) for spec in specs)
+        logger.warning(
+            "HeteroTrainer: %d workers declare %g CPUs in all%s but this machine has %d: "
+            "starting the embedded local Ray with %d logical CPUs, so the workers share the "
+            "cores (slower; the plan follows their measured speeds). To choose: "
+            "ray.init(num_cpus=...) before fit(), or lower WorkerSpec resources.",
+            len(specs),
+            declared,
+            " (+1 for Ray Data's tasks)" if datasets else "",
+            machine_cpu_count(),
+            num_cpus,
+        )
+    return num_cpus
 
 
 def _selector_text(selector: Mapping[str, str]) -> str:

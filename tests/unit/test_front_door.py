@@ -18,6 +18,7 @@ from raytrain_hetero.driver.placement_check import (
     _may_still_come,
     _waiting_for,
     describe_shortfall,
+    embedded_num_cpus,
     size_embedded_ray,
     start_embedded_ray,
 )
@@ -108,6 +109,20 @@ def test_the_embedded_ray_is_sized_only_when_the_workers_need_more():
     specs = [WorkerSpec(name="a", resources={"CPU": machine}), WorkerSpec(name="b")]
     assert size_embedded_ray(specs, datasets=False) == machine + 1
     assert size_embedded_ray(specs, datasets=True) == machine + 2  # one for Ray Data's tasks
+
+
+def test_sizing_the_embedded_ray_says_so(caplog):
+    machine = machine_cpu_count()
+    specs = [WorkerSpec(name="a", resources={"CPU": machine}), WorkerSpec(name="b")]
+    with caplog.at_level("WARNING", logger="raytrain_hetero.driver.placement_check"):
+        assert embedded_num_cpus([WorkerSpec(name="a")], datasets=False) is None
+        assert embedded_num_cpus(specs, datasets=True) == machine + 2
+    assert caplog.messages == [
+        f"HeteroTrainer: 2 workers declare {machine + 1:g} CPUs in all (+1 for Ray Data's tasks) "
+        f"but this machine has {machine}: starting the embedded local Ray with {machine + 2} "
+        "logical CPUs, so the workers share the cores (slower; the plan follows their measured "
+        "speeds). To choose: ray.init(num_cpus=...) before fit(), or lower WorkerSpec resources."
+    ]
 
 
 @pytest.mark.parametrize(
