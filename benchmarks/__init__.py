@@ -17,10 +17,10 @@ Run from the repository root (it imports the installed ``raytrain_hetero``; noth
   ``tune_asha`` (a real ASHA search on a local labelled cluster: ``tune.allocation: auto`` vs
   ``fixed`` vs plain Ray Tune + ``TorchTrainer``);
 * ``results/``: the measured figures the README and docs cite (``bench.json``, ``COMMAND``,
-  tables and plots per run), kept as historical data. A ``COMMAND`` written before the suite
-  left the package says ``raytrain-hetero bench SCENARIO ...`` or ``python -m
-  raytrain_hetero.bench.<module> ...``: the same options run as ``python -m benchmarks
-  SCENARIO ...`` and ``python -m benchmarks.<module> ...``.
+  tables and plots per run), kept as historical data. A ``COMMAND`` gives the command that
+  reproduces its result today; a result recorded with an older form (``raytrain-hetero bench
+  SCENARIO``, ``python -m raytrain_hetero.bench.<module>``) says so in its folder's
+  ``README.md``.
 
 A user comparing stock Ray Train with raytrain_hetero on their own job runs
 ``raytrain-hetero bench --config JOB.yaml`` instead (:mod:`raytrain_hetero.app.bench`).

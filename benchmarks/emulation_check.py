@@ -64,7 +64,7 @@ def step_walls(
     inputs = torch.randn(slice_size, *shape)
     labels = torch.randint(0, 4, (slice_size,))
     timing = StepTiming(ComputeClock("cpu"), lambda step: factor)
-    timing._emulator = SlowdownEmulator(timing.clock, min_sleep_s=min_sleep_s)  # noqa: SLF001
+    timing._emulator = SlowdownEmulator(timing.clock, min_sleep_s=min_sleep_s)
     walls = []
     for step in range(steps + 2):
         started = time.perf_counter()

@@ -33,7 +33,8 @@ class TrialAllocatorConfig(HeteroModel):
         restart_s: Seconds a change of a trial's workers costs it (checkpoint, new worker
             group, restore), charged to every change. None (the default): measured, the
             median start (a fit's call to its first step) of the fits that resumed a trial
-            on new workers, 30 s until one is in; a number: that charge, always.
+            on new workers; before one is in, the quickest measured first start of a trial;
+            30 s before any. A number: that charge, always (trusted: no error margin on it).
         max_start_slowdown: A new trial waits rather than start on a worker this many times
             slower than one worker of its fastest type.
         wait_poll_s: Seconds between a waiting trial's questions to the allocator.

@@ -19,7 +19,7 @@ from raytrain_hetero.core.rent_model import RentSettings
 
 __all__ = ["RentConfig"]
 
-# Ray 2.60's label key rule (ray._private.label_utils.validate_label_key): an optional
+# Ray 2.60's label key rule (as its own label validation applies it): an optional
 # DNS-style prefix and "/", then a name of up to 63 characters.
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

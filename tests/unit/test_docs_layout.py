@@ -62,11 +62,6 @@ WIDE_OUTPUTS = {
     ("reliability/faults.html", "faults injected:"): "benchmarks/soak.py's summary",
     ("how-to/rent.html", "time        cost"): "raytrain-hetero rent's table",
     ("concepts/group-decision.html", "group (train):"): "a group decision's log line",
-    # Not an output: a file under examples/ that the page includes (its first comment line);
-    # wrap it there, then remove this entry.
-    ("how-to/examples.html", "# The EuroSAT job on a running Ray cluster"): (
-        "examples/configs/eurosat_local_cluster.yaml, line 1"
-    ),
 }
 
 # ---------------------------------------------------------------------- the content width
