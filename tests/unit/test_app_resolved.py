@@ -31,12 +31,18 @@ def small_job(root: Path, *, generate: bool = True) -> JobConfig:
     return JobConfig.model_validate(raw)
 
 
-def test_the_resolution_holds_what_the_commands_read(tmp_path: Path) -> None:
-    job = small_job(tmp_path / "eurosat")
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated EuroSAT, shared by the tests that resolve a job on it."""
+    return tmp_path_factory.mktemp("resolved") / "eurosat"
+
+
+def test_the_resolution_holds_what_the_commands_read(data_root: Path) -> None:
+    job = small_job(data_root)
     resolved = resolve_job(job)
     assert resolved.job is job and resolved.run is None and resolved.roles is None
     assert resolved.data.adapter is dataset_adapter("eurosat")
-    assert resolved.data.source.root == tmp_path / "eurosat"
+    assert resolved.data.source.root == data_root
     assert resolved.sizes.bands == 3 and resolved.sizes.train == 10 and resolved.sizes.val > 0
     assert resolved.sizes.as_dict() == prepare_dataset(job)
     assert resolved.model is not None and resolved.lightning is None
@@ -50,14 +56,16 @@ def test_the_resolution_holds_what_the_commands_read(tmp_path: Path) -> None:
     assert resolve_data(job) == resolved.data
 
 
-def test_the_run_outputs_are_refused_before_any_data_is_touched(tmp_path: Path) -> None:
-    job = small_job(tmp_path / "eurosat")
+def test_the_run_outputs_are_refused_before_any_data_is_touched(
+    tmp_path: Path, data_root: Path
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").write_text("{}")
     with pytest.raises(ConfigError, match="--overwrite"):
-        resolve_job(job, outputs=RunRequest(output_dir=out))
+        resolve_job(small_job(tmp_path / "eurosat"), outputs=RunRequest(output_dir=out))
     assert not (tmp_path / "eurosat").exists()  # refused before the data was generated
+    job = small_job(data_root)
     resolved = resolve_job(job, outputs=RunRequest(output_dir=out, overwrite=True))
     assert resolved.run is not None and resolved.run.outputs.local_path == out
     assert resolved.run.identity.name.startswith("resolved-") and not resolved.run.identity.resuming
@@ -69,8 +77,8 @@ def test_a_missing_root_is_named_before_generation_is_considered(tmp_path: Path)
         resolve_job(job)
 
 
-def test_the_roles_leave_the_feeders_out_and_what_follows_the_workers(tmp_path: Path) -> None:
-    resolved = resolve_job(small_job(tmp_path / "eurosat"))
+def test_the_roles_leave_the_feeders_out_and_what_follows_the_workers(data_root: Path) -> None:
+    resolved = resolve_job(small_job(data_root))
     assert resolved.with_roles(None) is resolved
     roles = RolesDecision(
         workers=(
@@ -93,12 +101,10 @@ def test_the_roles_leave_the_feeders_out_and_what_follows_the_workers(tmp_path: 
     assert resolved.world_size == 3  # frozen: the original stands
 
 
-def test_run_job_takes_a_resolved_job_with_its_run_only(tmp_path: Path) -> None:
-    resolved = resolve_job(small_job(tmp_path / "eurosat"))
+def test_run_job_takes_a_resolved_job_with_its_run_only(tmp_path: Path, data_root: Path) -> None:
+    resolved = resolve_job(small_job(data_root))
     with pytest.raises(ConfigError, match=r"resolve_job\(job, outputs=RunRequest"):
         run_job(resolved)
-    with_run = resolve_job(
-        small_job(tmp_path / "eurosat"), outputs=RunRequest(output_dir=tmp_path / "o")
-    )
+    with_run = resolve_job(small_job(data_root), outputs=RunRequest(output_dir=tmp_path / "o"))
     with pytest.raises(ConfigError, match="pass no output_dir"):
         run_job(with_run, output_dir=tmp_path / "elsewhere")
