@@ -321,7 +321,7 @@ register_part(
         "a+c",
         "cpu-gpu: defaults vs GPU alone; exact vs ghost BatchNorm",
         _cpu_gpu,
-        estimate_s=240.0,
+        estimate_s=300.0,
         needs_gpu=True,
     )
 )
