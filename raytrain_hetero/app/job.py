@@ -57,11 +57,23 @@ def _config(job: JobConfig | ResolvedJob) -> JobConfig:
 
 def init_ray(job: JobConfig | ResolvedJob) -> None:
     """Connect to ``job.ray.address`` or start a new embedded local Ray (see
-    :func:`raytrain_hetero.driver.session.init_ray`)."""
+    :func:`raytrain_hetero.driver.session.init_ray`). An embedded Ray without ``ray.num_cpus``
+    gets the logical CPUs the job's workers declare when the machine has fewer (a warning says
+    so), as ``HeteroTrainer.fit()`` sizes its own."""
+    import ray as ray_module
+
+    from raytrain_hetero.config import expand_worker_specs
+    from raytrain_hetero.driver.placement_check import embedded_num_cpus
     from raytrain_hetero.driver.session import init_ray as connect
 
-    ray = _config(job).ray
-    connect(address=ray.address, num_cpus=ray.num_cpus, dashboard_host=ray.dashboard_host)
+    config = _config(job)
+    ray = config.ray
+    num_cpus = ray.num_cpus
+    if ray.address is None and num_cpus is None and not ray_module.is_initialized():
+        num_cpus = embedded_num_cpus(
+            expand_worker_specs(config.workers), datasets=config.data.source == "ray_data"
+        )
+    connect(address=ray.address, num_cpus=num_cpus, dashboard_host=ray.dashboard_host)
 
 
 def build_trainer(
@@ -136,7 +148,8 @@ def run_config(
     restarts, and checkpoints kept by score as well as by age.
 
     Ray Train V2 keeps the ``num_to_keep`` best checkpoints by ``val_accuracy`` and never
-    deletes the latest one, so a run resumes from its last state and the best model survives.
+    deletes the latest one: with one kept, the run holds at most two copies, the best model
+    (what ``predict`` reads) and the latest state (what a resume reads).
     """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
@@ -150,7 +163,7 @@ def run_config(
         **run.storage_location.run_config_storage(),
         failure_config=FailureConfig(max_failures=max_failures),
         checkpoint_config=CheckpointConfig(
-            num_to_keep=2,
+            num_to_keep=1,
             checkpoint_score_attribute="val_accuracy",
             checkpoint_score_order="max",
         ),

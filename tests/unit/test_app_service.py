@@ -174,7 +174,7 @@ def test_run_config_retries_and_keeps_best_and_latest(tmp_path):
     assert rc.failure_config.max_failures == 4
     assert rc.checkpoint_config.checkpoint_score_attribute == "val_accuracy"
     assert rc.checkpoint_config.checkpoint_score_order == "max"
-    assert rc.checkpoint_config.num_to_keep == 2
+    assert rc.checkpoint_config.num_to_keep == 1  # + the latest Ray always keeps
 
 
 def test_collective_timeout_is_a_yaml_key_and_must_be_finite(tmp_path):
