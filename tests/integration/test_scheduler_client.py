@@ -97,3 +97,32 @@ def test_without_an_actor_records_stay_buffered_within_the_bound(ray_local):
     client.flush(wait=True)
     assert client.buffered == 3
     assert client.poll(None) is None
+
+
+def test_pushes_and_polls_leave_the_step_path(ray_local):
+    """flush() and ask() return at once; the sender thread delivers and the answer waits to
+    be taken (once) at the plan-sync step."""
+    import ray
+
+    run_id = uuid.uuid4().hex[:8]
+    actor = create_scheduler(run_id)
+    plan = Plan.from_shares(16, [1.0, 1.0])
+    ray.get(actor.register_group.remote("g", 2, plan))
+    client = SchedulerClient(
+        scheduler_actor_name(run_id), SCHEDULER_NAMESPACE, group_id="g", world_size=2
+    )
+    for step in range(4):
+        client.add(_record(step))
+    client.flush()
+    client.ask(plan, (plan,))
+    deadline = time.time() + 60
+    answer = None
+    while answer is None and time.time() < deadline:
+        answer = client.answer()
+        time.sleep(0.05)
+    assert answer is not None and answer.known_group is True and answer.pending is None
+    assert client.answer() is None  # taken once
+    client.flush(wait=True)
+    assert client.buffered == 0
+    assert [r.step for r in _drain(actor).records] == [0, 1, 2, 3]
+    ray.kill(actor)

@@ -185,6 +185,11 @@ class SlowdownSchedule:
         """Replace the injections received from the scheduler during the run."""
         self._live = tuple(injections)
 
+    @property
+    def live(self) -> tuple[SlowdownInjection, ...]:
+        """The injections received from the scheduler so far."""
+        return self._live
+
     def factor_at(self, step: int) -> float:
         """The factor at global ``step`` (-1 outside training steps), noise included."""
         factor = slowdown_factor(

@@ -1,9 +1,9 @@
 """The step in progress and its timing accounting, on the compute clock (:mod:`.clock`).
 
 :class:`StepTiming` owns the step in progress (begun by the
-loader, stretched under EMULATION around each exchange, its optimizer update counted through
-torch's global step hooks, :func:`count_optimizer_updates`). :class:`ProbeTimer` is the one
-timer of every probe (step costs, the gradient all-reduce, conv kernels, branches).
+loader, stretched under EMULATION around each exchange). :class:`ProbeTimer` is the one timer
+of every probe (step costs, the gradient all-reduce, conv kernels, branches);
+:func:`loader_bound_s` prices a step's loading beside its compute.
 """
 
 from __future__ import annotations
@@ -12,13 +12,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from torch.optim.optimizer import (
-    register_optimizer_step_post_hook,
-    register_optimizer_step_pre_hook,
-)
 
 from raytrain_hetero.core.weighting import gradient_scale
 from raytrain_hetero.errors import ProbeError
@@ -31,7 +24,6 @@ __all__ = [
     "StepInfo",
     "StepTimes",
     "StepTiming",
-    "count_optimizer_updates",
     "loader_bound_s",
 ]
 
@@ -76,8 +68,7 @@ class StepTimes:
 
     Attributes:
         compute_s: Seconds of own compute up to the last exchange (stretched under EMULATION).
-        busy_s: Wall seconds busy up to the last exchange, collective waits excluded, plus
-            the optimizer update (not what the loop does after it: evaluation, logging).
+        busy_s: Wall seconds busy up to the last exchange, collective waits excluded.
         wall_s: Wall seconds since the step began.
     """
 
@@ -103,7 +94,6 @@ class StepTiming:
         self._busy_s = 0.0
         self._busy_mark = 0.0
         self._wall_start = 0.0
-        self._update_mark: float | None = None
 
     @property
     def current(self) -> StepInfo | None:
@@ -120,7 +110,6 @@ class StepTiming:
         self._current = step
         self._compute_s = 0.0
         self._busy_s = 0.0
-        self._update_mark = None
         self._wall_start = self._busy_mark = time.perf_counter()
         self._emulator.mark()
 
@@ -153,22 +142,6 @@ class StepTiming:
         self._emulator.mark()
         self._busy_mark = time.perf_counter()
 
-    def update_begins(self) -> None:
-        """The optimizer update of the step in progress starts (its exchanges are over)."""
-        if self._current is not None:
-            self._update_mark = self._wall_now()
-
-    def update_ends(self) -> None:
-        """The optimizer update ends: its wall time is part of the step's busy time."""
-        if self._current is not None and self._update_mark is not None:
-            self._busy_s += self._wall_now() - self._update_mark
-            self._update_mark = None
-
-    def _wall_now(self) -> float:
-        if self.clock.device.type == "cuda":
-            torch.cuda.synchronize(self.clock.device)
-        return time.perf_counter()
-
     def end(self) -> StepTimes:
         """Finish the step in progress and return its accounting."""
         times = StepTimes(self._compute_s, self._busy_s, time.perf_counter() - self._wall_start)
@@ -181,35 +154,6 @@ class StepTiming:
 
     def _skips(self, optional: bool) -> bool:
         return optional and self.clock.device.type == "cuda" and self.slowdown() <= 1.0
-
-
-_update_timing: Callable[[], StepTiming | None] | None = None
-
-
-def count_optimizer_updates(timing: Callable[[], StepTiming | None]) -> None:
-    """Count every ``optimizer.step`` of this process in the busy time of ``timing()``'s step.
-
-    torch's global step hooks, registered once per process (``timing`` is replaced on a later
-    call: a new worker group's runtime). An update outside a step of the carved loader counts
-    nowhere.
-    """
-    global _update_timing
-    if _update_timing is None:
-        register_optimizer_step_pre_hook(_update_begins)
-        register_optimizer_step_post_hook(_update_ends)
-    _update_timing = timing
-
-
-def _update_begins(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    timing = _update_timing() if _update_timing is not None else None
-    if timing is not None:
-        timing.update_begins()
-
-
-def _update_ends(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    timing = _update_timing() if _update_timing is not None else None
-    if timing is not None:
-        timing.update_ends()
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
 """A worker's client of the run's scheduler actor: step records out, plans and injections in.
 
-It only looks the actor up by name (the driver owns its lifecycle). Records are pushed in
-batches; a failed batch is put back and resent at the next flush, safe because the actor
-de-duplicates by ``StepRecord.key``, and the buffer stays bounded (newest kept). A restarted
-actor no longer knows the group: ``poll`` says so and the client registers it again.
+It only looks the actor up by name (the driver owns its lifecycle). Nothing it does waits on
+the actor on the step's path: a sender thread pushes the records in batches (a failed batch is
+put back and resent at the next flush, safe because the actor de-duplicates by
+``StepRecord.key``; the buffer stays bounded, newest kept) and, when rank 0 asks ahead
+(:meth:`SchedulerClient.ask`), polls the actor; the plan-sync step then takes the answer that
+has arrived (:meth:`SchedulerClient.answer`). A restarted actor no longer knows the group: the
+poll says so and the client registers it again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -72,34 +77,105 @@ class SchedulerClient:
         self.max_buffer = max_buffer
         self._lookup = lookup or ray.get_actor
         self._actor: Any = None
+        # Shared with the sender thread, under ``_cond``: records not yet handed over, those
+        # handed over (``_outbox``), rank 0's poll request and the newest answer.
+        self._cond = threading.Condition()
         self._buffer: list[StepRecord] = []
-        self._in_flight: list[tuple[Any, list[StepRecord]]] = []
+        self._outbox: list[StepRecord] = []
+        self._request: tuple[Plan | None, tuple[Plan, ...]] | None = None
+        self._answer: PollAnswer | None = None
+        self._sending = False
+        self._sender: threading.Thread | None = None
 
     @property
     def buffered(self) -> int:
-        """Records waiting to be pushed."""
-        return len(self._buffer)
+        """Records not delivered yet (waiting, or being pushed)."""
+        with self._cond:
+            return len(self._buffer) + len(self._outbox)
 
     def add(self, record: StepRecord) -> None:
         """Queue a finished step's record for the next push."""
-        self._buffer.append(record)
-        self._trim()
+        with self._cond:
+            self._buffer.append(record)
+            self._trim()
 
     def flush(self, *, wait: bool = False) -> None:
-        """Push the queued records as one batch; with ``wait``, until delivered or timed out."""
-        self._collect(timeout=FLUSH_WAIT_S if wait else 0.0)
-        if self._buffer:
-            actor = self._handle()
+        """Hand the queued records to the sender thread as one batch (returns at once); with
+        ``wait``, until it has pushed them (delivered, or put back after a failure) or
+        ``FLUSH_WAIT_S`` passed."""
+        with self._cond:
+            if self._buffer:
+                self._outbox.extend(self._buffer)
+                self._buffer.clear()
+                self._start_sender()
+                self._cond.notify_all()
+            if wait:
+                deadline = time.monotonic() + FLUSH_WAIT_S
+                while (self._outbox or self._sending) and time.monotonic() < deadline:
+                    self._cond.wait(timeout=deadline - time.monotonic())
+
+    def ask(self, plan: Plan | None, history: Sequence[Plan] = ()) -> None:
+        """Rank 0, ahead of a plan-sync step: poll the actor on the sender thread, after the
+        records handed over so far (returns at once; :meth:`answer` takes the reply)."""
+        with self._cond:
+            self._request = (plan, tuple(history))
+            self._start_sender()
+            self._cond.notify_all()
+
+    def answer(self) -> PollAnswer | None:
+        """The newest reply to :meth:`ask` not taken yet, or None (none has arrived: the
+        actor is slow or unreachable; the group goes on with its current plan)."""
+        with self._cond:
+            answer, self._answer = self._answer, None
+            return answer
+
+    def _start_sender(self) -> None:
+        if self._sender is None or not self._sender.is_alive():
+            self._sender = threading.Thread(
+                target=self._send_loop, name="hetero-scheduler-client", daemon=True
+            )
+            self._sender.start()
+
+    def _send_loop(self) -> None:
+        """The sender thread: push handed-over records, then answer a poll request."""
+        while True:
+            with self._cond:
+                while not self._outbox and self._request is None:
+                    self._cond.wait()
+                batch, self._outbox = self._outbox, []
+                request, self._request = self._request, None
+                self._sending = True
+            try:
+                if batch:
+                    self._push(batch)
+                if request is not None:
+                    answer = self.poll(*request)
+                    if answer is not None:
+                        with self._cond:
+                            self._answer = answer
+            except Exception:
+                logger.exception("scheduler client: push or poll failed")
+            finally:
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
+
+    def _push(self, batch: list[StepRecord]) -> None:
+        """Deliver ``batch`` (waits on the sender thread); on failure it goes back to the
+        front of the buffer, resent at the next flush."""
+        actor = self._handle()
+        try:
+            if actor is None:
+                raise HeteroError(f"scheduler actor {self.name} not found")
+            ray.get(actor.record_steps.remote(batch), timeout=FLUSH_WAIT_S)
+            return
+        except Exception as exc:  # noqa: BLE001 - resent later; the actor de-duplicates
             if actor is not None:
-                batch = list(self._buffer)
-                try:
-                    self._in_flight.append((actor.record_steps.remote(batch), batch))
-                    self._buffer.clear()
-                except Exception as exc:  # noqa: BLE001 - training must not stop for the scheduler
-                    logger.warning("step records not pushed (%s); will resend", exc)
-                    self._actor = None
-        if wait:
-            self._collect(timeout=FLUSH_WAIT_S)
+                logger.warning("step records not delivered (%s); will resend", type(exc).__name__)
+            self._actor = None
+        with self._cond:
+            self._buffer[:0] = batch
+            self._trim()
 
     def poll(self, plan: Plan | None, history: Sequence[Plan] = ()) -> PollAnswer | None:
         """The scheduler's answer for this group (rank 0 only), or None if unreachable.
@@ -164,27 +240,6 @@ class SchedulerClient:
         if actor is None:
             raise HeteroError("admission decision not recorded: the scheduler is unreachable")
         ray.get(actor.record_admission.remote(decision), timeout=POLL_TIMEOUT_S)
-
-    def _collect(self, timeout: float) -> None:
-        """Settle finished pushes; a failed batch goes back to the front of the buffer."""
-        if not self._in_flight:
-            return
-        refs = [ref for ref, _ in self._in_flight]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        done = set(ready)
-        still: list[tuple[Any, list[StepRecord]]] = []
-        for ref, batch in self._in_flight:
-            if ref not in done:
-                still.append((ref, batch))
-                continue
-            try:
-                ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - resent later; the actor de-duplicates
-                logger.warning("step records not delivered (%s); will resend", type(exc).__name__)
-                self._actor = None
-                self._buffer[:0] = batch
-        self._in_flight = still
-        self._trim()
 
     def _trim(self) -> None:
         if len(self._buffer) > self.max_buffer:

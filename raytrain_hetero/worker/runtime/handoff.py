@@ -2,7 +2,9 @@
 
 Ray Train's preemption watcher marks every worker when a node of the group is drained (a spot
 node taken back with notice); ``ray.train.get_preemption_info()`` reads that, as a collective.
-This module reads it at the plan-sync steps only (never per step). On a notice, rank 0 decides
+This module reads it at plan-sync steps only (never per step), at most every
+``NOTICE_EVERY_S`` until a hand-off is agreed (rank 0 says when, in the plan sync's broadcast,
+:func:`notice_due`). On a notice, rank 0 decides
 with :func:`~raytrain_hetero.core.preemption.last_step_before_deadline` from the group's
 measured step and checkpoint times and broadcasts the decision: every rank trains to that step,
 the loop writes a checkpoint there (``checkpoint_due()`` is true for that step), and once the
@@ -29,15 +31,21 @@ from raytrain_hetero.worker.runtime.registry import WorkerRuntime
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "NOTICE_EVERY_S",
     "checkpoint_due",
     "enabled",
     "end_of_step",
     "note_report",
+    "notice_due",
     "read_notice",
 ]
 
 #: Seconds between a fixed-size group's checks while it waits to be restarted.
 WAIT_POLL_S = 1.0
+
+#: Seconds between two reads of the notice at plan-sync steps: each read is a round trip of
+#: every rank to Ray Train's synchronisation actor, and notices give tens of seconds.
+NOTICE_EVERY_S = 1.0
 
 
 def enabled(runtime: WorkerRuntime) -> bool:
@@ -62,6 +70,26 @@ def checkpoint_due(runtime: WorkerRuntime) -> bool:
         and step is not None
         and step.global_step == watch.decision.last_step
     )
+
+
+def notice_due(runtime: WorkerRuntime) -> bool:
+    """Rank 0 at a plan-sync step: read the notice now? (Every rank follows its answer.)
+
+    Yes when this run reads notices and ``NOTICE_EVERY_S`` passed since the last read, or
+    once a hand-off is agreed (it is renewed at every plan sync before its step).
+    """
+    watch = runtime.preemption
+    if not enabled(runtime) or watch.given_up:
+        return False
+    now = time.monotonic()
+    if (
+        watch.decision is None
+        and watch.read_at is not None
+        and now - watch.read_at < NOTICE_EVERY_S
+    ):
+        return False
+    watch.read_at = now
+    return True
 
 
 def read_notice(runtime: WorkerRuntime, record: StepRecord) -> None:

@@ -9,8 +9,10 @@ every rank; :mod:`~raytrain_hetero.worker.runtime.handoff`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
+import torch
 import torch.distributed as dist
 
 from raytrain_hetero.core.plan import Plan
@@ -35,7 +37,7 @@ from raytrain_hetero.worker.plan.planning import (
     next_free_step,
 )
 from raytrain_hetero.worker.plan.scheduler_client import PollAnswer
-from raytrain_hetero.worker.runtime.handoff import end_of_step, read_notice
+from raytrain_hetero.worker.runtime.handoff import end_of_step, notice_due, read_notice
 from raytrain_hetero.worker.runtime.registry import WorkerRuntime
 from raytrain_hetero.worker.setup.faults import fault_point
 
@@ -100,7 +102,16 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
 
 
 def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
+    """The library's work after each step; its wall time is the next record's ``overhead_s``."""
     fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
+    started = time.perf_counter()
+    try:
+        _after_step(runtime, record)
+    finally:
+        runtime.telemetry.add_overhead(time.perf_counter() - started)
+
+
+def _after_step(runtime: WorkerRuntime, record: StepRecord) -> None:
     runtime.telemetry.last_record = record
     if runtime.plans.first_step_at is None:
         runtime.plans.first_step_at = record.time - record.wall_s
@@ -113,28 +124,42 @@ def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     if scheduler is None:
         return
     scheduler.add(record)
-    if scheduler.buffered >= setup.scheduler.resolved_flush_every():
-        scheduler.flush()
-    end_of_step(runtime, record)  # the agreed last step before a preemption: hand off
     every = setup.scheduler.plan_sync_every
+    ahead = every > 0 and (record.step + 2) % every == 0  # the step before a plan sync
+    if ahead or scheduler.buffered >= setup.scheduler.resolved_flush_every():
+        scheduler.flush()  # handed to the client's sender thread: no wait here
+    if ahead and runtime.identity.rank == 0:
+        scheduler.ask(runtime.plans.current, runtime.plans.history)
+    end_of_step(runtime, record)  # the agreed last step before a preemption: hand off
     if every > 0 and (record.step + 1) % every == 0:
-        sync_with_scheduler(runtime)
-        read_notice(runtime, record)
+        sync_with_scheduler(runtime, record)
 
 
-def sync_with_scheduler(runtime: WorkerRuntime) -> None:
+#: Bits of the plan sync's flag: an answer follows; read the preemption notice now.
+_ANSWER, _NOTICE = 1, 2
+
+
+def sync_with_scheduler(runtime: WorkerRuntime, record: StepRecord) -> None:
     """A collective at the same step on every rank: adopt the scheduler's pending plan.
 
-    Rank 0 asks the scheduler and broadcasts its answer (None if unreachable: training goes
-    on with the current plan); a new plan takes effect at the first step no rank has carved.
+    Rank 0 takes the answer to the poll it asked a step ahead (none if it has not arrived or
+    the actor is unreachable: training goes on with the current plan) and broadcasts one small
+    flag: whether an answer with news follows (a pending re-plan decided from the current
+    plan, or new injections) and whether every rank reads the preemption notice now. A new
+    plan takes effect at the first step no rank has carved, on every rank alike.
     """
     answer: PollAnswer | None = None
+    flags = 0
     if runtime.identity.rank == 0:
-        runtime.scheduler.flush()  # a failed push is retried at every sync
-        answer = runtime.scheduler.poll(runtime.plans.current, runtime.plans.history)
-    box = [answer]
-    dist.broadcast_object_list(box, src=0)
-    answer = box[0]
+        answer = _news(runtime, runtime.scheduler.answer())
+        flags = (_ANSWER if answer is not None else 0) | (_NOTICE if notice_due(runtime) else 0)
+    flags = _broadcast_flags(runtime, flags)
+    if flags & _ANSWER:
+        box = [answer]
+        dist.broadcast_object_list(box, src=0)
+        answer = box[0]
+    if flags & _NOTICE:
+        read_notice(runtime, record)
     if answer is None:
         return
     runtime.slowdowns.set_live(answer.injections)
@@ -151,3 +176,30 @@ def sync_with_scheduler(runtime: WorkerRuntime) -> None:
     )
     fault_point(runtime.identity, "plan_switch", step=plan.effective_step - 1)
     install_run_plan(runtime, plan)
+    # The newest passive (loader-bound) price of this worker is what later runs start from.
+    remember_cost(runtime.identity, runtime.plans, replan.costs[runtime.identity.rank])
+
+
+def _news(runtime: WorkerRuntime, answer: PollAnswer | None) -> PollAnswer | None:
+    """``answer`` without what the group has already (rank 0): a pending re-plan decided from
+    an older plan than the current one (asked before it was installed) is dropped; None when
+    nothing is left that changes anything."""
+    if answer is None:
+        return None
+    current = runtime.plans.current
+    version = current.version if current is not None else 0
+    if answer.pending is not None and answer.pending.based_on_version < version:
+        answer = replace(answer, pending=None)
+    if answer.pending is None and tuple(answer.injections) == runtime.slowdowns.live:
+        return None
+    return answer
+
+
+def _broadcast_flags(runtime: WorkerRuntime, flags: int) -> int:
+    """Rank 0's ``flags`` on every rank: one int64 broadcast (on the device under NCCL)."""
+    device = "cpu"
+    if dist.get_backend() == dist.Backend.NCCL:
+        device = runtime.identity.device
+    box = torch.tensor([flags], dtype=torch.int64, device=device)
+    dist.broadcast(box, src=0)
+    return int(box.item())

@@ -22,7 +22,7 @@ from raytrain_hetero.worker.measure.emulation import (
     node_slowdown,
 )
 from raytrain_hetero.worker.measure.telemetry import Telemetry
-from raytrain_hetero.worker.measure.timing import StepTiming, count_optimizer_updates
+from raytrain_hetero.worker.measure.timing import StepTiming
 from raytrain_hetero.worker.plan.planning import PlanState
 from raytrain_hetero.worker.plan.scheduler_client import SchedulerClient
 from raytrain_hetero.worker.setup.identity import RankIdentity
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WorkerRuntime", "current_timing", "get_runtime", "install_runtime"]
+__all__ = ["WorkerRuntime", "get_runtime", "install_runtime"]
 
 
 @dataclass
@@ -102,7 +102,6 @@ def install_runtime(runtime: WorkerRuntime) -> None:
     global _runtime
     with _lock:
         _runtime = runtime
-    count_optimizer_updates(current_timing)  # the update is part of the step's price
     identity = runtime.identity
     logger.debug(
         "worker runtime installed: rank %d/%d slot %s device %s",
@@ -125,10 +124,3 @@ def get_runtime() -> WorkerRuntime:
             "must be called inside a train loop run by HeteroTrainer."
         )
     return _runtime
-
-
-def current_timing() -> StepTiming | None:
-    """This process's step timing, None outside a HeteroTrainer worker (what torch's optimizer
-    step hooks ask, :func:`~raytrain_hetero.worker.measure.timing.count_optimizer_updates`)."""
-    runtime = _runtime
-    return None if runtime is None else runtime.timing

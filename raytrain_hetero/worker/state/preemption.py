@@ -30,6 +30,8 @@ class PreemptionWatch:
             whether it passed a checkpoint and how long the call took.
         given_up: The loop wrote no checkpoint at the agreed step: Ray Train's default from
             then on.
+        read_at: ``time.monotonic()`` of rank 0's last decision to read the notice (a plan
+            sync reads it at most every ``NOTICE_EVERY_S`` until a hand-off is agreed).
     """
 
     step_walls: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
@@ -37,6 +39,7 @@ class PreemptionWatch:
     decision: HandoffDecision | None = None
     reported_at: tuple[int, bool, float] | None = None
     given_up: bool = False
+    read_at: float | None = None
 
     def step_estimate(self, fallback: float) -> float:
         """Predicted wall time of one step: the 90th percentile of the recent ones (or
