@@ -326,7 +326,9 @@ def run_fit(
             # passive steps): the post-drift plan's reference, and the subset's best plan.
             probe["mode"] = "probe"
         if contender == "best-subset":
-            probe["admission"] = "all"  # every worker of the subset trains
+            probe.pop("admission", None)  # the old names of group
+            probe.pop("roles", None)
+            probe["group"] = "all"  # every worker of the subset trains
         hetero = HeteroTrainer(
             loop,
             train_loop_config={

@@ -203,7 +203,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         resolved = resolve_job(
             job, outputs=RunRequest(args.output, args.run_name, args.resume, args.overwrite)
         )
-        if job.data.source == "ray_data" and job.probe.roles == "auto":
+        if job.data.source == "ray_data" and job.probe.group == "auto":
             from raytrain_hetero.app.probe_job import probe_with_roles
 
             # One probe: its measured cost models decide the roles; feeders leave the group.

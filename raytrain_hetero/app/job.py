@@ -108,7 +108,9 @@ def build_trainer(
         tracking = TrackingConfig()  # a probe is no run to track
         scheduler = scheduler.model_copy(update={"live": False})
         # The probe says which workers admission would leave out; it never re-sizes.
-        probe = probe.model_copy(update={"admission": "all", "mode": "probe"})
+        probe = probe.model_copy(
+            update={"group": "all", "admission": None, "roles": None, "mode": "probe"}
+        )
         elastic = ElasticConfig()
         # The probe times each rank's speed on the whole model (each rank's plan share).
         parallel = ParallelConfig()

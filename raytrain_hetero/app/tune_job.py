@@ -232,9 +232,9 @@ def check_auto_allocation(job: JobConfig) -> None:
             "train.fixed_shares names one share per listed worker, but a trial's workers "
             "change; remove it (slices follow measured speed) or use tune.allocation: fixed"
         )
-    if job.probe.admission == "auto" or job.elastic.min_workers is not None:
+    if job.probe.group != "all" or job.elastic.min_workers is not None:
         problems.append(
-            "probe.admission: auto and elastic.min_workers resize a trial's group themselves; "
+            "probe.group: train/auto and elastic.min_workers resize a trial's group themselves; "
             "the allocator does that under tune.allocation: auto: remove them"
         )
     if job.emulation.slowdowns:

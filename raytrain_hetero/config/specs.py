@@ -162,8 +162,8 @@ class ProbeConfig(HeteroModel):
             remembered for these worker types and this model, else equal slices), the first
             ``passive_steps`` training steps are timed as they run and the group switches to
             the measured plan at the next agreed step. ``"probe"``: probe every worker at
-            several batch sizes and calibrate before step 0 (the fields below). Admission
-            ``auto`` and the model-parallel modes always probe.
+            several batch sizes and calibrate before step 0 (the fields below). ``group``
+            ``train`` / ``auto`` and the model-parallel modes always probe.
         passive_steps: Training steps timed for the first measured plan (after the group's
             first step, which sets DDP up and is not timed).
         remember: Store measured cost models with the run's storage
@@ -183,15 +183,18 @@ class ProbeConfig(HeteroModel):
             died), slots the previous group measured keep their cost models and only new
             slots are probed; calibration still refits everyone. Shortens the time until a
             joining node is used.
-        admission: ``"all"`` trains on every worker; ``"auto"`` times the gradient
-            all-reduce after the first probe, predicts each worker's marginal samples/s
-            (:mod:`raytrain_hetero.core.admission`) and re-sizes the group without the
-            worker slots that would lower it, wherever they are listed (Ray Train elastic
-            restart; decided once per run, an excluded worker is not retried).
-        roles: With a Ray Data source: ``"train"``, every worker trains; ``"auto"``, a CPU
-            worker that adds more samples/s preprocessing for loader-bound trainers than
-            training does not train (:mod:`raytrain_hetero.core.roles`; measured before the
-            run, one probe; its CPUs run Ray Data's tasks).
+        group: What each worker does, one decision per group
+            (:func:`raytrain_hetero.core.group_decision.decide_group`; see
+            docs/concepts/group-decision.md): ``"all"`` (default), every worker trains;
+            ``"train"``, a worker whose predicted cost exceeds what it adds (beyond the
+            prediction's measured noise) stands by and the group is re-sized without it (Ray
+            Train elastic restart); ``"auto"``, as ``train``, and with a Ray Data source a CPU
+            worker that adds more samples/s feeding the trainers' input pipeline than training
+            feeds instead (measured before the run, one probe).
+        admission: Old name (kept): ``all`` -> ``group: all``, ``auto`` -> ``group: train``.
+        roles: Old name (kept): ``auto`` -> ``group: auto``; ``train`` leaves ``admission``
+            to decide (alone: ``group: all``). Giving an old key and ``group`` that disagree,
+            or ``admission: all`` with ``roles: auto``, is refused with the fix.
     """
 
     mode: Literal["passive", "probe"] = "passive"
@@ -203,8 +206,36 @@ class ProbeConfig(HeteroModel):
     calibration_steps: Int = Field(3, ge=0)
     calibration_rounds: Int = Field(2, ge=0)
     reuse_on_restart: bool = True
-    admission: Literal["all", "auto"] = "all"
-    roles: Literal["train", "auto"] = "train"
+    group: Literal["auto", "train", "all"] = "all"
+    admission: Literal["all", "auto"] | None = None
+    roles: Literal["train", "auto"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        """``admission`` / ``roles`` (the old names) mapped onto ``group``."""
+        if not isinstance(data, Mapping):
+            return data
+        admission, roles = data.get("admission"), data.get("roles")
+        if admission not in ("all", "auto") and roles not in ("train", "auto"):
+            return data  # neither given (or a bad value: its own field reports it)
+        if admission == "all" and roles == "auto":
+            raise invalid(
+                "admission: all (every worker trains) contradicts roles: auto (a CPU worker "
+                "may feed instead)",
+                "give group: auto (train, feed or stand by) or group: all, not the old keys",
+            )
+        mapped = "auto" if roles == "auto" else "train" if admission == "auto" else "all"
+        given = data.get("group")
+        if given is not None and given != mapped:
+            old = ", ".join(
+                f"{k}: {v}" for k, v in (("admission", admission), ("roles", roles)) if v
+            )
+            raise invalid(
+                f"group: {given} contradicts {old} (the old name of group: {mapped})",
+                f"keep only group (e.g. group: {given}) and remove the old key",
+            )
+        return {**data, "group": mapped}
 
     @field_validator("batch_sizes")
     @classmethod

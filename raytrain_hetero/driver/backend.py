@@ -204,7 +204,7 @@ class HeteroTorchBackend(TorchBackendBase):
         world_size = len(workers)
         common = common_resources([dict(s.resources) for s in setup.specs])
         kept = None  # after admission: the slots Ray Train's workers host, in bundle order
-        if setup.probe.admission == "auto" and setup.scheduler_name is not None:
+        if setup.probe.group != "all" and setup.scheduler_name is not None:
             kept = kept_slot_order(setup.run_id)
         slots = [slot_of_bundle(self._slot_of(w, i), kept) for i, w in enumerate(workers)]
         if len(set(slots)) != len(slots) or max(slots) >= len(setup.specs):

@@ -258,8 +258,9 @@ class HeteroTrainer:
 
     @property
     def admission_auto(self) -> bool:
-        """Whether admission may leave workers out (``probe.admission == "auto"``, probing)."""
-        return self.probe.admission == "auto" and self.batch.fixed_shares is None
+        """Whether the group decision may leave workers out (``probe.group`` ``train`` or
+        ``auto``, probing)."""
+        return self.probe.group != "all" and self.batch.fixed_shares is None
 
     @property
     def resolved_min_workers(self) -> int:

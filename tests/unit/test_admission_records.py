@@ -42,7 +42,7 @@ def test_the_probe_table_names_the_left_out_worker_with_its_numbers():
 
 
 def test_admission_and_the_emulated_link_delay_are_checked():
-    assert ProbeConfig().admission == "all"
+    assert ProbeConfig().admission is None  # the old name of group
     with pytest.raises(ConfigError, match="admission"):
         ProbeConfig(admission="sometimes")
     with pytest.raises(ConfigError, match="emulated_collective_delay_s"):

@@ -74,6 +74,7 @@ VALUES: dict[tuple[type, str], typing.Any] = {
     (ProbeConfig, "calibration_steps"): 1,
     (ProbeConfig, "calibration_rounds"): 1,
     (ProbeConfig, "reuse_on_restart"): False,
+    (ProbeConfig, "group"): "train",
     (ProbeConfig, "admission"): "auto",
     (ProbeConfig, "roles"): "auto",
     (SchedulerConfig, "live"): False,

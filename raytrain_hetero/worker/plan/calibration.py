@@ -340,12 +340,13 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
 
 
 def starts_passive(identity: RankIdentity) -> bool:
-    """Whether the first plan is measured passively (``ProbeConfig.mode``); admission
-    ``auto`` and the model-parallel modes probe, as their decisions need costs at step 0."""
+    """Whether the first plan is measured passively (``ProbeConfig.mode``); ``group``
+    ``train`` / ``auto`` and the model-parallel modes probe, as their decisions need costs at
+    step 0."""
     setup = identity.setup
     return (
         setup.probe.mode == "passive"
-        and setup.probe.admission == "all"
+        and setup.probe.group == "all"
         and not setup.parallel.model_parallel
     )
 

@@ -91,7 +91,7 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
             pass_caps=plans.pass_caps,
         )
         remember_cost(identity, plans, costs[identity.rank])
-        if setup.probe.admission == "auto" and not setup.parallel.model_parallel:
+        if setup.probe.group != "all" and not setup.parallel.model_parallel:
             apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
         plan = build_plan(identity, plans, costs=costs, effective_step=start, reason=how)
         # The slices in words (each rank's fixed and per-sample cost, and why a rank held at
