@@ -309,25 +309,27 @@ def format_worker_table(rows: Sequence[Mapping[str, Any]], layout_header: str | 
 
 
 def format_admission_table(admission: Mapping[str, Any]) -> str:
-    """Render an admission decision (``AdmissionDecision.to_dict()``) as plain text.
+    """Render a group decision (``worker.plan.admission.admission_record``) as plain text.
 
-    One line per worker in greedy order (fastest first): its samples/s alone, the predicted
-    group samples/s without and with it, the verdict and why; then the decision's summary.
+    One line per worker, fastest first: its samples/s alone, the gradient all-reduce of the
+    workers up to it, the predicted group samples/s without and with it training, its verdict
+    (train, FEED, STAND BY) and why; then the decision's summary.
     """
     collective = [float(c) for c in admission["collective_s"]]
     lines = [
-        "admission: group samples/s = B / (makespan + gradient all-reduce of the group); "
-        "workers fastest first, each added while it raises the group's samples/s",
+        "group: samples/s = B / (makespan + gradient all-reduce of the group), the best "
+        "group that beats every worker training by more than the noise margin; fastest first",
         f"{'order':>5}  {'rank':>4}  {'worker':<16} {'alone/s':>9} {'all-reduce':>10} "
         f"{'group w/o':>10} {'group with':>10}  verdict",
     ]
     for w in sorted(admission["workers"], key=lambda w: w["order"]):
-        verdict = "admit" if w["admitted"] else "LEAVE OUT"
+        verdict = str(w.get("verdict", "train" if w["admitted"] else "stand_by"))
+        word = "train" if verdict == "train" else verdict.replace("_", " ").upper()
         reduce_ms = f"{collective[w['order']] * 1e3:.1f} ms"
         lines.append(
             f"{w['order']:>5}  {w['rank']:>4}  {w['worker']:<16} {w['alone_samples_per_s']:>9.1f} "
             f"{reduce_ms:>10} {w['without_samples_per_s']:>10.1f} "
-            f"{w['with_samples_per_s']:>10.1f}  {verdict}: {w['reason']}"
+            f"{w['with_samples_per_s']:>10.1f}  {word}: {w['reason']}"
         )
     lines.append(str(admission.get("summary", "")))
     return "\n".join(line.rstrip() for line in lines)

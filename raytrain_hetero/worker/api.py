@@ -57,7 +57,7 @@ from raytrain_hetero.worker.data.ray_data import CarvedShard
 from raytrain_hetero.worker.data.sampler import HeteroDataLoader, LoaderState
 from raytrain_hetero.worker.measure.probe import default_probe_loss
 from raytrain_hetero.worker.plan.calibration import ProbeInputs
-from raytrain_hetero.worker.plan.planning import build_plan, gather_rank_slots, next_free_step
+from raytrain_hetero.worker.plan.planning import build_plan, next_free_step
 from raytrain_hetero.worker.runtime.handoff import checkpoint_due as _checkpoint_due
 from raytrain_hetero.worker.runtime.handoff import note_report
 from raytrain_hetero.worker.runtime.plan_flow import (
@@ -441,28 +441,15 @@ def update_plan(
 
 
 def admission_report() -> dict[str, Any]:
-    """Which workers raise the group's samples/s; a collective, call it on every rank.
+    """Which workers would train, and which stand by; a collective, call it on every rank.
 
-    Times one gradient-sized all-reduce on the run's process group and applies the greedy of
-    :func:`~raytrain_hetero.core.admission.decide_admission` to the current plan's cost
-    models (after the first plan). Only says; ``ProbeConfig.admission`` decides whether the
-    trainer acts on it. Used by ``raytrain-hetero probe``.
-
-    Returns:
-        ``AdmissionDecision.to_dict()`` plus ``summary`` (one line).
+    :func:`~raytrain_hetero.worker.plan.admission.group_report` on this worker's runtime
+    (after the first plan). Only says; ``ProbeConfig.group`` decides whether the trainer acts
+    on it. Used by ``raytrain-hetero probe``.
     """
-    from raytrain_hetero.worker.plan.admission import assess_admission
+    from raytrain_hetero.worker.plan.admission import group_report
 
-    runtime = get_runtime()
-    plan = runtime.plans.current
-    if plan is None or plan.costs is None:
-        raise HeteroError(
-            "admission_report needs a probed plan: iterate the prepared loader (or call its "
-            "ensure_plan()) first, without fixed shares."
-        )
-    rank_slots = gather_rank_slots(runtime.identity, runtime.plans)
-    decision = assess_admission(runtime.identity, runtime.model, plan.costs, rank_slots)
-    return dict(decision.to_dict(), summary=decision.summary())
+    return group_report(get_runtime())
 
 
 def report(

@@ -1,4 +1,4 @@
-"""``admission: auto`` end to end on local Ray (EMULATION: a 20x slower worker whose every
+"""``probe.group: train`` (the old ``admission: auto``) end to end on local Ray (EMULATION: a 20x slower worker whose every
 gradient all-reduce is delayed 0.3 s, as behind a slow link), listed FIRST (users do not know
 which worker is slow before probing): the probe's decision leaves it out, Ray Train re-sizes the
 group to two workers that host the two fast slots, and the run finishes on them."""
@@ -31,7 +31,7 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
             WorkerSpec(name="fast", count=2, emulated_slowdown=8.0),
         ],
         batch=BatchConfig(global_batch_size=48),
-        probe=ProbeConfig(admission="auto", calibration_steps=1, calibration_rounds=1),
+        probe=ProbeConfig(group="train", calibration_steps=1, calibration_rounds=1),
         run_config=run_config,
     )
     result = trainer.fit()
@@ -41,6 +41,11 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
     assert decision is not None, "the admission decision was not recorded"
     verdicts = {w["worker"]: w for w in decision["workers"]}
     assert not verdicts["slow"]["admitted"]
+    # The group decision's verdicts (stand by / train) and its one line.
+    assert verdicts["slow"]["verdict"] == "stand_by"
+    assert {verdicts[n]["verdict"] for n in ("fast-0", "fast-1")} == {"train"}
+    assert decision["standing_by"] == [0] and decision["mode"] == "train"
+    assert "stand by slow" in decision["summary"] and "\n" not in decision["summary"]
     assert verdicts["slow"]["with_samples_per_s"] < verdicts["slow"]["without_samples_per_s"]
     assert verdicts["fast-0"]["admitted"] and verdicts["fast-1"]["admitted"]
     assert decision["keep_slots"] == [1, 2]  # slot 0 (slow) dropped though listed first

@@ -105,12 +105,13 @@ def measure_costs(
     rank_slots: tuple[int, ...],
     known: dict[int, CostModel],
     pass_caps: tuple[int | None, ...] | None = None,
-) -> tuple[list[CostModel], str]:
+) -> tuple[list[CostModel], str, tuple[tuple[float, ...], ...]]:
     """One cost model per rank: probed (or reused) and then calibrated; a collective.
 
     Slots in ``known`` (measured by a previous group) skip the probe; the probe stays within
-    ``pass_caps`` (memory) and calibration micro-batches a slice above them. Returns the costs
-    and how they were obtained (for the plan's reason).
+    ``pass_caps`` (memory) and calibration micro-batches a slice above them. Returns the costs,
+    how they were obtained (for the plan's reason) and, per rank, its last calibration round's
+    step times (empty without calibration: the group decision's noise estimate).
     """
     probe_cfg = identity.setup.probe
     probing = rank_slots[identity.rank] not in known
@@ -129,12 +130,13 @@ def measure_costs(
     # kept plain model has no DDP hooks (no emulated stretch, no exchange) and a rank's step
     # is its group's, so the probe's per-rank speeds are the share of the data plan.
     model_parallel = identity.setup.parallel.model_parallel
+    step_seconds: tuple[tuple[float, ...], ...] = ()
     if probe_cfg.calibration_steps > 0 and probe_cfg.calibration_rounds > 0 and not model_parallel:
-        costs = calibrate(
+        costs, step_seconds = calibrate(
             identity, model, timing, inputs, costs, rank_slots=rank_slots, pass_caps=pass_caps
         )
         how += " + calibration"
-    return costs, how
+    return costs, how, step_seconds
 
 
 def measure_pass_caps(
@@ -259,7 +261,7 @@ def calibrate(
     *,
     rank_slots: tuple[int, ...],
     pass_caps: tuple[int | None, ...] | None = None,
-) -> list[CostModel]:
+) -> tuple[list[CostModel], tuple[tuple[float, ...], ...]]:
     """Refit per-rank costs from a few real synchronous steps at the planned slices.
 
     Every rank runs forward+backward through the DDP model (BatchNorm and gradient exchange
@@ -268,7 +270,8 @@ def calibrate(
     wall-clock busy time (collective waits excluded), with the wait for its batch priced as
     the training loader reads (``ProbeInputs.loader_processes``), replaces its per-sample
     cost; the probe's fixed cost alpha is kept. Under ``memory_cap_mode="accumulate"`` a slice above
-    the rank's per-pass cap runs in micro-batches, as training does.
+    the rank's per-pass cap runs in micro-batches, as training does. Returns the costs and,
+    per rank, the last round's timed step seconds.
     """
     fault_point(identity, "calibration")  # FAULT INJECTION hook (off unless configured)
     setup = identity.setup
@@ -279,6 +282,7 @@ def calibrate(
     if setup.batch.memory_cap_mode == "accumulate" and pass_caps is not None:
         pass_cap = pass_caps[identity.rank]
     make_batch = _batch_maker(identity, inputs, salt=CALIBRATION_SALT)
+    step_seconds: tuple[tuple[float, ...], ...] = ()
     try:
         for _ in range(setup.probe.calibration_rounds):
             slices = allocate(
@@ -310,7 +314,8 @@ def calibrate(
                     load = load_wall if inputs.time_loading else 0.0
                     busy.append(loader_bound_s(times.busy_s, load, inputs.loader_processes))
                 model.zero_grad(set_to_none=True)
-            measured = all_gather(statistics.median(busy))
+            step_seconds = tuple(tuple(b) for b in all_gather(tuple(busy)))
+            measured = [statistics.median(b) for b in step_seconds]
             costs = [
                 CostModel(alpha=c.alpha, beta=max(m - c.alpha, 1e-9 * m) / b)
                 for c, m, b in zip(costs, measured, slices)
@@ -322,7 +327,7 @@ def calibrate(
         timing.abandon()
         module.load_state_dict(saved)
         model.zero_grad(set_to_none=True)
-    return costs
+    return costs, step_seconds
 
 
 def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Callable[[int], Any]:

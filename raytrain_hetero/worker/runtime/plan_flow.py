@@ -81,7 +81,7 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         # probed. An explicit probe is not skipped for remembered ones; it is remembered.
         known_list = known_costs(identity, plans, runtime.model, inputs, stored=False)
         known = {slot: c for slot, c in zip(rank_slots, known_list) if c is not None}
-        costs, how = measure_costs(
+        costs, how, step_seconds = measure_costs(
             identity,
             runtime.model,
             runtime.timing,
@@ -92,7 +92,9 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         )
         remember_cost(identity, plans, costs[identity.rank])
         if setup.probe.group != "all" and not setup.parallel.model_parallel:
-            apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler)
+            apply_admission(
+                identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds
+            )
         plan = build_plan(identity, plans, costs=costs, effective_step=start, reason=how)
         # The slices in words (each rank's fixed and per-sample cost, and why a rank held at
         # the minimum gets so little), once they are allocated.
