@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmarks.epoch_start import epoch_start_figures
 from raytrain_hetero.core.records import median_finite, modal
 
 __all__ = [
@@ -242,6 +243,7 @@ def fit_figures(
         slices=_modal_slices(records, skip_steps),
         worlds=sorted({int(r["world"]) for r in steps0}),
     )
+    out.update(epoch_start_figures(records))  # each epoch's first step over the median
     return out
 
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks.epoch_start import epoch_start_lines
 from raytrain_hetero.atomic import atomic_write_text
 
 __all__ = ["best_subset_lines", "fit_line", "format_table", "write_outputs"]
@@ -25,6 +26,8 @@ def fit_line(fit: dict[str, Any]) -> str:
             f"tta {f.get('tta_s', float('nan')):6.2f} s  final acc {f.get('final_accuracy'):.3f}"
         )
     parts.append(f"slices {f.get('slices')}")
+    if math.isfinite(f.get("epoch_start_ratio", float("nan"))):
+        parts.append(f"epoch start {f['epoch_start_ratio']:.2f}x median step")
     parts.append(f"wall {fit['wall_s']:.0f} s")
     if fit.get("load_average_1min") is not None:
         parts.append(f"load {fit['load_average_1min']:.1f}")
@@ -244,6 +247,9 @@ def format_table(result: dict[str, Any]) -> str:
     subset = best_subset_lines(result)
     if subset:
         lines += ["", *subset]
+    starts = epoch_start_lines(result)
+    if starts:
+        lines += ["", *starts]
     verdicts = result["summary"]["targets"]
     if verdicts:
         lines.append("")
