@@ -211,9 +211,11 @@ def test_probe_prints_each_worker_and_the_plan(ray_local, tmp_path, monkeypatch,
     plan_line = next(line for line in printed.splitlines() if line.startswith("plan v1"))
     slices = [int(x) for x in plan_line.split("[")[1].split("]")[0].split(",")]
     assert sum(slices) == 24 and min(slices) >= 1
-    # The admission table: one verdict per worker with the numbers, then the summary.
+    # The group table: one verdict per worker with the numbers, then the decision's summary.
     lines = printed.splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("admission: group samples/s"))
+    head = next(i for i, line in enumerate(lines) if line.startswith("group: samples/s"))
     rows = lines[head + 2 : head + 5]
-    assert all(("admit" in row or "LEAVE OUT" in row) and " ms " in row for row in rows), rows
-    assert lines[head + 5].startswith("admission: ")
+    verdicts = ("train:", "STAND BY:", "FEED:")
+    assert all(any(v in row for v in verdicts) and " ms " in row for row in rows), rows
+    assert sorted(row.split()[2] for row in rows) == ["fast", "medium", "slow"]
+    assert lines[head + 5].strip() and not any(v in lines[head + 5] for v in verdicts)

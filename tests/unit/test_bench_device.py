@@ -68,10 +68,12 @@ def test_the_dry_run_runs_every_part_on_this_cpu_machine(tmp_path, monkeypatch):
     out = tmp_path / "out"
     payload = json.loads((out / "device.json").read_text())
     assert rc == 0, payload["notes"]
-    assert payload["dry_run"] and set(payload["parts"]) == {"a+c", "b"}
+    assert payload["dry_run"] and set(payload["parts"]) == {"a+c", "b", "t"}
     rows = {(r["part"], r["contender"]): r for r in payload["rows"]}
     assert {("a", "hetero-live"), ("a", "gpu-alone"), ("c", "hetero-ghost8")} <= set(rows)
     assert {("b", "hetero-live"), ("b", "stock"), ("b", "ideal")} <= set(rows)
+    # Part t (issue 44) in a dry run: the simulator's estimate of fixed vs auto, no search run.
+    assert ("t", "auto") in rows
     assert all(r["samples_per_s"] > 0 for r in rows.values())
     # gpu-alone ran the stand-in alone; part b pinned each worker to a core of its own.
     alone = [f for f in payload["parts"]["a+c"]["fits"] if f["contender"] == "gpu-alone"]

@@ -74,7 +74,9 @@ def test_passive_records_price_the_wait_for_data_not_the_cpu_it_took(one_thread)
 
 
 @pytest.mark.parametrize("processes", [0, 2])
-def test_the_probe_prices_loading_as_the_training_loader_reads(processes):
+def test_the_probe_prices_loading_as_the_training_loader_reads(processes, one_thread):
+    # One intra-op thread: the compute clock is the thread's CPU time, which a wait for data
+    # does not advance; the loading must still be priced (it is read on the wall clock).
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     dataset = SlowStorage(64)

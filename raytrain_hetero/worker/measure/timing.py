@@ -187,7 +187,9 @@ class ProbeTimer:
     :class:`~raytrain_hetero.worker.measure.emulation.SlowdownEmulator`, accounted, not slept. A call
     may end its setup with :meth:`setup_done` (after building a batch, or a barrier): the
     setup counts unstretched when ``count_setup`` (a slower accelerator does not read data
-    more slowly), else not at all.
+    more slowly), else not at all. The setup is read on the wall clock whatever ``clock``
+    is: reading data or waiting at a barrier is a wait, which a thread's CPU time (the
+    one-thread CPU compute clock) would not see.
 
     ``clock`` is a :class:`~.clock.ComputeClock` (own compute) or a :class:`~.clock.WallClock`.
 
@@ -207,15 +209,17 @@ class ProbeTimer:
 
     def setup_done(self) -> None:
         """Inside a timed call: its setup ends here, its compute starts."""
-        now = self._emulator.mark()
-        self._setup_s += now - self._start
-        self._start = now
+        wall = time.perf_counter()
+        self._setup_s += wall - self._start
+        self._emulator.mark()  # the compute is read from here on ``clock``
+        self._start = wall
 
     def time_call(self, call: Callable[[], object]) -> float:
         """Seconds of one call (setup counted as configured, compute stretched); the call's
         setup alone is :attr:`last_setup_s`."""
         self._setup_s = 0.0
-        self._start = self._emulator.mark()
+        self._emulator.mark()
+        self._start = time.perf_counter()
         call()
         compute = self._emulator.stretch(self.slowdown, sleep=False)
         return compute + (self._setup_s if self.count_setup else 0.0)
