@@ -162,8 +162,10 @@ class ProbeConfig(HeteroModel):
             remembered for these worker types and this model, else equal slices), the first
             ``passive_steps`` training steps are timed as they run and the group switches to
             the measured plan at the next agreed step. ``"probe"``: probe every worker at
-            several batch sizes and calibrate before step 0 (the fields below). ``group``
-            ``train`` / ``auto`` and the model-parallel modes always probe.
+            several batch sizes and calibrate before step 0 (the fields below). The
+            model-parallel modes always probe. ``group`` ``train`` / ``auto`` decide on what
+            was measured: at the passive window's end (a worker left out makes the group
+            restart on the kept slots, from the run's latest checkpoint), or after the probe.
         passive_steps: Training steps timed for the first measured plan (after the group's
             first step, which sets DDP up and is not timed).
         remember: Store measured cost models with the run's storage

@@ -1,7 +1,9 @@
-"""``probe.group: train`` (the old ``admission: auto``) end to end on local Ray (EMULATION: a 20x slower worker whose every
-gradient all-reduce is delayed 0.3 s, as behind a slow link), listed FIRST (users do not know
-which worker is slow before probing): the probe's decision leaves it out, Ray Train re-sizes the
-group to two workers that host the two fast slots, and the run finishes on them."""
+"""``probe.group: train`` (the old ``admission: auto``) end to end on local Ray (EMULATION: a
+20x slower worker whose every gradient all-reduce is delayed 0.3 s, as behind a slow link),
+listed FIRST (users do not know which worker is slow before measuring): the decision leaves it
+out, Ray Train re-sizes the group to two workers that host the two fast slots, and the run
+finishes on them. Decided twice: by an explicit probe before step 0, and under the cheap start
+at the end of the passive window (the window's steps are trained again by the kept group)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
             WorkerSpec(name="fast", count=2, emulated_slowdown=8.0),
         ],
         batch=BatchConfig(global_batch_size=48),
-        probe=ProbeConfig(group="train", calibration_steps=1, calibration_rounds=1),
+        probe=ProbeConfig(mode="probe", group="train", calibration_steps=1, calibration_rounds=1),
         run_config=run_config,
     )
     result = trainer.fit()
@@ -61,3 +63,39 @@ def test_a_worker_that_costs_more_than_it_adds_is_left_out(ray_local, tmp_path, 
     assert all(r["steps"] == 4 and len(r["slices"]) == 2 for r in records)
     # Every plan the run installed belongs to the two-worker group.
     assert trainer.plans and all(p.world_size == 2 for p in trainer.plans)
+
+
+def test_the_cheap_start_decides_at_the_passive_windows_end(ray_local, tmp_path, run_config):
+    out = tmp_path / "passive"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        admission_loop,
+        # 8 steps: the window times steps 1-3 of the prior (equal slices), the decision follows.
+        train_loop_config={"size": 384, "epochs": 1, "out": str(out)},
+        workers=[
+            WorkerSpec(name="slow", emulated_slowdown=160.0, emulated_collective_delay_s=0.3),
+            WorkerSpec(name="fast", count=2, emulated_slowdown=8.0),
+        ],
+        batch=BatchConfig(global_batch_size=48),
+        probe=ProbeConfig(group="train", remember=False),  # mode: passive, the default
+        run_config=run_config,
+    )
+    result = trainer.fit()
+    assert result.error is None
+
+    decision = trainer.admission
+    assert decision is not None, "the passive window's decision was not recorded"
+    verdicts = {w["worker"]: w["verdict"] for w in decision["workers"]}
+    assert verdicts == {"slow": "stand_by", "fast-0": "train", "fast-1": "train"}
+    assert decision["keep_slots"] == [1, 2]
+    # Noise from the window's step times: the margin the gain had to beat is recorded.
+    assert decision["admitted_samples_per_s"] > decision["all_samples_per_s"]
+
+    records = [json.loads(p.read_text()) for p in out.glob("*_rank*.json")]
+    # The three-worker group stopped at the window's end; only the kept group finished, and it
+    # trained every step of the epoch (the window's steps again, from the start).
+    assert {r["world_size"] for r in records} == {2}
+    assert sorted(r["worker"] for r in records) == ["fast-0", "fast-1"]
+    assert all(r["steps"] == 8 for r in records)
+    # The first group started on the prior (three slices), the run ends on two.
+    assert trainer.plans[0].world_size == 3 and trainer.plans[-1].world_size == 2

@@ -345,15 +345,11 @@ def _batch_maker(identity: RankIdentity, inputs: ProbeInputs, salt: int) -> Call
 
 
 def starts_passive(identity: RankIdentity) -> bool:
-    """Whether the first plan is measured passively (``ProbeConfig.mode``); ``group``
-    ``train`` / ``auto`` and the model-parallel modes probe, as their decisions need costs at
-    step 0."""
+    """Whether the first plan is measured passively (``ProbeConfig.mode``); the
+    model-parallel modes probe, as their splits need costs at step 0. ``group`` ``train`` /
+    ``auto`` decide at the passive window's end (see ``plan_flow.decide_group_after_window``)."""
     setup = identity.setup
-    return (
-        setup.probe.mode == "passive"
-        and setup.probe.group == "all"
-        and not setup.parallel.model_parallel
-    )
+    return setup.probe.mode == "passive" and not setup.parallel.model_parallel
 
 
 def known_costs(

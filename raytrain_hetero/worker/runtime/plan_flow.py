@@ -31,6 +31,7 @@ from raytrain_hetero.worker.plan.calibration import (
     starts_passive,
 )
 from raytrain_hetero.worker.plan.planning import (
+    PassiveWindow,
     build_plan,
     gather_rank_slots,
     install_plan,
@@ -40,8 +41,15 @@ from raytrain_hetero.worker.plan.scheduler_client import PollAnswer
 from raytrain_hetero.worker.runtime.handoff import end_of_step, notice_due, read_notice
 from raytrain_hetero.worker.runtime.registry import WorkerRuntime
 from raytrain_hetero.worker.setup.faults import fault_point
+from raytrain_hetero.worker.setup.identity import all_gather
 
-__all__ = ["install_first_plan", "install_run_plan", "on_step_end", "sync_with_scheduler"]
+__all__ = [
+    "decide_group_after_window",
+    "install_first_plan",
+    "install_run_plan",
+    "on_step_end",
+    "sync_with_scheduler",
+]
 
 
 def install_run_plan(runtime: WorkerRuntime, plan: Plan) -> Plan:
@@ -103,6 +111,29 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
     install_run_plan(runtime, plan)
 
 
+def decide_group_after_window(runtime: WorkerRuntime, window: PassiveWindow) -> None:
+    """``group`` ``train`` / ``auto`` under the cheap start: decide on what the window measured.
+
+    The passive window's cost models (each rank's loader-bound step, timed while training)
+    and its step times (the prediction's noise) feed the same decision an explicit probe
+    feeds (:func:`~raytrain_hetero.worker.plan.admission.apply_admission`: once per run, on
+    a full group). A worker that does not train makes the group wait here for Ray Train's
+    elastic restart on the kept slots, which resumes from the run's latest checkpoint: the
+    window's steps are trained again by the kept group, so the run stays the one-device run
+    of the kept group. A collective: every rank calls it at the same step.
+    """
+    identity, plans = runtime.identity, runtime.plans
+    setup = identity.setup
+    if setup.probe.group == "all" or setup.batch.fixed_shares is not None:
+        return
+    costs = plans.measured_costs  # agreed by broadcast: every rank takes the same branch
+    if costs is None:
+        return
+    step_seconds = all_gather([s.busy_s for s in window.samples if s.valid])
+    rank_slots = gather_rank_slots(identity, plans)
+    apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds)
+
+
 def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
     """The library's work after each step; its wall time is the next record's ``overhead_s``."""
     fault_point(runtime.identity, "mid_epoch", step=record.step, model=runtime.model)
@@ -117,7 +148,10 @@ def _after_step(runtime: WorkerRuntime, record: StepRecord) -> None:
     runtime.telemetry.last_record = record
     if runtime.plans.first_step_at is None:
         runtime.plans.first_step_at = record.time - record.wall_s
+    window = runtime.plans.passive
     measured = passive_step(runtime.identity, runtime.plans, record)
+    if window is not None and runtime.plans.passive is None:  # the window closed at this step
+        decide_group_after_window(runtime, window)
     if measured is not None:
         fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)
         install_run_plan(runtime, measured)
