@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from ray.train import RunConfig
 
     from raytrain_hetero.app.runs import RunIdentity
+    from raytrain_hetero.core.group_decision import GroupDecision
     from raytrain_hetero.core.plan import Plan
-    from raytrain_hetero.core.roles import RolesDecision
     from raytrain_hetero.driver.trainer import HeteroTrainer
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def run_job(
     run_name: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    roles: RolesDecision | None = None,
+    roles: GroupDecision | None = None,
 ) -> dict[str, Any]:
     """Run the job end to end and write its outputs; returns the summary dict.
 

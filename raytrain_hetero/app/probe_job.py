@@ -13,8 +13,8 @@ from typing import Any
 from raytrain_hetero.app.config import JobConfig, validate_config
 from raytrain_hetero.app.job import build_trainer, init_ray
 from raytrain_hetero.app.resolved import ResolvedJob, resolve_job
+from raytrain_hetero.core.group_decision import GroupDecision
 from raytrain_hetero.core.plan import Plan
-from raytrain_hetero.core.roles import RolesDecision
 from raytrain_hetero.errors import ConfigError
 
 
@@ -53,7 +53,7 @@ def run_probe(job: JobConfig | ResolvedJob) -> Plan:
     return probe_with_roles(job)[0]
 
 
-def probe_with_roles(job: JobConfig | ResolvedJob) -> tuple[Plan, RolesDecision | None]:
+def probe_with_roles(job: JobConfig | ResolvedJob) -> tuple[Plan, GroupDecision | None]:
     """:func:`run_probe`, and with a Ray Data source the workers' roles (measured, printed).
     ``job``: a job (resolved here) or a resolved job (``raytrain-hetero train`` deciding
     roles before its run)."""

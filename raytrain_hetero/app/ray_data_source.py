@@ -7,7 +7,7 @@ of in every training worker; the trainer carves the stream by the plan
 ``range(len(train split)) -> random_shuffle -> map_batches(decode)``: one shuffle of the row
 ids per epoch, then decoding in batches. Validation stays on rank 0 as in the file source.
 
-With ``probe.roles: auto`` (:func:`job_roles`), a CPU worker that adds more samples/s decoding
+With ``probe.group: auto`` (:func:`job_roles`), a CPU worker that adds more samples/s decoding
 for loader-bound trainers than training is left out of the training group
 (:func:`without_feeders`): its CPUs then run the pipeline's decode tasks.
 """
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     import ray.data
 
     from raytrain_hetero.app.config import JobConfig
+    from raytrain_hetero.core.group_decision import GroupDecision
     from raytrain_hetero.core.plan import Plan
-    from raytrain_hetero.core.roles import RolesDecision
 
 __all__ = [
     "check_ray_data_job",
@@ -105,8 +105,9 @@ def train_pipeline(job: JobConfig, rows: int | None = None) -> ray.data.Dataset:
 
 def job_roles(
     job: JobConfig, plan: Plan, names: list[str], rows: int | None = None
-) -> RolesDecision:
-    """Measure and decide the workers' roles from the probe's plan (its cost models).
+) -> GroupDecision:
+    """Measure and decide the workers' roles from the probe's plan (its cost models): the
+    group decision in mode ``auto`` (:func:`~raytrain_hetero.driver.roles.node_roles`).
 
     Args:
         job: The job (a ``ray_data`` source).
@@ -131,22 +132,28 @@ def job_roles(
     )
 
 
-def without_feeders(job: JobConfig, roles: RolesDecision) -> JobConfig:
-    """The job whose workers are the decision's trainers (counts expanded)."""
+def without_feeders(job: JobConfig, roles: GroupDecision) -> JobConfig:
+    """The job whose workers are the decision's trainers (counts expanded): feeders and
+    workers standing by leave the group."""
     from raytrain_hetero.config import expand_worker_specs
 
-    feeders = {w.worker for w in roles.workers if w.role == "feed"}
-    kept = [s for s in expand_worker_specs(job.workers) if s.name not in feeders]
+    out = {w.worker for w in roles.workers if w.verdict != "train"}
+    kept = [s for s in expand_worker_specs(job.workers) if s.name not in out]
     return job.model_copy(update={"workers": kept})
 
 
-def format_roles_table(roles: RolesDecision) -> str:
-    """One line per worker (its role, train and feed samples/s), then the summary."""
+def format_roles_table(roles: GroupDecision) -> str:
+    """One line per worker (what it does, its samples/s training alone and feeding), the
+    input pipeline's measured delivery, then the decision's summary."""
+    pipeline = roles.everyone.bound == "pipeline" or roles.chosen.bound == "pipeline"
     lines = [f"{'rank':>4}  {'worker':<16} {'trains/s':>9} {'feeds/s':>9}  role"]
     for w in roles.workers:
-        feeds = f"{w.feed_samples_per_s:>9.1f}" if w.candidate else f"{'-':>9}"
-        lines.append(
-            f"{w.rank:>4}  {w.worker:<16} {w.train_samples_per_s:>9.1f} {feeds}  {w.role.upper()}"
-        )
+        feeds = f"{w.feed_samples_per_s:>9.1f}" if w.feed_samples_per_s > 0 else f"{'-':>9}"
+        role = w.verdict.replace("_", " ").upper()
+        lines.append(f"{w.index:>4}  {w.worker:<16} {w.alone_samples_per_s:>9.1f} {feeds}  {role}")
+    lines.append(
+        "input pipeline: "
+        + ("loader-bound with every worker training" if pipeline else "not the limit")
+    )
     lines.append(roles.summary())
     return "\n".join(lines)

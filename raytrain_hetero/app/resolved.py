@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from raytrain_hetero.app.lightning_job import CheckedTask
     from raytrain_hetero.config import BatchConfig
-    from raytrain_hetero.core.roles import RolesDecision
+    from raytrain_hetero.core.group_decision import GroupDecision
     from raytrain_hetero.storage import StorageLocation
 
 __all__ = [
@@ -143,9 +143,9 @@ class ResolvedJob:
     model: nn.Module | None = None
     lightning: CheckedTask | None = None
     run: ResolvedRun | None = None
-    roles: RolesDecision | None = None
+    roles: GroupDecision | None = None
 
-    def with_roles(self, roles: RolesDecision | None) -> ResolvedJob:
+    def with_roles(self, roles: GroupDecision | None) -> ResolvedJob:
         """This job with the roles decided: its workers are the decision's trainers (the
         feeders' CPUs run the Ray Data pipeline), and what depends on the worker count
         follows; the data, model and layout checks stand (fewer workers need no more data).

@@ -1,7 +1,7 @@
 """One decision per worker group: each worker trains, feeds, or stands by.
 
 Replaces admission (:mod:`raytrain_hetero.core.admission`: leave out a worker that costs more
-than it adds) and roles (:mod:`raytrain_hetero.core.roles`: a CPU worker feeds instead of
+than it adds) and roles (once ``core/roles.py``: a CPU worker feeds instead of
 training) by one pure decision, for map-style datasets and Ray Data alike. The workers' prices,
 the group's exchange and the noise are :mod:`raytrain_hetero.core.group_price`'s.
 
@@ -164,6 +164,8 @@ class GroupDecision:
         exhaustive: Whether every set of trainers was considered (up to interchangeable
             workers).
         preference: Worker indices fastest first (loader-bound, whole batch alone).
+        pipeline_samples_per_s: The shared input pipeline's measured delivery with every
+            worker training (an input; ``inf``: each rank loads its own slices).
     """
 
     mode: str
@@ -178,6 +180,7 @@ class GroupDecision:
     considered: int
     exhaustive: bool
     preference: tuple[int, ...]
+    pipeline_samples_per_s: float = math.inf
 
     @property
     def trainers(self) -> tuple[int, ...]:
@@ -217,6 +220,10 @@ class GroupDecision:
             trainers=list(self.trainers),
             feeders=list(self.feeders),
             standing_by=list(self.standing_by),
+            # JSON has no infinity: no shared pipeline is None.
+            pipeline_samples_per_s=(
+                self.pipeline_samples_per_s if math.isfinite(self.pipeline_samples_per_s) else None
+            ),
             summary=self.summary(),
         )
 
@@ -487,6 +494,7 @@ def decide_group(
         considered=len(candidates),
         exhaustive=exhaustive,
         preference=preference,
+        pipeline_samples_per_s=float(pipeline_samples_per_s),
     )
 
 

@@ -1,8 +1,10 @@
 """Node roles, measured: what the input pipeline delivers with and without each CPU worker.
 
-The pure decision is :func:`raytrain_hetero.core.roles.decide_roles`; this module measures
-what it needs, on the cluster, before training, all on one scale (the pipeline's own
-samples/s, task launches, reads and block sizes included):
+The pure decision is the group's one decision,
+:func:`raytrain_hetero.core.group_decision.decide_group` (mode ``auto``: each worker trains,
+feeds or stands by), as for map-style datasets; this module measures what it needs for a Ray
+Data source, on the cluster, before training, all on one scale (the pipeline's own samples/s,
+task launches, reads and block sizes included):
 
 * ``delivery``: :func:`measure_delivery` while every worker's resources are held (a placement
   group of their bundles, as the training group holds them), i.e. what the input pipeline
@@ -12,7 +14,8 @@ samples/s, task launches, reads and block sizes included):
   (additive while the pipeline scales with free CPUs; one pass per candidate).
 
 The trainers' compute-bound speeds are the probe's cost models (``raytrain-hetero probe`` and
-the first plan measure them). A feeder is simply left out of the training group: Ray Data
+the first plan measure them). A feeder (or a worker standing by) is simply left out of the
+training group: Ray Data
 then finds its CPUs free and schedules preprocessing there (map_batches'
 ``ray_remote_args`` may pin it, e.g. ``resources={"<node resource>": 0.01}``).
 """
@@ -20,6 +23,7 @@ then finds its CPUs free and schedules preprocessing there (map_batches'
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -28,8 +32,9 @@ from ray.util import placement_group, remove_placement_group
 
 from raytrain_hetero.config import WorkerSpec
 from raytrain_hetero.core.allocation import CostModel
-from raytrain_hetero.core.roles import RolesDecision, decide_roles
-from raytrain_hetero.errors import HeteroError
+from raytrain_hetero.core.group_decision import GroupDecision, decide_group
+from raytrain_hetero.core.group_price import ExchangePrice, LinkCost, WorkerPrice, prediction_noise
+from raytrain_hetero.errors import AllocationError, ConfigError, HeteroError
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -87,16 +92,29 @@ def node_roles(
     candidates: Sequence[bool] | None = None,
     min_slice: int = 1,
     quantum: int = 1,
-) -> RolesDecision:
-    """Measure and decide which CPU workers feed (see the module); logs the numbers.
+) -> GroupDecision:
+    """Measure and decide what each worker does (see the module); logs the numbers.
 
-    ``specs`` and ``costs`` (the probe's, compute-bound) are per worker slot in rank order;
-    ``dataset`` is the carved pipeline, timed over ``delivery_rows`` rows with every worker
-    held and with each candidate released (:func:`measure_delivery`). ``candidates``: per
-    rank, whether it may feed (default: the CPU workers). ``min_slice`` and ``quantum``
-    (``ghost_size`` under ghost BatchNorm) are the plan's: trainers are predicted in whole
-    groups, as they will train.
+    ``specs`` and ``costs`` (the probe's, compute-bound: the pipeline's delivery is measured
+    apart) are per worker slot in rank order; ``dataset`` is the carved pipeline, timed over
+    ``delivery_rows`` rows with every worker held and with each candidate released
+    (:func:`measure_delivery`). ``candidates``: per rank, whether it may feed (default: the
+    CPU workers but the fastest). ``collective_s``: the whole group's gradient all-reduce per
+    step, if measured (it prices the smaller groups by the ring's hops). ``min_slice`` and
+    ``quantum`` (``ghost_size`` under ghost BatchNorm) are the plan's: trainers are
+    predicted in whole groups, as they will train. The noise margin is the decision's floor
+    (:func:`~raytrain_hetero.core.group_price.prediction_noise` of no step times): a worker
+    feeds or stands by only when the predicted gain exceeds it.
+
+    Raises:
+        ConfigError: The costs or candidates do not match the workers, or no group can hold
+            the batch (one line naming the worker and the fix).
     """
+    if not len(costs) == len(specs) or (candidates is not None and len(candidates) != len(specs)):
+        raise ConfigError(
+            f"roles: {len(specs)} workers, {len(costs)} cost models and "
+            f"{'no' if candidates is None else len(candidates)} candidate flags; give one each"
+        )
     if candidates is None:
         candidates = [s.resolved_device() == "cpu" for s in specs]
     fastest = min(range(len(costs)), key=lambda r: (costs[r].time(total), r))
@@ -112,21 +130,37 @@ def node_roles(
         delivery = measure_delivery(dataset, specs, rows=delivery_rows)
         for r, rate in released.items():
             feed[r] = max(0.0, rate - delivery)
-    decision = decide_roles(
-        total,
-        costs,
-        candidates=candidates,
-        feed_samples_per_s=feed,
-        delivery_samples_per_s=delivery,
-        names=[s.name for s in specs],
-        collective_s=collective_s,
-        min_slice=min_slice,
-        quantum=quantum,
-    )
+    hops = 2 * max(1, len(specs) - 1)  # ring all-reduce: the measured whole group's hops
+    prices = [
+        WorkerPrice(
+            name=spec.name,
+            step=cost,
+            device=spec.resolved_device(),
+            cap=spec.max_batch,
+            feed_samples_per_s=feed[r],
+        )
+        for r, (spec, cost) in enumerate(zip(specs, costs))
+    ]
+    try:
+        decision = decide_group(
+            total,
+            prices,
+            ExchangePrice(
+                gradient_bytes=0.0, gloo=LinkCost(max(0.0, collective_s) / hops, math.inf)
+            ),
+            noise=prediction_noise(()),
+            mode="auto",
+            min_slice=min_slice,
+            quantum=quantum,
+            pipeline_samples_per_s=delivery,
+        )
+    except AllocationError as exc:
+        raise ConfigError(str(exc)) from exc
     logger.info("%s", decision.summary())
-    for w in (w for w in decision.workers if w.candidate):
+    for r in pool:
+        w = decision.workers[r]
         logger.info(
             "roles: %s (rank %d) %s: trains %.1f, feeds %.1f samples/s",
-            *(w.worker, w.rank, w.role.upper(), w.train_samples_per_s, w.feed_samples_per_s),
+            *(w.worker, r, w.verdict.upper(), w.alone_samples_per_s, w.feed_samples_per_s),
         )
     return decision

@@ -15,6 +15,7 @@ each rank's slice the governing plan's, the ragged tail merged as the map-style 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -351,10 +352,14 @@ def test_roles_measure_a_cpu_node_that_feeds_loader_bound_trainers(ray_local, tm
     specs = [WorkerSpec(name="gpu-like", resources={"CPU": 2}), WorkerSpec(name="cpu-node")]
     roles = node_roles(specs, [fast, slow], 64, dataset=pipeline, delivery_rows=8)
     gain = roles.workers[1].feed_samples_per_s
-    assert 2 < roles.delivery_samples_per_s < 6, roles.summary()  # 4/s: one slot, no overhead
-    assert 0.2 * roles.delivery_samples_per_s < gain < 1.5 * roles.delivery_samples_per_s, gain
-    assert roles.feeders == (1,) and not roles.workers[0].candidate
-    assert roles.chosen_samples_per_s == pytest.approx(roles.delivery_samples_per_s + gain)
+    delivery = roles.pipeline_samples_per_s
+    assert 2 < delivery < 6, roles.summary()  # 4/s: one slot, no overhead
+    assert 0.2 * delivery < gain < 1.5 * delivery, gain
+    # The group decision (mode auto): the fastest trains (never measured as a feeder).
+    assert roles.feeders == (1,) and roles.trainers == (0,) and roles.mode == "auto"
+    assert roles.workers[0].feed_samples_per_s == 0.0
+    assert roles.chosen.samples_per_s == pytest.approx(delivery + gain)
+    assert roles.everyone.bound == "pipeline" and roles.gain > roles.margin
 
     raw = yaml.safe_load(EXAMPLE.read_text())
     raw["data"].update(root=str(tmp_path / "eurosat"), generate={"samples_per_class": 4})
@@ -364,10 +369,10 @@ def test_roles_measure_a_cpu_node_that_feeds_loader_bound_trainers(ray_local, tm
     prepare_dataset(job)
     plan = Plan.from_costs(job.train.global_batch_size, [fast, slow])
     roles = job_roles(job, plan, ["fast", "slow"])
-    assert [w.candidate for w in roles.workers] == [False, True]
-    assert 0 < roles.delivery_samples_per_s < roles.all_train_compute_samples_per_s
-    assert 0 not in roles.feeders
+    assert roles.workers[0].feed_samples_per_s == 0.0  # the fastest is no candidate
+    assert 0 < roles.pipeline_samples_per_s < math.inf
+    assert 0 in roles.trainers
     kept = [w.name for w in without_feeders(job, roles).workers]
-    assert kept == [w.worker for w in roles.workers if w.role == "train"]
+    assert kept == [w.worker for w in roles.workers if w.verdict == "train"]
     table = format_roles_table(roles)
-    assert "input pipeline" in table and table.count("TRAIN") == 2 - len(roles.feeders)
+    assert "input pipeline" in table and table.count("TRAIN") == len(roles.trainers)

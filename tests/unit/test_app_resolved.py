@@ -11,8 +11,10 @@ import pytest
 from raytrain_hetero.app.config import JobConfig
 from raytrain_hetero.app.job import prepare_dataset, run_job
 from raytrain_hetero.app.resolved import RunRequest, resolve_data, resolve_job
+from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.carving import EpochCarver
-from raytrain_hetero.core.roles import NodeRole, RolesDecision
+from raytrain_hetero.core.group_decision import decide_group
+from raytrain_hetero.core.group_price import ExchangePrice, LinkCost, WorkerPrice
 from raytrain_hetero.errors import ConfigError, DataError
 from raytrain_hetero.workloads.registry import dataset_adapter
 
@@ -80,23 +82,24 @@ def test_a_missing_root_is_named_before_generation_is_considered(tmp_path: Path)
 def test_the_roles_leave_the_feeders_out_and_what_follows_the_workers(data_root: Path) -> None:
     resolved = resolve_job(small_job(data_root))
     assert resolved.with_roles(None) is resolved
-    roles = RolesDecision(
-        workers=(
-            NodeRole(0, "a", "train", False, 40.0, 0.0),
-            NodeRole(1, "b", "train", True, 20.0, 5.0),
-            NodeRole(2, "c", "feed", True, 10.0, 30.0),
-        ),
-        delivery_samples_per_s=30.0,
-        all_train_compute_samples_per_s=70.0,
-        all_train_samples_per_s=30.0,
-        chosen_samples_per_s=60.0,
-        compute_samples_per_s=60.0,
+    # a trains; b stands by (slow, nothing to feed); c feeds the loader-bound pipeline.
+    roles = decide_group(
+        12,
+        [
+            WorkerPrice("a", CostModel(0.0, 0.01)),
+            WorkerPrice("b", CostModel(0.5, 0.5)),
+            WorkerPrice("c", CostModel(0.5, 0.5), feed_samples_per_s=200.0),
+        ],
+        ExchangePrice(gradient_bytes=0.0, gloo=LinkCost(0.01, float("inf"))),
+        noise=0.02,
+        pipeline_samples_per_s=50.0,
     )
+    assert [w.verdict for w in roles.workers] == ["train", "stand_by", "feed"], roles.summary()
     trainers = resolved.with_roles(roles)
-    assert [w.name for w in trainers.job.workers] == ["a", "b"] and trainers.world_size == 2
+    assert [w.name for w in trainers.job.workers] == ["a"] and trainers.world_size == 1
     assert trainers.roles is roles and trainers.model is resolved.model
     assert trainers.sizes == resolved.sizes and trainers.data == resolved.data
-    carver = EpochCarver(10, 12, seed=resolved.batch.seed, min_step_size=2)
+    carver = EpochCarver(10, 12, seed=resolved.batch.seed, min_step_size=1)
     assert trainers.steps_per_epoch == carver.steps_per_epoch
     assert resolved.world_size == 3  # frozen: the original stands
 
