@@ -155,6 +155,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "plan_sync_every=2,policy.window_steps=4 (default: the library's defaults)",
     )
     parser.add_argument(
+        "--probe-group",
+        choices=("all", "train", "auto"),
+        default=None,
+        help="ProbeConfig.group of the raytrain_hetero contenders (default: the library's "
+        "default); best-subset always trains every worker of its subset",
+    )
+    parser.add_argument(
         "--wait-load",
         type=float,
         default=None,
@@ -223,6 +230,7 @@ def scenario_options(scenario: Scenario, args: argparse.Namespace) -> dict[str, 
         raise ValueError("--gpu-loader-workers must be >= 0")
     options["gpu_loader_workers"] = args.gpu_loader_workers
     options["scheduler"] = parse_scheduler(args.scheduler)
+    options["probe_group"] = args.probe_group
     if args.screen_steps < 4:
         raise ValueError("--screen-steps must be >= 4 (the first 2 steps are not counted)")
     options["screen_steps"] = args.screen_steps

@@ -99,6 +99,7 @@ def run_scenario(
         min_workers=scenario.min_workers,
         monitor_interval_s=float(options.get("monitor_interval_s", 5.0)),
         scheduler=dict(options.get("scheduler") or {}),
+        probe={"group": options["probe_group"]} if options.get("probe_group") else {},
         gpu_loader_workers=int(options.get("gpu_loader_workers", 0)),
     )
     if scenario.pin:
