@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raytrain_hetero.tune.trial import abort_train_on_stop
+from raytrain_hetero.tune.trial import EndTrainRunOnStop, abort_train_on_stop
 
 __all__ = ["SPEED_LABEL", "WORKER_RESOURCE", "run_stock", "stock_trial", "stock_tune_loop"]
 
@@ -199,7 +199,12 @@ def run_stock(
             search_alg=BasicVariantGenerator(random_state=cfg.seed),
             num_samples=cfg.num_samples,
         ),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            verbose=verbose,
+            callbacks=[EndTrainRunOnStop()],  # a stopped trial frees its workers first
+        ),
     )
     started = time.time()
     t0 = time.perf_counter()

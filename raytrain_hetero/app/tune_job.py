@@ -36,6 +36,7 @@ from raytrain_hetero.tune.results import (
 )
 from raytrain_hetero.tune.search import grid_size, param_space, trial_scheduler
 from raytrain_hetero.tune.trial import (
+    EndTrainRunOnStop,
     abort_train_on_stop,
     plain_value,
     track_trial,
@@ -391,7 +392,7 @@ def run_tune(
             verbose=verbose,
             # A trial whose driver dies is retried (its Train run resumes by name).
             failure_config=tune.FailureConfig(max_failures=job.resolved_max_failures()),
-            callbacks=_progress_callbacks(allocator, verbose),
+            callbacks=_search_callbacks(allocator, verbose),
         ),
     )
     started, started_at = time.perf_counter(), time.time()
@@ -478,16 +479,19 @@ def _start_allocator(job: JobConfig, experiment: str, *, cap: int, samples: int)
     )
 
 
-def _progress_callbacks(allocator: Any, verbose: int) -> list[Any] | None:
-    """The live view's Tune callbacks: under ``auto`` (with output), each running trial's
-    allocation as it changes (:class:`~raytrain_hetero.tune.progress.AllocationProgress`)."""
+def _search_callbacks(allocator: Any, verbose: int) -> list[Any]:
+    """The search's Tune callbacks: a stopped trial ends its Train run before Tune stops it
+    (:class:`~raytrain_hetero.tune.trial.EndTrainRunOnStop`); under ``auto`` with output, the
+    live view of each running trial's allocation as it changes
+    (:class:`~raytrain_hetero.tune.progress.AllocationProgress`)."""
+    callbacks: list[Any] = [EndTrainRunOnStop()]
     if allocator is None or verbose <= 0:
-        return None
+        return callbacks
     import functools
 
     from raytrain_hetero.tune.progress import AllocationProgress, fetch_holdings
 
-    return [AllocationProgress(functools.partial(fetch_holdings, allocator))]
+    return [*callbacks, AllocationProgress(functools.partial(fetch_holdings, allocator))]
 
 
 def _allocation_history(allocator: Any) -> tuple[Any, Any, dict[str, Any]]:

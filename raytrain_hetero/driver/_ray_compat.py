@@ -79,6 +79,7 @@ __all__ = [
     "take_run_value",
     "train_collective_timeout",
     "train_env_passthrough",
+    "tune_trial_actor",
     "without_idle_dataset_manager",
 ]
 
@@ -325,6 +326,13 @@ def abort_train_controller(controller: Any, timeout_s: float) -> None:
     """
     with contextlib.suppress(ray.exceptions.RayActorError):
         ray.get(controller.abort.remote(), timeout=timeout_s)
+
+
+def tune_trial_actor(trial: Any) -> Any:
+    """The actor handle of a running Tune trial (``Trial.temporary_state.ray_actor``), or
+    ``None`` when it has none (not started, or already stopped)."""
+    state = getattr(trial, "temporary_state", None)
+    return getattr(state, "ray_actor", None)
 
 
 def mark_trainable_mixins(trainable: Callable[..., Any], *mixins: type) -> None:

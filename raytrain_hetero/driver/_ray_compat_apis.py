@@ -191,6 +191,13 @@ PRIVATE_APIS: tuple[PrivateRayAPI, ...] = (
         "a public cleanup hook for function trainables",
     ),
     PrivateRayAPI(
+        "ray.tune.experiment.trial",
+        "_TemporaryTrialState",
+        "tune_trial_actor reads a Tune trial's actor handle (temporary_state.ray_actor), so the "
+        "driver can have a stopped trial end its Train run before Tune kills the trial",
+        "a Tune callback hook that runs inside the trial before its actor is stopped",
+    ),
+    PrivateRayAPI(
         "ray.train.v2._internal.execution.context",
         "TrainRunContext.backend_config",
         "callbacks read run_context.backend_config (our setup, naming the scheduler actor)",

@@ -6,6 +6,13 @@ trainable, wrapped with :func:`abort_train_on_stop`, that builds a HeteroTrainer
 trial (ASHA), the trial first aborts its Train run through the Train controller, which removes
 the run's placement group at once; otherwise the freed workers would depend on Ray Train's
 cleaner actor, which needs the dashboard's state API and an unambiguous cluster address.
+
+The trial ends its run in two places, whichever comes first: :class:`EndTrainRunOnStop`, a
+driver-side Tune callback that has the trial do it (and waits) before Tune stops its actor,
+and the trial actor's ``cleanup`` (stops that skip the callback). Why both: when a search
+ends, Tune kills a stopping trial's actor 10 s after the stop (fixed in Ray 2.60); under load
+the wind-down (the tracker's catch-up, the abort, MLflow's close) takes longer, and a killed
+trial leaves its placement group (it belongs to the job) and its MLflow run ``RUNNING``.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import ray
+from ray.tune import Callback
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from raytrain_hetero.core.records import (
@@ -27,14 +35,17 @@ from raytrain_hetero.driver._ray_compat import (
     abort_train_controller,
     mark_trainable_mixins,
     run_backend_config,
+    tune_trial_actor,
 )
 
 __all__ = [
     "ControllerMailbox",
+    "EndTrainRunOnStop",
     "HeteroTuneReportCallback",
     "abort_active_train_run",
     "abort_train_on_stop",
     "catch_up_active_tracker",
+    "end_active_train_run",
     "plain_value",
     "release_active_allocation",
     "set_active_allocation",
@@ -147,17 +158,45 @@ class _AbortTrainOnStop:
     trial (ASHA, time budget), abort its Train run first (why: the module docstring).
     """
 
+    def end_train_run(self, reports: int) -> None:
+        """End this trial's Train run now (:class:`EndTrainRunOnStop` calls it from the
+        driver); ``reports``: the reports Tune has of this trial."""
+        end_active_train_run(reports)
+
     def cleanup(self) -> None:
         try:
-            # The report Tune acted on may not be in the tracker yet: take it while the run's
-            # scheduler still lives (the abort ends it).
-            catch_up_active_tracker()
-            abort_active_train_run()
-            release_active_allocation()  # tune.allocation: auto: the workers go to others
-            # Tune also stops a trial whose last report it has (ASHA at max_t): not early.
-            close_active_tracker(reports=int(getattr(self, "training_iteration", 0) or 0))
+            end_active_train_run(int(getattr(self, "training_iteration", 0) or 0))
         finally:
             super().cleanup()  # type: ignore[misc]
+
+
+class EndTrainRunOnStop(Callback):
+    """Tune callback (driver side): when a trial ends, early (ASHA) or not, have its trial
+    process end its Train run, and wait for it, before Tune stops the trial's actor.
+
+    Tune calls ``on_trial_complete`` in its own loop before it schedules the stop, so the
+    wind-down is bounded by ``timeout_s`` here, not by the 10 s Tune allows a stopping trial
+    when the search ends (the module docstring). The trainable must carry
+    :func:`abort_train_on_stop`; other trials are left alone. Put it in
+    ``tune.RunConfig(callbacks=[...])`` of a search over HeteroTrainer trials.
+
+    Args:
+        timeout_s: The longest wait for one trial's wind-down; past it Tune goes on (the
+            trial's own ``cleanup`` still tries, within Tune's limit).
+    """
+
+    def __init__(self, timeout_s: float = 180.0) -> None:
+        self._timeout_s = timeout_s
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        actor = tune_trial_actor(trial)
+        if actor is None or not hasattr(actor, "end_train_run"):
+            return
+        reports = int((trial.last_result or {}).get("training_iteration", 0) or 0)
+        try:
+            ray.get(actor.end_train_run.remote(reports), timeout=self._timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the search goes on; cleanup tries again
+            logger.warning("trial %s could not end its Train run: %s", trial, exc)
 
 
 def abort_train_on_stop(trainable: Callable[..., Any]) -> Callable[..., Any]:
@@ -242,8 +281,9 @@ def catch_up_active_tracker() -> None:
 def close_active_tracker(reports: int = 0) -> None:
     """Close this trial's open tracker, if there is one, when Tune stops the trial: as
     stopped (``KILLED``), or as finished if Tune already had ``reports`` >= the trial's
-    complete count (:func:`track_trial`)."""
-    tracker = _ACTIVE_TRACKER
+    complete count (:func:`track_trial`); forgets it, so a later stop finds none."""
+    global _ACTIVE_TRACKER
+    tracker, _ACTIVE_TRACKER = _ACTIVE_TRACKER, None
     if tracker is not None:
         complete = _ACTIVE_REPORTS is not None and reports >= _ACTIVE_REPORTS
         try:
@@ -252,9 +292,27 @@ def close_active_tracker(reports: int = 0) -> None:
             logger.warning("could not close the stopped trial's tracker: %s", exc)
 
 
+def end_active_train_run(reports: int) -> None:
+    """Wind down this trial process's Train run as Tune stops the trial: what the run reported
+    into the tracker, the run aborted, its workers given back (``tune.allocation: auto``), the
+    tracker closed. Each part is done once: a second call finds nothing left to do.
+
+    Args:
+        reports: The reports Tune has of this trial: with all of them (ASHA stops at
+            ``max_t`` too) the trial's tracker closes as finished, not stopped.
+    """
+    # The report Tune acted on may not be in the tracker yet: take it while the run's
+    # scheduler still lives (the abort ends it).
+    catch_up_active_tracker()
+    abort_active_train_run()
+    release_active_allocation()
+    close_active_tracker(reports=reports)
+
+
 def abort_active_train_run(timeout_s: float = 60.0) -> bool:
     """Abort the Train run of this trial process, if one is running; True if aborted."""
-    mailbox = _ACTIVE_MAILBOX
+    global _ACTIVE_MAILBOX
+    mailbox, _ACTIVE_MAILBOX = _ACTIVE_MAILBOX, None
     if mailbox is None:
         return False
     try:

@@ -328,6 +328,63 @@ def test_every_tune_trial_gets_its_own_tensorboard_dir_and_nested_mlflow_run(ash
     assert len(list(search_dir.iterdir())) == 2
 
 
+class _SlowWindDownTracker:
+    """A trial's tracker whose catch-up takes longer than the 10 s Tune gives a stopping trial
+    when a search ends (MLflow and the run's scheduler can, under load); ``close`` writes how
+    the trial's run ended to ``marker``."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = Path(marker)
+
+    def catch_up(self) -> None:
+        import time
+
+        time.sleep(15)
+
+    def close(self, *, failed: bool = False, stopped: bool = False) -> None:
+        if not self.marker.exists():  # closing again does nothing, as RunTracker's close
+            self.marker.write_text("FAILED" if failed else "KILLED" if stopped else "FINISHED")
+
+
+def _trial_with_slow_wind_down(config: dict, marker: str) -> None:
+    import time
+
+    from ray import tune
+
+    from raytrain_hetero.tune.trial import track_trial
+
+    with track_trial(_SlowWindDownTracker(marker), reports=3):
+        tune.report({"score": 1.0})
+        time.sleep(300)  # Tune stops the trial after its first report
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_a_stopped_trial_ends_its_run_however_long_it_takes(ray_local, tmp_path):
+    """The last trial of a search is stopped and its wind-down takes 15 s: Tune would kill it
+    after 10 s (leaving its placement group and a RUNNING MLflow run); EndTrainRunOnStop has the
+    trial finish it first, so its tracker is closed as stopped when the search returns."""
+    from ray import tune
+
+    from raytrain_hetero.tune.trial import EndTrainRunOnStop, abort_train_on_stop
+
+    marker = tmp_path / "closed"
+    trainable = abort_train_on_stop(_trial_with_slow_wind_down)
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(trainable, marker=str(marker)), {"cpu": 0.25}),
+        run_config=tune.RunConfig(
+            name="slow-wind-down",
+            storage_path=str(tmp_path / "results"),
+            stop={"training_iteration": 1},
+            verbose=0,
+            callbacks=[EndTrainRunOnStop()],
+        ),
+    )
+    grid = tuner.fit()
+    assert grid[0].metrics["score"] == 1.0
+    assert marker.read_text() == "KILLED"
+
+
 def test_tune_subcommand_parses():
     from raytrain_hetero.app.cli import build_parser
 
