@@ -163,7 +163,8 @@ class ElasticConfig(HeteroModel):
             fixed group) when it may yet: an autoscaler can add nodes, or other work holds
             the resources. A progress line says what it waits for every 30 s; then the run
             fails naming the worker and what is missing. A group no node could ever hold
-            fails at once, without waiting.
+            fails at once, without waiting. Inside a Ray Tune trial the wait has no limit
+            (the search's other trials hold the room and give it back).
         preemption_notice: Act on a node drain with a deadline (a spot preemption notice,
             read at the plan-sync steps): train on every worker to the last step that fits
             before the deadline, checkpoint there (the loop's ``checkpoint_due()``) and, in

@@ -17,7 +17,10 @@ places the slots):
   the slots' own bundles and label selectors is the demand the autoscaler sees; it is removed
   as soon as it is placed, and Ray Train places its own;
 * an elastic group needs only its first ``min_workers`` slots; a later slot no node could ever
-  hold is named in a warning (the group trains without it).
+  hold is named in a warning (the group trains without it);
+* inside a Ray Tune trial the wait has no limit (:func:`placement_wait_limit`): the room is
+  held by the search's other trials, and Tune (or the search's allocator) decided that this
+  trial runs now, so it only waits its turn, as a stock Ray Train trial would.
 
 :func:`start_embedded_ray` starts the embedded local Ray that ``fit()`` starts when no Ray
 runs, sized by :func:`size_embedded_ray`: to Ray a CPU is a logical count, so workers that
@@ -55,6 +58,8 @@ __all__ = [
     "ClusterView",
     "embedded_num_cpus",
     "ensure_room",
+    "in_tune_trial",
+    "placement_wait_limit",
     "read_cluster_view",
     "size_embedded_ray",
 ]
@@ -95,6 +100,24 @@ class ClusterView:
     may_grow: bool | None
     ever: Mapping[str, float] | None = None
     embedded: bool = False
+
+
+def in_tune_trial() -> bool:
+    """Whether this process runs a Ray Tune trial (its function trainable calls ``fit()``)."""
+    import warnings
+
+    from ray import tune
+
+    with warnings.catch_warnings():  # outside a trial Ray warns, then says None
+        warnings.simplefilter("ignore")
+        return tune.get_context().get_trial_id() is not None
+
+
+def placement_wait_limit(timeout_s: float) -> float | None:
+    """The pre-check's longest wait for room: ``timeout_s`` (``elastic.placement_timeout_s``),
+    or no limit (``None``) inside a Ray Tune trial, where a timeout would fail a trial that
+    only had to wait for the workers the search's other trials are giving back."""
+    return None if in_tune_trial() else timeout_s
 
 
 def _own(resources: Mapping[str, float]) -> dict[str, float]:
@@ -331,11 +354,11 @@ def _wait_for_room(
     names: Sequence[str],
     view: ClusterView,
     *,
-    timeout_s: float,
+    timeout_s: float | None,
     strategy: str,
 ) -> None:
     """Wait, with progress lines, until a placement group of ``slots`` is placed (removed at
-    once), or raise :class:`PlacementError` after ``timeout_s``."""
+    once), or raise :class:`PlacementError` after ``timeout_s`` (``None``: no limit)."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
     short = first_shortfall(slots, view.totals, RAY_RESOURCES)
@@ -351,12 +374,16 @@ def _wait_for_room(
         bundles, strategy=strategy, bundle_label_selector=selectors if any(selectors) else None
     )
     started = time.monotonic()
-    logger.warning(
-        "HeteroTrainer: waiting up to %.0f s (%s) for %s", timeout_s, TIMEOUT_SETTING, what
-    )
+    limit = math.inf if timeout_s is None else timeout_s
+    if timeout_s is None:
+        logger.warning("HeteroTrainer: waiting (in a Tune trial: no limit) for %s", what)
+    else:
+        logger.warning(
+            "HeteroTrainer: waiting up to %.0f s (%s) for %s", timeout_s, TIMEOUT_SETTING, what
+        )
     try:
         while True:
-            left = timeout_s - (time.monotonic() - started)
+            left = limit - (time.monotonic() - started)
             if left <= 0:
                 raise PlacementError(
                     f"HeteroTrainer: no room within {timeout_s:.0f} s ({TIMEOUT_SETTING}) for "
@@ -366,7 +393,9 @@ def _wait_for_room(
                 logger.info("HeteroTrainer: room found after %.0f s", time.monotonic() - started)
                 return
             elapsed = time.monotonic() - started
-            if elapsed < timeout_s:
+            if timeout_s is None:
+                logger.warning("HeteroTrainer: still waiting (%.0f s) for %s", elapsed, what)
+            elif elapsed < timeout_s:
                 logger.warning(
                     "HeteroTrainer: still waiting (%.0f s of %.0f s, %s) for %s",
                     elapsed,
@@ -421,7 +450,7 @@ def ensure_room(
     specs: Sequence[WorkerSpec],
     *,
     min_workers: int,
-    timeout_s: float,
+    timeout_s: float | None,
     embedded: bool,
     datasets: bool = False,
     strategy: str = "PACK",
@@ -432,7 +461,8 @@ def ensure_room(
     Args:
         specs: The worker slots (expanded WorkerSpecs), in order.
         min_workers: Slots the group needs to start (all for a fixed group).
-        timeout_s: The longest wait for room (``ElasticConfig.placement_timeout_s``).
+        timeout_s: The longest wait for room (``ElasticConfig.placement_timeout_s``, through
+            :func:`placement_wait_limit`); ``None``: no limit.
         embedded: The cluster is the embedded local Ray ``fit()`` started.
         datasets: The run feeds Ray Data datasets (their tasks need a free CPU).
         strategy: The placement strategy of Ray Train's placement group.

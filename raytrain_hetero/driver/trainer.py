@@ -48,7 +48,11 @@ from raytrain_hetero.driver._ray_compat import (
 from raytrain_hetero.driver.backend import HeteroTorchConfig, common_resources
 from raytrain_hetero.driver.data_config import HeteroDataConfig
 from raytrain_hetero.driver.elastic import HeteroRayTorchTrainer, HeteroScalingConfig
-from raytrain_hetero.driver.placement_check import ensure_room, start_embedded_ray
+from raytrain_hetero.driver.placement_check import (
+    ensure_room,
+    placement_wait_limit,
+    start_embedded_ray,
+)
 from raytrain_hetero.driver.run_results import (
     LastReportKeeper,
     carry_last_report,
@@ -363,7 +367,8 @@ class HeteroTrainer:
         cluster (:func:`~raytrain_hetero.driver.placement_check.ensure_room`): one no node
         could hold fails at once naming the worker, the resource and the fix; one the
         cluster may yet hold (an autoscaler, busy resources) is waited for with progress
-        lines, at most ``elastic.placement_timeout_s``. Without a running Ray, an embedded
+        lines, at most ``elastic.placement_timeout_s`` (inside a Tune trial without limit:
+        it waits for the search's other trials to give workers back). Without a running Ray, an embedded
         local Ray starts, with as many logical CPUs as the workers declare if the machine
         has fewer (a warning says so).
 
@@ -401,7 +406,7 @@ class HeteroTrainer:
         ensure_room(
             self.specs,
             min_workers=self.resolved_min_workers,
-            timeout_s=self.elastic.placement_timeout_s,
+            timeout_s=placement_wait_limit(self.elastic.placement_timeout_s),
             embedded=embedded,
             datasets=bool(self.datasets),
             strategy=self.scaling_config().placement_strategy,

@@ -385,6 +385,61 @@ def test_a_stopped_trial_ends_its_run_however_long_it_takes(ray_local, tmp_path)
     assert marker.read_text() == "KILLED"
 
 
+def _trial_waiting_for_room(config: dict, marker: str) -> None:
+    from ray import tune
+
+    from raytrain_hetero import WorkerSpec
+    from raytrain_hetero.driver.placement_check import ensure_room, placement_wait_limit
+
+    Path(marker).write_text("checking")
+    ensure_room(
+        [WorkerSpec(name="w", resources={"CPU": 1})],
+        min_workers=1,
+        timeout_s=placement_wait_limit(1.0),  # elastic.placement_timeout_s: 1 s
+        embedded=False,
+    )
+    tune.report({"placed": 1})
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_inside_a_tune_trial_the_precheck_waits_for_room_past_the_timeout(ray_local, tmp_path):
+    """The room a trial needs is held (as the search's other trials hold it) for longer than
+    elastic.placement_timeout_s: inside a Tune trial the pre-check waits its turn instead of
+    failing the trial (outside one it fails after the timeout: test_placement.py)."""
+    import threading
+
+    from ray import tune
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    free = ray_local.available_resources().get("CPU", 0.0)
+    held = placement_group([{"CPU": free - 0.25}])  # all but the trial's own 0.25 CPU
+    assert held.wait(timeout_seconds=60)
+    marker = tmp_path / "marker"
+
+    def give_back() -> None:  # 10 s after the trial began its check, far past its 1 s limit
+        while not marker.exists():
+            threading.Event().wait(0.2)
+        threading.Event().wait(10)
+        remove_placement_group(held)
+
+    releaser = threading.Thread(target=give_back, daemon=True)
+    releaser.start()
+    try:
+        grid = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(_trial_waiting_for_room, marker=str(marker)), {"cpu": 0.25}
+            ),
+            run_config=tune.RunConfig(
+                name="wait-for-room", storage_path=str(tmp_path / "results"), verbose=0
+            ),
+        ).fit()
+    finally:
+        releaser.join(timeout=60)
+    assert grid[0].error is None, grid[0].error
+    assert grid[0].metrics["placed"] == 1
+
+
 def test_tune_subcommand_parses():
     from raytrain_hetero.app.cli import build_parser
 
