@@ -24,9 +24,12 @@ that any group of the workers, including ones that never ran together, can be pr
   gradient exchange in full (Pollux's ``gamma = 1``); :func:`implied_overlap` reads the
   overlap a training group showed, for the next decision of the same run.
 * The prediction's **noise** (:func:`prediction_noise`): a relative error estimate from the
-  spread of the measured step times (robust: ``1.4826 * MAD / median`` per worker, the largest
-  over the workers, because the makespan is a maximum), from the prediction's own track
-  record in this run (``|measured / predicted - 1|`` of earlier decisions), and never below a
+  spread of the measured step times (robust: ``1.4826 * MAD / median`` per worker), as the
+  standard error of a cost estimated from ``n`` of them (the spread over ``sqrt(n)``: a
+  worker's price is fitted to all its steps, so it is off by much less than one step
+  scatters), the largest over the workers, because the makespan is a maximum; from the
+  prediction's own track record in this run (``|measured / predicted - 1|`` of earlier
+  decisions: the model's own error, which more steps do not shrink), and never below a
   floor (timer and scheduling granularity). :func:`noise_margin` turns it into the margin two
   predictions must differ by before one is believed better.
 
@@ -321,10 +324,11 @@ def prediction_noise(
         floor: The smallest estimate returned.
 
     Returns:
-        The largest of the floor, the workers' relative spreads and the median past error,
-        capped at 0.9 (a prediction known to no better than that is no prediction).
+        The largest of the floor, the workers' standard errors (relative spread over the
+        square root of its step count) and the median past error, capped at 0.9 (a
+        prediction known to no better than that is no prediction).
     """
-    spreads = [relative_noise(s) for s in step_seconds]
+    spreads = [relative_noise(s) / math.sqrt(max(1, len(s))) for s in step_seconds]
     errors = [abs(float(e)) for e in past_errors if math.isfinite(float(e))]
     track = statistics.median(errors) if errors else 0.0
     return min(0.9, max(_finite(floor, "noise floor"), *spreads, track))

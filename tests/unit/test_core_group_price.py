@@ -87,9 +87,12 @@ def test_noise_is_the_largest_robust_spread_the_track_record_or_the_floor():
     spread = relative_noise([0.9, 1.0, 1.1, 1.0, 5.0])  # one outlier barely moves it
     assert spread == pytest.approx(1.4826 * 0.1)
     assert prediction_noise([[1.0] * 4]) == 0.02
-    assert prediction_noise([[1.0] * 4, [0.9, 1.0, 1.1]]) == pytest.approx(1.4826 * 0.1)
+    # The error of a price fitted to n steps: the spread over sqrt(n).
+    assert prediction_noise([[1.0] * 4, [0.9, 1.0, 1.1]]) == pytest.approx(1.4826 * 0.1 / 3**0.5)
+    nine = [0.9, 1.0, 1.1] * 3
+    assert prediction_noise([nine]) == pytest.approx(relative_noise(nine) / 3)
     assert prediction_noise([[1.0] * 4], past_errors=[0.3, -0.3, 0.01]) == pytest.approx(0.3)
-    assert prediction_noise([[1.0, 100.0, 0.01]]) == 0.9
+    assert prediction_noise([[1.0] * 4], past_errors=[2.0, -3.0]) == 0.9  # capped
     assert noise_margin(0.05) == pytest.approx(1.05 / 0.95 - 1)
 
 
