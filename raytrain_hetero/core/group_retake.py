@@ -5,17 +5,87 @@ group's samples/s; :func:`check_retake` compares it with what that group then me
 says when to re-price the workers and decide again. A standing-by worker is a candidate of
 every decision, so a re-take is how it comes back.
 
+:func:`reprice_from_steps` re-prices from the chosen group's own training steps: each
+worker's cost model scaled to what its steps measured, and the exchange the group showed
+(its step's wall time beyond its slowest worker's busy time). The chosen group's rate is
+then what it measured, not a prediction: the miss is corrected, not carried as noise (fed
+in as ``past_errors`` instead, it would widen the margin and keep the same group).
+
 Pure: standard library only.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.group_decision import GroupDecision
+from raytrain_hetero.errors import AllocationError
 
-__all__ = ["RetakeCheck", "check_retake"]
+__all__ = ["RepricedGroup", "RetakeCheck", "check_retake", "reprice_from_steps"]
+
+
+@dataclass(frozen=True)
+class RepricedGroup:
+    """Prices re-fitted from a group's own training steps.
+
+    Attributes:
+        costs: Per worker, its cost model scaled so that it predicts the median of its
+            measured busy times at the slices it had (the shape ``alpha : beta`` kept).
+        exchange_s: The exposed exchange the group showed: the median step's wall time
+            minus the slowest worker's median busy time, at least 0.
+        step_s: The median step's wall time.
+    """
+
+    costs: tuple[CostModel, ...]
+    exchange_s: float
+    step_s: float
+
+
+def reprice_from_steps(
+    costs: Sequence[CostModel],
+    slices: Sequence[Sequence[int]],
+    busy_s: Sequence[Sequence[float]],
+    step_s: Sequence[float],
+) -> RepricedGroup:
+    """Re-price a group from its training steps (see the module).
+
+    Args:
+        costs: Per worker, the cost model the decision used.
+        slices: Per worker, its slice at each measured step.
+        busy_s: Per worker, its busy (loader-bound) seconds at the same steps.
+        step_s: The group's step wall times (the slowest rank's view).
+
+    Raises:
+        AllocationError: Lengths differ, or nothing valid was measured.
+    """
+    if not (len(costs) == len(slices) == len(busy_s)):
+        raise AllocationError(
+            f"reprice_from_steps needs one entry per worker: {len(costs)} cost models, "
+            f"{len(slices)} slice lists, {len(busy_s)} busy lists"
+        )
+    walls = [float(w) for w in step_s if math.isfinite(float(w)) and float(w) > 0]
+    if not walls:
+        raise AllocationError("reprice_from_steps needs at least one measured step time")
+    scaled: list[CostModel] = []
+    busiest = 0.0
+    for cost, sizes, busy in zip(costs, slices, busy_s):
+        pairs = [
+            (int(b), float(t))
+            for b, t in zip(sizes, busy)
+            if int(b) > 0 and math.isfinite(float(t)) and float(t) > 0
+        ]
+        if not pairs:
+            scaled.append(cost)
+            continue
+        factor = statistics.median(t / cost.time(b) for b, t in pairs)
+        scaled.append(CostModel(cost.alpha * factor, cost.beta * factor))
+        busiest = max(busiest, statistics.median(t for _, t in pairs))
+    step = statistics.median(walls)
+    return RepricedGroup(tuple(scaled), max(0.0, step - busiest), step)
 
 
 @dataclass(frozen=True)

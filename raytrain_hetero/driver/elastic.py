@@ -60,6 +60,8 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
 
     NODE_VIEW_INTERVAL_S = 1.0
     ADMISSION_POLL_INTERVAL_S = 0.5
+    #: Seconds between reads of a known decision (a re-take replaces it).
+    ADMISSION_REPOLL_INTERVAL_S = 5.0
 
     def __init__(
         self,
@@ -177,15 +179,24 @@ class HeteroElasticScalingPolicy(ElasticScalingPolicy):
         return count_placeable_prefix(slots, reserved_resources, limit)
 
     def _admitted_slots(self) -> tuple[int, ...] | None:
-        """Slots the run's admission decision keeps (None: none yet, or not auto); polled at
-        most every ``ADMISSION_POLL_INTERVAL_S``, fixed once known."""
-        if self._run_id is None or self._admitted is not None:
-            return self._admitted
-        now = time.monotonic()
-        if now - self._admission_poll_time < self.ADMISSION_POLL_INTERVAL_S:
+        """Slots the run's group decision keeps (None: none yet, or not auto); polled at most
+        every ``ADMISSION_POLL_INTERVAL_S`` until known, then every
+        ``ADMISSION_REPOLL_INTERVAL_S`` (a re-take may change them); an unreadable actor
+        leaves the last known slots."""
+        if self._run_id is None:
             return None
+        now = time.monotonic()
+        every = (
+            self.ADMISSION_POLL_INTERVAL_S
+            if self._admitted is None
+            else self.ADMISSION_REPOLL_INTERVAL_S
+        )
+        if now - self._admission_poll_time < every:
+            return self._admitted
         self._admission_poll_time = now
-        self._admitted = kept_slot_order(self._run_id)
+        latest = kept_slot_order(self._run_id)
+        if latest is not None:
+            self._admitted = latest
         return self._admitted
 
 

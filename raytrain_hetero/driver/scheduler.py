@@ -258,9 +258,10 @@ class HeteroScheduler:
         for samples in self._samples.values():
             samples.clear()
 
-    def record_admission(self, decision: dict[str, Any]) -> None:
-        """The run's admission decision (the first one wins: decided once per run)."""
-        if self._admission is None:
+    def record_admission(self, decision: dict[str, Any], retake: bool = False) -> None:
+        """The run's group decision: the first one wins (decided once per run), unless
+        ``retake`` (the deciding group measured it wrong and decided again: it replaces it)."""
+        if self._admission is None or retake:
             self._admission = dict(decision)
             logger.info("%s", decision.get("summary", "admission decided"))
 

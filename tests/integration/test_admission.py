@@ -3,7 +3,8 @@
 listed FIRST (users do not know which worker is slow before measuring): the decision leaves it
 out, Ray Train re-sizes the group to two workers that host the two fast slots, and the run
 finishes on them. Decided twice: by an explicit probe before step 0, and under the cheap start
-at the end of the passive window (the window's steps are trained again by the kept group)."""
+at the end of the passive window (the window's steps are trained again by the kept group).
+Re-taken: a group that kept everyone and then runs below its prediction decides again."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from admission_loops import admission_loop
 
 from raytrain_hetero import HeteroTrainer, WorkerSpec
-from raytrain_hetero.config import BatchConfig, ProbeConfig
+from raytrain_hetero.config import BatchConfig, EmulationConfig, ProbeConfig
 
 pytestmark = pytest.mark.ray
 
@@ -98,4 +99,38 @@ def test_the_cheap_start_decides_at_the_passive_windows_end(ray_local, tmp_path,
     assert sorted(r["worker"] for r in records) == ["fast-0", "fast-1"]
     assert all(r["steps"] == 8 for r in records)
     # The first group started on the prior (three slices), the run ends on two.
+    assert trainer.plans[0].world_size == 3 and trainer.plans[-1].world_size == 2
+
+
+def test_a_group_that_runs_below_its_prediction_decides_again(ray_local, tmp_path, run_config):
+    """Three equal workers: the window's decision keeps all three. From step 4 one of them is
+    60x slower (EMULATED, scheduled): the group's next ten steps run far below the decision's
+    prediction, so it re-prices from them and decides again. At 60x even a one-sample slice
+    costs that worker more than the other two's whole step (at 20x the re-take rightly keeps
+    it on a one-sample slice), so it stands by and the run finishes on the other two (from
+    the start: the loop keeps no checkpoint)."""
+    out = tmp_path / "retake"
+    out.mkdir()
+    trainer = HeteroTrainer(
+        admission_loop,
+        train_loop_config={"size": 960, "epochs": 2, "out": str(out)},  # 20 steps an epoch
+        workers=[WorkerSpec(name="fast", count=3, emulated_slowdown=8.0)],
+        batch=BatchConfig(global_batch_size=48),
+        probe=ProbeConfig(group="train", remember=False),
+        emulation=EmulationConfig(slowdowns=[{"factor": 60.0, "worker": "fast-2", "from_step": 4}]),
+        run_config=run_config,
+    )
+    result = trainer.fit()
+    assert result.error is None
+
+    decision = trainer.admission
+    assert decision is not None
+    assert "below it" in decision["retake"], decision.get("retake")
+    verdicts = {w["worker"]: w["verdict"] for w in decision["workers"]}
+    assert verdicts == {"fast-0": "train", "fast-1": "train", "fast-2": "stand_by"}
+    assert decision["keep_slots"] == [0, 1]
+    records = [json.loads(p.read_text()) for p in out.glob("*_rank*.json")]
+    assert {r["world_size"] for r in records} == {2}
+    assert sorted(r["worker"] for r in records) == ["fast-0", "fast-1"]
+    assert all(r["steps"] == 40 for r in records)
     assert trainer.plans[0].world_size == 3 and trainer.plans[-1].world_size == 2

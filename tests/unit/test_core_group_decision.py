@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import combinations
 
 import pytest
@@ -18,7 +19,7 @@ from raytrain_hetero.core.group_price import (
     noise_margin,
     price_exchange,
 )
-from raytrain_hetero.core.group_retake import check_retake
+from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps
 from raytrain_hetero.errors import AllocationError
 
 B = 192
@@ -200,6 +201,69 @@ def test_retake_when_the_group_runs_below_its_prediction_and_the_worker_comes_ba
     workers[2] = cpu("slow", 2e-2)
     again = decide_group(B, workers, GLOO, noise=0.05)
     assert again.trainers == (0, 1, 2)
+
+
+def test_a_group_that_kept_everyone_and_ran_slow_is_repriced_and_stands_the_slow_pair_by():
+    """cpu-gpu-shape's seed 2: the window's noise kept every worker (+22 % < the margin); the
+    group then ran 26 % below its prediction. Re-priced from its own steps (costs as they
+    measured, the exchange as it showed), the re-take stands the slow pair by."""
+    fast = cpu("fast", 6.2e-3, 0.02)
+    slow = [cpu(f"slow-{i}", 0.25, 0.1, exchange_delay_s=0.3) for i in range(2)]
+    workers = [fast, *slow]
+    first = decide_group(B, workers, GLOO, noise=0.144)
+    assert first.trainers == (0, 1, 2)  # the gain stays inside a 14.4 % noise's margin
+    slices = first.chosen.slices
+    costs = [w.step for w in workers]
+    busy = [[c.time(b)] * 10 for c, b in zip(costs, slices)]  # the workers cost as priced
+    predicted_step = B / first.chosen.samples_per_s
+    walls = [predicted_step / 0.74] * 10  # the group ran at 0.74x its prediction
+    check = check_retake(first, B / walls[0], measured_steps=10)
+    assert check.retake and "below it" in check.reason
+    repriced = reprice_from_steps(costs, [[b] * 10 for b in slices], busy, walls)
+    assert [c.time(b) for c, b in zip(repriced.costs, slices)] == pytest.approx(
+        [c.time(b) for c, b in zip(costs, slices)]
+    )
+    assert repriced.exchange_s == pytest.approx(walls[0] - max(busy[r][0] for r in range(3)))
+    again = decide_group(
+        B,
+        [replace(w, step=c) for w, c in zip(workers, repriced.costs)],
+        GLOO,
+        noise=0.02,  # ten steps of equal times: the floor
+        measured_gradient_s={frozenset({0, 1, 2}): repriced.exchange_s},
+    )
+    assert again.trainers == (0,) and again.standing_by == (1, 2)
+    # What the group measured is what the re-take predicts for it.
+    assert again.everyone.samples_per_s == pytest.approx(B / walls[0], rel=0.02)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 0.05), st.floats(1e-4, 1e-2), st.integers(1, 64)),
+        min_size=1,
+        max_size=5,
+    ),
+    st.floats(0.2, 5.0),
+    st.floats(0.0, 0.5),
+)
+def test_repricing_predicts_what_each_worker_measured(workers, factor, extra):
+    costs = [CostModel(a, b) for a, b, _ in workers]
+    slices = [[n] * 3 for _, _, n in workers]
+    busy = [[c.time(n) * factor] * 3 for c, (_, _, n) in zip(costs, workers)]
+    walls = [max(t[0] for t in busy) + extra] * 3
+    repriced = reprice_from_steps(costs, slices, busy, walls)
+    for cost, new, (_, _, n) in zip(costs, repriced.costs, workers):
+        assert new.time(n) == pytest.approx(cost.time(n) * factor)
+        assert new.alpha * cost.beta == pytest.approx(new.beta * cost.alpha)  # shape kept
+    assert repriced.exchange_s == pytest.approx(extra, abs=1e-9)
+    # A step shorter than its slowest worker's busy time (timer noise) shows no exchange.
+    assert reprice_from_steps(costs, slices, busy, [(walls[0] - extra) / 2]).exchange_s == 0.0
+
+
+def test_repricing_refuses_what_it_cannot_use():
+    with pytest.raises(AllocationError, match="one entry per worker"):
+        reprice_from_steps([CostModel(0.0, 1e-3)], [], [], [1.0])
+    with pytest.raises(AllocationError, match="at least one measured step time"):
+        reprice_from_steps([CostModel(0.0, 1e-3)], [[1]], [[1.0]], [float("nan")])
 
 
 def test_retake_rules():

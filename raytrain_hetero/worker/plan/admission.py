@@ -12,6 +12,14 @@ stand by, stops the group before training for Ray Train's elastic controller to 
 the trainers' slots only (:mod:`raytrain_hetero.driver.elastic`). No rank gets a zero slice: a
 rank in the group pays every collective whatever its slice. A map-style dataset has no
 feeding path yet: its workers train or stand by.
+
+The group that decided then checks the decision against its own first
+:data:`RETAKE_AFTER_STEPS` training steps (:class:`GroupWatch`, :func:`retake_group`): when it
+runs below its prediction by more than the margin
+(:func:`~raytrain_hetero.core.group_retake.check_retake`), it re-prices from those steps
+(:func:`~raytrain_hetero.core.group_retake.reprice_from_steps`: each worker's cost as measured,
+the full group's exchange as it showed) and decides again; a decision that now leaves workers
+out replaces the recorded one and the group restarts without them.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -37,14 +47,26 @@ from raytrain_hetero.core.group_price import (
     fit_link_cost,
     prediction_noise,
 )
+from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps
 from raytrain_hetero.errors import AllocationError, ConfigError, HeteroError
 from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
 from raytrain_hetero.worker.plan.planning import gather_rank_slots
-from raytrain_hetero.worker.setup.identity import RankIdentity
+from raytrain_hetero.worker.setup.identity import RankIdentity, all_gather
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["admission_record", "apply_admission", "assess_admission", "group_report"]
+__all__ = [
+    "RETAKE_AFTER_STEPS",
+    "GroupWatch",
+    "admission_record",
+    "apply_admission",
+    "assess_admission",
+    "group_report",
+    "retake_group",
+]
+
+#: Training steps of a deciding group measured before its decision is checked against them.
+RETAKE_AFTER_STEPS = 10
 
 #: Seconds a group that left workers out waits for Ray Train to restart it without them.
 RESTART_TIMEOUT_S = float(os.environ.get("RAYTRAIN_HETERO_ADMISSION_RESTART_TIMEOUT_S", "120"))
@@ -89,6 +111,7 @@ def assess_admission(
     step_seconds: Sequence[Sequence[float]] = (),
     *,
     mode: str | None = None,
+    full_group_exchange_s: float | None = None,
 ) -> tuple[GroupDecision, tuple[float, ...]]:
     """The group decision for this group (a collective; identical on every rank).
 
@@ -98,6 +121,8 @@ def assess_admission(
     whole group's fitted link plus each member's emulated link delay. ``step_seconds``: per
     rank, its calibration step times (the prediction's noise; empty: the noise floor).
     ``mode``: the decision's mode (default ``ProbeConfig.group``).
+    ``full_group_exchange_s``: the exchange this whole group showed while training (a
+    re-take): it prices the whole group's gradient exchange instead of the timed all-reduce.
 
     Returns:
         The decision and the gradient all-reduce seconds of the k fastest, at index k - 1.
@@ -125,6 +150,8 @@ def assess_admission(
         dist.destroy_process_group(group)
         collective.append(seconds)
         measured[frozenset(members)] = seconds
+    if full_group_exchange_s is not None:
+        measured[frozenset(range(identity.world_size))] = float(full_group_exchange_s)
     logger.info(
         "gradient all-reduce of the k fastest workers, k = 1..%d: %s ms",
         len(order),
@@ -232,11 +259,16 @@ def apply_admission(
     rank_slots: Sequence[int],
     scheduler: Any,
     step_seconds: Sequence[Sequence[float]] = (),
+    *,
+    retake: str | None = None,
+    full_group_exchange_s: float | None = None,
 ) -> GroupDecision | None:
     """``group`` ``train`` / ``auto`` at a group's first plan: decide once, then act on it.
 
     Only a full group decides (no slot left out unmeasured), once per run (rank 0 asks the
-    scheduler) until the decision is cleared (a re-take). Rank 0 records the decision
+    scheduler), unless ``retake`` (why this group decides again, :func:`retake_group`; with
+    ``full_group_exchange_s``, the exchange it showed): its decision then replaces the
+    recorded one. Rank 0 records the decision
     (:func:`admission_record`) and logs each worker's verdict and reason; if this group holds
     a worker that does not train, every rank waits for the elastic controller to restart the
     group on the kept slots. ``scheduler`` is rank 0's client (None elsewhere).
@@ -255,7 +287,7 @@ def apply_admission(
     if box[0] == "unreachable":
         logger.warning("group decision: needs the run's scheduler actor, which is unreachable")
         return None
-    if box[0] is not None:
+    if box[0] is not None and retake is None:
         logger.info("group decided earlier in this run: %s", box[0].get("summary", ""))
         return None
     if identity.world_size < identity.setup.max_world_size:
@@ -266,7 +298,14 @@ def apply_admission(
             identity.setup.max_world_size,
         )
         return None
-    decision, collective = assess_admission(identity, model, costs, rank_slots, step_seconds)
+    decision, collective = assess_admission(
+        identity,
+        model,
+        costs,
+        rank_slots,
+        step_seconds,
+        full_group_exchange_s=full_group_exchange_s,
+    )
     kept = kept_slots(
         [rank_slots[r] for r in decision.trainers],
         [rank_slots[r] for r in decision.preference],
@@ -283,7 +322,10 @@ def apply_admission(
                 worker.verdict.upper(),
                 worker.reason,
             )
-        scheduler.record_admission(admission_record(decision, collective, kept))
+        record = admission_record(decision, collective, kept)
+        if retake is not None:
+            record["retake"] = retake
+        scheduler.record_admission(record, retake=retake is not None)
     if not dropped:
         return decision
     logger.info(
@@ -299,4 +341,87 @@ def apply_admission(
         f"the group without them within {RESTART_TIMEOUT_S:.0f} s. Fix: check that the run is "
         "elastic (HeteroTrainer makes it so with probe.group train or auto), or set "
         "probe.group: all."
+    )
+
+
+@dataclass
+class GroupWatch:
+    """The steps a deciding group trains after its decision, to check it (:func:`retake_group`).
+
+    Attributes:
+        decision: The group's decision (every rank holds the same).
+        costs: The cost models it was decided on, per rank.
+        rank_slots: Each rank's worker slot.
+        slices: This rank's slice at each watched step.
+        busy: This rank's busy (loader-bound) seconds at each watched step.
+        wall: This rank's wall seconds of each watched step.
+    """
+
+    decision: GroupDecision
+    costs: tuple[CostModel, ...]
+    rank_slots: tuple[int, ...]
+    slices: list[int] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+
+    def add(self, slice_: int, busy_s: float, wall_s: float) -> int:
+        """Take one step of this rank; returns how many are watched."""
+        self.slices.append(int(slice_))
+        self.busy.append(float(busy_s))
+        self.wall.append(float(wall_s))
+        return len(self.wall)
+
+
+def retake_group(
+    identity: RankIdentity, model: Any, scheduler: Any, watch: GroupWatch
+) -> GroupDecision | None:
+    """Check the group's decision against its watched steps; decide again if it missed.
+
+    A collective: every rank calls it at the same step, gathers every rank's watched steps
+    and takes the same branch. The group's rate is the global batch over the median step
+    (each step's slowest rank); :func:`~raytrain_hetero.core.group_retake.check_retake` says
+    whether it missed its prediction beyond the margin. If so, the workers are re-priced
+    from these steps and :func:`apply_admission` decides again (the noise: these steps'
+    standard errors), recording the new decision with the reason.
+
+    Returns:
+        The new decision, or None when the decision holds.
+    """
+    gathered = all_gather([watch.slices, watch.busy, watch.wall])
+    slices = [g[0] for g in gathered]
+    busy = [g[1] for g in gathered]
+    steps = min(len(g[2]) for g in gathered)
+    walls = [max(float(g[2][i]) for g in gathered) for i in range(steps)]
+    total = identity.setup.batch.global_batch_size
+    measured = total / statistics.median(walls) if walls else math.nan
+    check = check_retake(
+        watch.decision, measured, measured_steps=steps, min_steps=RETAKE_AFTER_STEPS
+    )
+    if identity.rank == 0:
+        logger.info("group decision check: %s", check.reason)
+    if not check.retake:
+        return None
+    repriced = reprice_from_steps(watch.costs, slices, busy, walls)
+    if identity.rank == 0:
+        logger.info(
+            "group re-priced from %d steps: per rank %s; the whole group's exchange %.1f ms "
+            "(median step %.1f ms)",
+            steps,
+            ", ".join(
+                f"{r}: slices {sorted(set(slices[r]))} {old.time(slices[r][-1]) * 1e3:.1f} -> "
+                f"{new.time(slices[r][-1]) * 1e3:.1f} ms"
+                for r, (old, new) in enumerate(zip(watch.costs, repriced.costs))
+            ),
+            repriced.exchange_s * 1e3,
+            repriced.step_s * 1e3,
+        )
+    return apply_admission(
+        identity,
+        model,
+        repriced.costs,
+        watch.rank_slots,
+        scheduler,
+        busy,
+        retake=check.reason,
+        full_group_exchange_s=repriced.exchange_s,
     )

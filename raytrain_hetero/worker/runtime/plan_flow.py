@@ -10,16 +10,24 @@ every rank; :mod:`~raytrain_hetero.worker.runtime.handoff`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 
+from raytrain_hetero.core.allocation import CostModel
+from raytrain_hetero.core.group_decision import GroupDecision
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.plan_words import explain_slices
 from raytrain_hetero.core.records import StepRecord
 from raytrain_hetero.worker.data.micro_batches import pass_caps_note
-from raytrain_hetero.worker.plan.admission import apply_admission
+from raytrain_hetero.worker.plan.admission import (
+    RETAKE_AFTER_STEPS,
+    GroupWatch,
+    apply_admission,
+    retake_group,
+)
 from raytrain_hetero.worker.plan.calibration import (
     ProbeInputs,
     known_costs,
@@ -49,6 +57,7 @@ __all__ = [
     "install_run_plan",
     "on_step_end",
     "sync_with_scheduler",
+    "watch_group_decision",
 ]
 
 
@@ -100,9 +109,10 @@ def install_first_plan(runtime: WorkerRuntime, inputs: ProbeInputs) -> None:
         )
         remember_cost(identity, plans, costs[identity.rank])
         if setup.probe.group != "all" and not setup.parallel.model_parallel:
-            apply_admission(
+            decision = apply_admission(
                 identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds
             )
+            _watch_decision(runtime, decision, costs, rank_slots)
         plan = build_plan(identity, plans, costs=costs, effective_step=start, reason=how)
         # The slices in words (each rank's fixed and per-sample cost, and why a rank held at
         # the minimum gets so little), once they are allocated.
@@ -131,7 +141,40 @@ def decide_group_after_window(runtime: WorkerRuntime, window: PassiveWindow) -> 
         return
     step_seconds = all_gather([s.busy_s for s in window.samples if s.valid])
     rank_slots = gather_rank_slots(identity, plans)
-    apply_admission(identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds)
+    decision = apply_admission(
+        identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds
+    )
+    _watch_decision(runtime, decision, costs, rank_slots)
+
+
+def _watch_decision(
+    runtime: WorkerRuntime,
+    decision: GroupDecision | None,
+    costs: Sequence[CostModel],
+    rank_slots: Sequence[int],
+) -> None:
+    """The group that decided, and trains on, checks its decision on its next steps
+    (:func:`watch_group_decision`)."""
+    if decision is not None and decision.mode != "all":
+        runtime.group_watch = GroupWatch(decision, tuple(costs), tuple(rank_slots))
+
+
+def watch_group_decision(runtime: WorkerRuntime, record: StepRecord) -> None:
+    """Count a step towards this group's decision check; at the
+    :data:`~raytrain_hetero.worker.plan.admission.RETAKE_AFTER_STEPS`-th, check it (a
+    collective at the same step on every rank: all started watching at the same step) and
+    decide again if the group missed its prediction
+    (:func:`~raytrain_hetero.worker.plan.admission.retake_group`). One check per decision."""
+    watch = runtime.group_watch
+    if watch is None:
+        return
+    current = runtime.plans.current
+    if current is not None and record.plan_version != current.version:
+        return  # a step of an older plan (the prior's, before the decided plan took effect)
+    if watch.add(record.slice, record.busy_s, record.wall_s) < RETAKE_AFTER_STEPS:
+        return
+    runtime.group_watch = None
+    retake_group(runtime.identity, runtime.model, runtime.scheduler, watch)
 
 
 def on_step_end(runtime: WorkerRuntime, record: StepRecord) -> None:
@@ -152,6 +195,8 @@ def _after_step(runtime: WorkerRuntime, record: StepRecord) -> None:
     measured = passive_step(runtime.identity, runtime.plans, record)
     if window is not None and runtime.plans.passive is None:  # the window closed at this step
         decide_group_after_window(runtime, window)
+    else:
+        watch_group_decision(runtime, record)
     if measured is not None:
         fault_point(runtime.identity, "plan_switch", step=measured.effective_step - 1)
         install_run_plan(runtime, measured)

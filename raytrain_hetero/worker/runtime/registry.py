@@ -31,6 +31,7 @@ from raytrain_hetero.worker.sync.guard import StepGuard
 
 if TYPE_CHECKING:
     from raytrain_hetero.worker.data.sampler import LoaderState
+    from raytrain_hetero.worker.plan.admission import GroupWatch
     from raytrain_hetero.worker.state.rng_state import RngState
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ class WorkerRuntime:
         Each part has one writer: ``loader`` once ``prepare_data_loader`` ran, ``model`` (the
         prepared model, for probing and calibration) by ``prepare_model``, ``pending_rng``
         (generator states from the checkpoint) until the loader applies them, ``preemption`` (step
-    and checkpoint times, the agreed hand-off) by :mod:`~raytrain_hetero.worker.runtime.handoff`.
+    and checkpoint times, the agreed hand-off) by :mod:`~raytrain_hetero.worker.runtime.handoff`,
+    ``group_watch`` (the steps checking this group's own group decision) by
+    :mod:`~raytrain_hetero.worker.runtime.plan_flow`.
     """
 
     identity: RankIdentity
@@ -59,6 +62,7 @@ class WorkerRuntime:
     guard: StepGuard | None = None
     pending_rng: RngState | None = None
     preemption: PreemptionWatch = field(default_factory=PreemptionWatch)
+    group_watch: GroupWatch | None = None
 
     @classmethod
     def start(cls, identity: RankIdentity) -> WorkerRuntime:
