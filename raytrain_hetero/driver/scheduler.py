@@ -258,10 +258,11 @@ class HeteroScheduler:
         for samples in self._samples.values():
             samples.clear()
 
-    def record_admission(self, decision: dict[str, Any], retake: bool = False) -> None:
-        """The run's group decision: the first one wins (decided once per run), unless
-        ``retake`` (the deciding group measured it wrong and decided again: it replaces it)."""
-        if self._admission is None or retake:
+    def record_admission(self, decision: dict[str, Any]) -> None:
+        """The run's group decision: the first one wins (decided once per run), unless it
+        carries a ``retake`` reason (the deciding group measured it wrong and decided again:
+        it replaces the recorded one)."""
+        if self._admission is None or decision.get("retake"):
             self._admission = dict(decision)
             logger.info("%s", decision.get("summary", "admission decided"))
 

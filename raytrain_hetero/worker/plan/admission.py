@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -325,7 +324,7 @@ def apply_admission(
         record = admission_record(decision, collective, kept)
         if retake is not None:
             record["retake"] = retake
-        scheduler.record_admission(record, retake=retake is not None)
+        scheduler.record_admission(record)
     if not dropped:
         return decision
     logger.info(
@@ -392,8 +391,8 @@ def retake_group(
     busy = [g[1] for g in gathered]
     steps = min(len(g[2]) for g in gathered)
     walls = [max(float(g[2][i]) for g in gathered) for i in range(steps)]
-    total = identity.setup.batch.global_batch_size
-    measured = total / statistics.median(walls) if walls else math.nan
+    repriced = reprice_from_steps(watch.costs, slices, busy, walls)
+    measured = identity.setup.batch.global_batch_size / repriced.step_s
     check = check_retake(
         watch.decision, measured, measured_steps=steps, min_steps=RETAKE_AFTER_STEPS
     )
@@ -401,7 +400,6 @@ def retake_group(
         logger.info("group decision check: %s", check.reason)
     if not check.retake:
         return None
-    repriced = reprice_from_steps(watch.costs, slices, busy, walls)
     if identity.rank == 0:
         logger.info(
             "group re-priced from %d steps: per rank %s; the whole group's exchange %.1f ms "

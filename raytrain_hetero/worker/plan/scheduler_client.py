@@ -230,9 +230,9 @@ class SchedulerClient:
             self._actor = None
             return "unreachable"
 
-    def record_admission(self, decision: dict[str, Any], *, retake: bool = False) -> None:
-        """Record the run's admission decision and wait until the actor has it (``retake``:
-        it replaces the one recorded).
+    def record_admission(self, decision: dict[str, Any]) -> None:
+        """Record the run's admission decision and wait until the actor has it (one with a
+        ``retake`` reason replaces the one recorded).
 
         The elastic controller reads it there, so it must be stored before the group waits
         to be re-sized.
@@ -240,7 +240,7 @@ class SchedulerClient:
         actor = self._handle()
         if actor is None:
             raise HeteroError("admission decision not recorded: the scheduler is unreachable")
-        ray.get(actor.record_admission.remote(decision, retake), timeout=POLL_TIMEOUT_S)
+        ray.get(actor.record_admission.remote(decision), timeout=POLL_TIMEOUT_S)
 
     def _trim(self) -> None:
         if len(self._buffer) > self.max_buffer:
