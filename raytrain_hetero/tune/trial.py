@@ -37,6 +37,7 @@ from raytrain_hetero.driver._ray_compat import (
     run_backend_config,
     tune_trial_actor,
 )
+from raytrain_hetero.errors import ConfigError
 
 __all__ = [
     "ControllerMailbox",
@@ -186,7 +187,13 @@ class EndTrainRunOnStop(Callback):
     """
 
     def __init__(self, timeout_s: float = 180.0) -> None:
-        self._timeout_s = timeout_s
+        if not (isinstance(timeout_s, int | float) and 0 < timeout_s < float("inf")):
+            raise ConfigError(
+                f"EndTrainRunOnStop(timeout_s={timeout_s!r}): the longest wait for a stopped "
+                "trial's wind-down must be a finite number of seconds > 0. Fix: pass e.g. "
+                "timeout_s=180."
+            )
+        self._timeout_s = float(timeout_s)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         actor = tune_trial_actor(trial)

@@ -440,6 +440,14 @@ def test_inside_a_tune_trial_the_precheck_waits_for_room_past_the_timeout(ray_lo
     assert grid[0].metrics["placed"] == 1
 
 
+@pytest.mark.parametrize("timeout_s", [0, -1.0, float("inf"), "60"])
+def test_end_train_run_on_stop_refuses_a_wait_that_is_no_number_of_seconds(timeout_s):
+    from raytrain_hetero.tune.trial import EndTrainRunOnStop
+
+    with pytest.raises(ConfigError, match=r"finite number of seconds > 0\. Fix: pass e\.g\."):
+        EndTrainRunOnStop(timeout_s)  # type: ignore[arg-type]
+
+
 def test_tune_subcommand_parses():
     from raytrain_hetero.app.cli import build_parser
 
