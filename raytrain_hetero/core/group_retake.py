@@ -25,7 +25,14 @@ from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.group_decision import GroupDecision
 from raytrain_hetero.errors import AllocationError
 
-__all__ = ["RepricedGroup", "RetakeCheck", "check_retake", "reprice_from_steps"]
+__all__ = [
+    "RepricedGroup",
+    "RetakeCheck",
+    "RetakeOutcome",
+    "check_retake",
+    "reprice_from_steps",
+    "settle_retake",
+]
 
 
 @dataclass(frozen=True)
@@ -98,12 +105,17 @@ class RetakeCheck:
         error: ``ratio - 1``, for :func:`~raytrain_hetero.core.group_price.prediction_noise`'s
             ``past_errors``.
         reason: One line with the numbers.
+        reprice: Re-price from the measured steps and decide again even though the group
+            ran within its margin; act only if the verdicts change (:func:`settle_retake`).
+            The decision's margin came from a short window's noise; the group's own steps
+            price it with far less.
     """
 
     retake: bool
     ratio: float
     error: float
     reason: str
+    reprice: bool = False
 
 
 def check_retake(
@@ -160,4 +172,48 @@ def check_retake(
             error,
             f"{head}; standing-by workers are re-priced every {standby_recheck_steps} steps",
         )
-    return RetakeCheck(False, ratio, error, f"{head}: within it, keep the decision")
+    return RetakeCheck(
+        False,
+        ratio,
+        error,
+        f"{head}: within it, re-price from the steps and keep the decision unless it changes",
+        reprice=True,
+    )
+
+
+@dataclass(frozen=True)
+class RetakeOutcome:
+    """What a re-priced decision does (:func:`settle_retake`).
+
+    Attributes:
+        act: Record the new decision (and restart the group if it leaves workers out).
+        reason: One line: why it acts, or why the decision stands.
+    """
+
+    act: bool
+    reason: str
+
+
+def _verdicts(decision: GroupDecision) -> tuple[str, ...]:
+    return tuple(w.verdict for w in decision.workers)
+
+
+def settle_retake(check: RetakeCheck, before: GroupDecision, after: GroupDecision) -> RetakeOutcome:
+    """Whether the decision re-priced from the group's steps replaces the one it was checked
+    against (pure).
+
+    A check that asked for a re-take acts whatever the new verdicts. A re-pricing within the
+    margin (``check.reprice``) acts only when some worker's verdict changes: the new
+    decision then stands on the steps' own noise (its margin), which the new verdict
+    already cleared; an unchanged decision is kept as recorded (no restart, no new line).
+    """
+    if check.retake:
+        return RetakeOutcome(True, check.reason)
+    if not check.reprice or _verdicts(after) == _verdicts(before):
+        return RetakeOutcome(False, f"{check.reason}: the re-priced decision agrees")
+    return RetakeOutcome(
+        True,
+        f"{check.reason}: re-priced from the group's steps, the decision changes "
+        f"(trainers {list(before.trainers)} -> {list(after.trainers)}, "
+        f"{after.chosen.samples_per_s:.1f} samples/s predicted, margin {after.margin:.1%})",
+    )

@@ -19,7 +19,7 @@ from raytrain_hetero.core.group_price import (
     noise_margin,
     price_exchange,
 )
-from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps
+from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps, settle_retake
 from raytrain_hetero.errors import AllocationError
 
 B = 192
@@ -264,6 +264,50 @@ def test_repricing_refuses_what_it_cannot_use():
         reprice_from_steps([CostModel(0.0, 1e-3)], [], [], [1.0])
     with pytest.raises(AllocationError, match="at least one measured step time"):
         reprice_from_steps([CostModel(0.0, 1e-3)], [[1]], [[1.0]], [float("nan")])
+
+
+def test_a_group_within_its_margin_is_repriced_and_acts_only_when_a_verdict_changes():
+    """cpu-gpu-shape's seed 2 as measured: the window's noise (21.7 %) gave a 55 % margin, so
+    the group running at 0.83x its prediction stayed within it. Re-priced from its own ten
+    steps (equal times: the noise floor), the fast worker alone now clears the new margin:
+    the verdicts change and the re-take acts. A re-pricing that keeps every verdict does not."""
+    fast = cpu("fast", 6.2e-3, 0.02)
+    slow = [cpu(f"slow-{i}", 0.25, 0.1, exchange_delay_s=0.3) for i in range(2)]
+    workers = [fast, *slow]
+    first = decide_group(B, workers, GLOO, noise=0.217)
+    assert first.trainers == (0, 1, 2) and first.margin > 0.5
+    slices = first.chosen.slices
+    costs = [w.step for w in workers]
+    busy = [[c.time(b)] * 10 for c, b in zip(costs, slices)]
+    walls = [B / first.chosen.samples_per_s / 0.83] * 10
+    check = check_retake(first, B / walls[0], measured_steps=10)
+    assert not check.retake and check.reprice and "within it" in check.reason
+    repriced = reprice_from_steps(costs, [[b] * 10 for b in slices], busy, walls)
+    again = decide_group(
+        B,
+        [replace(w, step=c) for w, c in zip(workers, repriced.costs)],
+        GLOO,
+        noise=0.02,
+        measured_gradient_s={frozenset({0, 1, 2}): repriced.exchange_s},
+    )
+    assert again.trainers == (0,)
+    outcome = settle_retake(check, first, again)
+    assert (
+        outcome.act
+        and "the decision changes" in outcome.reason
+        and "[0, 1, 2] -> [0]" in (outcome.reason)
+    )
+    # The same re-pricing with the first decision's verdicts: nothing to act on.
+    assert not settle_retake(check, first, first).act
+    # Too few steps or mode all: no re-pricing asked, nothing acts whatever the new verdicts.
+    early = check_retake(first, B / walls[0], measured_steps=3)
+    assert not early.reprice and not settle_retake(early, first, again).act
+    forced = decide_group(B, workers, GLOO, noise=0.217, mode="all")
+    settled = check_retake(forced, B / walls[0], measured_steps=10)
+    assert not settled.reprice and not settle_retake(settled, forced, again).act
+    # A check that asked for a re-take acts even when the verdicts stay.
+    below = check_retake(first, B / walls[0] * 0.3, measured_steps=10)
+    assert below.retake and settle_retake(below, first, first).act
 
 
 def test_retake_rules():

@@ -18,8 +18,10 @@ The group that decided then checks the decision against its own first
 runs below its prediction by more than the margin
 (:func:`~raytrain_hetero.core.group_retake.check_retake`), it re-prices from those steps
 (:func:`~raytrain_hetero.core.group_retake.reprice_from_steps`: each worker's cost as measured,
-the full group's exchange as it showed) and decides again; a decision that now leaves workers
-out replaces the recorded one and the group restarts without them.
+the full group's exchange as it showed) and decides again. Within the margin it re-prices and
+decides again too, acting only when a verdict changes (the first decision's margin came from a
+short window's noise). A decision that acts replaces the recorded one; one that leaves workers
+out restarts the group without them.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from raytrain_hetero.core.group_price import (
     fit_link_cost,
     prediction_noise,
 )
-from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps
+from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps, settle_retake
 from raytrain_hetero.errors import AllocationError, ConfigError, HeteroError
 from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
 from raytrain_hetero.worker.plan.planning import gather_rank_slots
@@ -305,6 +307,22 @@ def apply_admission(
         step_seconds,
         full_group_exchange_s=full_group_exchange_s,
     )
+    return _act_on_decision(identity, decision, collective, rank_slots, scheduler, retake)
+
+
+def _act_on_decision(
+    identity: RankIdentity,
+    decision: GroupDecision,
+    collective: Sequence[float],
+    rank_slots: Sequence[int],
+    scheduler: Any,
+    retake: str | None,
+) -> GroupDecision:
+    """Log and record ``decision`` (rank 0); if it leaves workers out, wait for the restart.
+
+    Raises:
+        HeteroError: The group was not restarted within ``RESTART_TIMEOUT_S``.
+    """
     kept = kept_slots(
         [rank_slots[r] for r in decision.trainers],
         [rank_slots[r] for r in decision.preference],
@@ -374,14 +392,19 @@ class GroupWatch:
 def retake_group(
     identity: RankIdentity, model: Any, scheduler: Any, watch: GroupWatch
 ) -> GroupDecision | None:
-    """Check the group's decision against its watched steps; decide again if it missed.
+    """Check the group's decision against its watched steps, re-price, and decide again.
 
     A collective: every rank calls it at the same step, gathers every rank's watched steps
     and takes the same branch. The group's rate is the global batch over the median step
-    (each step's slowest rank); :func:`~raytrain_hetero.core.group_retake.check_retake` says
-    whether it missed its prediction beyond the margin. If so, the workers are re-priced
-    from these steps and :func:`apply_admission` decides again (the noise: these steps'
-    standard errors), recording the new decision with the reason.
+    (each step's slowest rank); :func:`~raytrain_hetero.core.group_retake.check_retake`
+    compares it with the prediction. Unless the mode is ``all``, the workers are then
+    re-priced from these steps (their costs as measured, the whole group's exchange as it
+    showed) and the decision is taken again on them (the noise: these steps' standard
+    errors). :func:`~raytrain_hetero.core.group_retake.settle_retake` says whether it acts:
+    always when the group missed its prediction beyond the margin, otherwise only when a
+    verdict changes (the first decision's margin came from a short window's noise). An
+    acting decision replaces the recorded one, with the reason; one that leaves workers out
+    restarts the group without them.
 
     Returns:
         The new decision, or None when the decision holds.
@@ -398,7 +421,7 @@ def retake_group(
     )
     if identity.rank == 0:
         logger.info("group decision check: %s", check.reason)
-    if not check.retake:
+    if not (check.retake or check.reprice):
         return None
     if identity.rank == 0:
         logger.info(
@@ -413,13 +436,20 @@ def retake_group(
             repriced.exchange_s * 1e3,
             repriced.step_s * 1e3,
         )
-    return apply_admission(
+    decision, collective = assess_admission(
         identity,
         model,
         repriced.costs,
         watch.rank_slots,
-        scheduler,
         busy,
-        retake=check.reason,
+        mode=watch.decision.mode,
         full_group_exchange_s=repriced.exchange_s,
+    )
+    outcome = settle_retake(check, watch.decision, decision)
+    if not outcome.act:
+        if identity.rank == 0:
+            logger.info("group decision check: %s", outcome.reason)
+        return None
+    return _act_on_decision(
+        identity, decision, collective, watch.rank_slots, scheduler, outcome.reason
     )
