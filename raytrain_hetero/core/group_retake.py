@@ -7,7 +7,7 @@ every decision, so a re-take is how it comes back.
 
 :func:`reprice_from_steps` re-prices from the chosen group's own training steps: each
 worker's cost model scaled to what its steps measured, and the exchange the group showed
-(its step's wall time beyond its slowest worker's busy time). The chosen group's rate is
+(its step period, :func:`group_step_s`, beyond its slowest worker's busy time). The chosen group's rate is
 then what it measured, not a prediction: the miss is corrected, not carried as noise (fed
 in as ``past_errors`` instead, it would widen the margin and keep the same group).
 
@@ -30,6 +30,7 @@ __all__ = [
     "RetakeCheck",
     "RetakeOutcome",
     "check_retake",
+    "group_step_s",
     "reprice_from_steps",
     "settle_retake",
 ]
@@ -42,14 +43,38 @@ class RepricedGroup:
     Attributes:
         costs: Per worker, its cost model scaled so that it predicts the median of its
             measured busy times at the slices it had (the shape ``alpha : beta`` kept).
-        exchange_s: The exposed exchange the group showed: the median step's wall time
-            minus the slowest worker's median busy time, at least 0.
-        step_s: The median step's wall time.
+        exchange_s: The exposed exchange the group showed: the median of the given step
+            times minus the slowest worker's median busy time, at least 0.
+        step_s: The median of the given step times.
     """
 
     costs: tuple[CostModel, ...]
     exchange_s: float
     step_s: float
+
+
+def group_step_s(walls_per_worker: Sequence[Sequence[float]]) -> float:
+    """The group's step period from each worker's own step wall times (pure).
+
+    Per worker the median of its walls, then the largest of those. Workers step in lockstep,
+    so a worker that waits on a slower one shows the wait in its own walls at every step;
+    the slowest worker's typical wall is the group's period. A stall on one worker between
+    steps (the loop's own evaluation or logging on rank 0, every few steps) shows as a long
+    wall there and, at the next step, as a wait on the others: one step's largest wall would
+    count it in most steps and charge it to the exchange, which a smaller group pays as well.
+    Each worker's median leaves it out.
+
+    Raises:
+        AllocationError: No worker has a finite positive wall time.
+    """
+    medians = []
+    for walls in walls_per_worker:
+        valid = [float(w) for w in walls if math.isfinite(float(w)) and float(w) > 0]
+        if valid:
+            medians.append(statistics.median(valid))
+    if not medians:
+        raise AllocationError("group_step_s needs at least one measured step time")
+    return max(medians)
 
 
 def reprice_from_steps(
@@ -64,7 +89,7 @@ def reprice_from_steps(
         costs: Per worker, the cost model the decision used.
         slices: Per worker, its slice at each measured step.
         busy_s: Per worker, its busy (loader-bound) seconds at the same steps.
-        step_s: The group's step wall times (the slowest rank's view).
+        step_s: The group's step periods (one per step, or :func:`group_step_s`'s one).
 
     Raises:
         AllocationError: Lengths differ, or nothing valid was measured.

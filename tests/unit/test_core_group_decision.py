@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from itertools import combinations
 
@@ -19,7 +20,12 @@ from raytrain_hetero.core.group_price import (
     noise_margin,
     price_exchange,
 )
-from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps, settle_retake
+from raytrain_hetero.core.group_retake import (
+    check_retake,
+    group_step_s,
+    reprice_from_steps,
+    settle_retake,
+)
 from raytrain_hetero.errors import AllocationError
 
 B = 192
@@ -308,6 +314,34 @@ def test_a_group_within_its_margin_is_repriced_and_acts_only_when_a_verdict_chan
     # A check that asked for a re-take acts even when the verdicts stay.
     below = check_retake(first, B / walls[0] * 0.3, measured_steps=10)
     assert below.retake and settle_retake(below, first, first).act
+
+
+def test_a_stall_of_one_rank_between_steps_is_not_charged_to_the_exchange():
+    """hetero2 (scale 2, `group: train`) as measured: rank 0 evaluates after every third step
+    (0.63 s), so its wall is long there and rank 1's is long at the next step (it waits).
+    Each step's largest wall (1.7 s in two steps of three) made the exchange look 0.64 s and
+    stood the slow worker by; the slowest rank's median wall is the group's period."""
+    r0 = [1.30, 1.09 + 0.63, 1.05, 1.05, 1.04 + 0.63, 1.04, 1.04, 1.04 + 0.63, 1.05, 1.06]
+    r1 = [1.30, 1.09, 1.05 + 0.63, 1.05, 1.04, 1.04 + 0.63, 1.04, 1.04, 1.05 + 0.63, 1.06]
+    assert group_step_s([r0, r1]) == pytest.approx(1.06, abs=0.02)
+    assert statistics.median(max(a, b) for a, b in zip(r0, r1)) > 1.6  # the old reading
+    costs = [CostModel(0.0, 1.0 / 144), CostModel(0.0, 1.0 / 48)]  # both 1.0 s a step
+    busy = [[1.0] * 10, [1.0] * 10]
+    repriced = reprice_from_steps(costs, [[144] * 10, [48] * 10], busy, [group_step_s([r0, r1])])
+    assert repriced.exchange_s == pytest.approx(0.06, abs=0.02)
+    workers = [cpu("fast", 1.0 / 144, 0.0), cpu("slow", 1.0 / 48, 0.0)]
+    again = decide_group(
+        B,
+        [replace(w, step=c) for w, c in zip(workers, repriced.costs)],
+        GLOO,
+        noise=0.02,
+        measured_gradient_s={frozenset({0, 1}): repriced.exchange_s},
+    )
+    assert again.trainers == (0, 1)
+    # A worker that is slow at every step sets the period: its wait is on every rank.
+    assert group_step_s([[1.0] * 5, [1.6] * 5]) == pytest.approx(1.6)
+    with pytest.raises(AllocationError, match="at least one measured step time"):
+        group_step_s([[float("nan")], []])
 
 
 def test_retake_rules():

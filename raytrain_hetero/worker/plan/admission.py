@@ -48,7 +48,12 @@ from raytrain_hetero.core.group_price import (
     fit_link_cost,
     prediction_noise,
 )
-from raytrain_hetero.core.group_retake import check_retake, reprice_from_steps, settle_retake
+from raytrain_hetero.core.group_retake import (
+    check_retake,
+    group_step_s,
+    reprice_from_steps,
+    settle_retake,
+)
 from raytrain_hetero.errors import AllocationError, ConfigError, HeteroError
 from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
 from raytrain_hetero.worker.plan.planning import gather_rank_slots
@@ -395,9 +400,10 @@ def retake_group(
     """Check the group's decision against its watched steps, re-price, and decide again.
 
     A collective: every rank calls it at the same step, gathers every rank's watched steps
-    and takes the same branch. The group's rate is the global batch over the median step
-    (each step's slowest rank); :func:`~raytrain_hetero.core.group_retake.check_retake`
-    compares it with the prediction. Unless the mode is ``all``, the workers are then
+    and takes the same branch. The group's rate is the global batch over its step period
+    (:func:`~raytrain_hetero.core.group_retake.group_step_s`: the slowest rank's median
+    wall, so a stall of one rank between steps is not charged to the exchange);
+    :func:`~raytrain_hetero.core.group_retake.check_retake` compares it with the prediction. Unless the mode is ``all``, the workers are then
     re-priced from these steps (their costs as measured, the whole group's exchange as it
     showed) and the decision is taken again on them (the noise: these steps' standard
     errors). :func:`~raytrain_hetero.core.group_retake.settle_retake` says whether it acts:
@@ -413,8 +419,9 @@ def retake_group(
     slices = [g[0] for g in gathered]
     busy = [g[1] for g in gathered]
     steps = min(len(g[2]) for g in gathered)
-    walls = [max(float(g[2][i]) for g in gathered) for i in range(steps)]
-    repriced = reprice_from_steps(watch.costs, slices, busy, walls)
+    repriced = reprice_from_steps(
+        watch.costs, slices, busy, [group_step_s([g[2] for g in gathered])]
+    )
     measured = identity.setup.batch.global_batch_size / repriced.step_s
     check = check_retake(
         watch.decision, measured, measured_steps=steps, min_steps=RETAKE_AFTER_STEPS
@@ -426,7 +433,7 @@ def retake_group(
     if identity.rank == 0:
         logger.info(
             "group re-priced from %d steps: per rank %s; the whole group's exchange %.1f ms "
-            "(median step %.1f ms)",
+            "(step period %.1f ms)",
             steps,
             ", ".join(
                 f"{r}: slices {sorted(set(slices[r]))} {old.time(slices[r][-1]) * 1e3:.1f} -> "
