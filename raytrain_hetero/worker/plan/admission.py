@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -143,7 +143,7 @@ def assess_admission(
     order = greedy_order(total, costs)
     timeout = timedelta(seconds=setup.backend.collective_timeout_s)
     collective = [0.0]
-    measured: dict[frozenset[int], float] = {}
+    measured: dict[Collection[int], float] = {}
     for k in range(2, len(order) + 1):
         members = sorted(order[:k])
         group = dist.new_group(ranks=members, timeout=timeout)  # every rank must call it
