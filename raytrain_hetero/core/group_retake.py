@@ -130,10 +130,10 @@ class RetakeCheck:
         error: ``ratio - 1``, for :func:`~raytrain_hetero.core.group_price.prediction_noise`'s
             ``past_errors``.
         reason: One line with the numbers.
-        reprice: Re-price from the measured steps and decide again even though the group
-            ran within its margin; act only if the verdicts change (:func:`settle_retake`).
-            The decision's margin came from a short window's noise; the group's own steps
-            price it with far less.
+        reprice: Re-price from the measured steps and decide again: always with
+            ``retake``, and also when the group ran within its margin, acting then only if
+            a verdict changes (:func:`settle_retake`). The decision's margin came from a
+            short window's noise; the group's own steps price it with far less.
     """
 
     retake: bool
@@ -167,7 +167,7 @@ def check_retake(
     ratio = measured / predicted if predicted > 0 and math.isfinite(measured) else math.nan
     error = ratio - 1
     if workers_changed:
-        return RetakeCheck(True, ratio, error, "the workers changed: decide again")
+        return RetakeCheck(True, ratio, error, "the workers changed: decide again", reprice=True)
     if decision.mode == "all":
         return RetakeCheck(False, ratio, error, "mode all: every worker trains")
     if measured_steps < min_steps or not math.isfinite(ratio):
@@ -181,10 +181,16 @@ def check_retake(
     )
     left_out = len(decision.chosen.trainers) < len(decision.workers)
     if ratio * (1 + m) < 1:
-        return RetakeCheck(True, ratio, error, f"{head}: below it, re-price and decide again")
+        return RetakeCheck(
+            True, ratio, error, f"{head}: below it, re-price and decide again", reprice=True
+        )
     if ratio > 1 + m and left_out:
         return RetakeCheck(
-            True, ratio, error, f"{head}: above it with workers left out, decide again"
+            True,
+            ratio,
+            error,
+            f"{head}: above it with workers left out, decide again",
+            reprice=True,
         )
     if (
         standby_recheck_steps is not None
@@ -196,6 +202,7 @@ def check_retake(
             ratio,
             error,
             f"{head}; standing-by workers are re-priced every {standby_recheck_steps} steps",
+            reprice=True,
         )
     return RetakeCheck(
         False,
@@ -228,13 +235,15 @@ def settle_retake(check: RetakeCheck, before: GroupDecision, after: GroupDecisio
     against (pure).
 
     A check that asked for a re-take acts whatever the new verdicts. A re-pricing within the
-    margin (``check.reprice``) acts only when some worker's verdict changes: the new
+    margin (``check.reprice`` alone) acts only when some worker's verdict changes: the new
     decision then stands on the steps' own noise (its margin), which the new verdict
     already cleared; an unchanged decision is kept as recorded (no restart, no new line).
     """
     if check.retake:
         return RetakeOutcome(True, check.reason)
-    if not check.reprice or _verdicts(after) == _verdicts(before):
+    if not check.reprice:  # too few steps, or mode all: nothing was re-priced
+        return RetakeOutcome(False, check.reason)
+    if _verdicts(after) == _verdicts(before):
         return RetakeOutcome(False, f"{check.reason}: the re-priced decision agrees")
     return RetakeOutcome(
         True,

@@ -403,8 +403,8 @@ def retake_group(
     and takes the same branch. The group's rate is the global batch over its step period
     (:func:`~raytrain_hetero.core.group_retake.group_step_s`: the slowest rank's median
     wall, so a stall of one rank between steps is not charged to the exchange);
-    :func:`~raytrain_hetero.core.group_retake.check_retake` compares it with the prediction. Unless the mode is ``all``, the workers are then
-    re-priced from these steps (their costs as measured, the whole group's exchange as it
+    :func:`~raytrain_hetero.core.group_retake.check_retake` compares it with the
+    prediction. Unless the mode is ``all``, the workers are then re-priced from these steps (their costs as measured, the whole group's exchange as it
     showed) and the decision is taken again on them (the noise: these steps' standard
     errors). :func:`~raytrain_hetero.core.group_retake.settle_retake` says whether it acts:
     always when the group missed its prediction beyond the margin, otherwise only when a
@@ -428,7 +428,7 @@ def retake_group(
     )
     if identity.rank == 0:
         logger.info("group decision check: %s", check.reason)
-    if not (check.retake or check.reprice):
+    if not check.reprice:
         return None
     if identity.rank == 0:
         logger.info(
