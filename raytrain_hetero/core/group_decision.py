@@ -12,7 +12,10 @@ the group's exchange and the noise are :mod:`raytrain_hetero.core.group_price`'s
     samples/s(T, F) = min(compute(T), min(steps(T), pipeline) + sum of feed_k over F)
 
 ``allocate`` is the plans' own makespan-minimising carving (caps, minimum slice, ghost
-BatchNorm's whole groups); ``exchange`` the group's priced exposed exchange (its gradient
+BatchNorm's whole groups), its makespan the slowest trainer's step, or, for two or more
+trainers under exact BatchNorm (``exchange.batchnorm_layers > 0``), the slowest loading plus
+the slowest compute (:func:`~raytrain_hetero.core.group_price.synchronised_makespan`: the
+ranks meet in forward); ``exchange`` the group's priced exposed exchange (its gradient
 all-reduce measured where given);
 ``pipeline`` a shared input pipeline's delivery (Ray Data; ``inf`` for map-style datasets,
 whose ranks load their own slices, data wait inside their loader-bound costs); ``feed_k``
@@ -57,6 +60,7 @@ from raytrain_hetero.core.group_price import (
     WorkerPrice,
     noise_margin,
     price_exchange,
+    synchronised_makespan,
 )
 from raytrain_hetero.errors import AllocationError
 
@@ -267,7 +271,12 @@ class _Evaluator:
             except AllocationError:
                 self._plans[key] = None
             else:
-                self._plans[key] = (slices, makespan(slices, costs))
+                step = makespan(slices, costs)
+                if len(ranks) > 1 and self.exchange.batchnorm_layers > 0:
+                    # Exact BatchNorm: the ranks meet in forward, loading and compute add up.
+                    members = [self.workers[r] for r in ranks]
+                    step = max(step, synchronised_makespan(slices, members, fed=fed))
+                self._plans[key] = (slices, step)
         return self._plans[key]
 
     def exchange_of(self, trainers: frozenset[int]) -> ExchangeCost:

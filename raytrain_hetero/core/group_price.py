@@ -17,6 +17,14 @@ that any group of the workers, including ones that never ran together, can be pr
   step (the forward all-gather of the statistics, the backward all-reduce of the two sums);
   they sit on the step's critical path. Each backend's :class:`LinkCost` is **measured** (a
   ring all-reduce timed at two sizes on the real group, :func:`fit_link_cost`).
+* **Exact BatchNorm synchronises the ranks in forward** (:func:`synchronised_makespan`): at
+  the first BatchNorm layer every rank waits for the slowest rank's data, so one rank's
+  loading cannot overlap another rank's compute. A group of two or more trainers under exact
+  BatchNorm then steps in ``max_r load_r(b_r) + max_r compute_r(b_r)``, not in
+  ``max_r (load_r + compute_r)(b_r)``: a worker bound by its loader beside workers bound by
+  their compute pays both. Where a worker's loading is not known apart from its compute
+  (:attr:`WorkerPrice.compute` ``None``), its whole step counts as compute.
+  :func:`loading_per_sample` and :func:`compute_cost` split a measured step in two.
 * The gradient all-reduce's **overlap with backward** (:attr:`ExchangePrice.overlap`, the
   fraction hidden under backward) is **modelled**, a parameter, not fitted here: only a group
   that trains shows it (exposed exchange = the step's wall time minus its slowest rank's busy
@@ -53,12 +61,15 @@ __all__ = [
     "ExchangePrice",
     "LinkCost",
     "WorkerPrice",
+    "compute_cost",
     "fit_link_cost",
     "implied_overlap",
+    "loading_per_sample",
     "noise_margin",
     "prediction_noise",
     "price_exchange",
     "relative_noise",
+    "synchronised_makespan",
 ]
 
 #: Smallest relative noise a prediction is credited with (timers, scheduling, rounding).
@@ -122,6 +133,13 @@ class WorkerPrice:
     def fed_cost(self) -> CostModel:
         """The step cost with its data loaded for it (``compute``, or ``step`` if unknown)."""
         return self.compute if self.compute is not None else self.step
+
+    def loading_cost(self, size: int) -> float:
+        """Seconds of its step at ``size`` samples spent before its compute (the wait for
+        data: loading, collating, the copy to its device); 0 when not known apart."""
+        if self.compute is None or size <= 0:
+            return 0.0
+        return max(0.0, self.step.time(size) - self.compute.time(size))
 
     def alone_samples_per_s(self, total: int) -> float:
         """Loader-bound samples/s on the whole batch alone (at its cap if it holds less)."""
@@ -284,6 +302,64 @@ def price_exchange(
     return ExchangeCost(
         "nccl" if nccl else "gloo", gradient, batchnorm, exposed, measured_gradient_s is not None
     )
+
+
+def loading_per_sample(
+    slices: Sequence[int], busy_s: Sequence[float], compute_s: Sequence[float]
+) -> float:
+    """A worker's seconds of loading per sample, from its measured steps (pure).
+
+    ``busy_s[j]`` is step j's loader-bound seconds (data wait included), ``compute_s[j]`` its
+    compute alone, at a slice of ``slices[j]``; loading is what the step spent beyond its
+    compute. Returns the median over the steps of ``(busy - compute) / slice``, at least 0;
+    ``nan`` when no step has a positive slice and finite, positive timings (compute unknown).
+    """
+    ratios = [
+        max(0.0, float(b) - float(c)) / int(n)
+        for n, b, c in zip(slices, busy_s, compute_s)
+        if int(n) > 0
+        and math.isfinite(float(b))
+        and math.isfinite(float(c))
+        and float(b) > 0
+        and float(c) > 0
+    ]
+    return statistics.median(ratios) if ratios else math.nan
+
+
+def compute_cost(step: CostModel, loading_s_per_sample: float) -> CostModel | None:
+    """A worker's step with its data already loaded: ``step`` less its loading (pure).
+
+    Loading is priced per sample (reading and collating scale with the slice), the fixed
+    part of a step is compute: ``alpha`` stays, ``beta`` loses ``loading_s_per_sample`` (kept
+    above 0.1 % of itself: a cost model's ``beta`` is positive). ``None`` when the loading is
+    unknown (``nan``) or negative.
+    """
+    loading = float(loading_s_per_sample)
+    if not math.isfinite(loading) or loading < 0:
+        return None
+    return CostModel(step.alpha, max(step.beta - loading, step.beta * 1e-3))
+
+
+def synchronised_makespan(
+    slices: Sequence[int], workers: Sequence[WorkerPrice], *, fed: bool = False
+) -> float:
+    """Seconds of a step whose ranks synchronise in forward (exact BatchNorm; see the module).
+
+    ``max_r load_r(b_r) + max_r compute_r(b_r)`` over the workers with a slice: the first
+    BatchNorm layer waits for the slowest rank's data, then for the slowest rank's compute.
+    ``fed``: their data is loaded for them (feeders), so only compute counts.
+    """
+    loading = 0.0
+    compute = 0.0
+    for size, worker in zip(slices, workers):
+        if int(size) <= 0:
+            continue
+        if fed:
+            compute = max(compute, worker.fed_cost().time(int(size)))
+            continue
+        loading = max(loading, worker.loading_cost(int(size)))
+        compute = max(compute, worker.step.time(int(size)) - worker.loading_cost(int(size)))
+    return loading + compute
 
 
 def implied_overlap(step_s: float, busy_s: float, cost: ExchangeCost) -> float:

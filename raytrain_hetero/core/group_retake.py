@@ -82,6 +82,8 @@ def reprice_from_steps(
     slices: Sequence[Sequence[int]],
     busy_s: Sequence[Sequence[float]],
     step_s: Sequence[float],
+    *,
+    compute_s: Sequence[Sequence[float]] | None = None,
 ) -> RepricedGroup:
     """Re-price a group from its training steps (see the module).
 
@@ -90,6 +92,11 @@ def reprice_from_steps(
         slices: Per worker, its slice at each measured step.
         busy_s: Per worker, its busy (loader-bound) seconds at the same steps.
         step_s: The group's step periods (one per step, or :func:`group_step_s`'s one).
+        compute_s: Per worker, its compute seconds at the same steps, for a group whose
+            ranks synchronise in forward (exact BatchNorm): its busy part is then the
+            slowest loading plus the slowest compute
+            (:func:`~raytrain_hetero.core.group_price.synchronised_makespan`), and only the
+            rest of the period is exchange. ``None``: the slowest busy time.
 
     Raises:
         AllocationError: Lengths differ, or nothing valid was measured.
@@ -116,8 +123,29 @@ def reprice_from_steps(
         factor = statistics.median(t / cost.time(b) for b, t in pairs)
         scaled.append(CostModel(cost.alpha * factor, cost.beta * factor))
         busiest = max(busiest, statistics.median(t for _, t in pairs))
+    if compute_s is not None:
+        busiest = max(busiest, _synchronised_busy(slices, busy_s, compute_s))
     step = statistics.median(walls)
     return RepricedGroup(tuple(scaled), max(0.0, step - busiest), step)
+
+
+def _synchronised_busy(
+    slices: Sequence[Sequence[int]],
+    busy_s: Sequence[Sequence[float]],
+    compute_s: Sequence[Sequence[float]],
+) -> float:
+    """The slowest median loading plus the slowest median compute (0 if nothing valid)."""
+    loading = compute = 0.0
+    for sizes, busy, comp in zip(slices, busy_s, compute_s):
+        pairs = [
+            (float(b), float(c))
+            for n, b, c in zip(sizes, busy, comp)
+            if int(n) > 0 and math.isfinite(float(b)) and math.isfinite(float(c)) and float(c) > 0
+        ]
+        if pairs:
+            loading = max(loading, statistics.median(max(0.0, b - c) for b, c in pairs))
+            compute = max(compute, statistics.median(c for _, c in pairs))
+    return loading + compute
 
 
 @dataclass(frozen=True)

@@ -91,13 +91,15 @@ class PolicyConfig:
 @dataclass(frozen=True)
 class StepSample:
     """One rank's measurement of one step: ``busy_s`` counts compute and loading, not
-    waiting; ``time_s`` is on the same clock as the policy's ``now``."""
+    waiting; ``time_s`` is on the same clock as the policy's ``now``; ``compute_s`` is the
+    compute alone (``nan``: not measured apart), so ``busy_s - compute_s`` is the loading."""
 
     rank: int
     step: int
     samples: int
     busy_s: float
     time_s: float
+    compute_s: float = math.nan
 
     @property
     def valid(self) -> bool:

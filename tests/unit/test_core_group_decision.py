@@ -17,8 +17,11 @@ from raytrain_hetero.core.group_price import (
     ExchangePrice,
     LinkCost,
     WorkerPrice,
+    compute_cost,
+    loading_per_sample,
     noise_margin,
     price_exchange,
+    synchronised_makespan,
 )
 from raytrain_hetero.core.group_retake import (
     check_retake,
@@ -344,6 +347,74 @@ def test_a_stall_of_one_rank_between_steps_is_not_charged_to_the_exchange():
         group_step_s([[float("nan")], []])
 
 
+def _cpu_gpu_shape_window() -> list[WorkerPrice]:
+    """cpu-gpu-shape's seed 0 as its passive window measured it (AMD EPYC): the fast worker
+    186 x 6.51 ms a step, 0.57 s of it loading (an EMULATED 2.5 ms read per sample); the slow
+    pair 3 x 0.39 s, nearly all compute, behind a 0.3 s EMULATED link."""
+    fast_step, slow_step = CostModel(0.0, 6.51e-3), CostModel(0.0, 0.39)
+    fast_loading = loading_per_sample([186] * 3, [1.21] * 3, [0.64] * 3)
+    slow_loading = loading_per_sample([3] * 3, [1.20] * 3, [1.17] * 3)
+    assert fast_loading == pytest.approx(0.57 / 186) and slow_loading == pytest.approx(0.01)
+    fast = WorkerPrice("fast", fast_step, compute=compute_cost(fast_step, fast_loading))
+    slow = [
+        WorkerPrice(
+            f"slow-{i}",
+            slow_step,
+            compute=compute_cost(slow_step, slow_loading),
+            exchange_delay_s=0.3,
+        )
+        for i in range(2)
+    ]
+    return [fast, *slow]
+
+
+def test_exact_batchnorm_makes_a_loader_bound_worker_pay_its_loading_and_the_slow_compute():
+    """Under exact BatchNorm every rank waits at the first BatchNorm layer for the slowest
+    rank's data, so the fast worker's loading and the slow pair's compute add up. The group of
+    three measured 2.1 s a step; priced as the slowest rank's whole step it was 1.51 s, a gain
+    of +21 % for the fast worker alone, inside the window's 31.7 % margin: all three kept,
+    13 steps at 0.6x. Priced with the ranks meeting in forward it is 2.01 s: +61 %, the pair
+    stands by at the window."""
+    workers = _cpu_gpu_shape_window()
+    exact = replace(GLOO, batchnorm_layers=4, batchnorm_bytes=8 * (4 * 64 + 1))
+    plain = decide_group(B, workers, GLOO, noise=0.137, mode="train")
+    assert plain.trainers == (0, 1, 2) and plain.everyone.step_s < 1.6
+    synced = decide_group(B, workers, exact, noise=0.137, mode="train")
+    assert synced.everyone.step_s == pytest.approx(2.1, rel=0.1)
+    assert synced.trainers == (0,) and synced.standing_by == (1, 2)
+    assert synced.gain > synced.margin
+    # One worker alone meets nobody: its step is its own, whatever the BatchNorm.
+    assert synced.chosen.step_s == pytest.approx(workers[0].step.time(B))
+    # Where loading is not known apart (compute None), the whole step counts as compute.
+    blind = [replace(w, compute=None) for w in workers]
+    assert decide_group(B, blind, exact, noise=0.137, mode="train").trainers == (0, 1, 2)
+
+
+def test_the_loading_of_measured_steps_and_the_compute_it_leaves():
+    assert loading_per_sample([10, 20], [1.0, 2.0], [0.5, 1.0]) == pytest.approx(0.05)
+    assert loading_per_sample([10], [0.4], [0.5]) == 0.0  # compute above busy: no loading
+    assert math.isnan(loading_per_sample([10, 0], [1.0, 1.0], [math.nan, 0.5]))
+    step = CostModel(0.01, 0.006)
+    compute = compute_cost(step, 0.0025)
+    assert compute == CostModel(0.01, 0.0035)
+    assert compute_cost(step, math.nan) is None and compute_cost(step, -1.0) is None
+    assert compute_cost(step, 1.0).beta == pytest.approx(0.006e-3)  # kept positive
+
+
+def test_repricing_a_synchronised_group_charges_the_exchange_only_what_is_left():
+    """The group of three's 2.1 s period: 0.57 s loading + 1.18 s compute meet in forward,
+    so its exchange is 0.35 s, not the 0.9 s left over the slowest rank's busy 1.2 s."""
+    costs = [CostModel(0.0, 6.51e-3), CostModel(0.0, 0.39), CostModel(0.0, 0.39)]
+    slices = [[186] * 10, [3] * 10, [3] * 10]
+    busy = [[1.21] * 10, [1.2] * 10, [1.2] * 10]
+    compute = [[0.64] * 10, [1.18] * 10, [1.18] * 10]
+    plain = reprice_from_steps(costs, slices, busy, [2.1])
+    synced = reprice_from_steps(costs, slices, busy, [2.1], compute_s=compute)
+    assert plain.exchange_s == pytest.approx(0.89)
+    assert synced.exchange_s == pytest.approx(2.1 - 0.57 - 1.18)
+    assert synced.costs == plain.costs
+
+
 def test_retake_rules():
     _, decision = _excluding()
     predicted = decision.chosen.samples_per_s
@@ -475,6 +546,18 @@ def test_the_best_is_the_best_subset(data):
             except AllocationError:
                 continue
             step = makespan(slices, [w.step for w in members])
+            if k > 1 and exchange.batchnorm_layers > 0:  # the ranks meet in forward
+                loads = [
+                    w.step.time(b) - w.compute.time(b) if w.compute is not None else 0.0
+                    for w, b in zip(members, slices)
+                    if b > 0
+                ]
+                computes = [
+                    w.compute.time(b) if w.compute is not None else w.step.time(b)
+                    for w, b in zip(members, slices)
+                    if b > 0
+                ]
+                step = max(step, max(loads) + max(computes))
             rates.append(total / (step + price_exchange(members, exchange).exposed_s))
     assert decision.best.samples_per_s == pytest.approx(max(rates), rel=1e-12)
     assert decision.chosen.samples_per_s == pytest.approx(max(rates), rel=1e-12)
@@ -598,3 +681,17 @@ def test_noise_margin_bounds_the_ratio_of_two_predictions():
     assert noise_margin(0.1) == pytest.approx(1.1 / 0.9 - 1)
     with pytest.raises(AllocationError, match="noise"):
         noise_margin(1.0)
+
+
+@settings_
+@given(data=st.data())
+def test_meeting_in_forward_never_predicts_a_shorter_step(data):
+    """``max load + max compute`` is at least every rank's own step: synchronising the ranks
+    can only lengthen the predicted step, and fed ranks pay compute only."""
+    n = data.draw(st.integers(1, 5), label="n")
+    workers = data.draw(worker_prices(n), label="workers")
+    slices = data.draw(st.lists(st.integers(0, 300), min_size=n, max_size=n), label="slices")
+    synced = synchronised_makespan(slices, workers)
+    assert synced >= makespan(slices, [w.step for w in workers]) * (1 - 1e-12)
+    fed = synchronised_makespan(slices, workers, fed=True)
+    assert fed == pytest.approx(makespan(slices, [w.fed_cost() for w in workers]))

@@ -45,7 +45,9 @@ from raytrain_hetero.core.group_price import (
     ExchangePrice,
     LinkCost,
     WorkerPrice,
+    compute_cost,
     fit_link_cost,
+    loading_per_sample,
     prediction_noise,
 )
 from raytrain_hetero.core.group_retake import (
@@ -58,6 +60,7 @@ from raytrain_hetero.errors import AllocationError, ConfigError, HeteroError
 from raytrain_hetero.worker.measure.probe import time_gradient_allreduce
 from raytrain_hetero.worker.plan.planning import gather_rank_slots
 from raytrain_hetero.worker.setup.identity import RankIdentity, all_gather
+from raytrain_hetero.worker.sync.batchnorm.exact import HeteroBatchNorm
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +112,16 @@ def _link(identity: RankIdentity, module: Any, full_s: float) -> tuple[LinkCost,
     return link, gradient_bytes
 
 
+def exact_batchnorm_exchange(module: Any) -> tuple[int, float]:
+    """Exact BatchNorm layers of ``module`` and the bytes one layer's two exchanges move per
+    step on average (float64: the forward's ``2C + 1`` statistics, the backward's two sums of
+    ``C``); ``(0, 0.0)`` without such layers (ghost, local or no BatchNorm)."""
+    channels = [m.num_features for m in module.modules() if isinstance(m, HeteroBatchNorm)]
+    if not channels:
+        return 0, 0.0
+    return len(channels), 8.0 * sum(4 * c + 1 for c in channels) / len(channels)
+
+
 def assess_admission(
     identity: RankIdentity,
     model: Any,
@@ -118,6 +131,7 @@ def assess_admission(
     *,
     mode: str | None = None,
     full_group_exchange_s: float | None = None,
+    loading_s_per_sample: Sequence[float] | None = None,
 ) -> tuple[GroupDecision, tuple[float, ...]]:
     """The group decision for this group (a collective; identical on every rank).
 
@@ -129,6 +143,11 @@ def assess_admission(
     ``mode``: the decision's mode (default ``ProbeConfig.group``).
     ``full_group_exchange_s``: the exchange this whole group showed while training (a
     re-take): it prices the whole group's gradient exchange instead of the timed all-reduce.
+    ``loading_s_per_sample``: per rank, its measured seconds of loading per sample
+    (:func:`~raytrain_hetero.core.group_price.loading_per_sample`; ``nan``: unknown): under
+    exact BatchNorm the ranks meet in forward, so a group pays its slowest loading and its
+    slowest compute one after the other
+    (:func:`~raytrain_hetero.core.group_price.synchronised_makespan`).
 
     Returns:
         The decision and the gradient all-reduce seconds of the k fastest, at index k - 1.
@@ -165,21 +184,29 @@ def assess_admission(
     )
     link, gradient_bytes = _link(identity, module, collective[-1])
     specs = [setup.specs[slot] for slot in rank_slots]
+    loading = list(loading_s_per_sample or [math.nan] * len(costs))
     prices = [
         WorkerPrice(
             name=spec.name,
             step=cost,
+            compute=compute_cost(cost, per_sample),
             device=spec.resolved_device(),
             cap=spec.max_batch,
             exchange_delay_s=spec.emulated_collective_delay_s,  # EMULATED link delay
         )
-        for spec, cost in zip(specs, costs)
+        for spec, cost, per_sample in zip(specs, costs, loading)
     ]
+    batchnorm_layers, batchnorm_bytes = exact_batchnorm_exchange(module)
     try:
         decision = decide_group(
             total,
             prices,
-            ExchangePrice(gradient_bytes=gradient_bytes, gloo=link),
+            ExchangePrice(
+                gradient_bytes=gradient_bytes,
+                gloo=link,
+                batchnorm_layers=batchnorm_layers,
+                batchnorm_bytes=batchnorm_bytes,
+            ),
             noise=prediction_noise(step_seconds),
             mode=setup.probe.group if mode is None else mode,  # type: ignore[arg-type]
             min_slice=setup.batch.min_slice,
@@ -268,6 +295,7 @@ def apply_admission(
     *,
     retake: str | None = None,
     full_group_exchange_s: float | None = None,
+    loading_s_per_sample: Sequence[float] | None = None,
 ) -> GroupDecision | None:
     """``group`` ``train`` / ``auto`` at a group's first plan: decide once, then act on it.
 
@@ -311,6 +339,7 @@ def apply_admission(
         rank_slots,
         step_seconds,
         full_group_exchange_s=full_group_exchange_s,
+        loading_s_per_sample=loading_s_per_sample,
     )
     return _act_on_decision(identity, decision, collective, rank_slots, scheduler, retake)
 
@@ -377,6 +406,7 @@ class GroupWatch:
         slices: This rank's slice at each watched step.
         busy: This rank's busy (loader-bound) seconds at each watched step.
         wall: This rank's wall seconds of each watched step.
+        compute: This rank's compute seconds at each watched step (its loading apart).
     """
 
     decision: GroupDecision
@@ -385,12 +415,14 @@ class GroupWatch:
     slices: list[int] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    compute: list[float] = field(default_factory=list)
 
-    def add(self, slice_: int, busy_s: float, wall_s: float) -> int:
+    def add(self, slice_: int, busy_s: float, wall_s: float, compute_s: float = math.nan) -> int:
         """Take one step of this rank; returns how many are watched."""
         self.slices.append(int(slice_))
         self.busy.append(float(busy_s))
         self.wall.append(float(wall_s))
+        self.compute.append(float(compute_s))
         return len(self.wall)
 
 
@@ -415,12 +447,19 @@ def retake_group(
     Returns:
         The new decision, or None when the decision holds.
     """
-    gathered = all_gather([watch.slices, watch.busy, watch.wall])
+    gathered = all_gather([watch.slices, watch.busy, watch.wall, watch.compute])
     slices = [g[0] for g in gathered]
     busy = [g[1] for g in gathered]
+    compute = [g[3] for g in gathered]
     steps = min(len(g[2]) for g in gathered)
+    module = getattr(model, "module", model)
+    synchronised = identity.world_size > 1 and exact_batchnorm_exchange(module)[0] > 0
     repriced = reprice_from_steps(
-        watch.costs, slices, busy, [group_step_s([g[2] for g in gathered])]
+        watch.costs,
+        slices,
+        busy,
+        [group_step_s([g[2] for g in gathered])],
+        compute_s=compute if synchronised else None,
     )
     measured = identity.setup.batch.global_batch_size / repriced.step_s
     check = check_retake(
@@ -451,6 +490,9 @@ def retake_group(
         busy,
         mode=watch.decision.mode,
         full_group_exchange_s=repriced.exchange_s,
+        loading_s_per_sample=[
+            loading_per_sample(n, b, c) for n, b, c in zip(slices, busy, compute)
+        ],
     )
     outcome = settle_retake(check, watch.decision, decision)
     if not outcome.act:

@@ -427,7 +427,14 @@ def passive_step(identity: RankIdentity, plans: PlanState, record: StepRecord) -
         return None
     if record.plan_version == window.version:
         window.samples.append(
-            StepSample(identity.rank, record.step, record.slice, record.busy_s, record.time)
+            StepSample(
+                identity.rank,
+                record.step,
+                record.slice,
+                record.busy_s,
+                record.time,
+                compute_s=record.compute_s,
+            )
         )
     if record.step < window.last:
         return None

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from raytrain_hetero.core.allocation import CostModel
 from raytrain_hetero.core.group_decision import GroupDecision
+from raytrain_hetero.core.group_price import loading_per_sample
 from raytrain_hetero.core.plan import Plan
 from raytrain_hetero.core.plan_words import explain_slices
 from raytrain_hetero.core.records import StepRecord
@@ -139,10 +140,21 @@ def decide_group_after_window(runtime: WorkerRuntime, window: PassiveWindow) -> 
     costs = plans.measured_costs  # agreed by broadcast: every rank takes the same branch
     if costs is None:
         return
-    step_seconds = all_gather([s.busy_s for s in window.samples if s.valid])
+    valid = [s for s in window.samples if s.valid]
+    gathered = all_gather(
+        [[s.busy_s for s in valid], [s.samples for s in valid], [s.compute_s for s in valid]]
+    )
+    step_seconds = [g[0] for g in gathered]
+    loading = [loading_per_sample(g[1], g[0], g[2]) for g in gathered]
     rank_slots = gather_rank_slots(identity, plans)
     decision = apply_admission(
-        identity, runtime.model, costs, rank_slots, runtime.scheduler, step_seconds
+        identity,
+        runtime.model,
+        costs,
+        rank_slots,
+        runtime.scheduler,
+        step_seconds,
+        loading_s_per_sample=loading,
     )
     _watch_decision(runtime, decision, costs, rank_slots)
 
@@ -171,7 +183,7 @@ def watch_group_decision(runtime: WorkerRuntime, record: StepRecord) -> None:
     current = runtime.plans.current
     if current is not None and record.plan_version != current.version:
         return  # a step of an older plan (the prior's, before the decided plan took effect)
-    if watch.add(record.slice, record.busy_s, record.wall_s) < RETAKE_AFTER_STEPS:
+    if watch.add(record.slice, record.busy_s, record.wall_s, record.compute_s) < RETAKE_AFTER_STEPS:
         return
     runtime.group_watch = None
     retake_group(runtime.identity, runtime.model, runtime.scheduler, watch)
