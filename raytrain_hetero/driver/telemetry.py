@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +23,9 @@ from raytrain_hetero.core.policy import PendingReplan
 from raytrain_hetero.core.records import StepRecord
 
 logger = logging.getLogger(__name__)
+
+#: Pause between the last drain's tries while Ray restarts the scheduler actor.
+_RESTART_RETRY_S = 0.2
 
 __all__ = ["FitProgress", "ProgressCallback", "RecordCollector"]
 
@@ -73,21 +77,32 @@ class RecordCollector:
         # at once; one at a time keeps the cursor and "new" exact.
         self._drain_lock = threading.RLock()
 
-    def drain(self) -> list[StepRecord]:
+    def drain(self, *, wait_restart: bool = False) -> list[StepRecord]:
         """Drain the actor once; returns the records new to the driver (never raises;
-        thread-safe)."""
+        thread-safe). ``wait_restart``: if Ray is restarting the actor, wait for it (at most
+        ``timeout_s``) instead of giving up (the run's last drain)."""
         with self._drain_lock:
-            return self._drain()
+            return self._drain(wait_restart=wait_restart)
 
-    def _drain(self) -> list[StepRecord]:
-        try:
-            drained = ray.get(
-                self.scheduler.drain.remote(self._cursor, self._incarnation),
-                timeout=self.timeout_s,
-            )
-        except Exception as exc:  # noqa: BLE001 - telemetry is best effort; training goes on
-            logger.warning("could not drain the scheduler: %s", exc)
-            return []
+    def _drain(self, *, wait_restart: bool = False) -> list[StepRecord]:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                drained = ray.get(
+                    self.scheduler.drain.remote(self._cursor, self._incarnation),
+                    timeout=self.timeout_s,
+                )
+                break
+            except ray.exceptions.ActorUnavailableError as exc:
+                # Ray is restarting the actor: the last drain waits for it (it holds the
+                # workers' final pushes); a drain while training just tries again later.
+                if not wait_restart or time.monotonic() >= deadline:
+                    logger.warning("could not drain the scheduler: %s", exc)
+                    return []
+                time.sleep(_RESTART_RETRY_S)
+            except Exception as exc:  # noqa: BLE001 - telemetry is best effort; training goes on
+                logger.warning("could not drain the scheduler: %s", exc)
+                return []
         if self._incarnation not in (None, drained.incarnation):
             logger.info("the scheduler actor was restarted; draining its new incarnation")
         self._cursor, self._incarnation = drained.cursor, drained.incarnation
@@ -132,7 +147,7 @@ class RecordCollector:
         while thread.is_alive():
             thread.join(interval_s)
             self.drain()
-        self.drain()
+        self.drain(wait_restart=True)
         if "error" in box:
             raise box["error"]
         return box["result"]

@@ -12,6 +12,7 @@ from raytrain_hetero.driver.scheduler import (
     create_scheduler,
     scheduler_actor_name,
 )
+from raytrain_hetero.driver.telemetry import RecordCollector
 from raytrain_hetero.worker.plan.scheduler_client import SchedulerClient
 
 
@@ -42,6 +43,27 @@ def _drain(actor):
     import ray
 
     return ray.get(actor.drain.remote(0), timeout=60)
+
+
+def _kill_and_catch_it_restarting(actor) -> None:
+    """Kill ``actor`` (Ray restarts it) and return once a call is refused as restarting: a
+    call right after ``ray.kill`` may still reach the old incarnation (the kill is async)."""
+    import ray
+
+    for _ in range(5):
+        before = _drain(actor).incarnation
+        ray.kill(actor, no_restart=False)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if _drain(actor).incarnation != before:
+                    break  # restarted before we saw it restarting: kill it again
+            except ray.exceptions.ActorUnavailableError:
+                return
+            except ray.exceptions.RayActorError:
+                pass  # dead, not yet restarting
+            time.sleep(0.01)
+    raise AssertionError("never caught the scheduler actor restarting in 5 kills")
 
 
 def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
@@ -81,6 +103,16 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
     client.flush(wait=True)
     drained = _drain(ray.get_actor(scheduler_actor_name(run_id), namespace=SCHEDULER_NAMESPACE))
     assert [r.step for r in drained.records] == [3]
+
+    # A run's last flush while Ray restarts the actor (a push then fails with
+    # ActorUnavailableError): it pushes again until the restarted actor takes the records,
+    # and the driver's last drain waits for the restart too.
+    _kill_and_catch_it_restarting(actor)
+    client.add(_record(4))
+    client.flush(wait=True)
+    assert client.buffered == 0
+    collector = RecordCollector(actor, timeout_s=60)
+    assert [r.step for r in collector.drain(wait_restart=True)] == [4]
     ray.kill(actor)
 
 

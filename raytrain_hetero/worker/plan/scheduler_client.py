@@ -34,6 +34,8 @@ __all__ = ["PollAnswer", "SchedulerClient"]
 
 POLL_TIMEOUT_S = 10.0
 FLUSH_WAIT_S = 30.0
+#: Pause between a waiting flush's pushes to an actor Ray is restarting.
+RESTART_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class SchedulerClient:
         self._answer: PollAnswer | None = None
         self._sending = False
         self._sender: threading.Thread | None = None
+        # The last push failed because Ray is restarting the actor: a waiting flush retries.
+        self._restarting = False
 
     @property
     def buffered(self) -> int:
@@ -102,17 +106,30 @@ class SchedulerClient:
     def flush(self, *, wait: bool = False) -> None:
         """Hand the queued records to the sender thread as one batch (returns at once); with
         ``wait``, until it has pushed them (delivered, or put back after a failure) or
-        ``FLUSH_WAIT_S`` passed."""
+        ``FLUSH_WAIT_S`` passed. A waiting flush whose push failed because Ray is restarting
+        the actor pushes again until the restarted actor takes the records (a run's last
+        flush: the records would otherwise leave with the worker)."""
         with self._cond:
-            if self._buffer:
-                self._outbox.extend(self._buffer)
-                self._buffer.clear()
-                self._start_sender()
-                self._cond.notify_all()
-            if wait:
-                deadline = time.monotonic() + FLUSH_WAIT_S
+            self._hand_over()
+            if not wait:
+                return
+            deadline = time.monotonic() + FLUSH_WAIT_S
+            while True:
                 while (self._outbox or self._sending) and time.monotonic() < deadline:
                     self._cond.wait(timeout=deadline - time.monotonic())
+                left = deadline - time.monotonic()
+                if not (self._buffer and self._restarting) or left <= 0:
+                    return
+                self._cond.wait(timeout=min(RESTART_RETRY_S, left))
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Move the buffer to the sender's outbox and wake the sender (under ``_cond``)."""
+        if self._buffer:
+            self._outbox.extend(self._buffer)
+            self._buffer.clear()
+            self._start_sender()
+            self._cond.notify_all()
 
     def ask(self, plan: Plan | None, history: Sequence[Plan] = ()) -> None:
         """Rank 0, ahead of a plan-sync step: poll the actor on the sender thread, after the
@@ -168,8 +185,10 @@ class SchedulerClient:
             if actor is None:
                 raise HeteroError(f"scheduler actor {self.name} not found")
             ray.get(actor.record_steps.remote(batch), timeout=FLUSH_WAIT_S)
+            self._restarting = False
             return
         except Exception as exc:  # noqa: BLE001 - resent later; the actor de-duplicates
+            self._restarting = isinstance(exc, ray.exceptions.ActorUnavailableError)
             if actor is not None:
                 logger.warning("step records not delivered (%s); will resend", type(exc).__name__)
             self._actor = None
