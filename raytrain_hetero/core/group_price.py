@@ -357,8 +357,9 @@ def synchronised_makespan(
         if fed:
             compute = max(compute, worker.fed_cost().time(int(size)))
             continue
-        loading = max(loading, worker.loading_cost(int(size)))
-        compute = max(compute, worker.step.time(int(size)) - worker.loading_cost(int(size)))
+        load = worker.loading_cost(int(size))
+        loading = max(loading, load)
+        compute = max(compute, worker.step.time(int(size)) - load)
     return loading + compute
 
 

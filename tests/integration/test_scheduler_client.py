@@ -45,9 +45,10 @@ def _drain(actor):
     return ray.get(actor.drain.remote(0), timeout=60)
 
 
-def _kill_and_catch_it_restarting(actor) -> None:
-    """Kill ``actor`` (Ray restarts it) and return once a call is refused as restarting: a
-    call right after ``ray.kill`` may still reach the old incarnation (the kill is async)."""
+def _kill(actor, *, catch_restarting: bool = False) -> None:
+    """Kill ``actor`` and return once Ray has restarted it (a new incarnation answers), or,
+    with ``catch_restarting``, once a call is refused as restarting (killed again if it came
+    back first: a call right after ``ray.kill`` may still reach the old incarnation)."""
     import ray
 
     for _ in range(5):
@@ -57,13 +58,18 @@ def _kill_and_catch_it_restarting(actor) -> None:
         while time.time() < deadline:
             try:
                 if _drain(actor).incarnation != before:
-                    break  # restarted before we saw it restarting: kill it again
+                    if not catch_restarting:
+                        return
+                    break
             except ray.exceptions.ActorUnavailableError:
-                return
+                if catch_restarting:
+                    return
             except ray.exceptions.RayActorError:
                 pass  # dead, not yet restarting
             time.sleep(0.01)
-    raise AssertionError("never caught the scheduler actor restarting in 5 kills")
+    raise AssertionError(
+        f"the scheduler actor was not {'caught restarting' if catch_restarting else 'restarted'} in 5 kills"
+    )
 
 
 def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
@@ -84,16 +90,7 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
     assert client.poll(plan).known_group is True
 
     # Ray restarts the actor (the driver owns its lifecycle); its state starts empty.
-    incarnation = _drain(actor).incarnation
-    ray.kill(actor, no_restart=False)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if _drain(actor).incarnation != incarnation:
-                break
-        except ray.exceptions.RayActorError:
-            pass  # restarting
-        time.sleep(0.2)
+    _kill(actor)
     payload = client.poll(plan, history=(plan,))
     assert payload is not None and payload.known_group is False
     # The client registered the group again, with its current plan and the run's history.
@@ -107,7 +104,7 @@ def test_pushes_typed_records_and_reregisters_with_a_restarted_actor(ray_local):
     # A run's last flush while Ray restarts the actor (a push then fails with
     # ActorUnavailableError): it pushes again until the restarted actor takes the records,
     # and the driver's last drain waits for the restart too.
-    _kill_and_catch_it_restarting(actor)
+    _kill(actor, catch_restarting=True)
     client.add(_record(4))
     client.flush(wait=True)
     assert client.buffered == 0
